@@ -1,0 +1,3 @@
+module github.com/qpdrain/qpdrain
+
+go 1.26

@@ -1,0 +1,56 @@
+package ibv
+
+import (
+	"fmt"
+	"syscall"
+)
+
+// Sentinel errors. Each also matches the errno libibverbs returns for the same
+// condition, so errors.Is(err, unix.EINVAL) holds on every device.
+var (
+	// ErrNotSupported: the operation or device is not available here.
+	ErrNotSupported error = &Error{"not supported", syscall.EOPNOTSUPP}
+	// ErrClosed: the object was closed.
+	ErrClosed error = &Error{"object closed", syscall.EBADF}
+	// ErrBusy: the object still has children or users.
+	ErrBusy error = &Error{"object in use", syscall.EBUSY}
+	// ErrInvalidState: the QP state forbids the call, or a state transition is invalid.
+	ErrInvalidState error = &Error{"invalid state", syscall.EINVAL}
+	// ErrInvalidArgument: an attribute, mask or WR field is wrong.
+	ErrInvalidArgument error = &Error{"invalid argument", syscall.EINVAL}
+	// ErrQueueFull: a work queue has no room for another WR.
+	ErrQueueFull error = &Error{"work queue full", syscall.ENOMEM}
+	// ErrResourceLimit: a device limit (max QPs, CQEs, ...) would be exceeded.
+	ErrResourceLimit error = &Error{"device resource limit reached", syscall.ENOMEM}
+	// ErrNoDevice: no RDMA device by that name, or none at all.
+	ErrNoDevice error = &Error{"no such RDMA device", syscall.ENODEV}
+)
+
+// Error is a sentinel error that also matches its errno.
+type Error struct {
+	msg   string
+	errno syscall.Errno
+}
+
+func (e *Error) Error() string { return e.msg }
+
+// Is reports whether target is this error or its errno.
+func (e *Error) Is(target error) bool {
+	errno, ok := target.(syscall.Errno)
+	return ok && errno == e.errno
+}
+
+// Errno is the errno libibverbs returns for this condition.
+func (e *Error) Errno() syscall.Errno { return e.errno }
+
+// PostError reports a post that stopped at WR Index (the bad_wr of
+// ibv_post_send); the WRs before Index were posted.
+type PostError struct {
+	Index int
+	Err   error
+}
+
+func (e *PostError) Error() string { return fmt.Sprintf("posting WR %d: %v", e.Index, e.Err) }
+
+// Unwrap returns the cause.
+func (e *PostError) Unwrap() error { return e.Err }
