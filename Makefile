@@ -1,0 +1,36 @@
+# qpdrain: `make demo` runs the main job, `make test` runs every test.
+export PATH := /usr/local/go/bin:$(PATH)
+GO ?= go
+
+.PHONY: all test deps vet build unit demo bench lint
+
+all: build
+
+## test: every test — vet, both builds, unit tests with -race.
+test: deps vet build unit
+
+## deps: install the Debian packages the build and tests need, when missing.
+deps:
+	@scripts/deps.sh
+
+vet:
+	@echo "== go vet"
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt would change:"; gofmt -l .; exit 1; }
+	$(GO) vet ./...
+
+build:
+	@echo "== build (cgo and CGO_ENABLED=0)"
+	$(GO) build ./...
+	CGO_ENABLED=0 $(GO) build ./...
+
+unit:
+	@echo "== go test -race"
+	$(GO) test -race -count=1 ./...
+
+## demo: the main job on the soft device.
+demo:
+	$(GO) run ./cmd/qpdrain scenario srq-fault
+
+## bench: the benchmarks behind docs/BENCH.md.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages qpdrain's build and tests need, only those missing.
+set -euo pipefail
+pkgs=(gcc libc6-dev pkg-config libibverbs-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+	echo "deps: missing Debian packages ${missing[*]}; run as root or install them" >&2
+	exit 1
+fi
+echo "== installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
