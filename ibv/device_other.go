@@ -1,3 +1,5 @@
+//go:build !(linux && cgo)
+
 package ibv
 
 // Devices lists the RDMA devices libibverbs sees. This build has no

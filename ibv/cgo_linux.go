@@ -1,0 +1,130 @@
+//go:build linux && cgo
+
+package ibv
+
+/*
+#cgo LDFLAGS: -libverbs
+#include "verbs_linux.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"syscall"
+)
+
+// lifecycle is the closed state and user count every libibverbs object
+// shares. Operations hold mu shared for their whole cgo call, so Close,
+// which holds it exclusively, never frees C memory under a running call.
+// users counts the live children or QPs that keep the object open.
+type lifecycle struct {
+	mu     sync.RWMutex
+	closed bool
+	users  atomic.Int32
+}
+
+// enter starts an operation; it fails with ErrClosed after Close.
+func (l *lifecycle) enter() error {
+	l.mu.RLock()
+	if l.closed {
+		l.mu.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+func (l *lifecycle) exit() { l.mu.RUnlock() }
+
+// beginClose locks l for Close. It reports done when l is already closed
+// (Close is idempotent) and ErrBusy while users remain. The caller unlocks
+// l.mu unless done or err is set.
+func (l *lifecycle) beginClose(what string) (done bool, err error) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return true, nil
+	}
+	if n := l.users.Load(); n > 0 {
+		l.mu.Unlock()
+		return false, fmt.Errorf("closing %s with %d users: %w", what, n, ErrBusy)
+	}
+	return false, nil
+}
+
+// errnoErr turns an errno from libibverbs into an error that matches it with
+// errors.Is and, when the errno means one, the sentinel given for it.
+func errnoErr(errno syscall.Errno, sentinels ...error) error {
+	for _, s := range sentinels {
+		if e, ok := s.(*Error); ok && e.errno == errno {
+			return s
+		}
+	}
+	switch errno {
+	case syscall.EBUSY:
+		return ErrBusy
+	case syscall.EOPNOTSUPP:
+		return ErrNotSupported
+	case syscall.ENODEV:
+		return ErrNoDevice
+	case syscall.EINVAL:
+		return ErrInvalidArgument
+	}
+	return errno
+}
+
+// rcErr is errnoErr for the functions that return an errno as their result.
+func rcErr(rc C.int, sentinels ...error) error {
+	return errnoErr(syscall.Errno(rc), sentinels...)
+}
+
+// cErr is errnoErr for the functions that return NULL or -1 and set errno.
+// A zero errno (a provider that forgot to set it) becomes EIO.
+func cErr(err error, sentinels ...error) error {
+	errno, ok := err.(syscall.Errno)
+	if !ok || errno == 0 {
+		errno = syscall.EIO
+	}
+	return errnoErr(errno, sentinels...)
+}
+
+// handles maps the integers stored as cq_context, qp_context and
+// srq_context back to their Go objects, so no Go pointer is kept in C
+// memory. Handles are never reused, so an event for a destroyed object
+// cannot be delivered to a new one.
+type handles struct {
+	mu   sync.Mutex
+	next uintptr
+	objs map[uintptr]any
+}
+
+func (h *handles) add(obj any) uintptr {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.objs == nil {
+		h.objs = map[uintptr]any{}
+	}
+	h.next++
+	h.objs[h.next] = obj
+	return h.next
+}
+
+// set replaces the object of a handle reserved with add(nil).
+func (h *handles) set(handle uintptr, obj any) {
+	h.mu.Lock()
+	h.objs[handle] = obj
+	h.mu.Unlock()
+}
+
+func (h *handles) get(handle uintptr) any {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.objs[handle]
+}
+
+func (h *handles) remove(handle uintptr) {
+	h.mu.Lock()
+	delete(h.objs, handle)
+	h.mu.Unlock()
+}

@@ -1,0 +1,274 @@
+//go:build linux && cgo
+
+package ibv
+
+/*
+#include <stdlib.h>
+#include "verbs_linux.h"
+*/
+import "C"
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/qpdrain/qpdrain/internal/objtrace"
+)
+
+var (
+	_ CQ          = (*verbsCQ)(nil)
+	_ CompChannel = (*verbsCompChannel)(nil)
+)
+
+// verbsCompChannel is a completion channel whose fd is non-blocking, so
+// WaitCQ can wait on it and on an eventfd that ctx or Close signal.
+type verbsCompChannel struct {
+	life    lifecycle
+	ctx     *verbsContext
+	ch      *C.struct_ibv_comp_channel
+	wakeFD  int
+	closing atomic.Bool
+	waitMu  sync.Mutex // one WaitCQ at a time: they share wakeFD
+	trace   *objtrace.Record
+}
+
+func newCompChannel(c *verbsContext) (*verbsCompChannel, error) {
+	ch, err := C.ibv_create_comp_channel(c.ctx)
+	if ch == nil {
+		return nil, fmt.Errorf("creating completion channel on %s: %w", c.name, cErr(err, ErrResourceLimit))
+	}
+	fail := func(err error) (*verbsCompChannel, error) {
+		C.ibv_destroy_comp_channel(ch)
+		return nil, fmt.Errorf("creating completion channel on %s: %w", c.name, err)
+	}
+	if err := unix.SetNonblock(int(ch.fd), true); err != nil {
+		return fail(err)
+	}
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return fail(err)
+	}
+	c.life.users.Add(1)
+	cc := &verbsCompChannel{ctx: c, ch: ch, wakeFD: fd}
+	cc.trace = objtrace.Track(fmt.Sprintf("libibverbs completion channel fd %d on %s", int(ch.fd), c.name))
+	return cc, nil
+}
+
+func (cc *verbsCompChannel) WaitCQ(ctx context.Context) (CQ, error) {
+	cc.waitMu.Lock()
+	defer cc.waitMu.Unlock()
+	stop := context.AfterFunc(ctx, func() { wakeEventfd(cc.wakeFD) })
+	defer stop()
+	fds := []unix.PollFd{
+		{Fd: int32(cc.ch.fd), Events: unix.POLLIN},
+		{Fd: int32(cc.wakeFD), Events: unix.POLLIN},
+	}
+	for {
+		if cc.closing.Load() {
+			return nil, ErrClosed
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		var h C.uintptr_t
+		rc := C.qpd_get_cq_event(cc.ch, &h)
+		switch {
+		case rc == 0:
+			// A CQ closed after its event was read is no longer anyone's
+			// business; keep waiting for the next.
+			if cq, ok := cc.ctx.objs.get(uintptr(h)).(*verbsCQ); ok {
+				return cq, nil
+			}
+			continue
+		case rc != C.int(syscall.EAGAIN):
+			return nil, fmt.Errorf("reading CQ event: %w", rcErr(rc))
+		}
+		if _, err := unix.Poll(fds, -1); err != nil && err != unix.EINTR {
+			return nil, fmt.Errorf("waiting for CQ event: %w", err)
+		}
+		if fds[1].Revents != 0 {
+			var buf [8]byte
+			_, _ = unix.Read(cc.wakeFD, buf[:]) // reset; the loop re-checks why
+		}
+	}
+}
+
+func (cc *verbsCompChannel) Close() error {
+	done, err := cc.life.beginClose("completion channel")
+	if done || err != nil {
+		return err
+	}
+	defer cc.life.mu.Unlock()
+	// Wake a WaitCQ and wait for it to return before destroying the fd.
+	cc.closing.Store(true)
+	wakeEventfd(cc.wakeFD)
+	cc.waitMu.Lock()
+	defer cc.waitMu.Unlock()
+	if rc := C.ibv_destroy_comp_channel(cc.ch); rc != 0 {
+		cc.closing.Store(false)
+		return fmt.Errorf("destroying completion channel: %w", rcErr(rc))
+	}
+	unix.Close(cc.wakeFD)
+	cc.life.closed = true
+	cc.ctx.life.users.Add(-1)
+	cc.trace.Release()
+	return nil
+}
+
+// pollBatch is the number of ibv_wc a CQ's poll array starts with; it grows
+// to the largest batch asked for.
+const pollBatch = 16
+
+// verbsCQ is a completion queue; its users are the QPs that complete into
+// it. Poll reuses one C array of ibv_wc, so a poll is one cgo call and no
+// allocation.
+type verbsCQ struct {
+	life    lifecycle
+	ctx     *verbsContext
+	cq      *C.struct_ibv_cq
+	channel *verbsCompChannel
+	handle  uintptr
+	cqe     int
+	trace   *objtrace.Record
+
+	pollMu sync.Mutex // guards wc
+	wc     []C.struct_ibv_wc
+}
+
+func newCQ(c *verbsContext, cqe int, channel CompChannel) (*verbsCQ, error) {
+	var ch *verbsCompChannel
+	if channel != nil {
+		var ok bool
+		if ch, ok = channel.(*verbsCompChannel); !ok || ch.ctx != c {
+			return nil, fmt.Errorf("creating CQ: completion channel of another device: %w", ErrInvalidArgument)
+		}
+		if err := ch.life.enter(); err != nil {
+			return nil, fmt.Errorf("creating CQ: %w", err)
+		}
+		defer ch.life.exit()
+	}
+	if cqe <= 0 {
+		return nil, fmt.Errorf("creating CQ of %d entries: %w", cqe, ErrInvalidArgument)
+	}
+	wc := C.calloc(pollBatch, C.sizeof_struct_ibv_wc)
+	if wc == nil {
+		return nil, fmt.Errorf("creating CQ: %w", syscall.ENOMEM)
+	}
+	q := &verbsCQ{ctx: c, channel: ch, wc: unsafe.Slice((*C.struct_ibv_wc)(wc), pollBatch)}
+	q.handle = c.objs.add(q)
+	var cch *C.struct_ibv_comp_channel
+	if ch != nil {
+		cch = ch.ch
+	}
+	cq, err := C.qpd_create_cq(c.ctx, C.int(cqe), C.uintptr_t(q.handle), cch)
+	if cq == nil {
+		c.objs.remove(q.handle)
+		C.free(wc)
+		return nil, fmt.Errorf("creating CQ of %d entries: %w", cqe, cErr(err, ErrResourceLimit))
+	}
+	q.cq = cq
+	q.cqe = int(cq.cqe)
+	c.life.users.Add(1)
+	if ch != nil {
+		ch.life.users.Add(1)
+	}
+	q.trace = objtrace.Track(fmt.Sprintf("libibverbs CQ of %d entries on %s", q.cqe, c.name))
+	return q, nil
+}
+
+func (q *verbsCQ) CQE() int { return q.cqe }
+
+func (q *verbsCQ) Poll(wcs []WC) (int, error) {
+	if err := q.life.enter(); err != nil {
+		return 0, err
+	}
+	defer q.life.exit()
+	if len(wcs) == 0 {
+		return 0, nil
+	}
+	q.pollMu.Lock()
+	defer q.pollMu.Unlock()
+	if len(wcs) > len(q.wc) {
+		p := C.calloc(C.size_t(len(wcs)), C.sizeof_struct_ibv_wc)
+		if p == nil {
+			return 0, fmt.Errorf("polling CQ: %w", syscall.ENOMEM)
+		}
+		C.free(unsafe.Pointer(&q.wc[0]))
+		q.wc = unsafe.Slice((*C.struct_ibv_wc)(p), len(wcs))
+	}
+	n := int(C.qpd_poll_cq(q.cq, C.int(len(wcs)), &q.wc[0]))
+	if n < 0 {
+		return 0, fmt.Errorf("polling CQ: ibv_poll_cq returned %d: %w", n, syscall.EIO)
+	}
+	for i := range n {
+		w := &q.wc[i]
+		wcs[i] = WC{
+			ID:        uint64(w.wr_id),
+			Status:    WCStatus(w.status),
+			Opcode:    WCOpcode(w.opcode),
+			VendorErr: uint32(w.vendor_err),
+			ByteLen:   uint32(w.byte_len),
+			QPNum:     uint32(w.qp_num),
+			SrcQP:     uint32(w.src_qp),
+			Flags:     WCFlags(w.wc_flags),
+			PKeyIndex: uint16(w.pkey_index),
+			SLID:      uint16(w.slid),
+			SL:        uint8(w.sl),
+			DLIDPath:  uint8(w.dlid_path_bits),
+		}
+		if wcs[i].Flags&WCFlagWithImm != 0 {
+			// imm_data is the first member of an anonymous union, in
+			// network byte order.
+			wcs[i].ImmData = binary.BigEndian.Uint32(w.anon0[:])
+		}
+	}
+	return n, nil
+}
+
+func (q *verbsCQ) ReqNotify(solicitedOnly bool) error {
+	if err := q.life.enter(); err != nil {
+		return err
+	}
+	defer q.life.exit()
+	if q.channel == nil {
+		return fmt.Errorf("arming CQ without a completion channel: %w", ErrInvalidArgument)
+	}
+	so := C.int(0)
+	if solicitedOnly {
+		so = 1
+	}
+	if rc := C.qpd_req_notify_cq(q.cq, so); rc != 0 {
+		return fmt.Errorf("arming CQ: %w", rcErr(rc))
+	}
+	return nil
+}
+
+func (q *verbsCQ) Close() error {
+	done, err := q.life.beginClose("CQ")
+	if done || err != nil {
+		return err
+	}
+	defer q.life.mu.Unlock()
+	if rc := C.ibv_destroy_cq(q.cq); rc != 0 {
+		return fmt.Errorf("destroying CQ: %w", rcErr(rc))
+	}
+	q.life.closed = true
+	q.ctx.objs.remove(q.handle)
+	q.pollMu.Lock()
+	C.free(unsafe.Pointer(&q.wc[0]))
+	q.wc = nil
+	q.pollMu.Unlock()
+	if q.channel != nil {
+		q.channel.life.users.Add(-1)
+	}
+	q.ctx.life.users.Add(-1)
+	q.trace.Release()
+	return nil
+}
