@@ -1,0 +1,37 @@
+package drain
+
+import "errors"
+
+// Sentinel errors, one per step that can stall or fail. Test for them with
+// errors.Is; the wrapped message names the QP and what was waited for.
+var (
+	// ErrModifyToError: the QP could not be moved to ERROR.
+	ErrModifyToError = errors.New("qp could not be moved to ERROR")
+	// ErrNoLastWQE: an SRQ-attached QP in ERROR raised no Last WQE Reached
+	// within Options.LastWQETimeout.
+	ErrNoLastWQE = errors.New("no Last WQE Reached")
+	// ErrPostDrain: the drain WR could not be posted (no room in the queue,
+	// or the provider refused it).
+	ErrPostDrain = errors.New("drain WR could not be posted")
+	// ErrDrainNotFlushed: a drain WR was posted but its completion was not
+	// polled within Options.DrainTimeout.
+	ErrDrainNotFlushed = errors.New("drain WR never completed")
+	// ErrCQError: the CQ the QP completes into went into error
+	// (EventCQErr); nothing more can be learned from it.
+	ErrCQError = errors.New("cq went into error")
+	// ErrQuarantined: a step stalled and the policy kept the QP in the
+	// reaper's quarantine instead of declaring it safe to destroy.
+	ErrQuarantined = errors.New("qp quarantined")
+	// ErrQuarantineFull: a step stalled, the policy is quarantine and the
+	// quarantine already holds Options.MaxQuarantine QPs. The QP is handed
+	// back to the caller, not safe to destroy.
+	ErrQuarantineFull = errors.New("quarantine full")
+	// ErrCQNotEmpty: under DestroyWhenEmpty a stalled QP waits for a poll
+	// that finds the CQ empty, and none came in time.
+	ErrCQNotEmpty = errors.New("cq not proven empty")
+	// ErrShutdown: the reaper shut down before the QP's drain finished.
+	ErrShutdown = errors.New("reaper shut down")
+	// ErrUnsupportedQP: the QP cannot be drained by this package (not RC or
+	// UC, or its send and receive CQs are not the reaper's CQ).
+	ErrUnsupportedQP = errors.New("qp cannot be drained by this reaper")
+)

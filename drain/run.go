@@ -1,0 +1,195 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/qpdrain/qpdrain/ibv"
+)
+
+// pollBatch is how many completions Poll moves per call.
+const pollBatch = 64
+
+// maxIdleSleep caps Run's back-off between empty polls when it has no
+// completion channel.
+const maxIdleSleep = time.Millisecond
+
+// Poll polls the reaper's CQ once, for callers that own it: drain WRs'
+// completions are consumed, every other completion goes to Options.OnWC
+// (outside the reaper's lock) or is counted in Stats.ForeignWCs. A poll
+// that finds nothing counts as CQEmpty. It returns how many completions
+// it polled.
+func (r *Reaper) Poll() (int, error) {
+	var wcs [pollBatch]ibv.WC
+	polledAt := time.Now()
+	n, err := r.cq.Poll(wcs[:])
+	if err != nil {
+		return 0, fmt.Errorf("polling the reaper's CQ: %w", err)
+	}
+	r.mu.Lock()
+	if n == 0 {
+		r.cqEmpty(polledAt)
+		r.mu.Unlock()
+		return 0, nil
+	}
+	now := time.Now()
+	foreign := wcs[:0]
+	for _, wc := range wcs[:n] {
+		if !r.handleWC(wc, now) {
+			foreign = append(foreign, wc)
+		}
+	}
+	if r.opts.OnWC == nil {
+		r.stats.ForeignWCs += len(foreign)
+	}
+	r.expire(now)
+	r.mu.Unlock()
+	if r.opts.OnWC != nil {
+		for _, wc := range foreign {
+			r.opts.OnWC(wc)
+		}
+	}
+	return n, nil
+}
+
+// Run polls the reaper's CQ until ctx ends, for callers that own the CQ:
+// event-driven through Options.Channel when set (the CQ is re-armed after
+// each empty poll), otherwise by polling with a back-off of up to 1 ms.
+// With Options.Events set it also reads the device's async events and hands
+// them to HandleEvent, passing the unclaimed ones to Options.OnEvent. Run
+// returns ctx's cause, or the first verbs error; every goroutine it starts
+// has ended when it returns.
+func (r *Reaper) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel(nil)
+		wg.Wait()
+	}()
+	if r.opts.Events != nil {
+		wg.Go(func() {
+			if err := r.pumpEvents(ctx); err != nil {
+				cancel(err)
+			}
+		})
+	}
+	var err error
+	if r.opts.Channel != nil {
+		err = r.runChannel(ctx)
+	} else {
+		err = r.runPolling(ctx)
+	}
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return err
+}
+
+// pumpEvents hands the device's async events to the reaper until ctx ends.
+func (r *Reaper) pumpEvents(ctx context.Context) error {
+	for {
+		ev, err := r.opts.Events.NextAsyncEvent(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("reading async events: %w", err)
+		}
+		if !r.HandleEvent(ev) && r.opts.OnEvent != nil {
+			r.opts.OnEvent(ev)
+		}
+	}
+}
+
+func (r *Reaper) runPolling(ctx context.Context) error {
+	idle := time.Duration(0)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for ctx.Err() == nil {
+		n, err := r.Poll()
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			idle = 0
+			continue
+		}
+		idle = min(max(2*idle, time.Microsecond), maxIdleSleep)
+		timer.Reset(idle)
+		select {
+		case <-ctx.Done():
+		case <-timer.C:
+		}
+	}
+	return nil
+}
+
+func (r *Reaper) runChannel(ctx context.Context) error {
+	for ctx.Err() == nil {
+		n, err := r.Poll()
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			continue
+		}
+		if err := r.cq.ReqNotify(false); err != nil {
+			return fmt.Errorf("arming the reaper's CQ: %w", err)
+		}
+		// A completion that arrived between the empty poll and the arming
+		// raises no event: poll once more before sleeping.
+		if n, err = r.Poll(); err != nil || n > 0 {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		r.mu.Lock()
+		next := r.nextDeadline()
+		r.mu.Unlock()
+		wctx, cancel := ctx, context.CancelFunc(func() {})
+		if !next.IsZero() {
+			wctx, cancel = context.WithDeadline(ctx, next)
+		}
+		_, err = r.opts.Channel.WaitCQ(wctx)
+		cancel()
+		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("waiting on the completion channel: %w", err)
+		}
+	}
+	return nil
+}
+
+// QP drains one QP for a caller that owns its CQ (the QP's send and receive
+// CQ) and, when the QP is attached to an SRQ, lends the device's event
+// stream through opts.Events for the duration: it runs a private Reaper
+// (Run) until the QP has an outcome or ctx ends, and returns the report.
+// The error is nil exactly when the QP may be destroyed. Completions of
+// other QPs on the CQ go to opts.OnWC, unclaimed events to opts.OnEvent.
+//
+// A quarantined QP (ErrQuarantined) is the caller's to keep: the private
+// reaper's quarantine ends with the call. Callers draining many QPs use a
+// shared Reaper, whose quarantine is bounded and counted.
+func QP(ctx context.Context, qp ibv.QP, opts Options) (*Report, error) {
+	r := NewReaper(qp.SendCQ(), opts)
+	runCtx, cancel := context.WithCancelCause(ctx)
+	runDone := make(chan struct{})
+	go func() {
+		defer close(runDone)
+		if err := r.Run(runCtx); runCtx.Err() == nil {
+			cancel(err)
+		}
+	}()
+	defer func() {
+		cancel(nil)
+		<-runDone
+	}()
+	h, err := r.Add(qp, AddOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return h.Wait(runCtx)
+}
