@@ -1,4 +1,147 @@
-// Package soft is a pure-Go software RDMA device implementing every ibv
-// interface with the IBTA semantics of REFERENCE.md. Work in progress: this
-// file fixes the public API first.
+// Package soft is a software RDMA device in pure Go. It implements every
+// ibv interface (Context, PD, MR, CompChannel, CQ, SRQ, QP) for RC queue
+// pairs with the IBTA semantics of REFERENCE.md, so that drain, ipoibcm and
+// the CLI can be tested without hardware, including every failure path a
+// real provider can produce (see Quirks).
+//
+// # Devices and fabrics
+//
+// Open creates a device. Devices on one Fabric reach each other: a QP
+// addresses its peer by the peer device's LID (QPAttr.AH.DLID) or GID (a
+// global route to Device.GID) and QP number, exactly as on InfiniBand.
+// Connect and QP.ToRTS bring QPs to RTS with valid attributes.
+//
+// One mutex per fabric guards every device on it. Each verb runs to
+// completion under it, so the device is safe for concurrent callers, and
+// the same sequence of calls gives the same completions and events in the
+// same order. No goroutine is started.
+//
+// # Transport
+//
+// SEND, SEND_WITH_IMM, RDMA_WRITE, RDMA_WRITE_WITH_IMM, RDMA_READ,
+// ATOMIC_CMP_AND_SWP and ATOMIC_FETCH_AND_ADD move real bytes between
+// registered memory. With auto-progress on (the default) a send WR executes
+// inside PostSend: requester checks, the responder's work and completion,
+// then the requester's completion (only for signaled WRs, or every WR with
+// SigAll; errors always complete). With Fabric.SetAutoProgress(false) sends
+// stay outstanding until Fabric.Progress executes them in post order.
+//
+// A message that finds no receive WQE at the responder waits at the head
+// of its send queue when rnr_retry is 7 (infinite), and is retried when a
+// receive is posted; with a finite rnr_retry it fails at once with
+// RNR_RETRY_EXC_ERR. A request to a QP that does not exist, is not in
+// RTR/RTS/SQD, or is not connected back to the requester is never answered:
+// it fails with RETRY_EXC_ERR (the retries are modelled as exhausted at
+// once). Both requester errors move the requester to ERROR without an
+// async event. Local errors (bad lkey, access, bounds) give LOC_PROT_ERR,
+// an atomic whose local buffer is not 8 bytes LOC_LEN_ERR.
+//
+// MRs may be any []byte. MR.Addr is the address of the buffer's first byte
+// and SGE.Addr is Addr()+offset; the device turns addresses into offsets
+// and never back into pointers. Inline data and memory windows are not
+// implemented.
+//
+// # Errors and flushing
+//
+// A QP in ERROR completes every outstanding WR in order with WR_FLUSH_ERR
+// (the send queue, then receive WQEs taken from the SRQ, then its own
+// receive queue); the WR that failed first completes with its own status.
+// WRs posted in ERROR complete at once with WR_FLUSH_ERR, sends and receives
+// alike (C10-42, C10-97.2.1, and the seed thread). On every completion whose
+// status is not SUCCESS only ID, Status, QPNum and VendorErr are set (the
+// rest is zero, as ibv_poll_cq(3) says only they are valid); VendorErr is
+// always 0.
+//
+// Responder errors (IBTA Table 58, class C): the responder QP moves to
+// ERROR and flushes, the requester's WR completes with the NAK's status and
+// the requester moves to ERROR too:
+//
+//	condition at the responder                 requester status   responder event
+//	bad rkey, rkey without the access, bounds  REM_ACCESS_ERR     QP_ACCESS_ERR
+//	QP without the remote access flag          REM_ACCESS_ERR     QP_ACCESS_ERR
+//	misaligned atomic                          REM_INV_REQ_ERR    QP_ACCESS_ERR
+//	more RDMA READ/atomic than max_dest_rd     REM_INV_REQ_ERR    QP_ACCESS_ERR
+//	SEND longer than the receive buffer        REM_INV_REQ_ERR    QP_ACCESS_ERR (the receive: LOC_LEN_ERR)
+//	unsupported opcode (SEND_WITH_INV)         REM_INV_REQ_ERR    QP_REQ_ERR
+//	receive WQE with a bad lkey                REM_OP_ERR         none (the receive: LOC_PROT_ERR)
+//
+// The statuses are those rxe's responder sends (drivers/infiniband/sw/rxe/
+// rxe_resp.c); the events follow REFERENCE.md §1. "Outstanding" RDMA READ
+// and atomic requests are modelled as the requester pipelining the READ and
+// atomic WRs queued behind the one executing, up to its own max_rd_atomic:
+// posting k of them at once to a responder whose max_dest_rd_atomic is
+// below min(k, max_rd_atomic) is the violation.
+//
+// # SRQ
+//
+// Receive WQEs of an SRQ are shared by its QPs. With Config.SRQPrefetch = k,
+// an SRQ-attached QP in RTR or later holds up to k WQEs taken ahead from the
+// SRQ (traced as TraceSRQTake): the soft device's model of WQEs "taken but
+// not yet completed". Without prefetch a message takes its WQE from the SRQ
+// when it arrives. A QP entering ERROR flushes the WQEs it took and leaves
+// the rest of the SRQ to its siblings; then, taking no more, it raises
+// QP_LAST_WQE_REACHED exactly once (o11-5.2.5), also when it took none.
+// Only SRQ-attached QPs raise it. RESET re-arms it for the next ERROR.
+//
+// The SRQ limit, armed by a non-zero SRQLimit, raises SRQ_LIMIT_REACHED
+// once when a take leaves fewer WQEs than the limit, and disarms.
+// Device.InjectSRQError puts an SRQ in error: SRQ_ERR, then each attached QP
+// past RESET moves to ERROR with QP_FATAL, flushes and raises Last WQE
+// Reached (Table 58, class A).
+//
+// # CQ overflow
+//
+// A CQ holds exactly the number of completions it was created with. A
+// completion that finds it full overflows it: CQ_ERR, that completion and
+// all later ones are lost, and every QP completing into the CQ moves to
+// ERROR with its own QP_FATAL (the seed chapter's design; what real
+// providers do is for the checks to observe).
+//
+// # Async events
+//
+// Context.NextAsyncEvent returns each event exactly once, in the order
+// raised, and a returned event counts as acknowledged: destroying its
+// object never waits for it. Events of a closed QP are still delivered.
+//
+// # Destroy rules
+//
+// Closing a device with PDs, CQs or channels open, a PD with MRs, QPs or
+// SRQs, a CQ with QPs, an SRQ with QPs, or a channel with CQs fails with
+// ErrBusy. Close is idempotent; other methods on a closed object return
+// ErrClosed. Closing a QP drops its queues without completions.
+//
+// # State machine
+//
+// Modify follows the RC column of ib_modify_qp_is_ok: RESET->INIT needs
+// PKEY_INDEX|PORT|ACCESS_FLAGS, INIT->RTR needs AV|PATH_MTU|DEST_QPN|RQ_PSN|
+// MAX_DEST_RD_ATOMIC|MIN_RNR_TIMER, RTR->RTS needs TIMEOUT|RETRY_CNT|
+// RNR_RETRY|SQ_PSN|MAX_QP_RD_ATOMIC, RTS<->SQD, and any state goes to ERR
+// or RESET with STATE alone. A transition not in the table, a missing
+// required attribute or an attribute not allowed fails with an error
+// wrapping ibv.ErrInvalidState and changes nothing. RESET empties every
+// queue without completions; a QP is reusable after ERR -> RESET. Sends may
+// be posted in RTS, SQD (they wait) and ERR; receives in any state but
+// RESET. RC QPs never enter SQE.
+//
+// # Quirks
+//
+// Quirks reproduce real providers' deviations, each off by default:
+//
+//   - SendInErrorNotFlushed: a send posted in ERROR never completes; it
+//     stays queued until RESET. IBM eHCA on the ofa-general thread "Quetions
+//     about IPOIB handle last WQE event" (seeds/002; REFERENCE.md §5), where
+//     IPoIB-CM's drain WR never came back and QPs leaked.
+//   - NoLastWQEReached: Last WQE Reached is never raised. cxgb4 until its
+//     January 2025 fix (REFERENCE.md §3, §5), which made ib_drain_qp wait
+//     60 s per QP.
+//   - LastWQEReachedTwice: the event is raised twice per ERROR, as a QP that
+//     also reports a catastrophic error might (asked on the seed thread);
+//     drain must tolerate repeats.
+//   - RecvInErrorFlushDeferred: a receive posted in ERROR is flushed only
+//     when something else happens on the QP (its next post or Modify), as
+//     providers that flush from a deferred worker do (hns, REFERENCE.md §5).
+//   - DrainNeedsRTS: WRs posted in ERROR are flushed only if the QP was in
+//     RTS before ERROR; otherwise they stay queued until RESET. Mellanox
+//     firmware, per the comment in ipoib_cm.c that moves RX QPs to RTS for
+//     this reason (REFERENCE.md §4).
 package soft

@@ -1,0 +1,342 @@
+package soft
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/objtrace"
+)
+
+// Config configures a soft device for Open.
+type Config struct {
+	// Name is the device name; default "soft0".
+	Name string
+	// Fabric connects devices: QPs of two devices on one Fabric can connect
+	// to each other. Nil gives the device a private fabric.
+	Fabric *Fabric
+	// Limits caps the device's objects; zero fields take defaults.
+	Limits Limits
+	// Quirks switch on documented deviations of real providers; all off by default.
+	Quirks Quirks
+	// SRQPrefetch is how many receive WQEs an SRQ-attached RC QP takes ahead
+	// from its SRQ once in RTR: the soft device's model of WQEs "taken but
+	// not yet completed". 0 takes none ahead.
+	SRQPrefetch int
+	// Trace, when set, is called for every state change, completion, async
+	// event and SRQ take of the device, in the order they happen. It runs
+	// with the fabric's lock held: it must not call back into the device.
+	Trace func(TraceEntry)
+}
+
+// Limits caps the objects of one device. A zero field takes its default,
+// which is rxe's value for the same limit.
+type Limits struct {
+	MaxQP       int // QPs on the device (default 65536)
+	MaxQPWR     int // WRs per send or receive queue (default 16384)
+	MaxSGE      int // SGEs per WR (default 32)
+	MaxCQ       int // CQs (default 16384)
+	MaxCQE      int // completions per CQ (default 32767)
+	MaxSRQ      int // SRQs (default 16384)
+	MaxSRQWR    int // WRs per SRQ (default 16384)
+	MaxMR       int // memory regions (default 65536)
+	MaxPD       int // protection domains (default 65536)
+	MaxQPRdAtom int // outstanding RDMA READ/atomic per QP, both directions (default 128)
+}
+
+func (l Limits) withDefaults() Limits {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&l.MaxQP, 65536)
+	def(&l.MaxQPWR, 16384)
+	def(&l.MaxSGE, 32)
+	def(&l.MaxCQ, 16384)
+	def(&l.MaxCQE, 32767)
+	def(&l.MaxSRQ, 16384)
+	def(&l.MaxSRQWR, 16384)
+	def(&l.MaxMR, 65536)
+	def(&l.MaxPD, 65536)
+	def(&l.MaxQPRdAtom, 128)
+	return l
+}
+
+// Quirks are named deviations of real providers from the IBTA semantics,
+// each off by default. The package documentation says where each comes from.
+type Quirks struct {
+	// SendInErrorNotFlushed: a send WR posted while the QP is in ERROR never
+	// completes (IBM eHCA, the seed thread).
+	SendInErrorNotFlushed bool
+	// NoLastWQEReached: Last WQE Reached is never raised (cxgb4 before its 2025 fix).
+	NoLastWQEReached bool
+	// LastWQEReachedTwice: Last WQE Reached is raised twice.
+	LastWQEReachedTwice bool
+	// RecvInErrorFlushDeferred: a receive posted in ERROR is not flushed
+	// until something else happens on the QP (its next post or modify).
+	RecvInErrorFlushDeferred bool
+	// DrainNeedsRTS: WRs posted in ERROR are flushed only if the QP was in
+	// RTS before entering ERROR (Mellanox firmware, per ipoib_cm.c).
+	DrainNeedsRTS bool
+}
+
+// Device is an open soft RDMA device; it implements ibv.Context. Its single
+// port is port 1, with LID and GID given by the fabric (QueryPort, QueryGID).
+type Device struct {
+	fab    *Fabric
+	name   string
+	lid    uint16
+	limits Limits
+	quirks Quirks
+	pref   int
+	trace  func(TraceEntry)
+	rec    *objtrace.Record
+
+	// Everything below is guarded by fab.mu.
+	closed   bool
+	done     chan struct{} // closed by Close, wakes NextAsyncEvent
+	evWake   chan struct{} // one token: an event was queued
+	events   ring[ibv.AsyncEvent]
+	qps      map[uint32]*QP
+	mrs      map[uint32]*MR
+	nextQPN  uint32
+	nextKey  uint32
+	nextID   uint32 // CQ and SRQ handles, for traces
+	nextSeq  uint64 // creation order of QPs, for deterministic walks
+	nPD      int
+	nCQ      int
+	nSRQ     int
+	nChannel int
+}
+
+var _ ibv.Context = (*Device)(nil)
+
+// firstQPN is the first QP number a device hands out; 0 and 1 are the
+// special QPs of InfiniBand, and rxe also starts at 17.
+const firstQPN = 17
+
+// Open opens a soft device on cfg.Fabric (or a private fabric).
+func Open(cfg Config) (*Device, error) {
+	if cfg.Name == "" {
+		cfg.Name = "soft0"
+	}
+	if cfg.SRQPrefetch < 0 {
+		return nil, fmt.Errorf("opening soft device %s: SRQPrefetch %d: %w", cfg.Name, cfg.SRQPrefetch, ibv.ErrInvalidArgument)
+	}
+	fab := cfg.Fabric
+	if fab == nil {
+		fab = NewFabric()
+	}
+	d := &Device{
+		fab:     fab,
+		name:    cfg.Name,
+		limits:  cfg.Limits.withDefaults(),
+		quirks:  cfg.Quirks,
+		pref:    cfg.SRQPrefetch,
+		trace:   cfg.Trace,
+		done:    make(chan struct{}),
+		evWake:  make(chan struct{}, 1),
+		qps:     map[uint32]*QP{},
+		mrs:     map[uint32]*MR{},
+		nextQPN: firstQPN,
+	}
+	fab.mu.Lock()
+	defer fab.mu.Unlock()
+	for _, o := range fab.devices {
+		if o != nil && o.name == d.name {
+			return nil, fmt.Errorf("opening soft device %s: name taken on this fabric: %w", d.name, ibv.ErrInvalidArgument)
+		}
+	}
+	fab.devices = append(fab.devices, d)
+	d.lid = uint16(len(fab.devices))
+	d.rec = objtrace.Track("soft device " + d.name)
+	return d, nil
+}
+
+// Name is the device name.
+func (d *Device) Name() string { return d.name }
+
+// LID is the LID of the device's port 1; a QP addresses a peer on this
+// device with QPAttr.AH.DLID set to it.
+func (d *Device) LID() uint16 { return d.lid }
+
+// GID is the single GID of the device's port 1, fe80::<LID>; a QP may also
+// address a peer on this device with a global route to it.
+func (d *Device) GID() ibv.GID {
+	g := ibv.GID{0: 0xfe, 1: 0x80}
+	g[14], g[15] = byte(d.lid>>8), byte(d.lid)
+	return g
+}
+
+func (d *Device) guid() uint64 { return 0x02_50_56_ff_fe_00_00_00 | uint64(d.lid) }
+
+// QueryDevice returns the device's limits.
+func (d *Device) QueryDevice() (ibv.DeviceAttr, error) {
+	d.fab.mu.Lock()
+	defer d.fab.mu.Unlock()
+	if d.closed {
+		return ibv.DeviceAttr{}, fmt.Errorf("querying device %s: %w", d.name, ibv.ErrClosed)
+	}
+	l := d.limits
+	return ibv.DeviceAttr{
+		FWVer:           "soft",
+		NodeGUID:        d.guid(),
+		SysImageGUID:    d.guid(),
+		MaxMRSize:       ^uint64(0),
+		PageSizeCap:     4096,
+		MaxQP:           l.MaxQP,
+		MaxQPWR:         l.MaxQPWR,
+		MaxSGE:          l.MaxSGE,
+		MaxCQ:           l.MaxCQ,
+		MaxCQE:          l.MaxCQE,
+		MaxMR:           l.MaxMR,
+		MaxPD:           l.MaxPD,
+		MaxQPRdAtom:     l.MaxQPRdAtom,
+		MaxQPInitRdAtom: l.MaxQPRdAtom,
+		MaxSRQ:          l.MaxSRQ,
+		MaxSRQWR:        l.MaxSRQWR,
+		MaxSRQSGE:       l.MaxSGE,
+		AtomicCap:       ibv.AtomicHCA,
+		PhysPortCnt:     1,
+	}, nil
+}
+
+// QueryPort returns the attributes of port 1, the only port.
+func (d *Device) QueryPort(port uint8) (ibv.PortAttr, error) {
+	d.fab.mu.Lock()
+	defer d.fab.mu.Unlock()
+	if d.closed {
+		return ibv.PortAttr{}, fmt.Errorf("querying port %d of %s: %w", port, d.name, ibv.ErrClosed)
+	}
+	if port != 1 {
+		return ibv.PortAttr{}, fmt.Errorf("querying port %d of %s: %w", port, d.name, ibv.ErrInvalidArgument)
+	}
+	return ibv.PortAttr{
+		State:     ibv.PortActive,
+		MaxMTU:    ibv.MTU4096,
+		ActiveMTU: ibv.MTU4096,
+		GIDTblLen: 1,
+		MaxMsgSz:  1 << 31,
+		LID:       d.lid,
+		PhysState: 5, // LinkUp
+		LinkLayer: ibv.LinkLayerInfiniBand,
+	}, nil
+}
+
+// QueryGID returns GID index 0 of port 1, the only entry.
+func (d *Device) QueryGID(port uint8, index int) (ibv.GID, error) {
+	d.fab.mu.Lock()
+	defer d.fab.mu.Unlock()
+	if d.closed {
+		return ibv.GID{}, fmt.Errorf("querying GID %d of %s port %d: %w", index, d.name, port, ibv.ErrClosed)
+	}
+	if port != 1 || index != 0 {
+		return ibv.GID{}, fmt.Errorf("querying GID %d of %s port %d: %w", index, d.name, port, ibv.ErrInvalidArgument)
+	}
+	return d.GID(), nil
+}
+
+// QueryGIDTable returns the device's one GID entry.
+func (d *Device) QueryGIDTable() ([]ibv.GIDEntry, error) {
+	g, err := d.QueryGID(1, 0)
+	if err != nil {
+		return nil, err
+	}
+	return []ibv.GIDEntry{{GID: g, Index: 0, Port: 1, Type: ibv.GIDTypeIB}}, nil
+}
+
+// NextAsyncEvent returns the device's oldest undelivered async event,
+// waiting for one if there is none. Each event is delivered exactly once and
+// counts as acknowledged when returned. It returns ctx.Err() when ctx ends
+// first and ErrClosed once the device is closed.
+func (d *Device) NextAsyncEvent(ctx context.Context) (ibv.AsyncEvent, error) {
+	for {
+		d.fab.mu.Lock()
+		if d.closed {
+			d.fab.mu.Unlock()
+			return ibv.AsyncEvent{}, fmt.Errorf("waiting for an async event of %s: %w", d.name, ibv.ErrClosed)
+		}
+		if d.events.len() > 0 {
+			ev := d.events.pop()
+			d.fab.mu.Unlock()
+			return ev, nil
+		}
+		d.fab.mu.Unlock()
+		select {
+		case <-d.evWake:
+		case <-d.done:
+		case <-ctx.Done():
+			return ibv.AsyncEvent{}, ctx.Err()
+		}
+	}
+}
+
+// raise queues an async event. Called with fab.mu held.
+func (d *Device) raise(ev ibv.AsyncEvent) {
+	d.events.push(ev)
+	d.emit(TraceEntry{Kind: TraceEvent, Event: ev})
+	select {
+	case d.evWake <- struct{}{}:
+	default:
+	}
+}
+
+// Close closes the device. It fails with ErrBusy while PDs, CQs or
+// completion channels are open; a second Close returns nil.
+func (d *Device) Close() error {
+	d.fab.mu.Lock()
+	defer d.fab.mu.Unlock()
+	if d.closed {
+		return nil
+	}
+	if d.nPD > 0 || d.nCQ > 0 || d.nChannel > 0 {
+		return fmt.Errorf("closing device %s with %d PDs, %d CQs, %d completion channels open: %w",
+			d.name, d.nPD, d.nCQ, d.nChannel, ibv.ErrBusy)
+	}
+	d.closed = true
+	close(d.done)
+	d.events.reset()
+	d.rec.Release()
+	return nil
+}
+
+// InjectSRQError puts srq, an SRQ of this device, in error: the SRQ raises
+// EventSRQErr, then every attached QP past RESET and not yet in ERROR moves
+// to ERROR with its own EventQPFatal (IBTA Table 58, class A: a receive
+// queue that cannot fetch from its SRQ), flushes and raises Last WQE
+// Reached. Afterwards posting to the SRQ fails with ErrInvalidState.
+func (d *Device) InjectSRQError(srq ibv.SRQ) error {
+	s, ok := srq.(*SRQ)
+	if !ok || s.dev != d {
+		return fmt.Errorf("injecting an SRQ error on %s: not an SRQ of this device: %w", d.name, ibv.ErrInvalidArgument)
+	}
+	d.fab.mu.Lock()
+	defer d.fab.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("injecting an error on SRQ %d: %w", s.id, ibv.ErrClosed)
+	}
+	if s.errored {
+		return nil
+	}
+	s.errored = true
+	d.raise(ibv.AsyncEvent{Type: ibv.EventSRQErr, SRQ: s})
+	for _, q := range sortedQPs(s.qps) {
+		if q.state != ibv.QPSReset {
+			q.moveToError(ibv.EventQPFatal)
+		}
+	}
+	return nil
+}
+
+// sortedQPs returns the QPs of set in creation order, so that walks over
+// them are deterministic.
+func sortedQPs(set map[*QP]struct{}) []*QP {
+	qps := make([]*QP, 0, len(set))
+	for q := range set {
+		qps = append(qps, q)
+	}
+	sort.Slice(qps, func(i, j int) bool { return qps[i].seq < qps[j].seq })
+	return qps
+}

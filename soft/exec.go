@@ -1,0 +1,339 @@
+package soft
+
+import (
+	"encoding/binary"
+
+	"github.com/qpdrain/qpdrain/ibv"
+)
+
+// eventNone marks a move to ERROR that raises no async event: a Modify to
+// ERR, or a requester error, which only its completion reports.
+const eventNone ibv.EventType = ^ibv.EventType(0)
+
+// rnrRetryInfinite is the rnr_retry value meaning "retry forever".
+const rnrRetryInfinite = 7
+
+type execResult uint8
+
+const (
+	execIdle execResult = iota // nothing to execute
+	execDone                   // the head WR completed (or was flushed)
+	execWait                   // the head WR cannot start now (SQD, or RNR)
+)
+
+// drive executes the QP's send queue as far as it can (auto-progress).
+func (q *QP) drive() {
+	for q.sq.len() > 0 {
+		if q.execHead() != execDone {
+			return
+		}
+	}
+}
+
+// execHead executes the oldest WR of the send queue, end to end: requester
+// checks, the responder's work and completions, the requester's completion.
+func (q *QP) execHead() execResult {
+	if q.state == ibv.QPSSQD && q.sq.len() > 0 {
+		return execWait
+	}
+	if q.state != ibv.QPSRTS || q.sq.len() == 0 {
+		return execIdle
+	}
+	w := q.sq.at(0)
+	status, n, wait := q.execute(w)
+	if wait {
+		q.dev.fab.block(q)
+		return execWait
+	}
+	if q.state != ibv.QPSRTS {
+		// The responder's completions overflowed a CQ this QP shares and
+		// moved it to ERROR: the WR was flushed with the rest.
+		return execDone
+	}
+	wr := q.sq.pop()
+	if status != ibv.WCSuccess {
+		q.toErr(eventNone)
+		q.sendCQ.push(&ibv.WC{ID: wr.id, Status: status, QPNum: q.num}, false)
+		q.flush()
+		return execDone
+	}
+	if q.sigAll || ibv.SendFlags(wr.flags)&ibv.SendSignaled != 0 {
+		q.sendCQ.push(&ibv.WC{ID: wr.id, Status: ibv.WCSuccess, Opcode: wcOpcode(ibv.WROpcode(wr.opcode)), ByteLen: n, QPNum: q.num}, false)
+	}
+	return execDone
+}
+
+// execute performs w against the responder and returns the requester's
+// status and byte count, or wait when the responder has no receive WQE and
+// rnr_retry is infinite. Responder errors (IBTA Table 58, class C) move the
+// responder to ERROR here, with the async event REFERENCE.md §1 names; the
+// requester status is the NAK's, as rxe reports it.
+func (q *QP) execute(w *sendWQE) (status ibv.WCStatus, n uint32, wait bool) {
+	op := ibv.WROpcode(w.opcode)
+	need := ibv.AccessFlags(0)
+	if isRdAtomic(op) {
+		need = ibv.AccessLocalWrite
+	}
+	var lbuf [4][]byte
+	local, total, ok := q.dev.resolve(q.pd, &w.wqeSGL, need, lbuf[:0])
+	if !ok {
+		return ibv.WCLocProtErr, 0, false
+	}
+	if isAtomic(op) && (total != 8 || len(local) != 1) {
+		return ibv.WCLocLenErr, 0, false
+	}
+	if total > 1<<31 {
+		return ibv.WCLocLenErr, 0, false
+	}
+	n = uint32(total)
+	p := q.responder()
+	if p == nil {
+		// Nobody answers: the requester's retries run out (modelled at once).
+		return ibv.WCRetryExcErr, 0, false
+	}
+	switch op {
+	case ibv.WRSendWithInv:
+		// The soft device implements no memory windows or invalidation:
+		// the responder sees an opcode it does not support.
+		p.responderError(ibv.EventQPReqErr, nil, 0)
+		return ibv.WCRemInvReqErr, 0, false
+
+	case ibv.WRSend, ibv.WRSendWithImm:
+		r, ok := p.takeRecv()
+		if !ok {
+			return q.rnr()
+		}
+		var rbuf [4][]byte
+		dst, room, ok := p.dev.resolve(p.pd, &r.wqeSGL, ibv.AccessLocalWrite, rbuf[:0])
+		if !ok {
+			p.responderError(eventNone, &r, ibv.WCLocProtErr)
+			return ibv.WCRemOpErr, 0, false
+		}
+		if total > room {
+			p.responderError(ibv.EventQPAccessErr, &r, ibv.WCLocLenErr)
+			return ibv.WCRemInvReqErr, 0, false
+		}
+		scatter(dst, local)
+		wc := ibv.WC{ID: r.id, Opcode: ibv.WCRecv, ByteLen: n, QPNum: p.num, SrcQP: q.num, SLID: q.dev.lid}
+		if op == ibv.WRSendWithImm {
+			wc.Flags, wc.ImmData = ibv.WCFlagWithImm, w.imm
+		}
+		p.received(&wc, ibv.SendFlags(w.flags)&ibv.SendSolicited != 0)
+		return ibv.WCSuccess, n, false
+
+	case ibv.WRRDMAWrite, ibv.WRRDMAWriteWithImm:
+		var dst []byte
+		if n > 0 {
+			// A zero-length RDMA operation checks no R_Key (IBTA 9.4.4).
+			if dst, ok = p.remote(w, n, ibv.AccessRemoteWrite); !ok {
+				p.responderError(ibv.EventQPAccessErr, nil, 0)
+				return ibv.WCRemAccessErr, 0, false
+			}
+		}
+		var r recvWQE
+		if op == ibv.WRRDMAWriteWithImm {
+			if r, ok = p.takeRecv(); !ok {
+				return q.rnr()
+			}
+		}
+		scatter([][]byte{dst}, local)
+		if op == ibv.WRRDMAWriteWithImm {
+			wc := ibv.WC{ID: r.id, Opcode: ibv.WCRecvRDMAWithImm, ByteLen: n, ImmData: w.imm, Flags: ibv.WCFlagWithImm, QPNum: p.num, SrcQP: q.num, SLID: q.dev.lid}
+			p.received(&wc, ibv.SendFlags(w.flags)&ibv.SendSolicited != 0)
+		}
+		return ibv.WCSuccess, n, false
+
+	case ibv.WRRDMARead:
+		if q.rdAtomicInFlight() > int(p.attr.MaxDestRdAtomic) {
+			p.responderError(ibv.EventQPAccessErr, nil, 0)
+			return ibv.WCRemInvReqErr, 0, false
+		}
+		if n > 0 {
+			src, ok := p.remote(w, n, ibv.AccessRemoteRead)
+			if !ok {
+				p.responderError(ibv.EventQPAccessErr, nil, 0)
+				return ibv.WCRemAccessErr, 0, false
+			}
+			scatter(local, [][]byte{src})
+		}
+		return ibv.WCSuccess, n, false
+
+	default: // atomics; postSend admits nothing else
+		if q.rdAtomicInFlight() > int(p.attr.MaxDestRdAtomic) || w.remoteAddr%8 != 0 {
+			p.responderError(ibv.EventQPAccessErr, nil, 0)
+			return ibv.WCRemInvReqErr, 0, false
+		}
+		b, ok := p.remote(w, 8, ibv.AccessRemoteAtomic)
+		if !ok {
+			p.responderError(ibv.EventQPAccessErr, nil, 0)
+			return ibv.WCRemAccessErr, 0, false
+		}
+		// Atomics act on host-order words, like an HCA on the host's memory.
+		old := binary.NativeEndian.Uint64(b)
+		switch {
+		case op == ibv.WRAtomicFetchAndAdd:
+			binary.NativeEndian.PutUint64(b, old+w.ext.compareAdd)
+		case old == w.ext.compareAdd:
+			binary.NativeEndian.PutUint64(b, w.ext.swap)
+		}
+		binary.NativeEndian.PutUint64(local[0], old)
+		return ibv.WCSuccess, 8, false
+	}
+}
+
+// rnr handles a responder without a receive WQE: with infinite rnr_retry
+// the WR waits; otherwise its retries run out (modelled at once).
+func (q *QP) rnr() (ibv.WCStatus, uint32, bool) {
+	if q.attr.RNRRetry == rnrRetryInfinite {
+		return 0, 0, true
+	}
+	return ibv.WCRNRRetryExcErr, 0, false
+}
+
+// responder returns the QP this QP's requests reach, or nil when none
+// would answer: no such QP, not in a receiving state, or not connected
+// back to this QP.
+func (q *QP) responder() *QP {
+	p := q.peer
+	if p == nil || p.closed {
+		d := q.dev.fab.route(&q.attr.AH)
+		if d == nil {
+			return nil
+		}
+		if p = d.qps[q.attr.DestQPNum]; p == nil {
+			return nil
+		}
+		q.peer = p
+	}
+	switch p.state {
+	case ibv.QPSRTR, ibv.QPSRTS, ibv.QPSSQD, ibv.QPSSQE:
+	default:
+		return nil
+	}
+	if p.attr.DestQPNum != q.num || p.dev.fab.route(&p.attr.AH) != q.dev {
+		return nil
+	}
+	return p
+}
+
+// remote returns the n bytes at w's remote address, if w's rkey grants
+// access on responder p and p's own access flags allow it.
+func (p *QP) remote(w *sendWQE, n uint32, access ibv.AccessFlags) ([]byte, bool) {
+	if p.attr.AccessFlags&access == 0 {
+		return nil, false
+	}
+	return p.dev.slice(p.pd, w.rkey, w.remoteAddr, n, access)
+}
+
+// rdAtomicInFlight is how many RDMA READ/atomic requests the requester has
+// issued when its oldest WR reaches the responder: a requester pipelines
+// the READ/atomic WRs queued behind it, up to its own max_rd_atomic.
+func (q *QP) rdAtomicInFlight() int {
+	limit := max(int(q.attr.MaxRdAtomic), 1)
+	k := 0
+	for i := 0; i < q.sq.len() && k < limit; i++ {
+		if isRdAtomic(ibv.WROpcode(q.sq.at(i).opcode)) {
+			k++
+		}
+	}
+	return k
+}
+
+// takeRecv takes the receive WQE the next message consumes: one taken
+// ahead from the SRQ, else the SRQ's oldest, else the QP's own oldest.
+func (p *QP) takeRecv() (recvWQE, bool) {
+	if p.srq == nil {
+		if p.rq.len() == 0 {
+			return recvWQE{}, false
+		}
+		return p.rq.pop(), true
+	}
+	if p.taken.len() > 0 {
+		return p.taken.pop(), true
+	}
+	return p.srq.take()
+}
+
+// received completes a consumed receive WQE and takes the next one ahead.
+func (p *QP) received(wc *ibv.WC, solicited bool) {
+	p.recvCQ.push(wc, solicited)
+	p.prefetch()
+}
+
+// prefetch tops up the WQEs the QP holds taken from its SRQ to
+// Config.SRQPrefetch, in RTR and later states short of ERROR.
+func (q *QP) prefetch() {
+	if q.srq == nil || q.state == ibv.QPSReset || q.state == ibv.QPSInit || q.state == ibv.QPSErr {
+		return
+	}
+	for q.taken.len() < q.dev.pref {
+		w, ok := q.srq.take()
+		if !ok {
+			return
+		}
+		q.taken.push(w)
+		q.dev.emit(TraceEntry{Kind: TraceSRQTake, QPNum: q.num, SRQ: q.srq.id, WRID: w.id})
+	}
+}
+
+// responderError moves responder p to ERROR after a request it cannot
+// honour: ev is raised, the receive WQE r the request consumed (if any)
+// completes with status st, and everything else flushes.
+func (p *QP) responderError(ev ibv.EventType, r *recvWQE, st ibv.WCStatus) {
+	p.toErr(ev)
+	if r != nil {
+		p.recvCQ.push(&ibv.WC{ID: r.id, Status: st, QPNum: p.num}, false)
+	}
+	p.flush()
+}
+
+// moveToError moves the QP to ERROR, raising ev unless it is eventNone,
+// and flushes it. A QP already in ERROR is left alone.
+func (q *QP) moveToError(ev ibv.EventType) {
+	if q.state == ibv.QPSErr || q.closed {
+		return
+	}
+	q.toErr(ev)
+	q.flush()
+}
+
+// toErr switches the state to ERROR and raises ev.
+func (q *QP) toErr(ev ibv.EventType) {
+	q.epoch++
+	q.dev.fab.unblock(q)
+	q.setState(ibv.QPSErr)
+	if ev != eventNone {
+		q.dev.raise(ibv.AsyncEvent{Type: ev, QP: q})
+	}
+}
+
+// flush completes every outstanding WR with WR_FLUSH_ERR, in order: the
+// send queue, then the receive WQEs taken from the SRQ, then the own
+// receive queue. An SRQ-attached QP then raises Last WQE Reached: it will
+// take no more WQEs (o11-5.2.5), so it raises it exactly once per ERROR.
+func (q *QP) flush() {
+	for q.sq.len() > 0 {
+		w := q.sq.pop()
+		q.sendCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false)
+	}
+	for q.taken.len() > 0 {
+		w := q.taken.pop()
+		q.recvCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false)
+	}
+	for q.rq.len() > 0 {
+		w := q.rq.pop()
+		q.recvCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false)
+	}
+	if q.srq == nil || q.lastWQE {
+		return
+	}
+	q.lastWQE = true
+	k := q.dev.quirks
+	if k.NoLastWQEReached {
+		return
+	}
+	q.dev.raise(ibv.AsyncEvent{Type: ibv.EventQPLastWQEReached, QP: q})
+	if k.LastWQEReachedTwice {
+		q.dev.raise(ibv.AsyncEvent{Type: ibv.EventQPLastWQEReached, QP: q})
+	}
+}

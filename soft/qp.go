@@ -1,0 +1,457 @@
+package soft
+
+import (
+	"fmt"
+
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/objtrace"
+)
+
+// QP is an RC queue pair of a soft device.
+type QP struct {
+	dev    *Device
+	pd     *PD
+	num    uint32
+	seq    uint64 // creation order on the device
+	sendCQ *CQ
+	recvCQ *CQ
+	srq    *SRQ
+	cap    ibv.QPCap
+	sigAll bool
+	rec    *objtrace.Record
+
+	// Guarded by dev.fab.mu.
+	closed bool
+	state  ibv.QPState
+	attr   ibv.QPAttr // attributes set by Modify
+	// epoch changes whenever the send queue is dropped (ERROR, RESET,
+	// Close), invalidating the fabric's queued entries for this QP.
+	epoch      uint32
+	sq         ring[sendWQE] // posted, not yet completed
+	rq         ring[recvWQE] // own receive queue (no SRQ)
+	taken      ring[recvWQE] // WQEs taken ahead from the SRQ (Config.SRQPrefetch)
+	inBlocked  bool          // listed in fab.blocked
+	reachedRTS bool          // was in RTS since the last RESET (quirk DrainNeedsRTS)
+	lastWQE    bool          // Last WQE Reached raised in this ERROR episode
+	peer       *QP           // cached responder, checked on every use
+}
+
+var _ ibv.QP = (*QP)(nil)
+
+// CreateQP creates an RC QP in RESET. The CQs and SRQ must belong to the
+// PD's device. The soft device has no inline data: Cap.MaxInlineData must
+// be 0.
+func (p *PD) CreateQP(attr ibv.QPInitAttr) (ibv.QP, error) {
+	d := p.dev
+	scq, ok1 := attr.SendCQ.(*CQ)
+	rcq, ok2 := attr.RecvCQ.(*CQ)
+	if !ok1 || !ok2 || scq.dev != d || rcq.dev != d {
+		return nil, fmt.Errorf("creating a QP on %s: send and receive CQs must be CQs of this device: %w", d.name, ibv.ErrInvalidArgument)
+	}
+	var srq *SRQ
+	if attr.SRQ != nil {
+		s, ok := attr.SRQ.(*SRQ)
+		if !ok || s.dev != d {
+			return nil, fmt.Errorf("creating a QP on %s: SRQ of another device: %w", d.name, ibv.ErrInvalidArgument)
+		}
+		srq = s
+		attr.Cap.MaxRecvWR, attr.Cap.MaxRecvSGE = 0, 0
+	}
+	if attr.Type != ibv.QPTRC {
+		return nil, fmt.Errorf("creating a %s QP on %s: only RC: %w", attr.Type, d.name, ibv.ErrNotSupported)
+	}
+	l := d.limits
+	c := attr.Cap
+	d.fab.mu.Lock()
+	defer d.fab.mu.Unlock()
+	switch {
+	case p.closed || scq.closed || rcq.closed || srq != nil && srq.closed:
+		return nil, fmt.Errorf("creating a QP on %s: %w", d.name, ibv.ErrClosed)
+	case srq != nil && srq.errored:
+		return nil, fmt.Errorf("creating a QP on %s: SRQ %d is in error: %w", d.name, srq.id, ibv.ErrInvalidState)
+	case int(c.MaxSendWR) > l.MaxQPWR || int(c.MaxRecvWR) > l.MaxQPWR ||
+		int(c.MaxSendSGE) > l.MaxSGE || int(c.MaxRecvSGE) > l.MaxSGE || c.MaxInlineData > 0:
+		return nil, fmt.Errorf("creating a QP on %s with %+v (max %d WRs, %d SGEs, no inline data): %w",
+			d.name, c, l.MaxQPWR, l.MaxSGE, ibv.ErrResourceLimit)
+	case len(d.qps) >= l.MaxQP:
+		return nil, fmt.Errorf("creating a QP on %s (max %d): %w", d.name, l.MaxQP, ibv.ErrResourceLimit)
+	}
+	d.nextSeq++
+	q := &QP{dev: d, pd: p, num: d.nextQPN, seq: d.nextSeq, sendCQ: scq, recvCQ: rcq, srq: srq, cap: c, sigAll: attr.SigAll}
+	d.nextQPN++ // QP numbers are never reused, so a stale peer reference can be detected
+	q.rec = objtrace.Track(fmt.Sprintf("soft QP %d on %s", q.num, d.name))
+	d.qps[q.num] = q
+	p.nQP++
+	scq.qps[q] = struct{}{}
+	rcq.qps[q] = struct{}{}
+	if srq != nil {
+		srq.qps[q] = struct{}{}
+	}
+	return q, nil
+}
+
+// Num is the QP number.
+func (q *QP) Num() uint32 { return q.num }
+
+// Type is always RC.
+func (q *QP) Type() ibv.QPType { return ibv.QPTRC }
+
+// SendCQ is the CQ send completions go to.
+func (q *QP) SendCQ() ibv.CQ { return q.sendCQ }
+
+// RecvCQ is the CQ receive completions go to.
+func (q *QP) RecvCQ() ibv.CQ { return q.recvCQ }
+
+// SRQ is the SRQ the QP receives from, or nil.
+func (q *QP) SRQ() ibv.SRQ {
+	if q.srq == nil {
+		return nil
+	}
+	return q.srq
+}
+
+// Query returns all of the QP's attributes, whatever mask says, and the
+// attributes it was created with.
+func (q *QP) Query(mask ibv.QPAttrMask) (ibv.QPAttr, ibv.QPInitAttr, error) {
+	q.dev.fab.mu.Lock()
+	defer q.dev.fab.mu.Unlock()
+	if q.closed {
+		return ibv.QPAttr{}, ibv.QPInitAttr{}, fmt.Errorf("querying QP %d: %w", q.num, ibv.ErrClosed)
+	}
+	a := q.attr
+	a.State, a.CurState, a.Cap = q.state, q.state, q.cap
+	init := ibv.QPInitAttr{SendCQ: q.sendCQ, RecvCQ: q.recvCQ, SRQ: q.SRQ(), Cap: q.cap, Type: ibv.QPTRC, SigAll: q.sigAll}
+	return a, init, nil
+}
+
+// Close destroys the QP, in any state. WRs still queued are dropped without
+// completions; WQEs it took from its SRQ are lost to the SRQ: the "WQE
+// leakage" IBTA §10.3.1 warns of when an SRQ-attached QP is destroyed
+// before Last WQE Reached.
+func (q *QP) Close() error {
+	d := q.dev
+	d.fab.mu.Lock()
+	defer d.fab.mu.Unlock()
+	if q.closed {
+		return nil
+	}
+	q.closed = true
+	q.dropQueues()
+	delete(d.qps, q.num)
+	delete(q.sendCQ.qps, q)
+	delete(q.recvCQ.qps, q)
+	if q.srq != nil {
+		delete(q.srq.qps, q)
+	}
+	q.pd.nQP--
+	q.rec.Release()
+	return nil
+}
+
+// dropQueues empties every queue of the QP without completions.
+func (q *QP) dropQueues() {
+	q.epoch++
+	q.dev.fab.unblock(q)
+	q.sq.reset()
+	q.rq.reset()
+	q.taken.reset()
+}
+
+// holdsPostsInError reports whether WRs posted now, in ERROR, stay queued
+// instead of completing with a flush, by quirk.
+func (q *QP) holdsPostsInError(send bool) bool {
+	k := q.dev.quirks
+	return k.DrainNeedsRTS && !q.reachedRTS || send && k.SendInErrorNotFlushed
+}
+
+// flushDeferred flushes the receives that quirk RecvInErrorFlushDeferred
+// held back, now that something else happens on the QP.
+func (q *QP) flushDeferred() {
+	if q.state == ibv.QPSErr && q.dev.quirks.RecvInErrorFlushDeferred && !q.holdsPostsInError(false) {
+		for q.rq.len() > 0 {
+			w := q.rq.pop()
+			q.recvCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false)
+		}
+	}
+}
+
+// PostSend posts send WRs. A send needs the QP in RTS, SQD or ERR (in ERR
+// it completes at once with WR_FLUSH_ERR); with auto-progress on, it
+// executes before PostSend returns. On failure it returns a *ibv.PostError
+// whose Index is the first WR not posted; the WRs before it were posted.
+func (q *QP) PostSend(wrs []ibv.SendWR) error {
+	f := q.dev.fab
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q.flushDeferred()
+	err := q.postSend(wrs)
+	if !f.manual {
+		q.drive()
+	}
+	return err
+}
+
+func (q *QP) postSend(wrs []ibv.SendWR) error {
+	for i := range wrs {
+		wr := &wrs[i]
+		if err := q.checkSend(wr); err != nil {
+			return &ibv.PostError{Index: i, Err: err}
+		}
+		w := newSendWQE(wr)
+		switch {
+		case q.state != ibv.QPSErr:
+			q.sq.push(w)
+			if q.dev.fab.manual {
+				q.dev.fab.pending.push(pendingSend{q, q.epoch})
+			}
+		case q.holdsPostsInError(true):
+			q.sq.push(w)
+		default:
+			q.sendCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false)
+		}
+	}
+	return nil
+}
+
+func (q *QP) checkSend(wr *ibv.SendWR) error {
+	switch {
+	case q.closed:
+		return ibv.ErrClosed
+	case q.state != ibv.QPSRTS && q.state != ibv.QPSSQD && q.state != ibv.QPSErr:
+		return fmt.Errorf("QP %d is in %s: %w", q.num, q.state, ibv.ErrInvalidState)
+	case wr.Opcode == ibv.WRLocalInv || wr.Opcode == ibv.WRBindMW || wr.Opcode == ibv.WRTSO:
+		return fmt.Errorf("opcode %s: %w", wr.Opcode, ibv.ErrNotSupported)
+	case wr.Opcode > ibv.WRTSO:
+		return fmt.Errorf("opcode %s: %w", wr.Opcode, ibv.ErrInvalidArgument)
+	case len(wr.SGL) > int(q.cap.MaxSendSGE):
+		return fmt.Errorf("%d SGEs, QP %d takes %d: %w", len(wr.SGL), q.num, q.cap.MaxSendSGE, ibv.ErrInvalidArgument)
+	case wr.Flags&ibv.SendInline != 0:
+		return fmt.Errorf("inline data: %w", ibv.ErrNotSupported)
+	case q.sq.len() >= int(q.cap.MaxSendWR):
+		return fmt.Errorf("send queue of QP %d holds %d WRs: %w", q.num, q.cap.MaxSendWR, ibv.ErrQueueFull)
+	}
+	return nil
+}
+
+// PostRecv posts receive WRs to the QP's own receive queue; it fails for a
+// QP attached to an SRQ and for a QP in RESET. In ERR the receives complete
+// at once with WR_FLUSH_ERR.
+func (q *QP) PostRecv(wrs []ibv.RecvWR) error {
+	f := q.dev.fab
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q.flushDeferred()
+	err := q.postRecv(wrs)
+	f.receivesPosted()
+	return err
+}
+
+func (q *QP) postRecv(wrs []ibv.RecvWR) error {
+	k := q.dev.quirks
+	for i := range wrs {
+		wr := &wrs[i]
+		var err error
+		switch {
+		case q.closed:
+			err = ibv.ErrClosed
+		case q.srq != nil:
+			err = fmt.Errorf("QP %d receives from SRQ %d: %w", q.num, q.srq.id, ibv.ErrInvalidArgument)
+		case q.state == ibv.QPSReset:
+			err = fmt.Errorf("QP %d is in RESET: %w", q.num, ibv.ErrInvalidState)
+		case len(wr.SGL) > int(q.cap.MaxRecvSGE):
+			err = fmt.Errorf("%d SGEs, QP %d takes %d: %w", len(wr.SGL), q.num, q.cap.MaxRecvSGE, ibv.ErrInvalidArgument)
+		case q.rq.len() >= int(q.cap.MaxRecvWR):
+			err = fmt.Errorf("receive queue of QP %d holds %d WRs: %w", q.num, q.cap.MaxRecvWR, ibv.ErrQueueFull)
+		}
+		if err != nil {
+			return &ibv.PostError{Index: i, Err: err}
+		}
+		w := newRecvWQE(wr)
+		if q.state == ibv.QPSErr && !q.holdsPostsInError(false) && !k.RecvInErrorFlushDeferred {
+			q.recvCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false)
+			continue
+		}
+		q.rq.push(w)
+	}
+	return nil
+}
+
+// transition is one valid RC state transition: the attributes it requires
+// and those it accepts besides STATE.
+type transition struct{ req, opt ibv.QPAttrMask }
+
+// rcTransitions is the RC column of the Linux kernel's qp_state_table
+// (ib_modify_qp_is_ok, drivers/infiniband/core/verbs.c), which encodes the
+// IBTA QP state machine. RC never enters SQE (a send error on RC is a QP
+// error), but SQE's exits are kept for completeness.
+var rcTransitions = map[[2]ibv.QPState]transition{
+	{ibv.QPSReset, ibv.QPSReset}: {},
+	{ibv.QPSReset, ibv.QPSInit}:  {req: ibv.QPAttrPKeyIndex | ibv.QPAttrPort | ibv.QPAttrAccessFlags},
+	{ibv.QPSReset, ibv.QPSErr}:   {},
+	{ibv.QPSInit, ibv.QPSReset}:  {},
+	{ibv.QPSInit, ibv.QPSErr}:    {},
+	{ibv.QPSInit, ibv.QPSInit}:   {opt: ibv.QPAttrPKeyIndex | ibv.QPAttrPort | ibv.QPAttrAccessFlags},
+	{ibv.QPSInit, ibv.QPSRTR}: {
+		req: ibv.QPAttrAV | ibv.QPAttrPathMTU | ibv.QPAttrDestQPN | ibv.QPAttrRQPSN | ibv.QPAttrMaxDestRdAtomic | ibv.QPAttrMinRNRTimer,
+		opt: ibv.QPAttrAltPath | ibv.QPAttrAccessFlags | ibv.QPAttrPKeyIndex,
+	},
+	{ibv.QPSRTR, ibv.QPSReset}: {},
+	{ibv.QPSRTR, ibv.QPSErr}:   {},
+	{ibv.QPSRTR, ibv.QPSRTS}: {
+		req: ibv.QPAttrTimeout | ibv.QPAttrRetryCnt | ibv.QPAttrRNRRetry | ibv.QPAttrSQPSN | ibv.QPAttrMaxQPRdAtomic,
+		opt: ibv.QPAttrCurState | ibv.QPAttrAltPath | ibv.QPAttrAccessFlags | ibv.QPAttrMinRNRTimer | ibv.QPAttrPathMigState,
+	},
+	{ibv.QPSRTS, ibv.QPSReset}: {},
+	{ibv.QPSRTS, ibv.QPSErr}:   {},
+	{ibv.QPSRTS, ibv.QPSRTS}: {
+		opt: ibv.QPAttrCurState | ibv.QPAttrAccessFlags | ibv.QPAttrAltPath | ibv.QPAttrPathMigState | ibv.QPAttrMinRNRTimer,
+	},
+	{ibv.QPSRTS, ibv.QPSSQD}:   {opt: ibv.QPAttrEnSQDAsyncNotify},
+	{ibv.QPSSQD, ibv.QPSReset}: {},
+	{ibv.QPSSQD, ibv.QPSErr}:   {},
+	{ibv.QPSSQD, ibv.QPSRTS}: {
+		opt: ibv.QPAttrCurState | ibv.QPAttrAltPath | ibv.QPAttrAccessFlags | ibv.QPAttrMinRNRTimer | ibv.QPAttrPathMigState,
+	},
+	{ibv.QPSSQD, ibv.QPSSQD}: {
+		opt: ibv.QPAttrPort | ibv.QPAttrAV | ibv.QPAttrTimeout | ibv.QPAttrRetryCnt | ibv.QPAttrRNRRetry |
+			ibv.QPAttrMaxQPRdAtomic | ibv.QPAttrMaxDestRdAtomic | ibv.QPAttrAltPath | ibv.QPAttrAccessFlags |
+			ibv.QPAttrPKeyIndex | ibv.QPAttrMinRNRTimer | ibv.QPAttrPathMigState,
+	},
+	{ibv.QPSSQE, ibv.QPSReset}: {},
+	{ibv.QPSSQE, ibv.QPSErr}:   {},
+	{ibv.QPSSQE, ibv.QPSRTS}:   {},
+	{ibv.QPSErr, ibv.QPSReset}: {},
+	{ibv.QPSErr, ibv.QPSErr}:   {},
+}
+
+// checkTransition says why moving from cur to next with mask is invalid,
+// or returns nil, following ib_modify_qp_is_ok.
+func checkTransition(cur, next ibv.QPState, mask ibv.QPAttrMask) error {
+	if mask&ibv.QPAttrCurState != 0 && cur != ibv.QPSRTR && cur != ibv.QPSRTS && cur != ibv.QPSSQD && cur != ibv.QPSSQE {
+		return fmt.Errorf("CUR_STATE given in %s: %w", cur, ibv.ErrInvalidState)
+	}
+	t, ok := rcTransitions[[2]ibv.QPState{cur, next}]
+	if !ok {
+		return fmt.Errorf("no such transition: %w", ibv.ErrInvalidState)
+	}
+	if missing := t.req &^ mask; missing != 0 {
+		return fmt.Errorf("missing attributes %s: %w", missing, ibv.ErrInvalidState)
+	}
+	if extra := mask &^ (t.req | t.opt | ibv.QPAttrState); extra != 0 {
+		return fmt.Errorf("attributes %s not allowed: %w", extra, ibv.ErrInvalidState)
+	}
+	return nil
+}
+
+// checkValues checks the attribute values mask selects.
+func (q *QP) checkValues(a *ibv.QPAttr, mask ibv.QPAttrMask) error {
+	max := q.dev.limits.MaxQPRdAtom
+	switch {
+	case mask&ibv.QPAttrCurState != 0 && a.CurState != q.state:
+		return fmt.Errorf("CUR_STATE %s, QP is in %s: %w", a.CurState, q.state, ibv.ErrInvalidArgument)
+	case mask&ibv.QPAttrPort != 0 && a.PortNum != 1:
+		return fmt.Errorf("port %d, the device has port 1: %w", a.PortNum, ibv.ErrInvalidArgument)
+	case mask&ibv.QPAttrPKeyIndex != 0 && a.PKeyIndex != 0:
+		return fmt.Errorf("P_Key index %d, the table has index 0: %w", a.PKeyIndex, ibv.ErrInvalidArgument)
+	case mask&ibv.QPAttrAccessFlags != 0 && a.AccessFlags&^validMRAccess != 0:
+		return fmt.Errorf("access flags %#x: %w", uint32(a.AccessFlags), ibv.ErrInvalidArgument)
+	case mask&ibv.QPAttrPathMTU != 0 && a.PathMTU.Bytes() == 0:
+		return fmt.Errorf("path MTU %s: %w", a.PathMTU, ibv.ErrInvalidArgument)
+	case mask&ibv.QPAttrMaxQPRdAtomic != 0 && int(a.MaxRdAtomic) > max,
+		mask&ibv.QPAttrMaxDestRdAtomic != 0 && int(a.MaxDestRdAtomic) > max:
+		return fmt.Errorf("RDMA READ/atomic depth %d/%d (max %d): %w", a.MaxRdAtomic, a.MaxDestRdAtomic, max, ibv.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Modify changes the QP's state and attributes. The transition and the
+// attributes given must be valid for RC, as in ib_modify_qp_is_ok; an
+// invalid transition returns an error wrapping ibv.ErrInvalidState and
+// changes nothing. Moving to RESET empties every queue without completions;
+// moving to ERR flushes them (see the package documentation).
+func (q *QP) Modify(attr ibv.QPAttr, mask ibv.QPAttrMask) error {
+	q.dev.fab.mu.Lock()
+	defer q.dev.fab.mu.Unlock()
+	if q.closed {
+		return fmt.Errorf("modifying QP %d: %w", q.num, ibv.ErrClosed)
+	}
+	q.flushDeferred()
+	cur, next := q.state, q.state
+	if mask&ibv.QPAttrState != 0 {
+		next = attr.State
+	}
+	if err := checkTransition(cur, next, mask); err != nil {
+		return fmt.Errorf("modifying QP %d from %s to %s: %w", q.num, cur, next, err)
+	}
+	if err := q.checkValues(&attr, mask); err != nil {
+		return fmt.Errorf("modifying QP %d from %s to %s: %w", q.num, cur, next, err)
+	}
+	q.setAttrs(&attr, mask)
+	switch next {
+	case ibv.QPSReset:
+		q.reset()
+	case ibv.QPSErr:
+		q.moveToError(eventNone)
+	default:
+		q.setState(next)
+	}
+	switch {
+	case next == ibv.QPSRTR:
+		q.prefetch()
+	case next == ibv.QPSRTS:
+		q.reachedRTS = true
+		if !q.dev.fab.manual {
+			q.drive()
+		}
+	case next == ibv.QPSSQD && cur == ibv.QPSRTS && mask&ibv.QPAttrEnSQDAsyncNotify != 0 && attr.EnSQDAsyncNotify:
+		// Each soft WR executes atomically, so nothing is in flight: the
+		// send queue is drained the moment it stops starting WRs.
+		q.dev.raise(ibv.AsyncEvent{Type: ibv.EventSQDrained, QP: q})
+	}
+	return nil
+}
+
+// setAttrs copies the attributes mask selects.
+func (q *QP) setAttrs(a *ibv.QPAttr, mask ibv.QPAttrMask) {
+	t := &q.attr
+	set := func(bit ibv.QPAttrMask, apply func()) {
+		if mask&bit != 0 {
+			apply()
+		}
+	}
+	set(ibv.QPAttrAccessFlags, func() { t.AccessFlags = a.AccessFlags })
+	set(ibv.QPAttrPKeyIndex, func() { t.PKeyIndex = a.PKeyIndex })
+	set(ibv.QPAttrPort, func() { t.PortNum = a.PortNum })
+	set(ibv.QPAttrAV, func() { t.AH, q.peer = a.AH, nil })
+	set(ibv.QPAttrPathMTU, func() { t.PathMTU = a.PathMTU })
+	set(ibv.QPAttrTimeout, func() { t.Timeout = a.Timeout })
+	set(ibv.QPAttrRetryCnt, func() { t.RetryCnt = a.RetryCnt })
+	set(ibv.QPAttrRNRRetry, func() { t.RNRRetry = a.RNRRetry })
+	set(ibv.QPAttrRQPSN, func() { t.RQPSN = a.RQPSN })
+	set(ibv.QPAttrSQPSN, func() { t.SQPSN = a.SQPSN })
+	set(ibv.QPAttrMaxQPRdAtomic, func() { t.MaxRdAtomic = a.MaxRdAtomic })
+	set(ibv.QPAttrMaxDestRdAtomic, func() { t.MaxDestRdAtomic = a.MaxDestRdAtomic })
+	set(ibv.QPAttrMinRNRTimer, func() { t.MinRNRTimer = a.MinRNRTimer })
+	set(ibv.QPAttrDestQPN, func() { t.DestQPNum, q.peer = a.DestQPNum, nil })
+	set(ibv.QPAttrEnSQDAsyncNotify, func() { t.EnSQDAsyncNotify = a.EnSQDAsyncNotify })
+}
+
+// setState records a state change. Called with fab.mu held.
+func (q *QP) setState(next ibv.QPState) {
+	if q.state == next {
+		return
+	}
+	q.dev.emit(TraceEntry{Kind: TraceState, QPNum: q.num, From: q.state, To: next})
+	q.state = next
+}
+
+// reset moves the QP to RESET: queues emptied without completions,
+// attributes cleared, ready for reuse.
+func (q *QP) reset() {
+	q.dropQueues()
+	q.setState(ibv.QPSReset)
+	q.attr = ibv.QPAttr{}
+	q.peer = nil
+	q.reachedRTS = false
+	q.lastWQE = false
+}

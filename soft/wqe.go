@@ -1,0 +1,133 @@
+package soft
+
+import "github.com/qpdrain/qpdrain/ibv"
+
+// The soft device copies each posted WR into a compact WQE: one SGE inline,
+// anything rarer behind a pointer, so a queued send costs 56 bytes and a
+// queued receive 40 (see BenchmarkFlush).
+
+// wqeSGL is a WQE's scatter/gather list.
+type wqeSGL struct {
+	first ibv.SGE
+	ext   *wqeExt // nil unless the WR has more than one SGE or is an atomic
+	n     uint16  // number of SGEs
+}
+
+// wqeExt holds the rare parts of a WQE.
+type wqeExt struct {
+	more       []ibv.SGE // SGEs after the first
+	compareAdd uint64
+	swap       uint64
+}
+
+func makeSGL(sges []ibv.SGE) wqeSGL {
+	s := wqeSGL{n: uint16(len(sges))}
+	if len(sges) > 0 {
+		s.first = sges[0]
+	}
+	if len(sges) > 1 {
+		s.ext = &wqeExt{more: append([]ibv.SGE(nil), sges[1:]...)}
+	}
+	return s
+}
+
+func (s *wqeSGL) at(i int) ibv.SGE {
+	if i == 0 {
+		return s.first
+	}
+	return s.ext.more[i-1]
+}
+
+// recvWQE is a queued receive WR.
+type recvWQE struct {
+	id uint64
+	wqeSGL
+}
+
+func newRecvWQE(wr *ibv.RecvWR) recvWQE { return recvWQE{id: wr.ID, wqeSGL: makeSGL(wr.SGL)} }
+
+// sendWQE is a queued send WR.
+type sendWQE struct {
+	id         uint64
+	remoteAddr uint64
+	wqeSGL
+	imm    uint32
+	rkey   uint32
+	opcode uint8 // ibv.WROpcode
+	flags  uint8 // ibv.SendFlags
+}
+
+func newSendWQE(wr *ibv.SendWR) sendWQE {
+	w := sendWQE{
+		id:         wr.ID,
+		remoteAddr: wr.RemoteAddr,
+		wqeSGL:     makeSGL(wr.SGL),
+		imm:        wr.ImmData,
+		rkey:       wr.RKey,
+		opcode:     uint8(wr.Opcode),
+		flags:      uint8(wr.Flags),
+	}
+	if isAtomic(wr.Opcode) {
+		if w.ext == nil {
+			w.ext = &wqeExt{}
+		}
+		w.ext.compareAdd, w.ext.swap = wr.CompareAdd, wr.Swap
+	}
+	return w
+}
+
+func isAtomic(op ibv.WROpcode) bool {
+	return op == ibv.WRAtomicCmpAndSwp || op == ibv.WRAtomicFetchAndAdd
+}
+
+// isRdAtomic reports whether op uses a responder's RDMA READ/atomic resources.
+func isRdAtomic(op ibv.WROpcode) bool { return op == ibv.WRRDMARead || isAtomic(op) }
+
+// wcOpcode is the completion opcode of a successful send WR.
+func wcOpcode(op ibv.WROpcode) ibv.WCOpcode {
+	switch op {
+	case ibv.WRRDMAWrite, ibv.WRRDMAWriteWithImm:
+		return ibv.WCRDMAWrite
+	case ibv.WRRDMARead:
+		return ibv.WCRDMARead
+	case ibv.WRAtomicCmpAndSwp:
+		return ibv.WCCompSwap
+	case ibv.WRAtomicFetchAndAdd:
+		return ibv.WCFetchAdd
+	}
+	return ibv.WCSend
+}
+
+// resolve maps each non-empty SGE of s to bytes of an MR of pd on d that
+// grants need, appending them to out, and returns them with their total
+// length; false when an SGE names no such MR or falls outside it.
+func (d *Device) resolve(pd *PD, s *wqeSGL, need ibv.AccessFlags, out [][]byte) ([][]byte, uint64, bool) {
+	var total uint64
+	for i := 0; i < int(s.n); i++ {
+		sge := s.at(i)
+		if sge.Length == 0 {
+			continue
+		}
+		b, ok := d.slice(pd, sge.LKey, sge.Addr, sge.Length, need)
+		if !ok {
+			return nil, 0, false
+		}
+		out = append(out, b)
+		total += uint64(sge.Length)
+	}
+	return out, total, true
+}
+
+// scatter copies the bytes of src, in order, into dst, which has room.
+func scatter(dst, src [][]byte) {
+	var d []byte
+	for _, s := range src {
+		for len(s) > 0 {
+			for len(d) == 0 {
+				d, dst = dst[0], dst[1:]
+			}
+			k := copy(d, s)
+			d, s = d[k:], s[k:]
+		}
+	}
+}
