@@ -1,0 +1,402 @@
+package drain_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/devtest"
+	"github.com/qpdrain/qpdrain/internal/testmain"
+)
+
+// The tests in this file use only the ibv API and devtest's device, so they
+// run on the soft device and, with QPDRAIN_TEST_DEVICE=rxe0, on rxe.
+
+func TestMain(m *testing.M) { testmain.Run(m) }
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), devtest.Timeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestWRIDRange(t *testing.T) {
+	for _, id := range []uint64{0, 1, 0xffffffff, 0x7fff_ffff_ffff_f000, 0xffff_8000_0000_0000, recvIDBase, sendIDBase} {
+		if drain.IsDrainWRID(id) {
+			t.Errorf("IsDrainWRID(%#x) = true, want false: caller IDs must never be claimed", id)
+		}
+	}
+	if !drain.IsDrainWRID(drain.WRIDTag | 42) {
+		t.Errorf("IsDrainWRID(WRIDTag|42) = false")
+	}
+}
+
+// An SRQ-attached QP: ERROR, Last WQE Reached, drain WR, its completion, safe.
+func TestDrainQPWithSRQ(t *testing.T) {
+	dev := devtest.Open(t)
+	r := newRig(t, dev, nil, 64)
+	qp := r.pair(true)
+	rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: dev, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
+	if err != nil {
+		t.Fatalf("drain.QP: %v\n%s", err, rep)
+	}
+	if rep.Outcome != drain.Safe || !rep.SRQ || rep.Batch != 1 {
+		t.Errorf("outcome %s, SRQ %v, batch %d; want safe, SRQ, batch 1\n%s", rep.Outcome, rep.SRQ, rep.Batch, rep)
+	}
+	want := []drain.StepKind{drain.StepState, drain.StepEvent, drain.StepDrainPosted, drain.StepDrainDone, drain.StepOutcome}
+	if !inOrder(kinds(rep), want) {
+		t.Errorf("steps out of order, want %v as a subsequence:\n%s", want, rep)
+	}
+	if s := rep.Steps[0]; s.From != ibv.QPSRTS || s.To != ibv.QPSErr {
+		t.Errorf("first step %v, want state RTS -> ERR", s)
+	}
+	for _, s := range rep.Steps {
+		if s.Kind == drain.StepEvent && s.Event != ibv.EventQPLastWQEReached {
+			t.Errorf("unexpected event step %v", s)
+		}
+		if s.Kind == drain.StepDrainDone && s.Status != ibv.WCWRFlushErr {
+			t.Errorf("drain WR completed with %s, want WR_FLUSH_ERR", s.Status)
+		}
+	}
+}
+
+// A QP with its own receive queue never waits for Last WQE Reached: with a
+// 1 ms bound on that wait, a drain that waited would stall. Its flushed
+// receives go to the caller, counted in the report.
+func TestDrainQPWithoutSRQ(t *testing.T) {
+	dev := devtest.Open(t)
+	r := newRig(t, dev, nil, 64)
+	qp := r.pair(false)
+	r.postRecvs(qp, 3)
+	var mu sync.Mutex
+	var kept []ibv.WC
+	rep, err := drain.QP(testCtx(t), qp, drain.Options{
+		Events: dev, LastWQETimeout: time.Millisecond, DrainTimeout: devtest.Timeout, Queue: queueOf,
+		OnWC: func(wc ibv.WC) { mu.Lock(); kept = append(kept, wc); mu.Unlock() },
+	})
+	if err != nil {
+		t.Fatalf("drain.QP: %v\n%s", err, rep)
+	}
+	if has(rep, drain.StepEvent) || rep.Stall != nil {
+		t.Errorf("a non-SRQ QP waited for an event or stalled:\n%s", rep)
+	}
+	want := []drain.StepKind{drain.StepState, drain.StepRecvDrainPosted, drain.StepDrainPosted, drain.StepOutcome}
+	if !inOrder(kinds(rep), want) || !has(rep, drain.StepRecvDrainDone) || !has(rep, drain.StepDrainDone) {
+		t.Errorf("steps: want %v in order and both drain WRs completed:\n%s", want, rep)
+	}
+	if got := rep.Flushed[drain.QueueRecv].Flushed; got != 3 {
+		t.Errorf("report counts %d flushed receives, want 3\n%s", got, rep)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(kept) != 3 {
+		t.Fatalf("caller got %d completions, want its 3 flushed receives: %v", len(kept), kept)
+	}
+	for _, wc := range kept {
+		if queueOf(wc) != drain.QueueRecv || wc.Status != ibv.WCWRFlushErr {
+			t.Errorf("caller got %v, want its own flushed receive", wc)
+		}
+	}
+}
+
+// A QP that had its Last WQE Reached before it was handed over: the
+// caller says so and the drain does not wait; without that, the wait is
+// bounded and ends in the policy with ErrNoLastWQE.
+func TestDrainQPPastLastWQE(t *testing.T) {
+	dev := devtest.Open(t)
+	r := newRig(t, dev, nil, 64)
+	told, untold := r.pair(true), r.pair(true)
+	for _, qp := range []ibv.QP{told, untold} {
+		devtest.ToError(t, qp)
+		if ev := devtest.WaitEvent(t, dev, devtest.Timeout); ev.Type != ibv.EventQPLastWQEReached || ev.QP.Num() != qp.Num() {
+			t.Fatalf("got event %v, want QP_LAST_WQE_REACHED for qpn %#x", ev, qp.Num())
+		}
+	}
+	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: 50 * time.Millisecond, DrainTimeout: devtest.Timeout})
+	startCaller(t, rp, r.cq, dev)
+	h1 := add(t, rp, told, drain.AddOptions{LastWQESeen: true})
+	h2 := add(t, rp, untold, drain.AddOptions{})
+	rep, err := h1.Wait(testCtx(t))
+	if err != nil || rep.Steps[0].From != ibv.QPSErr {
+		t.Errorf("told QP: %v, want safe and found in ERR\n%s", err, rep)
+	}
+	start := time.Now()
+	rep, err = h2.Wait(testCtx(t))
+	wantErr(t, err, drain.ErrNoLastWQE, drain.ErrQuarantined)
+	if rep.Outcome != drain.Quarantined || time.Since(start) > 5*time.Second {
+		t.Errorf("untold QP: outcome %s after %v, want quarantined after about 50ms\n%s", rep.Outcome, time.Since(start), rep)
+	}
+	if got := rp.Quarantined(); len(got) != 1 || got[0] != h2 {
+		t.Errorf("Quarantined() = %v, want the untold QP", got)
+	}
+	if left := rp.Shutdown(testCtx(t)); len(left) != 1 || left[0] != h2 {
+		t.Errorf("Shutdown returned %v, want the quarantined QP", left)
+	}
+}
+
+// Many QPs on one CQ: the first QP ready gets its own drain WR, every QP
+// ready while it is outstanding waits on the flush list and goes behind
+// the next one, as in IPoIB-CM. The caller's completions all come back to
+// it; only the drain WRs are claimed.
+func TestReaperBatches(t *testing.T) {
+	dev := devtest.Open(t)
+	r := newRig(t, dev, nil, 64)
+	srqQPs := r.pairs(24, true)
+	ownQPs := r.pairs(8, false)
+	for _, qp := range ownQPs {
+		r.postRecvs(qp, 2)
+	}
+	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	var hs []*drain.Handle
+	for _, qp := range append(srqQPs, ownQPs...) {
+		hs = append(hs, add(t, rp, qp, drain.AddOptions{}))
+	}
+	if kept := handEvents(t, rp, dev, len(srqQPs)); len(kept) != 0 {
+		t.Fatalf("reaper left events of QPs it drains: %v", kept)
+	}
+	// The test is the caller's poll loop, so nothing completes before
+	// every QP is on the flush list.
+	var kept []ibv.WC
+	claimed := 0
+	ctx := testCtx(t)
+	for st := rp.Stats(); st.Pending > 0; st = rp.Stats() {
+		k, c := pollAll(t, rp, r.cq)
+		kept, claimed = append(kept, k...), claimed+c
+		if ctx.Err() != nil {
+			t.Fatalf("drains pending after %v: %+v", devtest.Timeout, st)
+		}
+	}
+	reps := waitAll(t, hs)
+	st := rp.Stats()
+	if st.DrainWRs != 2 || st.Safe != 32 || st.RecvDrainWRs != 8 {
+		t.Errorf("stats %+v: want 2 drain WRs (a batch of 1, then of 31), 8 receive drain WRs, 32 safe", st)
+	}
+	batches := map[int]int{}
+	for _, rep := range reps {
+		batches[rep.Batch]++
+	}
+	if batches[1] != 1 || batches[31] != 31 {
+		t.Errorf("batch sizes %v, want one QP alone and 31 together", batches)
+	}
+	if claimed != 2+8 {
+		t.Errorf("reaper claimed %d completions, want its 2 drain WRs and 8 receive drain WRs", claimed)
+	}
+	if len(kept) != 16 {
+		t.Errorf("caller kept %d completions, want its 16 flushed receives: %v", len(kept), kept)
+	}
+	for _, wc := range kept {
+		if drain.IsDrainWRID(wc.ID) || queueOf(wc) != drain.QueueRecv {
+			t.Errorf("caller kept %v, want only its own receives", wc)
+		}
+	}
+}
+
+// MaxBatch 1 is ib_drain_qp's pattern: one drain WR per QP, each on its
+// own send queue.
+func TestReaperOneAtATime(t *testing.T) {
+	dev := devtest.Open(t)
+	r := newRig(t, dev, nil, 64)
+	qps := r.pairs(6, true)
+	rp := drain.NewReaper(r.cq, drain.Options{MaxBatch: 1, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
+	startCaller(t, rp, r.cq, dev)
+	var hs []*drain.Handle
+	for _, qp := range qps {
+		hs = append(hs, add(t, rp, qp, drain.AddOptions{}))
+	}
+	for _, rep := range waitAll(t, hs) {
+		for _, s := range rep.Steps {
+			if s.Kind == drain.StepDrainPosted && (s.Carrier != rep.QPNum || s.Count != 1) {
+				t.Errorf("qpn %#x: %v, want its own drain WR for itself alone", rep.QPNum, s)
+			}
+		}
+	}
+	if st := rp.Stats(); st.DrainWRs != len(qps) {
+		t.Errorf("%d drain WRs for %d QPs, want one each", st.DrainWRs, len(qps))
+	}
+}
+
+// Self-polling: Run owns the CQ, event-driven through a completion channel
+// or by polling, and reads the device's events.
+func TestReaperRun(t *testing.T) {
+	for _, mode := range []string{"channel", "polling"} {
+		t.Run(mode, func(t *testing.T) {
+			dev := devtest.Open(t)
+			var ch ibv.CompChannel
+			if mode == "channel" {
+				var err error
+				if ch, err = dev.CreateCompChannel(); err != nil {
+					t.Fatal(err)
+				}
+				devtest.Close(t, ch)
+			}
+			cq, err := dev.CreateCQ(1024, ch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			devtest.Close(t, cq)
+			r := newRig(t, dev, cq, 64)
+			qps := append(r.pairs(6, true), r.pairs(2, false)...)
+			rp := drain.NewReaper(cq, drain.Options{Channel: ch, Events: dev, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- rp.Run(ctx) }()
+			var hs []*drain.Handle
+			for _, qp := range qps {
+				hs = append(hs, add(t, rp, qp, drain.AddOptions{}))
+			}
+			waitAll(t, hs)
+			cancel()
+			if err := <-done; err != context.Canceled {
+				t.Errorf("Run returned %v, want context.Canceled", err)
+			}
+		})
+	}
+}
+
+// Every wait is bounded by its context, and the error names the step still
+// waited for; the drain goes on and a later Wait sees it end.
+func TestWaitNamesStep(t *testing.T) {
+	dev := devtest.Open(t)
+	r := newRig(t, dev, nil, 64)
+	qp := r.pair(true)
+	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
+	h := add(t, rp, qp, drain.AddOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	rep, err := h.Wait(ctx)
+	wantErr(t, err, drain.ErrNoLastWQE, context.DeadlineExceeded)
+	if rep.Outcome != drain.Pending {
+		t.Errorf("outcome %s, want pending", rep.Outcome)
+	}
+	handEvents(t, rp, dev, 1)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel2()
+	_, err = h.Wait(ctx2)
+	wantErr(t, err, drain.ErrDrainNotFlushed, context.DeadlineExceeded)
+	pollAll(t, rp, r.cq)
+	waitAll(t, []*drain.Handle{h})
+}
+
+// A QP that cannot be moved to ERROR fails with ErrModifyToError wrapping
+// the device's error; the reaper forgets it.
+func TestModifyToErrorFails(t *testing.T) {
+	dev := devtest.Open(t)
+	r := newRig(t, dev, nil, 64)
+	qp := r.pair(true)
+	if err := qp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rp := drain.NewReaper(r.cq, drain.Options{})
+	h := add(t, rp, qp, drain.AddOptions{})
+	rep, err := h.Wait(testCtx(t))
+	wantErr(t, err, drain.ErrModifyToError, ibv.ErrClosed)
+	if rep.Outcome != drain.Failed || rp.Stats().Pending != 0 {
+		t.Errorf("outcome %s, stats %+v: want failed, nothing pending", rep.Outcome, rp.Stats())
+	}
+}
+
+// A CQ error fails every pending drain, and later ones, with ErrCQError.
+func TestCQErrorEvent(t *testing.T) {
+	dev := devtest.Open(t)
+	r := newRig(t, dev, nil, 64)
+	qps := r.pairs(2, true)
+	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout})
+	h := add(t, rp, qps[0], drain.AddOptions{})
+	if !rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventCQErr, CQ: r.cq}) {
+		t.Error("reaper did not claim the CQ error of its own CQ")
+	}
+	_, err := h.Wait(testCtx(t))
+	wantErr(t, err, drain.ErrCQError)
+	if _, err := rp.Add(qps[1], drain.AddOptions{}); !errorsIs(err, drain.ErrCQError) {
+		t.Errorf("Add after the CQ error: %v, want ErrCQError", err)
+	}
+	handEvents(t, rp, dev, 1) // the first QP's Last WQE Reached: harmless now
+}
+
+// Usage errors: QPs of another CQ, a QP added twice.
+func TestAddRejects(t *testing.T) {
+	dev := devtest.Open(t)
+	r := newRig(t, dev, nil, 64)
+	other := devtest.NewRC(t, r.pd, devtest.RCConfig{Cap: qpCap})
+	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout})
+	if _, err := rp.Add(other, drain.AddOptions{}); !errorsIs(err, drain.ErrUnsupportedQP) {
+		t.Errorf("Add of a QP on another CQ: %v, want ErrUnsupportedQP", err)
+	}
+	qp := r.pair(true)
+	add(t, rp, qp, drain.AddOptions{})
+	if _, err := rp.Add(qp, drain.AddOptions{}); !errorsIs(err, ibv.ErrBusy) {
+		t.Errorf("second Add: %v, want ErrBusy", err)
+	}
+	handEvents(t, rp, dev, 1)
+	pollAll(t, rp, r.cq)
+	if left := rp.Shutdown(testCtx(t)); len(left) != 0 {
+		t.Errorf("Shutdown left %d QPs", len(left))
+	}
+}
+
+// Many goroutines drain many QPs through one reaper; -race checks the
+// locking, testmain that no goroutine outlives Run.
+func TestConcurrentDrains(t *testing.T) {
+	dev := devtest.Open(t)
+	r := newRig(t, dev, devtest.NewCQ(t, dev, 4096), 1024)
+	const workers, perWorker = 8, 12
+	qps := make([][]ibv.QP, workers)
+	for w := range qps {
+		qps[w] = append(r.pairs(perWorker-2, true), r.pairs(2, false)...)
+		for _, qp := range qps[w][perWorker-2:] {
+			r.postRecvs(qp, 4)
+		}
+	}
+	rp := drain.NewReaper(r.cq, drain.Options{Events: dev, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
+	ctx, cancel := context.WithCancel(context.Background())
+	var run sync.WaitGroup
+	run.Go(func() { _ = rp.Run(ctx) })
+	var wg sync.WaitGroup
+	errs := make(chan error, workers*perWorker)
+	for w := range workers {
+		wg.Go(func() {
+			for _, qp := range qps[w] {
+				h, err := rp.Add(qp, drain.AddOptions{})
+				if err == nil {
+					_, err = h.Wait(testCtx(t))
+				}
+				if err != nil {
+					errs <- err
+				}
+				_ = rp.Stats()
+			}
+		})
+	}
+	wg.Wait()
+	cancel()
+	run.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if st := rp.Stats(); st.Safe != workers*perWorker || st.Pending != 0 || st.ForeignWCs != workers*2*4 {
+		t.Errorf("stats %+v: want %d safe, none pending, %d foreign completions", st, workers*perWorker, workers*2*4)
+	}
+}
+
+func TestReportString(t *testing.T) {
+	dev := devtest.Open(t)
+	r := newRig(t, dev, nil, 64)
+	qp := r.pair(false)
+	r.postRecvs(qp, 2)
+	rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: dev, Queue: queueOf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := rep.String()
+	for _, want := range []string{"(no SRQ): safe after", "state RTS -> ERR", "receive drain WR", "first flushed completion on recv queue",
+		"drain WR 0xd7a1", "status=WR_FLUSH_ERR", "recv queue: 2 flushed, 0 other"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("report lacks %q:\n%s", want, s)
+		}
+	}
+}

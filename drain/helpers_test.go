@@ -1,0 +1,313 @@
+package drain_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/devtest"
+	"github.com/qpdrain/qpdrain/soft"
+)
+
+// The tests' own wr_ids: receives and sends in two ranges, so that a
+// flushed completion (which carries no valid opcode) tells its queue.
+const (
+	recvIDBase uint64 = 1 << 32
+	sendIDBase uint64 = 2 << 32
+)
+
+func queueOf(wc ibv.WC) drain.Queue {
+	switch wc.ID &^ (1<<32 - 1) {
+	case recvIDBase:
+		return drain.QueueRecv
+	case sendIDBase:
+		return drain.QueueSend
+	}
+	return drain.QueueUnknown
+}
+
+// rig is a PD, the CQ of the QPs to drain, a CQ for their peers and an SRQ.
+type rig struct {
+	t      testing.TB
+	dev    ibv.Context
+	pd     ibv.PD
+	cq     ibv.CQ
+	peerCQ ibv.CQ
+	srq    ibv.SRQ
+	nRecv  uint64
+	nSend  uint64
+}
+
+func newRig(t testing.TB, dev ibv.Context, cq ibv.CQ, srqWR int) *rig {
+	t.Helper()
+	pd, err := dev.AllocPD()
+	if err != nil {
+		t.Fatalf("allocating PD: %v", err)
+	}
+	devtest.Close(t, pd)
+	if cq == nil {
+		cq = devtest.NewCQ(t, dev, 1024)
+	}
+	srq, err := pd.CreateSRQ(ibv.SRQAttr{MaxWR: uint32(srqWR), MaxSGE: 1})
+	if err != nil {
+		t.Fatalf("creating SRQ: %v", err)
+	}
+	devtest.Close(t, srq)
+	return &rig{t: t, dev: dev, pd: pd, cq: cq, peerCQ: devtest.NewCQ(t, dev, 1024), srq: srq}
+}
+
+// openSoft opens a soft device, closed when the test ends.
+func openSoft(t testing.TB, cfg soft.Config) *soft.Device {
+	t.Helper()
+	dev, err := soft.Open(cfg)
+	if err != nil {
+		t.Fatalf("opening soft device: %v", err)
+	}
+	devtest.Close(t, dev)
+	return dev
+}
+
+var qpCap = ibv.QPCap{MaxSendWR: 32, MaxRecvWR: 32, MaxSendSGE: 1, MaxRecvSGE: 1}
+
+// newQP creates a QP on the rig's CQ, from the SRQ if srq, in RESET.
+func (r *rig) newQP(srq bool) ibv.QP {
+	cfg := devtest.RCConfig{SendCQ: r.cq, Cap: qpCap}
+	if srq {
+		cfg.SRQ = r.srq
+	}
+	return devtest.NewRC(r.t, r.pd, cfg)
+}
+
+// pair creates a QP to drain and a peer, connected in RTS.
+func (r *rig) pair(srq bool) ibv.QP {
+	r.t.Helper()
+	qp := r.newQP(srq)
+	peer := devtest.NewRC(r.t, r.pd, devtest.RCConfig{SendCQ: r.peerCQ, Cap: qpCap})
+	devtest.Connect(r.t, r.dev, qp, peer)
+	return qp
+}
+
+// pairs creates n pairs.
+func (r *rig) pairs(n int, srq bool) []ibv.QP {
+	qps := make([]ibv.QP, n)
+	for i := range qps {
+		qps[i] = r.pair(srq)
+	}
+	return qps
+}
+
+// postRecvs posts n receives on qp's receive queue, or on the SRQ when qp
+// is nil.
+func (r *rig) postRecvs(qp ibv.QP, n int) {
+	r.t.Helper()
+	wrs := make([]ibv.RecvWR, n)
+	for i := range wrs {
+		wrs[i].ID = recvIDBase | r.nRecv
+		r.nRecv++
+	}
+	var err error
+	if qp == nil {
+		err = r.srq.PostRecv(wrs)
+	} else {
+		err = qp.PostRecv(wrs)
+	}
+	if err != nil {
+		r.t.Fatalf("posting %d receives: %v", n, err)
+	}
+}
+
+// postSends posts n signaled zero-length sends on qp.
+func (r *rig) postSends(qp ibv.QP, n int) {
+	r.t.Helper()
+	wrs := make([]ibv.SendWR, n)
+	for i := range wrs {
+		wrs[i] = ibv.SendWR{ID: sendIDBase | r.nSend, Opcode: ibv.WRSend, Flags: ibv.SendSignaled}
+		r.nSend++
+	}
+	if err := qp.PostSend(wrs); err != nil {
+		r.t.Fatalf("posting %d sends on qpn %#x: %v", n, qp.Num(), err)
+	}
+}
+
+// caller is a caller's own poll and event loop: it hands every completion
+// and event to the reaper and keeps what the reaper does not claim.
+type caller struct {
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	wcs     []ibv.WC
+	claimed int
+	events  []ibv.AsyncEvent
+	err     error
+}
+
+// startCaller runs a caller loop until the test ends (or stop).
+func startCaller(t testing.TB, rp *drain.Reaper, cq ibv.CQ, dev ibv.Context) *caller {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &caller{cancel: cancel}
+	c.wg.Go(func() {
+		wcs := make([]ibv.WC, 16)
+		for ctx.Err() == nil {
+			n, err := cq.Poll(wcs)
+			if err != nil {
+				c.fail(err)
+				return
+			}
+			if n == 0 {
+				rp.CQEmpty()
+				time.Sleep(50 * time.Microsecond)
+			}
+			c.take(rp, wcs[:n])
+		}
+	})
+	c.wg.Go(func() {
+		for {
+			ev, err := dev.NextAsyncEvent(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					c.fail(err)
+				}
+				return
+			}
+			if !rp.HandleEvent(ev) {
+				c.mu.Lock()
+				c.events = append(c.events, ev)
+				c.mu.Unlock()
+			}
+		}
+	})
+	t.Cleanup(c.stop)
+	return c
+}
+
+func (c *caller) take(rp *drain.Reaper, wcs []ibv.WC) {
+	for _, wc := range wcs {
+		claimed := rp.HandleWC(wc)
+		c.mu.Lock()
+		if claimed {
+			c.claimed++
+		} else {
+			c.wcs = append(c.wcs, wc)
+		}
+		c.mu.Unlock()
+	}
+}
+
+func (c *caller) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+func (c *caller) stop() {
+	c.cancel()
+	c.wg.Wait()
+}
+
+// pollAll polls cq empty, handing each completion to rp, from the test's
+// goroutine: a deterministic caller loop.
+func pollAll(t testing.TB, rp *drain.Reaper, cq ibv.CQ) (kept []ibv.WC, claimed int) {
+	t.Helper()
+	wcs := make([]ibv.WC, 16)
+	for {
+		n, err := cq.Poll(wcs)
+		if err != nil {
+			t.Fatalf("polling: %v", err)
+		}
+		if n == 0 {
+			rp.CQEmpty()
+			return kept, claimed
+		}
+		for _, wc := range wcs[:n] {
+			if rp.HandleWC(wc) {
+				claimed++
+			} else {
+				kept = append(kept, wc)
+			}
+		}
+	}
+}
+
+// handEvents reads the device's pending events (waiting up to d for the
+// first ones) and hands them to rp; it returns the unclaimed ones.
+func handEvents(t testing.TB, rp *drain.Reaper, dev ibv.Context, n int) (kept []ibv.AsyncEvent) {
+	t.Helper()
+	for range n {
+		ev := devtest.WaitEvent(t, dev, devtest.Timeout)
+		if !rp.HandleEvent(ev) {
+			kept = append(kept, ev)
+		}
+	}
+	return kept
+}
+
+// kinds lists the kinds of a report's steps.
+func kinds(rep *drain.Report) []drain.StepKind {
+	out := make([]drain.StepKind, len(rep.Steps))
+	for i, s := range rep.Steps {
+		out[i] = s.Kind
+	}
+	return out
+}
+
+// inOrder reports whether want appears in got as a subsequence.
+func inOrder(got, want []drain.StepKind) bool {
+	i := 0
+	for _, k := range got {
+		if i < len(want) && k == want[i] {
+			i++
+		}
+	}
+	return i == len(want)
+}
+
+func has(rep *drain.Report, k drain.StepKind) bool {
+	for _, s := range rep.Steps {
+		if s.Kind == k {
+			return true
+		}
+	}
+	return false
+}
+
+// waitAll waits for every handle and fails the test on an error.
+func waitAll(t testing.TB, hs []*drain.Handle) []*drain.Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), devtest.Timeout)
+	defer cancel()
+	reps := make([]*drain.Report, len(hs))
+	for i, h := range hs {
+		rep, err := h.Wait(ctx)
+		if err != nil {
+			t.Fatalf("draining qpn %#x: %v\n%s", h.QP().Num(), err, rep)
+		}
+		reps[i] = rep
+	}
+	return reps
+}
+
+func add(t testing.TB, rp *drain.Reaper, qp ibv.QP, o drain.AddOptions) *drain.Handle {
+	t.Helper()
+	h, err := rp.Add(qp, o)
+	if err != nil {
+		t.Fatalf("adding qpn %#x: %v", qp.Num(), err)
+	}
+	return h
+}
+
+func wantErr(t testing.TB, err error, targets ...error) {
+	t.Helper()
+	for _, target := range targets {
+		if !errors.Is(err, target) {
+			t.Errorf("error %v: want errors.Is(err, %v)", err, target)
+		}
+	}
+}
+
+func errorsIs(err, target error) bool { return errors.Is(err, target) }
