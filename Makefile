@@ -6,8 +6,8 @@ GO ?= go
 
 all: build
 
-## test: every test — vet, both builds, unit tests with -race.
-test: deps vet build unit
+## test: every test — vet, both builds, unit tests with -race, then the rxe stage.
+test: deps vet build unit test-rxe
 
 ## deps: install the Debian packages the build and tests need, when missing.
 deps:
@@ -26,6 +26,12 @@ build:
 unit:
 	@echo "== go test -race"
 	$(GO) test -race -count=1 ./...
+
+## test-rxe: the Go tests against real Soft-RoCE (kernel rdma_rxe) in qemu, on every kernel of the
+## matrix (docs/TESTING.md). Outside CI it is skipped, loudly, when it cannot run on this machine.
+.PHONY: test-rxe
+test-rxe:
+	@scripts/rxe-test.sh
 
 ## demo: the main job on the soft device.
 demo:

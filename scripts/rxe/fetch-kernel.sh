@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# fetch-kernel.sh SUITE: downloads (never installs) the Debian kernel behind linux-image-amd64 in
+# SUITE (bookworm: the 6.1 series; bookworm-backports: the newer series), extracts its vmlinuz and
+# the modules the rxe harness needs, and prints the directory that holds them:
+#   vmlinuz  modules/NAME.ko (decompressed)  modules.order (insmod order)  kver  package
+# Everything is cached under $RXE_CACHE; once a suite is resolved a run touches no network.
+# RXE_REFRESH=1 resolves the suite again (apt-get update) and fetches a newer kernel if there is one.
+#
+# apt runs with a private configuration under $RXE_CACHE/apt (sources, lists, archives, an empty
+# dpkg status): the host's apt sources, lists and pins are never changed, no root is needed, and
+# the host's own `apt-get upgrade` never sees the backports suite. The mirror is the one the host's
+# apt already uses for $RXE_DIST (apt-get indextargets); RXE_APT_MIRROR overrides it.
+set -euo pipefail
+# shellcheck source=scripts/rxe/common.sh disable=SC1091
+. "$(dirname "$0")/common.sh"
+
+suite=${1:?usage: fetch-kernel.sh SUITE}
+# The modules, in load order; their `depends` are added before them automatically. crc32_generic is
+# not a declared dependency of rdma_rxe (it asks the crypto API for "crc32" at run time), but
+# without it `rdma link add` fails.
+read -ra modules <<<"${RXE_MODULES:-crc32_generic udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe dummy}"
+
+kernels=$RXE_CACHE/kernels
+ref=$kernels/$suite.ref
+mkdir -p "$kernels" "$RXE_CACHE/debs"
+
+if [ "${RXE_REFRESH:-0}" != 1 ] && [ -f "$ref" ] && [ -f "$kernels/$(cat "$ref")/.complete" ]; then
+	echo "$kernels/$(cat "$ref")"
+	exit 0
+fi
+
+# --- private apt configuration ---------------------------------------------------------------
+apt=$RXE_CACHE/apt
+mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$apt/empty.d"
+: >"$apt/status"
+keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+[ -r "$keyring" ] || rxe_env_die "$keyring missing (package debian-archive-keyring)"
+{
+	# The host's Debian sites for $RXE_DIST, -updates and -security, plus -backports.
+	# shellcheck disable=SC2016 # apt's own $(FIELD) syntax
+	apt-get indextargets --format '$(SITE) $(RELEASE)' 'Created-By: Packages' 2>/dev/null |
+		awk -v d="$RXE_DIST" '$2 == d || $2 == d "-updates" || $2 == d "-security"' | sort -u
+} >"$apt/sites"
+main_site=${RXE_APT_MIRROR:-$(awk -v d="$RXE_DIST" '$2 == d { print $1; exit }' "$apt/sites")}
+[ -n "$main_site" ] || rxe_env_die "the host's apt has no $RXE_DIST source; set RXE_APT_MIRROR to a Debian mirror URL"
+{
+	if [ -n "${RXE_APT_MIRROR:-}" ]; then
+		echo "$RXE_APT_MIRROR $RXE_DIST"
+		echo "$RXE_APT_MIRROR $RXE_DIST-updates"
+		awk '$2 ~ /-security$/' "$apt/sites"
+	else
+		cat "$apt/sites"
+	fi
+	echo "$main_site $RXE_DIST-backports"
+} | awk -v k="$keyring" '{ printf "deb [signed-by=%s] %s %s main\n", k, $1, $2 }' >"$apt/sources.list"
+cat >"$apt/apt.conf" <<EOF
+Dir::Etc::SourceList "$apt/sources.list";
+Dir::Etc::SourceParts "$apt/empty.d";
+Dir::Etc::Parts "$apt/empty.d";
+Dir::Etc::Preferences "$apt/empty.d/none";
+Dir::Etc::PreferencesParts "$apt/empty.d";
+Dir::State::Lists "$apt/lists";
+Dir::State::status "$apt/status";
+Dir::Cache "$apt";
+Dir::Cache::archives "$apt/archives";
+APT::Sandbox::User "$(id -un)";
+Acquire::Languages "none";
+Acquire::IndexTargets::deb::DEP-11::DefaultEnabled "false";
+Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled "false";
+Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled "false";
+EOF
+export APT_CONFIG=$apt/apt.conf
+
+rxe_log "$suite: apt-get update (private lists in $apt)"
+apt-get update -qq >"$apt/update.log" 2>&1 || { cat "$apt/update.log" >&2; rxe_env_die "apt-get update failed (no network?)"; }
+
+# Which kernel: the dependency of the metapackage linux-image-amd64 in that suite. Backports are
+# NotAutomatic, so the stock policy already picks $RXE_DIST (+updates, +security) for the base
+# suite; a -backports suite is chosen with APT::Default-Release.
+opts=()
+case $suite in *-backports) opts=(-o "APT::Default-Release=$suite") ;; esac
+pkg=$(apt-cache "${opts[@]}" depends linux-image-amd64 |
+	awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ { print $2; exit }')
+[ -n "$pkg" ] || rxe_die "$suite: no linux-image-amd64 dependency found"
+version=$(apt-cache "${opts[@]}" show --no-all-versions "$pkg" | awk '$1 == "Version:" { print $2; exit }')
+rxe_log "$suite: kernel package $pkg $version"
+
+# --- download ----------------------------------------------------------------------------------
+debs=$RXE_CACHE/debs
+deb=$(find "$debs" -maxdepth 1 -name "${pkg}_*.deb" -print -quit)
+if [ -z "$deb" ] || ! dpkg-deb --info "$deb" >/dev/null 2>&1 ||
+	[ "$(dpkg-deb -f "$deb" Version)" != "$version" ]; then
+	part=$debs/.partial.$$
+	rm -rf "$part" && mkdir -p "$part"
+	rxe_log "$suite: downloading $pkg $version"
+	(cd "$part" && apt-get download -qq "$pkg=$version") || { rm -rf "$part"; rxe_env_die "apt-get download $pkg failed"; }
+	rm -f "$debs/${pkg}"_*.deb
+	mv "$part"/*.deb "$debs/"
+	rmdir "$part"
+	deb=$(find "$debs" -maxdepth 1 -name "${pkg}_*.deb" -print -quit)
+fi
+
+# --- extract -----------------------------------------------------------------------------------
+tmp=$kernels/.extract.$$
+rm -rf "$tmp" && mkdir -p "$tmp"
+trap 'rm -rf "$tmp"' EXIT
+rxe_log "$suite: dpkg -x $(basename "$deb")"
+dpkg -x "$deb" "$tmp/root"
+vmlinuz=$(find "$tmp/root/boot" -name 'vmlinuz-*' -print -quit)
+[ -n "$vmlinuz" ] || rxe_die "$deb has no /boot/vmlinuz-*"
+kver=${vmlinuz##*/vmlinuz-}
+mdir=$tmp/root/lib/modules/$kver
+kdir=$kernels/$kver
+rm -rf "$kdir" && mkdir -p "$kdir/modules"
+
+modfile() { # modfile NAME: the module's file in the package (names may use - or _)
+	local alt=${1//_/-}
+	find "$mdir/kernel" \( -name "$1.ko" -o -name "$1.ko.xz" -o -name "$1.ko.zst" \
+		-o -name "$alt.ko" -o -name "$alt.ko.xz" -o -name "$alt.ko.zst" \) -print -quit
+}
+order=()
+add() { # add NAME: add NAME after its dependencies
+	local m=$1 f d
+	for d in "${order[@]}"; do [ "$d" = "$m" ] && return 0; done
+	f=$(modfile "$m")
+	[ -n "$f" ] || rxe_die "$kver: module $m not found in $pkg"
+	for d in $(modinfo -F depends "$f" | tr ',' ' '); do add "$d"; done
+	case $f in
+	*.xz) xz -dc "$f" >"$kdir/modules/$m.ko" ;;
+	*.zst) zstd -qdc "$f" >"$kdir/modules/$m.ko" ;;
+	*) cp "$f" "$kdir/modules/$m.ko" ;;
+	esac
+	order+=("$m")
+}
+for m in "${modules[@]}"; do add "$m"; done
+printf '%s\n' "${order[@]}" >"$kdir/modules.order"
+cp "$vmlinuz" "$kdir/vmlinuz"
+cp "$tmp/root/boot/config-$kver" "$kdir/config" 2>/dev/null || true
+echo "$kver" >"$kdir/kver"
+echo "$pkg $version" >"$kdir/package"
+touch "$kdir/.complete"
+echo "$kver" >"$ref"
+rxe_log "$suite: kernel $kver ready ($(tr '\n' ' ' <"$kdir/modules.order"))"
+echo "$kdir"

@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# run-vm.sh KDIR INITRD RUNDIR PKG...: boots the kernel in KDIR with INITRD under qemu (TCG), streams
+# the guest's output prefixed by the kernel version, and decides the verdict from the sentinel lines
+# (never from qemu's exit status, which is 0 whatever the guest did). Exits 0 when the guest set up
+# rxe0, every smoke test passed, every PKG reported exit=0 and the guest powered off by itself.
+# Needs RXE_TOKEN (the one baked into INITRD). RXE_TIMEOUT: seconds before qemu is killed (480).
+# RXE_FAIL_ON_WARN=1 also fails on a kernel WARNING. Leaves console.log (ttyS0: firmware and
+# kernel), result.log (ttyS1: tests and sentinels), qemu.err and summary in RUNDIR.
+set -euo pipefail
+# shellcheck source=scripts/rxe/common.sh disable=SC1091
+. "$(dirname "$0")/common.sh"
+
+kdir=${1:?usage: run-vm.sh KDIR INITRD RUNDIR PKG...}
+initrd=${2:?usage: run-vm.sh KDIR INITRD RUNDIR PKG...}
+run=${3:?usage: run-vm.sh KDIR INITRD RUNDIR PKG...}
+shift 3
+pkgs=("$@")
+: "${RXE_TOKEN:?RXE_TOKEN must be set}"
+deadline=${RXE_TIMEOUT:-480}
+kver=$(cat "$kdir/kver")
+tag="[$kver]"
+mark="@@QPDRAIN-RXE $RXE_TOKEN "
+
+mkdir -p "$run"
+: >"$run/console.log"
+: >"$run/result.log"
+: >"$run/stamps"
+rm -f "$run/summary"
+
+# clean: strip carriage returns and terminal escape sequences
+clean() { sed -u -e 's/\x1b\[[0-9;?]*[A-Za-z]//g' -e 's/\x1bc//g' -e 's/\r//g'; }
+
+# show LINE: one line of the guest's output as the host prints it
+show() {
+	local l=$1 w rest key
+	case $l in
+	*"$mark"*)
+		rest=${l#*"$mark"}
+		rest=${rest% uptime=*}
+		w=${rest%% *}
+		case $w in
+		stage) echo "$tag == ${rest#stage } ($(rxe_since "$t0")s)" ;;
+		device) echo "$tag ${rest#device }" ;;
+		setup-ok) echo "$tag rxe0 is up" ;;
+		setup-fail) echo "$tag SETUP FAILED: ${rest#setup-fail }" ;;
+		smoke-fail) echo "$tag SMOKE FAILED: ${rest#smoke-fail }" ;;
+		smoke)
+			case $rest in *" exit=0") echo "$tag smoke ${rest#smoke }: ok" ;;
+			*) echo "$tag smoke ${rest#smoke }: FAILED" ;; esac ;;
+		pkg-start) echo "$tag == go test ${rest#pkg-start }" ;;
+		pkg) echo "$tag ${rest#pkg }" ;;
+		klog | done) ;;
+		*) echo "$tag $rest" ;;
+		esac
+		# the arrival time of each stage, for the summary
+		case $w in
+		stage) key=${rest#stage } && echo "${key%% *} $(rxe_now)" >>"$run/stamps" ;;
+		setup-ok | done) echo "$w $(rxe_now)" >>"$run/stamps" ;;
+		esac
+		;;
+	*) echo "$tag $l" ;;
+	esac
+}
+
+t0=$(rxe_now)
+echo "$tag == boot (qemu TCG, -smp 2, deadline ${deadline}s)"
+# The brief's command line plus: oops=panic (an oops ends the run at once instead of hanging it),
+# the console on ttyS0 into console.log, and a second serial port (ttyS1) that only /init writes.
+timeout -k 5 "$deadline" qemu-system-x86_64 -nographic -no-reboot -m 1024 -smp 2 -cpu max \
+	-kernel "$kdir/vmlinuz" -initrd "$initrd" \
+	-append 'console=ttyS0 panic=-1 oops=panic quiet' -nic none -monitor none \
+	-serial "file:$run/console.log" -serial "file:$run/result.log" \
+	</dev/null 2>"$run/qemu.err" &
+qpid=$!
+printed=0
+{
+	while IFS= read -r line || [ -n "$line" ]; do
+		show "$line"
+		printed=$((printed + 1))
+		echo "$printed" >"$run/printed"
+	done < <(tail -n +1 -s 0.2 -F --pid="$qpid" "$run/result.log" 2>/dev/null | clean)
+}
+set +e
+wait "$qpid"
+qrc=$?
+set -e
+wall=$(rxe_since "$t0")
+
+# Whatever the live stream missed (tail exits once qemu is gone) is printed now.
+clean <"$run/result.log" >"$run/result.txt"
+printed=$(cat "$run/printed" 2>/dev/null || echo 0)
+tail -n +"$((printed + 1))" "$run/result.txt" | while IFS= read -r line || [ -n "$line" ]; do show "$line"; done
+clean <"$run/console.log" >"$run/console.txt"
+
+# --- verdict -------------------------------------------------------------------------------------
+fails=()
+sent() { grep -F "$mark" "$run/result.txt" | sed "s/^.*$mark//; s/ uptime=[0-9.]*\$//"; }
+sent >"$run/sentinels"
+last_stage=$(awk '$1 == "stage" { s = $2 } END { print s ? s : "boot" }' "$run/sentinels")
+if [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then
+	fails+=("TIMEOUT: the guest did not power off within ${deadline}s (last stage: $last_stage); qemu was killed")
+elif [ "$qrc" != 0 ]; then
+	fails+=("qemu exited with status $qrc: $(tail -n 3 "$run/qemu.err" | tr '\n' ' ')")
+fi
+if grep -q 'Kernel panic' "$run/console.txt"; then
+	fails+=("the guest kernel panicked (last stage: $last_stage)")
+elif ! grep -qx 'done' "$run/sentinels" && [ "$qrc" = 0 ]; then
+	fails+=("the guest stopped without finishing (last stage: $last_stage)")
+fi
+while IFS= read -r l; do fails+=("setup: ${l#setup-fail }"); done < <(grep '^setup-fail' "$run/sentinels" || true)
+smoke_ok=$(grep -c '^smoke .* exit=0$' "$run/sentinels" || true)
+while IFS= read -r l; do
+	fails+=("smoke test ${l#smoke } (the image or the kernel's rxe is broken, not qpdrain)")
+done < <(grep '^smoke ' "$run/sentinels" | grep -v ' exit=0$' || true)
+pkg_ok=0
+for p in "${pkgs[@]}"; do
+	r=$(grep "^pkg $p exit=" "$run/sentinels" | tail -n 1 || true)
+	if [ -z "$r" ]; then
+		grep -q '^setup-ok' "$run/sentinels" && grep -q '^smoke .* exit=0$' "$run/sentinels" &&
+			fails+=("$p: no result (test binary missing or the guest died in it)")
+	elif [ "${r##*exit=}" = 0 ]; then
+		pkg_ok=$((pkg_ok + 1))
+	elif [ "${r##*exit=}" = 127 ]; then
+		fails+=("$p: test binary missing in the guest")
+	else
+		fails+=("$p: go test failed (exit ${r##*exit=})")
+	fi
+done
+klog=$(grep '^klog ' "$run/sentinels" | sed 's/^klog //' || true)
+warns=$(grep -c 'WARNING' <<<"$klog" || true)
+if grep -qE 'BUG|Oops' <<<"$klog"; then
+	fails+=("the guest kernel logged a BUG/Oops")
+fi
+if [ "$warns" != 0 ]; then
+	[ "${RXE_FAIL_ON_WARN:-0}" = 1 ] && fails+=("the guest kernel logged $warns WARNING(s)")
+fi
+if [ -n "$klog" ]; then
+	echo "$tag kernel log (rxe, warnings):"
+	while IFS= read -r l; do echo "$tag   $l"; done <<<"$klog"
+fi
+if [ ${#fails[@]} -gt 0 ] && [ "$last_stage" != 'done' ]; then
+	echo "$tag last lines of the guest console ($run/console.txt):"
+	grep -v '^$' "$run/console.txt" | tail -n 25 | sed "s/^/$tag   /"
+fi
+
+# times per stage from the host's clock when each sentinel arrived
+stamp() { awk -v s="$1" '$1 == s { print $2; exit }' "$run/stamps"; }
+span() { # span FROM TO: seconds between two stamps (FROM "t0": qemu start)
+	local a b
+	if [ "$1" = t0 ]; then a=$t0; else a=$(stamp "$1"); fi
+	b=$(stamp "$2")
+	[ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { printf "%.1fs", b - a }' || echo "-"
+}
+times="boot $(span t0 init), setup $(span init setup-ok), smoke $(span setup-ok tests), tests $(span tests 'done')"
+npass=$(grep -c '^--- PASS' "$run/result.txt" || true)
+nfail=$(grep -c '^--- FAIL' "$run/result.txt" || true)
+nskip=$(grep -c '^--- SKIP' "$run/result.txt" || true)
+counts="smoke $smoke_ok/3, packages $pkg_ok/${#pkgs[@]}, tests $npass passed $nfail failed $nskip skipped, kernel warnings $warns"
+if [ ${#fails[@]} -eq 0 ]; then
+	verdict=PASS
+else
+	verdict=FAIL
+	for f in "${fails[@]}"; do echo "$tag FAIL: $f"; done
+fi
+echo "rxe $verdict [$kver] $counts; wall ${wall}s ($times)" | tee "$run/summary"
+[ "$verdict" = PASS ]
