@@ -1,0 +1,243 @@
+package drain_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/devtest"
+	"github.com/qpdrain/qpdrain/soft"
+)
+
+// The tests in this file need the soft device's provider quirks: one test
+// per quirk, each showing the exact error or the fallback, never a hang.
+
+// stall is the bound the quirk tests give each wait, so that a stall shows
+// in milliseconds.
+const stall = 30 * time.Millisecond
+
+// quirkRig opens a soft device with quirks and 4 receive WQEs prefetched
+// by every SRQ QP, so that ERROR has receives to flush.
+func quirkRig(t *testing.T, q soft.Quirks) *rig {
+	dev := openSoft(t, soft.Config{Quirks: q, SRQPrefetch: 4})
+	r := newRig(t, dev, nil, 256)
+	r.postRecvs(nil, 128)
+	return r
+}
+
+func runReaper(t *testing.T, r *rig, o drain.Options) *drain.Reaper {
+	o.LastWQETimeout, o.DrainTimeout, o.Queue = stall, stall, queueOf
+	rp := drain.NewReaper(r.cq, o)
+	startCaller(t, rp, r.cq, r.dev)
+	return rp
+}
+
+// IBM eHCA: a send posted in ERROR never completes, so the drain WR never
+// does. Quarantine keeps the QPs, up to its bound; DestroyWhenEmpty
+// releases them once the CQ polls empty.
+func TestQuirkSendInErrorNotFlushed(t *testing.T) {
+	q := soft.Quirks{SendInErrorNotFlushed: true}
+	t.Run("quarantine", func(t *testing.T) {
+		r := quirkRig(t, q)
+		qps := r.pairs(3, true)
+		rp := runReaper(t, r, drain.Options{MaxQuarantine: 2})
+		var errs []error
+		for _, qp := range qps {
+			rep, err := add(t, rp, qp, drain.AddOptions{}).Wait(testCtx(t))
+			wantErr(t, err, drain.ErrDrainNotFlushed)
+			if !rep.SRQ || rep.Flushed[drain.QueueRecv].Flushed != 4 || !has(rep, drain.StepDrainPosted) || has(rep, drain.StepDrainDone) {
+				t.Errorf("want 4 flushed receives, the drain WR posted and never completed:\n%s", rep)
+			}
+			errs = append(errs, err)
+		}
+		wantErr(t, errs[0], drain.ErrQuarantined)
+		wantErr(t, errs[1], drain.ErrQuarantined)
+		wantErr(t, errs[2], drain.ErrQuarantineFull)
+		if st := rp.Stats(); st.Quarantined != 2 || st.Failed != 1 || st.Safe != 0 {
+			t.Errorf("stats %+v: want 2 quarantined, 1 failed, none safe", st)
+		}
+		if left := rp.Shutdown(testCtx(t)); len(left) != 2 {
+			t.Errorf("Shutdown returned %d QPs, want the 2 quarantined", len(left))
+		}
+	})
+	t.Run("destroy-when-empty", func(t *testing.T) {
+		r := quirkRig(t, q)
+		qp := r.pair(true)
+		rp := runReaper(t, r, drain.Options{Policy: drain.DestroyWhenEmpty})
+		rep, err := add(t, rp, qp, drain.AddOptions{}).Wait(testCtx(t))
+		if err != nil || rep.Outcome != drain.DestroyedAfterEmptyCQ {
+			t.Fatalf("%v, outcome %s; want no error and destroyed after empty CQ\n%s", err, rep.Outcome, rep)
+		}
+		wantErr(t, rep.Stall, drain.ErrDrainNotFlushed)
+		if !inOrder(kinds(rep), []drain.StepKind{drain.StepDrainPosted, drain.StepStall, drain.StepCQEmpty, drain.StepOutcome}) {
+			t.Errorf("want drain WR posted, stall, CQ empty, outcome:\n%s", rep)
+		}
+	})
+}
+
+// cxgb4 before 2025: no Last WQE Reached. Quarantine keeps the QP without
+// posting a drain WR; DestroyWhenEmpty still posts the drain WR, then
+// waits for an empty poll.
+func TestQuirkNoLastWQEReached(t *testing.T) {
+	q := soft.Quirks{NoLastWQEReached: true}
+	t.Run("quarantine", func(t *testing.T) {
+		r := quirkRig(t, q)
+		qp := r.pair(true)
+		rp := runReaper(t, r, drain.Options{})
+		rep, err := add(t, rp, qp, drain.AddOptions{}).Wait(testCtx(t))
+		wantErr(t, err, drain.ErrNoLastWQE, drain.ErrQuarantined)
+		if rep.Outcome != drain.Quarantined || has(rep, drain.StepEvent) || has(rep, drain.StepDrainPosted) {
+			t.Errorf("want quarantined with no event and no drain WR:\n%s", rep)
+		}
+		if st := rp.Stats(); st.DrainWRs != 0 || st.Quarantined != 1 {
+			t.Errorf("stats %+v: want no drain WR, 1 quarantined", st)
+		}
+	})
+	t.Run("destroy-when-empty", func(t *testing.T) {
+		r := quirkRig(t, q)
+		qp := r.pair(true)
+		rp := runReaper(t, r, drain.Options{Policy: drain.DestroyWhenEmpty})
+		rep, err := add(t, rp, qp, drain.AddOptions{}).Wait(testCtx(t))
+		if err != nil || rep.Outcome != drain.DestroyedAfterEmptyCQ {
+			t.Fatalf("%v, outcome %s; want destroyed after empty CQ\n%s", err, rep.Outcome, rep)
+		}
+		wantErr(t, rep.Stall, drain.ErrNoLastWQE)
+		want := []drain.StepKind{drain.StepStall, drain.StepDrainPosted, drain.StepDrainDone, drain.StepCQEmpty, drain.StepOutcome}
+		if !inOrder(kinds(rep), want) {
+			t.Errorf("want %v in order:\n%s", want, rep)
+		}
+	})
+}
+
+// Last WQE Reached twice: the repeat is counted and changes nothing — one
+// drain WR per batch, every QP safe once.
+func TestQuirkLastWQEReachedTwice(t *testing.T) {
+	r := quirkRig(t, soft.Quirks{LastWQEReachedTwice: true})
+	qps := r.pairs(4, true)
+	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
+	var hs []*drain.Handle
+	for _, qp := range qps {
+		hs = append(hs, add(t, rp, qp, drain.AddOptions{}))
+	}
+	if kept := handEvents(t, rp, r.dev, 2*len(qps)); len(kept) != 0 {
+		t.Errorf("reaper left %v", kept)
+	}
+	pollAll(t, rp, r.cq)
+	pollAll(t, rp, r.cq)
+	waitAll(t, hs)
+	if st := rp.Stats(); st.RepeatedLastWQE != 4 || st.DrainWRs != 2 || st.Safe != 4 {
+		t.Errorf("stats %+v: want 4 repeats ignored, 2 drain WRs (1, then 3), 4 safe", st)
+	}
+	// A repeat after the QP was released is not the reaper's any more.
+	if rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventQPLastWQEReached, QP: qps[0]}) {
+		t.Error("reaper claimed an event of a QP it released")
+	}
+}
+
+// A receive posted in ERROR is not flushed until something else happens on
+// the QP. The send drain WR posted on the same QP is that something: a QP
+// that carries its own drain WR is safe, its receive drain completing after
+// the drain WR was posted. In a batch, the QPs that do not carry the drain
+// WR keep their receive drain WR forever: ErrDrainNotFlushed, naming the
+// receive drain WR. MaxBatch 1 is the fallback that drains them all.
+func TestQuirkRecvInErrorFlushDeferred(t *testing.T) {
+	q := soft.Quirks{RecvInErrorFlushDeferred: true}
+	t.Run("own drain WR", func(t *testing.T) {
+		r := quirkRig(t, q)
+		qp := r.pair(false)
+		r.postRecvs(qp, 2)
+		rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: r.dev, DrainTimeout: stall, Queue: queueOf})
+		if err != nil {
+			t.Fatalf("%v\n%s", err, rep)
+		}
+		if !inOrder(kinds(rep), []drain.StepKind{drain.StepRecvDrainPosted, drain.StepDrainPosted, drain.StepRecvDrainDone}) {
+			t.Errorf("want the receive drain WR completed after the send drain WR was posted:\n%s", rep)
+		}
+	})
+	for _, maxBatch := range []int{0, 1} {
+		name := map[int]string{0: "batch", 1: "max batch 1"}[maxBatch]
+		t.Run(name, func(t *testing.T) {
+			r := quirkRig(t, q)
+			qps := r.pairs(3, false)
+			rp := drain.NewReaper(r.cq, drain.Options{MaxBatch: maxBatch, DrainTimeout: stall})
+			var hs []*drain.Handle
+			for _, qp := range qps {
+				hs = append(hs, add(t, rp, qp, drain.AddOptions{}))
+			}
+			// The first QP carries the first drain WR alone; the other two
+			// wait on the flush list and, without a cap, share the next.
+			for range 3 {
+				pollAll(t, rp, r.cq)
+			}
+			for i, h := range hs {
+				rep, err := h.Wait(testCtx(t))
+				if maxBatch == 0 && i == 2 {
+					wantErr(t, err, drain.ErrDrainNotFlushed, drain.ErrQuarantined)
+					if rep.Batch != 2 || !has(rep, drain.StepDrainDone) || has(rep, drain.StepRecvDrainDone) {
+						t.Errorf("want a batch of 2 whose drain WR completed, and the receive drain WR never:\n%s", rep)
+					}
+					continue
+				}
+				if err != nil {
+					t.Errorf("qp %d: %v\n%s", i, err, rep)
+				}
+			}
+		})
+	}
+}
+
+// WRs posted in ERROR flush only if the QP was in RTS before (Mellanox
+// firmware, per ipoib_cm.c). A QP drained from RTR never flushes its drain
+// WR: ErrDrainNotFlushed, and the report shows the state it came from.
+// The same QP taken to RTS first drains.
+func TestQuirkDrainNeedsRTS(t *testing.T) {
+	r := quirkRig(t, soft.Quirks{DrainNeedsRTS: true})
+	rtr := r.newQP(true)
+	peer := devtest.NewRC(t, r.pd, devtest.RCConfig{SendCQ: r.peerCQ, Cap: qpCap})
+	toRTR(t, r.dev, rtr, peer)
+	rts := r.pair(true)
+	rp := runReaper(t, r, drain.Options{MaxBatch: 1})
+	rep, err := add(t, rp, rtr, drain.AddOptions{}).Wait(testCtx(t))
+	wantErr(t, err, drain.ErrDrainNotFlushed, drain.ErrQuarantined)
+	if s := rep.Steps[0]; s.From != ibv.QPSRTR || !has(rep, drain.StepEvent) || has(rep, drain.StepDrainDone) {
+		t.Errorf("want RTR -> ERR, Last WQE Reached, a drain WR never completed:\n%s", rep)
+	}
+	if rep, err := add(t, rp, rts, drain.AddOptions{}).Wait(testCtx(t)); err != nil {
+		t.Errorf("a QP that was in RTS: %v\n%s", err, rep)
+	}
+}
+
+// toRTR moves qp from RESET to RTR towards peer, and no further.
+func toRTR(t *testing.T, dev ibv.Context, qp, peer ibv.QP) {
+	t.Helper()
+	steps := []struct {
+		attr ibv.QPAttr
+		mask ibv.QPAttrMask
+	}{
+		{ibv.QPAttr{State: ibv.QPSInit, PortNum: devtest.Port, AccessFlags: devtest.AllAccess},
+			ibv.QPAttrState | ibv.QPAttrPKeyIndex | ibv.QPAttrPort | ibv.QPAttrAccessFlags},
+		{ibv.QPAttr{State: ibv.QPSRTR, PathMTU: ibv.MTU1024, DestQPNum: peer.Num(), MaxDestRdAtomic: 1, MinRNRTimer: 12, AH: devtest.Address(t, dev)},
+			ibv.QPAttrState | ibv.QPAttrAV | ibv.QPAttrPathMTU | ibv.QPAttrDestQPN | ibv.QPAttrRQPSN | ibv.QPAttrMaxDestRdAtomic | ibv.QPAttrMinRNRTimer},
+	}
+	for _, s := range steps {
+		if err := qp.Modify(s.attr, s.mask); err != nil {
+			t.Fatalf("moving qpn %#x to %s: %v", qp.Num(), s.attr.State, err)
+		}
+	}
+}
+
+// A real CQ overflow on the soft device: EventCQErr on the reaper's CQ
+// fails the drain with ErrCQError.
+func TestCQOverflow(t *testing.T) {
+	dev := openSoft(t, soft.Config{})
+	cq := devtest.NewCQ(t, dev, 4)
+	r := newRig(t, dev, cq, 16)
+	qp := r.pair(false)
+	r.postRecvs(qp, 8)
+	rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: dev, DrainTimeout: devtest.Timeout})
+	wantErr(t, err, drain.ErrCQError)
+	if rep.Outcome != drain.Failed {
+		t.Errorf("outcome %s, want failed\n%s", rep.Outcome, rep)
+	}
+}
