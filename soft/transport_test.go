@@ -1,0 +1,205 @@
+package soft_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/soft"
+)
+
+// topologies returns the two environments of each way two QPs can meet.
+func topologies(t *testing.T) map[string][2]*env {
+	one := newEnv(t, soft.Config{Name: "same"})
+	fab := soft.NewFabric()
+	x := newEnv(t, soft.Config{Name: "x", Fabric: fab})
+	y := newEnv(t, soft.Config{Name: "y", Fabric: fab})
+	return map[string][2]*env{"one device": {one, one}, "two devices": {x, y}}
+}
+
+func TestSendRecv(t *testing.T) {
+	for name, envs := range topologies(t) {
+		t.Run(name, func(t *testing.T) {
+			p := newPair(t, envs[0], envs[1])
+			copy(p.ma.Buf(), "hello, soft world")
+			postRecv(t, p.b, ibv.RecvWR{ID: 7, SGL: append(sge(p.mb, 100, 5), sge(p.mb, 200, 100)...)})
+			post(t, p.a, ibv.SendWR{ID: 1, Opcode: ibv.WRSendWithImm, Flags: ibv.SendSignaled, SGL: sge(p.ma, 0, 17), ImmData: 0xbeef})
+			wantWCs(t, p.cqa, ibv.WC{ID: 1, Opcode: ibv.WCSend, ByteLen: 17, QPNum: p.a.Num()})
+			wantWCs(t, p.cqb, ibv.WC{ID: 7, Opcode: ibv.WCRecv, ByteLen: 17, ImmData: 0xbeef, Flags: ibv.WCFlagWithImm,
+				QPNum: p.b.Num(), SrcQP: p.a.Num(), SLID: envs[0].dev.LID()})
+			if got := string(p.mb.Buf()[100:105]) + string(p.mb.Buf()[200:212]); got != "hello, soft world" {
+				t.Errorf("received %q", got)
+			}
+		})
+	}
+}
+
+func TestConnectByGID(t *testing.T) {
+	fab := soft.NewFabric()
+	x := newEnv(t, soft.Config{Name: "x", Fabric: fab})
+	y := newEnv(t, soft.Config{Name: "y", Fabric: fab})
+	cx, cy := x.cq(8), y.cq(8)
+	a, b := x.qp(cx, nil), y.qp(cy, nil)
+	for _, s := range []struct {
+		q    *soft.QP
+		to   *env
+		peer *soft.QP
+	}{{a, y, b}, {b, x, a}} {
+		if err := s.q.ToRTS(0, s.peer.Num(), 1); err != nil { // LID 0 routes nowhere...
+			t.Fatal(err)
+		}
+		// ... so route by GID instead, in RTS->SQD->SQD with AV.
+		toState(t, s.q, ibv.QPSSQD)
+		ah := ibv.AHAttr{IsGlobal: true, GRH: ibv.GlobalRoute{DGID: s.to.dev.GID()}, PortNum: 1}
+		if err := s.q.Modify(ibv.QPAttr{State: ibv.QPSSQD, AH: ah}, ibv.QPAttrState|ibv.QPAttrAV); err != nil {
+			t.Fatal(err)
+		}
+		toState(t, s.q, ibv.QPSRTS)
+	}
+	postRecv(t, b, ibv.RecvWR{ID: 2})
+	post(t, a, ibv.SendWR{ID: 1, Opcode: ibv.WRSend, Flags: ibv.SendSignaled})
+	wantWCs(t, cx, ibv.WC{ID: 1, Opcode: ibv.WCSend, QPNum: a.Num()})
+	wantWCs(t, cy, ibv.WC{ID: 2, Opcode: ibv.WCRecv, QPNum: b.Num(), SrcQP: a.Num(), SLID: x.dev.LID()})
+}
+
+func TestRDMAAndAtomics(t *testing.T) {
+	for name, envs := range topologies(t) {
+		t.Run(name, func(t *testing.T) {
+			p := newPair(t, envs[0], envs[1])
+			la, rb := p.ma.Buf(), p.mb.Buf()
+			copy(la, "written")
+			post(t, p.a, ibv.SendWR{ID: 1, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled, SGL: sge(p.ma, 0, 7),
+				RemoteAddr: p.mb.Addr() + 64, RKey: p.mb.RKey()})
+			if string(rb[64:71]) != "written" {
+				t.Fatalf("RDMA WRITE left %q", rb[64:71])
+			}
+			postRecv(t, p.b, ibv.RecvWR{ID: 9})
+			post(t, p.a, ibv.SendWR{ID: 2, Opcode: ibv.WRRDMAWriteWithImm, Flags: ibv.SendSignaled, SGL: sge(p.ma, 0, 3),
+				RemoteAddr: p.mb.Addr() + 128, RKey: p.mb.RKey(), ImmData: 5})
+			copy(rb[300:], "remote!")
+			post(t, p.a, ibv.SendWR{ID: 3, Opcode: ibv.WRRDMARead, Flags: ibv.SendSignaled, SGL: sge(p.ma, 1000, 7),
+				RemoteAddr: p.mb.Addr() + 300, RKey: p.mb.RKey()})
+			if string(la[1000:1007]) != "remote!" {
+				t.Fatalf("RDMA READ got %q", la[1000:1007])
+			}
+			binary.NativeEndian.PutUint64(rb[512:], 40)
+			atom := func(id uint64, op ibv.WROpcode, cmpAdd, swap uint64) {
+				post(t, p.a, ibv.SendWR{ID: id, Opcode: op, Flags: ibv.SendSignaled, SGL: sge(p.ma, 2048, 8),
+					RemoteAddr: p.mb.Addr() + 512, RKey: p.mb.RKey(), CompareAdd: cmpAdd, Swap: swap})
+			}
+			atom(4, ibv.WRAtomicFetchAndAdd, 2, 0) // 40 -> 42, returns 40
+			if got := binary.NativeEndian.Uint64(la[2048:]); got != 40 {
+				t.Errorf("FETCH_ADD returned %d, want 40", got)
+			}
+			atom(5, ibv.WRAtomicCmpAndSwp, 7, 99) // no match: stays 42
+			atom(6, ibv.WRAtomicCmpAndSwp, 42, 99)
+			if got := binary.NativeEndian.Uint64(rb[512:]); got != 99 {
+				t.Errorf("remote word = %d, want 99", got)
+			}
+			if got := binary.NativeEndian.Uint64(la[2048:]); got != 42 {
+				t.Errorf("CMP_AND_SWP returned %d, want 42", got)
+			}
+			qa := p.a.Num()
+			wantWCs(t, p.cqa,
+				ibv.WC{ID: 1, Opcode: ibv.WCRDMAWrite, ByteLen: 7, QPNum: qa},
+				ibv.WC{ID: 2, Opcode: ibv.WCRDMAWrite, ByteLen: 3, QPNum: qa},
+				ibv.WC{ID: 3, Opcode: ibv.WCRDMARead, ByteLen: 7, QPNum: qa},
+				ibv.WC{ID: 4, Opcode: ibv.WCFetchAdd, ByteLen: 8, QPNum: qa},
+				ibv.WC{ID: 5, Opcode: ibv.WCCompSwap, ByteLen: 8, QPNum: qa},
+				ibv.WC{ID: 6, Opcode: ibv.WCCompSwap, ByteLen: 8, QPNum: qa})
+			wantWCs(t, p.cqb, ibv.WC{ID: 9, Opcode: ibv.WCRecvRDMAWithImm, ByteLen: 3, ImmData: 5, Flags: ibv.WCFlagWithImm,
+				QPNum: p.b.Num(), SrcQP: qa, SLID: envs[0].dev.LID()})
+		})
+	}
+}
+
+func TestSignaling(t *testing.T) {
+	e := newEnv(t, soft.Config{})
+	p := newPair(t, e, e)
+	postRecv(t, p.b, ibv.RecvWR{ID: 1}, ibv.RecvWR{ID: 2}, ibv.RecvWR{ID: 3})
+	post(t, p.a, ibv.SendWR{ID: 10, Opcode: ibv.WRSend}, ibv.SendWR{ID: 11, Opcode: ibv.WRSend, Flags: ibv.SendSignaled})
+	wantWCs(t, p.cqa, ibv.WC{ID: 11, Opcode: ibv.WCSend, QPNum: p.a.Num()})
+
+	// With SigAll every WR completes.
+	cq := e.cq(8)
+	all, err := e.pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, Type: ibv.QPTRC, SigAll: true, Cap: ibv.QPCap{MaxSendWR: 4, MaxRecvWR: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.closeLater(all)
+	peer := e.qp(e.cq(8), nil)
+	connect(t, all, peer, 1)
+	postRecv(t, peer, ibv.RecvWR{ID: 1})
+	post(t, all, ibv.SendWR{ID: 20, Opcode: ibv.WRSend})
+	wantWCs(t, cq, ibv.WC{ID: 20, Opcode: ibv.WCSend, QPNum: all.Num()})
+}
+
+func TestCompletionOrder(t *testing.T) {
+	e := newEnv(t, soft.Config{})
+	p := newPair(t, e, e)
+	var recvs []ibv.RecvWR
+	var sends []ibv.SendWR
+	var wantA, wantB []ibv.WC
+	for i := uint64(0); i < 50; i++ {
+		recvs = append(recvs, ibv.RecvWR{ID: 1000 + i, SGL: sge(p.mb, int(i), 1)})
+		sends = append(sends, ibv.SendWR{ID: i, Opcode: ibv.WRSend, Flags: ibv.SendSignaled, SGL: sge(p.ma, int(i), 1)})
+		wantA = append(wantA, ibv.WC{ID: i, Opcode: ibv.WCSend, ByteLen: 1, QPNum: p.a.Num()})
+		wantB = append(wantB, ibv.WC{ID: 1000 + i, Opcode: ibv.WCRecv, ByteLen: 1, QPNum: p.b.Num(), SrcQP: p.a.Num(), SLID: e.dev.LID()})
+		p.ma.Buf()[i] = byte(i)
+	}
+	postRecv(t, p.b, recvs...)
+	post(t, p.a, sends...)
+	wantWCs(t, p.cqa, wantA...)
+	wantWCs(t, p.cqb, wantB...)
+	if !bytes.Equal(p.mb.Buf()[:50], p.ma.Buf()[:50]) {
+		t.Error("payloads arrived out of order")
+	}
+}
+
+func TestRNR(t *testing.T) {
+	e := newEnv(t, soft.Config{})
+	p := newPair(t, e, e) // rnr_retry 7: wait forever
+	post(t, p.a, ibv.SendWR{ID: 1, Opcode: ibv.WRSend, Flags: ibv.SendSignaled},
+		ibv.SendWR{ID: 2, Opcode: ibv.WRSend, Flags: ibv.SendSignaled})
+	wantWCs(t, p.cqa) // both wait for receives
+	postRecv(t, p.b, ibv.RecvWR{ID: 8})
+	wantWCs(t, p.cqa, ibv.WC{ID: 1, Opcode: ibv.WCSend, QPNum: p.a.Num()})
+	postRecv(t, p.b, ibv.RecvWR{ID: 9})
+	wantWCs(t, p.cqa, ibv.WC{ID: 2, Opcode: ibv.WCSend, QPNum: p.a.Num()})
+
+	// A finite rnr_retry runs out at once.
+	if err := p.a.Modify(ibv.QPAttr{State: ibv.QPSSQD}, ibv.QPAttrState); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.a.Modify(ibv.QPAttr{State: ibv.QPSSQD, RNRRetry: 3}, ibv.QPAttrState|ibv.QPAttrRNRRetry); err != nil {
+		t.Fatal(err)
+	}
+	toState(t, p.a, ibv.QPSRTS)
+	pollAll(t, p.cqb)
+	post(t, p.a, ibv.SendWR{ID: 3, Opcode: ibv.WRSend})
+	wantWCs(t, p.cqa, ibv.WC{ID: 3, Status: ibv.WCRNRRetryExcErr, QPNum: p.a.Num()})
+	if s := state(t, p.a); s != ibv.QPSErr {
+		t.Errorf("requester after RNR retries exhausted: %s, want ERR", s)
+	}
+	if s := state(t, p.b); s != ibv.QPSRTS {
+		t.Errorf("responder: %s, want RTS", s)
+	}
+}
+
+func TestUnreachablePeer(t *testing.T) {
+	e := newEnv(t, soft.Config{})
+	for name, prepare := range map[string]func(a, b *soft.QP){
+		"peer in ERR":   func(a, b *soft.QP) { toState(t, b, ibv.QPSErr) },
+		"peer closed":   func(a, b *soft.QP) { b.Close() },
+		"peer in RESET": func(a, b *soft.QP) { toState(t, b, ibv.QPSReset) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := newPair(t, e, e)
+			prepare(p.a, p.b)
+			post(t, p.a, ibv.SendWR{ID: 1, Opcode: ibv.WRRDMAWrite}, ibv.SendWR{ID: 2, Opcode: ibv.WRSend})
+			wantWCs(t, p.cqa, ibv.WC{ID: 1, Status: ibv.WCRetryExcErr, QPNum: p.a.Num()}, flushed(2, p.a.Num()))
+			wantEvents(t, e.dev) // a requester error raises no event
+		})
+	}
+}
