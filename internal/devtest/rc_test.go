@@ -1,0 +1,203 @@
+package devtest
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"testing"
+
+	"github.com/qpdrain/qpdrain/ibv"
+)
+
+// loopback is two connected RC QPs on one device, each with its own CQ
+// and a registered buffer.
+type loopback struct {
+	ctx      ibv.Context
+	pd       ibv.PD
+	a, b     ibv.QP
+	mra, mrb ibv.MR
+}
+
+func newLoopback(t *testing.T) *loopback {
+	t.Helper()
+	ctx := Open(t)
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	Close(t, pd)
+	l := &loopback{ctx: ctx, pd: pd}
+	l.a = NewRC(t, pd, RCConfig{})
+	l.b = NewRC(t, pd, RCConfig{})
+	l.mra = Buffer(t, pd, 4096, AllAccess)
+	l.mrb = Buffer(t, pd, 4096, AllAccess)
+	Connect(t, ctx, l.a, l.b)
+	return l
+}
+
+func sge(mr ibv.MR, off, n int) []ibv.SGE {
+	return []ibv.SGE{{Addr: mr.Addr() + uint64(off), Length: uint32(n), LKey: mr.LKey()}}
+}
+
+func post(t *testing.T, qp ibv.QP, wrs ...ibv.SendWR) {
+	t.Helper()
+	if err := qp.PostSend(wrs); err != nil {
+		t.Fatalf("posting send on QP %d: %v", qp.Num(), err)
+	}
+}
+
+func postRecv(t *testing.T, qp ibv.QP, wrs ...ibv.RecvWR) {
+	t.Helper()
+	if err := qp.PostRecv(wrs); err != nil {
+		t.Fatalf("posting receive on QP %d: %v", qp.Num(), err)
+	}
+}
+
+func checkWC(t *testing.T, wc ibv.WC, id uint64, status ibv.WCStatus, op ibv.WCOpcode) {
+	t.Helper()
+	if wc.ID != id || wc.Status != status || (status == ibv.WCSuccess && wc.Opcode != op) {
+		t.Fatalf("completion %v, want wr_id=%d status=%s opcode=%s", wc, id, status, op)
+	}
+}
+
+func TestConnect(t *testing.T) {
+	l := newLoopback(t)
+	for _, qp := range []ibv.QP{l.a, l.b} {
+		attr, init, err := qp.Query(ibv.QPAttrState | ibv.QPAttrDestQPN | ibv.QPAttrCap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if attr.State != ibv.QPSRTS {
+			t.Errorf("QP %d is %s, want RTS", qp.Num(), attr.State)
+		}
+		peer := l.b
+		if qp == l.b {
+			peer = l.a
+		}
+		if attr.DestQPNum != peer.Num() {
+			t.Errorf("QP %d dest QPN %d, want %d", qp.Num(), attr.DestQPNum, peer.Num())
+		}
+		if init.Type != ibv.QPTRC || init.SendCQ != qp.SendCQ() || init.SRQ != nil || init.Cap.MaxSendWR < 16 {
+			t.Errorf("QP %d init attributes %+v", qp.Num(), init)
+		}
+	}
+}
+
+func TestSendRecv(t *testing.T) {
+	l := newLoopback(t)
+	msg := []byte("hello, responder")
+	copy(l.mra.Buf(), msg)
+	postRecv(t, l.b, ibv.RecvWR{ID: 10, SGL: sge(l.mrb, 0, 64)}, ibv.RecvWR{ID: 11, SGL: sge(l.mrb, 64, 64)})
+	post(t, l.a,
+		ibv.SendWR{ID: 1, Opcode: ibv.WRSendWithImm, Flags: ibv.SendSignaled, SGL: sge(l.mra, 0, len(msg)), ImmData: 0xdeadbeef},
+		ibv.SendWR{ID: 2, Opcode: ibv.WRSend, Flags: ibv.SendSignaled})
+	wcs := Poll(t, l.a.SendCQ(), 2)
+	checkWC(t, wcs[0], 1, ibv.WCSuccess, ibv.WCSend)
+	checkWC(t, wcs[1], 2, ibv.WCSuccess, ibv.WCSend)
+	wcs = Poll(t, l.b.RecvCQ(), 2)
+	checkWC(t, wcs[0], 10, ibv.WCSuccess, ibv.WCRecv)
+	if wcs[0].ByteLen != uint32(len(msg)) || wcs[0].Flags&ibv.WCFlagWithImm == 0 || wcs[0].ImmData != 0xdeadbeef || wcs[0].QPNum != l.b.Num() {
+		t.Errorf("receive %+v, want %d bytes with immediate 0xdeadbeef on QP %d", wcs[0], len(msg), l.b.Num())
+	}
+	checkWC(t, wcs[1], 11, ibv.WCSuccess, ibv.WCRecv)
+	if wcs[1].ByteLen != 0 || wcs[1].Flags&ibv.WCFlagWithImm != 0 {
+		t.Errorf("zero-length receive %+v, want 0 bytes without immediate", wcs[1])
+	}
+	if got := l.mrb.Buf()[:len(msg)]; !bytes.Equal(got, msg) {
+		t.Errorf("received %q, want %q", got, msg)
+	}
+}
+
+// TestSendInline: a QP created with room for inline data sends from a
+// buffer the device copies at post time. The soft device has no inline
+// data and refuses such a QP with ErrResourceLimit (docs/PROVIDERS.md).
+func TestSendInline(t *testing.T) {
+	ctx := Open(t)
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	Close(t, pd)
+	cq := NewCQ(t, ctx, 16)
+	inline := ibv.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
+	a, err := pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: inline, Type: ibv.QPTRC})
+	if CurrentProvider() == ProviderSoft {
+		if !errors.Is(err, ibv.ErrResourceLimit) {
+			t.Errorf("creating a QP with inline data on the soft device = %v, want ErrResourceLimit", err)
+		}
+		if err == nil {
+			Close(t, a)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	Close(t, a)
+	b := NewRC(t, pd, RCConfig{})
+	mra := Buffer(t, pd, 4096, AllAccess)
+	mrb := Buffer(t, pd, 4096, AllAccess)
+	Connect(t, ctx, a, b)
+	copy(mra.Buf(), "inline!")
+	postRecv(t, b, ibv.RecvWR{ID: 11, SGL: sge(mrb, 0, 64)})
+	post(t, a, ibv.SendWR{ID: 2, Opcode: ibv.WRSend, Flags: ibv.SendSignaled | ibv.SendInline, SGL: sge(mra, 0, 7)})
+	copy(mra.Buf(), "changed") // inline data was copied at post time
+	checkWC(t, Poll(t, cq, 1)[0], 2, ibv.WCSuccess, ibv.WCSend)
+	wc := Poll(t, b.RecvCQ(), 1)[0]
+	checkWC(t, wc, 11, ibv.WCSuccess, ibv.WCRecv)
+	if got := string(mrb.Buf()[:7]); wc.ByteLen != 7 || got != "inline!" {
+		t.Errorf("inline receive of %d bytes %q, want 7 bytes %q", wc.ByteLen, got, "inline!")
+	}
+}
+
+func TestRDMAWriteRead(t *testing.T) {
+	l := newLoopback(t)
+	copy(l.mra.Buf(), "written by RDMA")
+	copy(l.mrb.Buf()[1024:], "read by RDMA")
+	postRecv(t, l.b, ibv.RecvWR{ID: 20})
+	post(t, l.a,
+		ibv.SendWR{ID: 1, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled, SGL: sge(l.mra, 0, 15), RemoteAddr: l.mrb.Addr() + 512, RKey: l.mrb.RKey()},
+		ibv.SendWR{ID: 2, Opcode: ibv.WRRDMAWriteWithImm, Flags: ibv.SendSignaled, SGL: sge(l.mra, 0, 7), RemoteAddr: l.mrb.Addr() + 600, RKey: l.mrb.RKey(), ImmData: 42},
+		ibv.SendWR{ID: 3, Opcode: ibv.WRRDMARead, Flags: ibv.SendSignaled, SGL: sge(l.mra, 2048, 12), RemoteAddr: l.mrb.Addr() + 1024, RKey: l.mrb.RKey()})
+	wcs := Poll(t, l.a.SendCQ(), 3)
+	checkWC(t, wcs[0], 1, ibv.WCSuccess, ibv.WCRDMAWrite)
+	checkWC(t, wcs[1], 2, ibv.WCSuccess, ibv.WCRDMAWrite)
+	checkWC(t, wcs[2], 3, ibv.WCSuccess, ibv.WCRDMARead)
+	if wcs[2].ByteLen != 12 {
+		t.Errorf("RDMA READ completion %v, want byte_len 12", wcs[2])
+	}
+	wcs = Poll(t, l.b.RecvCQ(), 1)
+	checkWC(t, wcs[0], 20, ibv.WCSuccess, ibv.WCRecvRDMAWithImm)
+	if wcs[0].ImmData != 42 || wcs[0].Flags&ibv.WCFlagWithImm == 0 || wcs[0].ByteLen != 7 {
+		t.Errorf("WRITE with immediate consumed %+v, want immediate 42, 7 bytes", wcs[0])
+	}
+	if got := string(l.mrb.Buf()[512:527]); got != "written by RDMA" {
+		t.Errorf("RDMA WRITE left %q", got)
+	}
+	if got := string(l.mra.Buf()[2048:2060]); got != "read by RDMA" {
+		t.Errorf("RDMA READ brought %q", got)
+	}
+}
+
+func TestAtomics(t *testing.T) {
+	l := newLoopback(t)
+	remote := l.mrb.Buf()[8:16]
+	binary.NativeEndian.PutUint64(remote, 100)
+	post(t, l.a,
+		ibv.SendWR{ID: 1, Opcode: ibv.WRAtomicFetchAndAdd, Flags: ibv.SendSignaled, SGL: sge(l.mra, 0, 8), RemoteAddr: l.mrb.Addr() + 8, RKey: l.mrb.RKey(), CompareAdd: 5},
+		ibv.SendWR{ID: 2, Opcode: ibv.WRAtomicCmpAndSwp, Flags: ibv.SendSignaled, SGL: sge(l.mra, 8, 8), RemoteAddr: l.mrb.Addr() + 8, RKey: l.mrb.RKey(), CompareAdd: 105, Swap: 7},
+		ibv.SendWR{ID: 3, Opcode: ibv.WRAtomicCmpAndSwp, Flags: ibv.SendSignaled, SGL: sge(l.mra, 16, 8), RemoteAddr: l.mrb.Addr() + 8, RKey: l.mrb.RKey(), CompareAdd: 999, Swap: 1})
+	wcs := Poll(t, l.a.SendCQ(), 3)
+	checkWC(t, wcs[0], 1, ibv.WCSuccess, ibv.WCFetchAdd)
+	checkWC(t, wcs[1], 2, ibv.WCSuccess, ibv.WCCompSwap)
+	checkWC(t, wcs[2], 3, ibv.WCSuccess, ibv.WCCompSwap)
+	local := l.mra.Buf()
+	for i, want := range []uint64{100, 105, 7} {
+		if got := binary.NativeEndian.Uint64(local[8*i:]); got != want {
+			t.Errorf("atomic %d returned %d, want %d", i+1, got, want)
+		}
+	}
+	if got := binary.NativeEndian.Uint64(remote); got != 7 {
+		t.Errorf("remote value after atomics = %d, want 7", got)
+	}
+}
