@@ -9,9 +9,9 @@ set -euo pipefail
 # shellcheck source=scripts/rxe/common.sh disable=SC1091
 . "$(dirname "$0")/common.sh"
 
-kdir=${1:?usage: build-initrd.sh KDIR TESTDIR OUT}
-tdir=${2:?usage: build-initrd.sh KDIR TESTDIR OUT}
-out=${3:?usage: build-initrd.sh KDIR TESTDIR OUT}
+kdir=$(realpath "${1:?usage: build-initrd.sh KDIR TESTDIR OUT}")
+tdir=$(realpath "${2:?usage: build-initrd.sh KDIR TESTDIR OUT}")
+out=$(realpath -m "${3:?usage: build-initrd.sh KDIR TESTDIR OUT}")
 : "${RXE_TOKEN:?RXE_TOKEN must be set}"
 
 root=$out.root
@@ -66,6 +66,7 @@ cp "$kdir/modules.order" usr/lib/modules/order
 # the test binaries, their libraries and the packages' testdata
 pkgs=$(tr '\n' ' ' <"$tdir/pkgs")
 for p in $pkgs; do
+	[ -x "$tdir/$p.test" ] || rxe_die "test binary $tdir/$p.test is missing"
 	cp "$tdir/$p.test" "$tdir/$p.dir" tests/
 	copy_libs "$tdir/$p.test"
 done

@@ -8,7 +8,7 @@ set -euo pipefail
 # shellcheck source=scripts/rxe/common.sh disable=SC1091
 . "$(dirname "$0")/common.sh"
 
-out=${1:?usage: build-tests.sh OUTDIR}
+out=$(realpath -m "${1:?usage: build-tests.sh OUTDIR}")
 rm -rf "$out" && mkdir -p "$out/src"
 : >"$out/pkgs"
 : >"$out/skipped"

@@ -10,9 +10,9 @@ set -euo pipefail
 # shellcheck source=scripts/rxe/common.sh disable=SC1091
 . "$(dirname "$0")/common.sh"
 
-kdir=${1:?usage: run-vm.sh KDIR INITRD RUNDIR PKG...}
-initrd=${2:?usage: run-vm.sh KDIR INITRD RUNDIR PKG...}
-run=${3:?usage: run-vm.sh KDIR INITRD RUNDIR PKG...}
+kdir=$(realpath "${1:?usage: run-vm.sh KDIR INITRD RUNDIR PKG...}")
+initrd=$(realpath "${2:?usage: run-vm.sh KDIR INITRD RUNDIR PKG...}")
+run=$(realpath -m "${3:?usage: run-vm.sh KDIR INITRD RUNDIR PKG...}")
 shift 3
 pkgs=("$@")
 : "${RXE_TOKEN:?RXE_TOKEN must be set}"
@@ -96,7 +96,8 @@ clean <"$run/console.log" >"$run/console.txt"
 fails=()
 sent() { grep -F "$mark" "$run/result.txt" | sed "s/^.*$mark//; s/ uptime=[0-9.]*\$//"; }
 sent >"$run/sentinels"
-last_stage=$(awk '$1 == "stage" { s = $2 } END { print s ? s : "boot" }' "$run/sentinels")
+last_stage=$(awk '$1 == "stage" { s = $2 } $1 == "pkg-start" { s = "tests, in " $2 } $1 == "pkg" { s = "tests" }
+	END { print s ? s : "boot" }' "$run/sentinels")
 if [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then
 	fails+=("TIMEOUT: the guest did not power off within ${deadline}s (last stage: $last_stage); qemu was killed")
 elif [ "$qrc" != 0 ]; then
@@ -138,9 +139,17 @@ if [ -n "$klog" ]; then
 	echo "$tag kernel log (rxe, warnings):"
 	while IFS= read -r l; do echo "$tag   $l"; done <<<"$klog"
 fi
-if [ ${#fails[@]} -gt 0 ] && [ "$last_stage" != 'done' ]; then
-	echo "$tag last lines of the guest console ($run/console.txt):"
-	grep -v '^$' "$run/console.txt" | tail -n 25 | sed "s/^/$tag   /"
+if [ ${#fails[@]} -gt 0 ] && ! grep -qx 'done' "$run/sentinels"; then
+	# The guest did not finish: show where the kernel's trouble starts, then how the console ends.
+	first=$(grep -nE 'BUG:|Oops|general protection|Kernel panic|sysrq: Trigger|WARNING:|hung_task|soft lockup' \
+		"$run/console.txt" | head -n 1 | cut -d: -f1)
+	if [ -n "$first" ]; then
+		echo "$tag the guest kernel's first complaint ($run/console.txt:$first):"
+		tail -n +"$first" "$run/console.txt" | head -n 15 | sed "s/^/$tag   /"
+		grep 'Kernel panic' "$run/console.txt" | head -n 1 | sed "s/^/$tag   /"
+	fi
+	echo "$tag last lines of the guest console:"
+	grep -v '^$' "$run/console.txt" | tail -n 12 | sed "s/^/$tag   /"
 fi
 
 # times per stage from the host's clock when each sentinel arrived
