@@ -1,0 +1,51 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/qpdrain/qpdrain/ibv"
+)
+
+// TestDevices runs "qpdrain devices" on whatever this machine has: without
+// RDMA it must say "no RDMA devices" and exit 3; with devices (inside the
+// rxe VM) it must list each, in text and in JSON.
+func TestDevices(t *testing.T) {
+	infos, listErr := ibv.Devices()
+	var stdout, stderr bytes.Buffer
+	cmd := newRootCmd(&stdout, &stderr)
+	cmd.SetArgs([]string{"devices"})
+	err := cmd.Execute()
+	if listErr != nil || len(infos) == 0 {
+		var ec *exitCodeError
+		if !errors.As(err, &ec) || ec.code != exitUnsupported || err.Error() != "no RDMA devices" {
+			t.Fatalf("devices without RDMA: err %v, want %q with exit code %d", err, "no RDMA devices", exitUnsupported)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, info := range infos {
+		if !strings.Contains(stdout.String(), info.Name+": ") || !strings.Contains(stdout.String(), "port 1 state") {
+			t.Errorf("output does not list %s and its port 1:\n%s", info.Name, stdout.String())
+		}
+	}
+	stdout.Reset()
+	cmd = newRootCmd(&stdout, &stderr)
+	cmd.SetArgs([]string{"devices", "-j"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	var devs []deviceReport
+	if err := json.Unmarshal(stdout.Bytes(), &devs); err != nil {
+		t.Fatalf("JSON output: %v\n%s", err, stdout.String())
+	}
+	if len(devs) != len(infos) || len(devs[0].Ports) == 0 {
+		t.Errorf("JSON lists %d devices, want %d with ports:\n%s", len(devs), len(infos), stdout.String())
+	}
+	t.Logf("%s", stdout.String())
+}
