@@ -62,6 +62,9 @@ func (d *Device) CreateCQ(cqe int, channel ibv.CompChannel) (ibv.CQ, error) {
 	return c, nil
 }
 
+// ID is the CQ's handle on its device, counted from 1, as traces name it.
+func (c *CQ) ID() uint32 { return c.id }
+
 // CQE is the number of completions the CQ holds.
 func (c *CQ) CQE() int { return len(c.buf) }
 

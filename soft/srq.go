@@ -89,7 +89,10 @@ func (s *SRQ) postRecv(wrs []ibv.RecvWR) error {
 	return nil
 }
 
-// take removes the oldest WQE for QP q. Taking the SRQ below its armed
+// ID is the SRQ's handle on its device, counted from 1, as traces name it.
+func (s *SRQ) ID() uint32 { return s.id }
+
+// take removes the oldest WQE. Taking the SRQ below its armed
 // limit raises SRQ_LIMIT_REACHED once and disarms the limit. Called with
 // fab.mu held.
 func (s *SRQ) take() (recvWQE, bool) {

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/qpdrain/qpdrain/soft/scenario"
+)
+
+func init() { subcommands = append(subcommands, newScenarioCmd) }
+
+func newScenarioCmd(opts *globalOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "scenario NAME",
+		Short: "Run a scripted scenario on soft devices and print its trace, step by step",
+		Long: "Run a scripted scenario on in-process soft RDMA devices and print, for each step, one line\n" +
+			"saying what it shows, then what the devices did: state changes, completions, async events.\n" +
+			"Scenarios: " + strings.Join(scenario.Names, ", ") + ".",
+		Args:      cobra.ExactArgs(1),
+		ValidArgs: scenario.Names,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			steps, err := scenario.Run(args[0])
+			if err != nil {
+				return withExitCode(exitError, fmt.Errorf("scenario %s: %w", args[0], err))
+			}
+			opts.log.WithField("scenario", args[0]).WithField("steps", len(steps)).Debug("scenario ran")
+			if opts.json {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(steps)
+			}
+			return scenario.Format(cmd.OutOrStdout(), steps)
+		},
+	}
+}

@@ -1,0 +1,24 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"testing"
+)
+
+// The CLI prints exactly the golden trace of the scenario's own test.
+func TestScenarioCommand(t *testing.T) {
+	var out, errOut bytes.Buffer
+	root := newRootCmd(&out, &errOut)
+	root.SetArgs([]string{"scenario", "srq-fault"})
+	if err := root.Execute(); err != nil {
+		t.Fatalf("qpdrain scenario srq-fault: %v (stderr %q)", err, errOut.String())
+	}
+	want, err := os.ReadFile("../../testdata/srq-fault.golden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(out.Bytes(), want) {
+		t.Errorf("output differs from testdata/srq-fault.golden:\n%s", out.Bytes())
+	}
+}
