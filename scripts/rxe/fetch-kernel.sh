@@ -72,15 +72,15 @@ EOF
 export APT_CONFIG=$apt/apt.conf
 
 rxe_log "$suite: apt-get update (private lists in $apt)"
-apt-get update -qq >"$apt/update.log" 2>&1 || { cat "$apt/update.log" >&2; rxe_env_die "apt-get update failed (no network?)"; }
+apt-get update -qq --error-on=any >"$apt/update.log" 2>&1 || { cat "$apt/update.log" >&2; rxe_env_die "apt-get update failed (no network?)"; }
 
 # Which kernel: the dependency of the metapackage linux-image-amd64 in that suite. Backports are
 # NotAutomatic, so the stock policy already picks $RXE_DIST (+updates, +security) for the base
 # suite; a -backports suite is chosen with APT::Default-Release.
 opts=()
 case $suite in *-backports) opts=(-o "APT::Default-Release=$suite") ;; esac
-pkg=$(apt-cache "${opts[@]}" depends linux-image-amd64 |
-	awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ { print $2; exit }')
+deps=$(apt-cache "${opts[@]}" depends linux-image-amd64) || rxe_env_die "$suite: apt knows no linux-image-amd64"
+pkg=$(awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ { print $2; exit }' <<<"$deps")
 [ -n "$pkg" ] || rxe_die "$suite: no linux-image-amd64 dependency found"
 version=$(apt-cache "${opts[@]}" show --no-all-versions "$pkg" | awk '$1 == "Version:" { print $2; exit }')
 rxe_log "$suite: kernel package $pkg $version"
