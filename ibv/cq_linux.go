@@ -138,8 +138,8 @@ type verbsCQ struct {
 	cqe     int
 	trace   *objtrace.Record
 
-	pollMu sync.Mutex // guards wc
-	wc     []C.struct_ibv_wc
+	pollMu sync.Mutex        // guards wc, and the CQ itself against Close
+	wc     []C.struct_ibv_wc // nil once closed
 }
 
 func newCQ(c *verbsContext, cqe int, channel CompChannel) (*verbsCQ, error) {
@@ -185,16 +185,17 @@ func newCQ(c *verbsContext, cqe int, channel CompChannel) (*verbsCQ, error) {
 
 func (q *verbsCQ) CQE() int { return q.cqe }
 
+// Poll takes only pollMu, not the lifecycle lock as well: on the hot path
+// every atomic counts, and Close holds pollMu while it destroys the CQ.
 func (q *verbsCQ) Poll(wcs []WC) (int, error) {
-	if err := q.life.enter(); err != nil {
-		return 0, err
+	q.pollMu.Lock()
+	defer q.pollMu.Unlock()
+	if q.wc == nil {
+		return 0, ErrClosed
 	}
-	defer q.life.exit()
 	if len(wcs) == 0 {
 		return 0, nil
 	}
-	q.pollMu.Lock()
-	defer q.pollMu.Unlock()
 	if len(wcs) > len(q.wc) {
 		p := C.calloc(C.size_t(len(wcs)), C.sizeof_struct_ibv_wc)
 		if p == nil {
@@ -256,15 +257,15 @@ func (q *verbsCQ) Close() error {
 		return err
 	}
 	defer q.life.mu.Unlock()
+	q.pollMu.Lock()
+	defer q.pollMu.Unlock()
 	if rc := C.ibv_destroy_cq(q.cq); rc != 0 {
 		return fmt.Errorf("destroying CQ: %w", rcErr(rc))
 	}
 	q.life.closed = true
 	q.ctx.objs.remove(q.handle)
-	q.pollMu.Lock()
 	C.free(unsafe.Pointer(&q.wc[0]))
 	q.wc = nil
-	q.pollMu.Unlock()
 	if q.channel != nil {
 		q.channel.life.users.Add(-1)
 	}

@@ -1,0 +1,50 @@
+//go:build linux && cgo
+
+package ibv
+
+import (
+	"errors"
+	"syscall"
+	"testing"
+)
+
+func TestErrnoErr(t *testing.T) {
+	for _, tc := range []struct {
+		errno     syscall.Errno
+		sentinels []error
+		want      error
+	}{
+		{syscall.EINVAL, nil, ErrInvalidArgument},
+		{syscall.EBUSY, nil, ErrBusy},
+		{syscall.EOPNOTSUPP, nil, ErrNotSupported},
+		{syscall.ENODEV, nil, ErrNoDevice},
+		{syscall.ENOMEM, []error{ErrQueueFull}, ErrQueueFull},
+		{syscall.ENOMEM, []error{ErrResourceLimit}, ErrResourceLimit},
+		{syscall.ENOMEM, nil, syscall.ENOMEM},
+		{syscall.EIO, []error{ErrQueueFull}, syscall.EIO},
+	} {
+		err := errnoErr(tc.errno, tc.sentinels...)
+		if err != tc.want || !errors.Is(err, tc.errno) {
+			t.Errorf("errnoErr(%v, %v) = %v, want %v matching the errno", tc.errno, tc.sentinels, err, tc.want)
+		}
+	}
+	if err := cErr(syscall.Errno(0)); !errors.Is(err, syscall.EIO) {
+		t.Errorf("cErr(0) = %v, want EIO", err)
+	}
+}
+
+// TestOpenMissing: a device that does not exist is ErrNoDevice, whether
+// the machine has RDMA (the name is unknown) or not (no device at all).
+func TestOpenMissing(t *testing.T) {
+	ctx, err := Open("qpdrain-no-such-device")
+	if err == nil {
+		ctx.Close()
+		t.Fatal("Open of a missing device succeeded")
+	}
+	if !errors.Is(err, ErrNoDevice) {
+		t.Errorf("Open of a missing device = %v, want ErrNoDevice", err)
+	}
+	if devs, err := Devices(); err != nil && !errors.Is(err, ErrNoDevice) {
+		t.Errorf("Devices() = %v, %v; want a list or ErrNoDevice", devs, err)
+	}
+}

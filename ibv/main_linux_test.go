@@ -1,0 +1,11 @@
+//go:build linux && cgo
+
+package ibv
+
+import (
+	"testing"
+
+	"github.com/qpdrain/qpdrain/internal/testmain"
+)
+
+func TestMain(m *testing.M) { testmain.Run(m) }
