@@ -100,9 +100,9 @@ type Device struct {
 	evWake   chan struct{} // one token: an event was queued
 	events   ring[ibv.AsyncEvent]
 	qps      map[uint32]*QP
-	mrs      map[uint32]*MR
+	mrs      []*MR // index key>>8 - 1; nil once closed
+	nMR      int
 	nextQPN  uint32
-	nextKey  uint32
 	nextID   uint32 // CQ and SRQ handles, for traces
 	nextSeq  uint64 // creation order of QPs, for deterministic walks
 	nPD      int
@@ -139,7 +139,6 @@ func Open(cfg Config) (*Device, error) {
 		done:    make(chan struct{}),
 		evWake:  make(chan struct{}, 1),
 		qps:     map[uint32]*QP{},
-		mrs:     map[uint32]*MR{},
 		nextQPN: firstQPN,
 	}
 	fab.mu.Lock()
@@ -296,6 +295,7 @@ func (d *Device) Close() error {
 			d.name, d.nPD, d.nCQ, d.nChannel, ibv.ErrBusy)
 	}
 	d.closed = true
+	d.fab.gen++
 	close(d.done)
 	d.events.reset()
 	d.rec.Release()

@@ -50,15 +50,16 @@ func (q *QP) execHead() execResult {
 		// moved it to ERROR: the WR was flushed with the rest.
 		return execDone
 	}
-	wr := q.sq.pop()
+	id, op, signaled := w.id, ibv.WROpcode(w.opcode), q.sigAll || ibv.SendFlags(w.flags)&ibv.SendSignaled != 0
+	q.sq.drop()
 	if status != ibv.WCSuccess {
 		q.toErr(eventNone)
-		q.sendCQ.push(&ibv.WC{ID: wr.id, Status: status, QPNum: q.num}, false)
+		q.sendCQ.push(&ibv.WC{ID: id, Status: status, QPNum: q.num}, false)
 		q.flush()
 		return execDone
 	}
-	if q.sigAll || ibv.SendFlags(wr.flags)&ibv.SendSignaled != 0 {
-		q.sendCQ.push(&ibv.WC{ID: wr.id, Status: ibv.WCSuccess, Opcode: wcOpcode(ibv.WROpcode(wr.opcode)), ByteLen: n, QPNum: q.num}, false)
+	if signaled {
+		q.sendCQ.push(&ibv.WC{ID: id, Status: ibv.WCSuccess, Opcode: wcOpcode(op), ByteLen: n, QPNum: q.num}, false)
 	}
 	return execDone
 }
@@ -194,25 +195,28 @@ func (q *QP) rnr() (ibv.WCStatus, uint32, bool) {
 // would answer: no such QP, not in a receiving state, or not connected
 // back to this QP.
 func (q *QP) responder() *QP {
-	p := q.peer
-	if p == nil || p.closed {
-		d := q.dev.fab.route(&q.attr.AH)
-		if d == nil {
-			return nil
-		}
-		if p = d.qps[q.attr.DestQPNum]; p == nil {
-			return nil
-		}
-		q.peer = p
+	f := q.dev.fab
+	if q.peerGen == f.gen {
+		return q.peer
+	}
+	q.peer, q.peerGen = nil, f.gen
+	d := f.route(&q.attr.AH)
+	if d == nil {
+		return nil
+	}
+	p := d.qps[q.attr.DestQPNum]
+	if p == nil {
+		return nil
 	}
 	switch p.state {
 	case ibv.QPSRTR, ibv.QPSRTS, ibv.QPSSQD, ibv.QPSSQE:
 	default:
 		return nil
 	}
-	if p.attr.DestQPNum != q.num || p.dev.fab.route(&p.attr.AH) != q.dev {
+	if p.attr.DestQPNum != q.num || f.route(&p.attr.AH) != q.dev {
 		return nil
 	}
+	q.peer = p
 	return p
 }
 

@@ -20,6 +20,9 @@ type Fabric struct {
 	// responder (RNR with infinite retry) while auto-progress is on; any
 	// receive posted on the fabric retries them.
 	blocked []*QP
+	// gen changes with every QP state or attribute change, QP close and
+	// device close: a QP's cached responder is valid while gen is unchanged.
+	gen uint64
 }
 
 // pendingSend is one queued send WR: the next unexecuted WR of qp, valid
@@ -30,7 +33,7 @@ type pendingSend struct {
 }
 
 // NewFabric returns an empty fabric with auto-progress on.
-func NewFabric() *Fabric { return &Fabric{} }
+func NewFabric() *Fabric { return &Fabric{gen: 1} } // gen 1: no QP has a cached responder yet
 
 // SetAutoProgress chooses when posted sends execute. On (the default), a
 // send executes synchronously inside PostSend, so a test sees its

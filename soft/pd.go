@@ -86,19 +86,19 @@ func (p *PD) RegMR(buf []byte, access ibv.AccessFlags) (ibv.MR, error) {
 		access&(ibv.AccessRemoteWrite|ibv.AccessRemoteAtomic) != 0 && access&ibv.AccessLocalWrite == 0 {
 		return nil, fmt.Errorf("registering an MR of %d bytes with access %#x: %w", len(buf), uint32(access), ibv.ErrInvalidArgument)
 	}
-	if len(d.mrs) >= d.limits.MaxMR {
+	if d.nMR >= d.limits.MaxMR {
 		return nil, fmt.Errorf("registering an MR on %s (max %d): %w", d.name, d.limits.MaxMR, ibv.ErrResourceLimit)
 	}
-	d.nextKey++
 	mr := &MR{
 		pd:     p,
 		buf:    buf,
 		addr:   uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))),
-		key:    d.nextKey<<8 | 0x5a, // the low byte is the key's variant, as on hardware
+		key:    uint32(len(d.mrs)+1)<<8 | 0x5a, // index and a variant byte, as on hardware
 		access: access,
 	}
 	mr.rec = objtrace.Track(fmt.Sprintf("soft MR key %#x on %s", mr.key, d.name))
-	d.mrs[mr.key] = mr
+	d.mrs = append(d.mrs, mr)
+	d.nMR++
 	p.nMR++
 	return mr, nil
 }
@@ -125,7 +125,8 @@ func (m *MR) Close() error {
 		return nil
 	}
 	m.closed = true
-	delete(d.mrs, m.key)
+	d.mrs[m.key>>8-1] = nil
+	d.nMR--
 	m.pd.nMR--
 	m.rec.Release()
 	return nil
@@ -135,8 +136,12 @@ func (m *MR) Close() error {
 // if the MR belongs to pd and grants need, or false. The address is turned
 // into an offset into the registered slice, never back into a pointer.
 func (d *Device) slice(pd *PD, key uint32, addr uint64, n uint32, need ibv.AccessFlags) ([]byte, bool) {
-	mr := d.mrs[key]
-	if mr == nil || mr.pd != pd || mr.access&need != need {
+	i := int(key>>8) - 1
+	if i < 0 || i >= len(d.mrs) {
+		return nil, false
+	}
+	mr := d.mrs[i]
+	if mr == nil || mr.key != key || mr.pd != pd || mr.access&need != need {
 		return nil, false
 	}
 	off := addr - mr.addr

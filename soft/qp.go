@@ -33,7 +33,8 @@ type QP struct {
 	inBlocked  bool          // listed in fab.blocked
 	reachedRTS bool          // was in RTS since the last RESET (quirk DrainNeedsRTS)
 	lastWQE    bool          // Last WQE Reached raised in this ERROR episode
-	peer       *QP           // cached responder, checked on every use
+	peer       *QP           // cached responder, valid while peerGen == fab.gen
+	peerGen    uint64
 }
 
 var _ ibv.QP = (*QP)(nil)
@@ -136,6 +137,7 @@ func (q *QP) Close() error {
 		return nil
 	}
 	q.closed = true
+	d.fab.gen++
 	q.dropQueues()
 	delete(d.qps, q.num)
 	delete(q.sendCQ.qps, q)
@@ -387,6 +389,7 @@ func (q *QP) Modify(attr ibv.QPAttr, mask ibv.QPAttrMask) error {
 		return fmt.Errorf("modifying QP %d from %s to %s: %w", q.num, cur, next, err)
 	}
 	q.setAttrs(&attr, mask)
+	q.dev.fab.gen++
 	switch next {
 	case ibv.QPSReset:
 		q.reset()
@@ -422,7 +425,7 @@ func (q *QP) setAttrs(a *ibv.QPAttr, mask ibv.QPAttrMask) {
 	set(ibv.QPAttrAccessFlags, func() { t.AccessFlags = a.AccessFlags })
 	set(ibv.QPAttrPKeyIndex, func() { t.PKeyIndex = a.PKeyIndex })
 	set(ibv.QPAttrPort, func() { t.PortNum = a.PortNum })
-	set(ibv.QPAttrAV, func() { t.AH, q.peer = a.AH, nil })
+	set(ibv.QPAttrAV, func() { t.AH = a.AH })
 	set(ibv.QPAttrPathMTU, func() { t.PathMTU = a.PathMTU })
 	set(ibv.QPAttrTimeout, func() { t.Timeout = a.Timeout })
 	set(ibv.QPAttrRetryCnt, func() { t.RetryCnt = a.RetryCnt })
@@ -432,7 +435,7 @@ func (q *QP) setAttrs(a *ibv.QPAttr, mask ibv.QPAttrMask) {
 	set(ibv.QPAttrMaxQPRdAtomic, func() { t.MaxRdAtomic = a.MaxRdAtomic })
 	set(ibv.QPAttrMaxDestRdAtomic, func() { t.MaxDestRdAtomic = a.MaxDestRdAtomic })
 	set(ibv.QPAttrMinRNRTimer, func() { t.MinRNRTimer = a.MinRNRTimer })
-	set(ibv.QPAttrDestQPN, func() { t.DestQPNum, q.peer = a.DestQPNum, nil })
+	set(ibv.QPAttrDestQPN, func() { t.DestQPNum = a.DestQPNum })
 	set(ibv.QPAttrEnSQDAsyncNotify, func() { t.EnSQDAsyncNotify = a.EnSQDAsyncNotify })
 }
 
@@ -443,6 +446,7 @@ func (q *QP) setState(next ibv.QPState) {
 	}
 	q.dev.emit(TraceEntry{Kind: TraceState, QPNum: q.num, From: q.state, To: next})
 	q.state = next
+	q.dev.fab.gen++
 }
 
 // reset moves the QP to RESET: queues emptied without completions,
@@ -451,7 +455,6 @@ func (q *QP) reset() {
 	q.dropQueues()
 	q.setState(ibv.QPSReset)
 	q.attr = ibv.QPAttr{}
-	q.peer = nil
 	q.reachedRTS = false
 	q.lastWQE = false
 }

@@ -38,6 +38,14 @@ func (r *ring[T]) pop() T {
 	return v
 }
 
+// drop removes the oldest element; the ring must not be empty.
+func (r *ring[T]) drop() {
+	var zero T
+	r.buf[r.head] = zero
+	r.head = (r.head + 1) & (len(r.buf) - 1)
+	r.n--
+}
+
 // at returns the i-th oldest element.
 func (r *ring[T]) at(i int) *T { return &r.buf[(r.head+i)&(len(r.buf)-1)] }
 

@@ -1,0 +1,180 @@
+package soft_test
+
+import (
+	"runtime"
+	"testing"
+
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/objtrace"
+	"github.com/qpdrain/qpdrain/soft"
+)
+
+// BenchmarkSendRecv measures the message rate between two QPs on two
+// devices of one fabric: 16 receives posted, 16 signaled 64-byte SENDs
+// posted, both CQs polled, per batch.
+func BenchmarkSendRecv(b *testing.B) {
+	const batch = 16
+	fab := soft.NewFabric()
+	x := newEnv(b, soft.Config{Name: "x", Fabric: fab})
+	y := newEnv(b, soft.Config{Name: "y", Fabric: fab})
+	p := newPair(b, x, y)
+	sends := make([]ibv.SendWR, batch)
+	recvs := make([]ibv.RecvWR, batch)
+	for i := range sends {
+		sends[i] = ibv.SendWR{ID: uint64(i), Opcode: ibv.WRSend, Flags: ibv.SendSignaled, SGL: sge(p.ma, 64*i, 64)}
+		recvs[i] = ibv.RecvWR{ID: uint64(i), SGL: sge(p.mb, 64*i, 64)}
+	}
+	wcs := make([]ibv.WC, batch)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for n := 0; n < b.N; n += batch {
+		if err := p.b.PostRecv(recvs); err != nil {
+			b.Fatal(err)
+		}
+		if err := p.a.PostSend(sends); err != nil {
+			b.Fatal(err)
+		}
+		for _, cq := range []ibv.CQ{p.cqa, p.cqb} {
+			if k, err := cq.Poll(wcs); k != batch || err != nil {
+				b.Fatalf("polled %d completions (%v), want %d", k, err, batch)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msg/s")
+}
+
+// BenchmarkFlush measures moving a QP with 1,000,000 outstanding WRs to
+// ERROR: 500,000 sends waiting behind an RNR-blocked head and 500,000
+// receives, all flushed into one CQ. It reports the heap the queued WRs
+// take per WR.
+func BenchmarkFlush(b *testing.B) {
+	const half = 500_000
+	var perWR float64
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		perWR = flushOnce(b, half)
+	}
+	b.ReportMetric(perWR, "heapB/WR")
+}
+
+// flushOnce sets up 2*half outstanding WRs, times the flush, checks it and
+// closes everything; it returns the heap per queued WR.
+func flushOnce(b *testing.B, half int) float64 {
+	var objs []closer
+	defer func() {
+		for i := len(objs) - 1; i >= 0; i-- {
+			if err := objs[i].Close(); err != nil {
+				b.Error(err)
+			}
+		}
+	}()
+	must := func(c closer, err error) {
+		if err != nil {
+			b.Fatal(err)
+		}
+		objs = append(objs, c)
+	}
+	dev, err := soft.Open(soft.Config{Name: "flush", Limits: soft.Limits{MaxQPWR: half, MaxCQE: 2*half + 16}})
+	must(dev, err)
+	pd, err := dev.AllocPD()
+	must(pd, err)
+	cq, err := dev.CreateCQ(2*half+16, nil)
+	must(cq, err)
+	m, err := pd.RegMR(make([]byte, 64), ibv.AccessLocalWrite)
+	must(m, err)
+	qp, err := pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, Type: ibv.QPTRC,
+		Cap: ibv.QPCap{MaxSendWR: uint32(half), MaxRecvWR: uint32(half), MaxSendSGE: 1, MaxRecvSGE: 1}})
+	must(qp, err)
+	peer, err := pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, Type: ibv.QPTRC, Cap: ibv.QPCap{MaxRecvWR: 1}})
+	must(peer, err)
+	connect(b, qp, peer, 1)
+	sends := make([]ibv.SendWR, 1000)
+	recvs := make([]ibv.RecvWR, 1000)
+	for k := range sends {
+		sends[k] = ibv.SendWR{ID: uint64(k), Opcode: ibv.WRSend, SGL: sge(m, 0, 8)}
+		recvs[k] = ibv.RecvWR{ID: uint64(k), SGL: sge(m, 0, 8)}
+	}
+	before := heap()
+	for k := 0; k < half; k += len(sends) {
+		if err := qp.PostSend(sends); err != nil {
+			b.Fatal(err)
+		}
+		if err := qp.PostRecv(recvs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	perWR := float64(heap()-before) / float64(2*half)
+	b.StartTimer()
+	toState(b, qp, ibv.QPSErr)
+	b.StopTimer()
+	if n, _ := cq.Poll(make([]ibv.WC, 2*half+16)); n != 2*half {
+		b.Fatalf("flushed %d WRs, want %d", n, 2*half)
+	}
+	return perWR
+}
+
+// BenchmarkIdleQPs measures the heap of 4,096 connected, idle RC QPs with
+// 256-entry send and receive queues, sharing one CQ. The tests' object
+// tracking (objtrace) adds a record per QP; it is reported apart.
+func BenchmarkIdleQPs(b *testing.B) {
+	const count = 4096
+	var perQP, tracking float64
+	for i := 0; i < b.N; i++ {
+		perQP, tracking = idleOnce(b, count)
+	}
+	b.ReportMetric(perQP, "heapB/QP")
+	b.ReportMetric(tracking, "objtraceB/QP")
+}
+
+func idleOnce(b *testing.B, count int) (perQP, tracking float64) {
+	var objs []closer
+	defer func() {
+		for i := len(objs) - 1; i >= 0; i-- {
+			if err := objs[i].Close(); err != nil {
+				b.Error(err)
+			}
+		}
+	}()
+	must := func(c closer, err error) {
+		if err != nil {
+			b.Fatal(err)
+		}
+		objs = append(objs, c)
+	}
+	dev, err := soft.Open(soft.Config{Name: "idle"})
+	must(dev, err)
+	pd, err := dev.AllocPD()
+	must(pd, err)
+	cq, err := dev.CreateCQ(16, nil)
+	must(cq, err)
+	before := heap()
+	qps := make([]ibv.QP, count)
+	for k := range qps {
+		qps[k], err = pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, Type: ibv.QPTRC,
+			Cap: ibv.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		must(qps[k], err)
+	}
+	for k := 0; k < count; k += 2 {
+		connect(b, qps[k], qps[k+1], 1)
+	}
+	perQP = float64(heap()-before) / float64(count)
+	before = heap()
+	recs := make([]*objtrace.Record, count)
+	for k := range recs {
+		recs[k] = objtrace.Track("soft QP 12345 on idle")
+	}
+	tracking = float64(heap()-before) / float64(count)
+	for _, r := range recs {
+		r.Release()
+	}
+	return perQP, tracking
+}
+
+// heap returns the live heap after a collection.
+func heap() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
