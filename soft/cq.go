@@ -148,7 +148,9 @@ func (c *CQ) push(wc *ibv.WC, solicited bool) {
 	}
 	c.buf[i] = *wc
 	c.n++
-	c.dev.emit(TraceEntry{Kind: TraceCompletion, CQ: c.id, QPNum: wc.QPNum, WC: *wc})
+	if c.dev.trace != nil { // checked here so the hot path builds no entry
+		c.dev.emit(TraceEntry{Kind: TraceCompletion, CQ: c.id, QPNum: wc.QPNum, WC: *wc})
+	}
 	if c.armed && (!c.solicitedOnly || solicited || wc.Status != ibv.WCSuccess) {
 		c.armed = false
 		c.ch.signal(c)

@@ -75,7 +75,7 @@ func (q *QP) execute(w *sendWQE) (status ibv.WCStatus, n uint32, wait bool) {
 	if isRdAtomic(op) {
 		need = ibv.AccessLocalWrite
 	}
-	var lbuf [4][]byte
+	var lbuf [2][]byte
 	local, total, ok := q.dev.resolve(q.pd, &w.wqeSGL, need, lbuf[:0])
 	if !ok {
 		return ibv.WCLocProtErr, 0, false
@@ -104,7 +104,7 @@ func (q *QP) execute(w *sendWQE) (status ibv.WCStatus, n uint32, wait bool) {
 		if !ok {
 			return q.rnr()
 		}
-		var rbuf [4][]byte
+		var rbuf [2][]byte
 		dst, room, ok := p.dev.resolve(p.pd, &r.wqeSGL, ibv.AccessLocalWrite, rbuf[:0])
 		if !ok {
 			p.responderError(eventNone, &r, ibv.WCLocProtErr)
