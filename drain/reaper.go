@@ -218,6 +218,7 @@ type Reaper struct {
 	drainCarrier  uint32
 	drainDeadline time.Time
 	recvDrains    map[uint64]*Handle
+	lastWC        *Handle // the handle of the last completion counted
 	seq           uint64
 	cqErr         error
 	shut          bool
@@ -391,7 +392,15 @@ func (r *Reaper) handleWC(wc ibv.WC, now time.Time) bool {
 		r.drainWC(wc, now)
 		return true
 	}
-	if h := r.handles[wc.QPNum]; h != nil && h.stage != stageQuarantine {
+	// Flushes come in runs of one QP: remember the last one looked up.
+	h := r.lastWC
+	if h == nil || h.qpn != wc.QPNum {
+		if h = r.handles[wc.QPNum]; h == nil {
+			return false
+		}
+		r.lastWC = h
+	}
+	if h.stage != stageQuarantine {
 		r.count(h, wc, now)
 	}
 	return false
@@ -619,6 +628,7 @@ func (r *Reaper) finish(h *Handle, o Outcome, err error, now time.Time) {
 		delete(r.recvDrains, h.recvDrainID)
 	}
 	delete(r.handles, h.qpn)
+	r.forget(h)
 	h.stage = stageDone
 	r.stats.Pending--
 	switch o {
@@ -630,6 +640,13 @@ func (r *Reaper) finish(h *Handle, o Outcome, err error, now time.Time) {
 		r.stats.Failed++
 	}
 	r.conclude(h, o, err, now)
+}
+
+// forget drops the reaper's last reference to a handle it let go of.
+func (r *Reaper) forget(h *Handle) {
+	if r.lastWC == h {
+		r.lastWC = nil
+	}
 }
 
 func (r *Reaper) conclude(h *Handle, o Outcome, err error, now time.Time) {
@@ -727,6 +744,7 @@ func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 		h := r.quarantine.head
 		r.quarantine.remove(h)
 		delete(r.handles, h.qpn)
+		r.forget(h)
 		r.stats.Quarantined--
 		notSafe = append(notSafe, h)
 	}

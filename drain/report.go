@@ -77,17 +77,17 @@ const (
 // Step is one entry of a Report. Only the fields its Kind names are set.
 type Step struct {
 	At      time.Time
-	Kind    StepKind
+	WRID    uint64
+	Count   int
+	Err     error
 	From    ibv.QPState
 	To      ibv.QPState
 	Event   ibv.EventType
-	Queue   Queue
 	Status  ibv.WCStatus
-	WRID    uint64
 	Carrier uint32
-	Count   int
+	Kind    StepKind
+	Queue   Queue
 	Outcome Outcome
-	Err     error
 }
 
 // String formats the step without its time.
