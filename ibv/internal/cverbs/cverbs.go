@@ -1,14 +1,50 @@
 //go:build linux && cgo
 
-// Package cverbs exposes libibverbs's enum constants to the tests of package
-// ibv, which prove that every ibv enum has libibverbs's value. Only tests
-// import it: cgo is not allowed in _test.go files.
+// Package cverbs is the C side of package ibv's tests, which cannot use cgo
+// themselves: libibverbs's enum constants, to prove that every ibv enum has
+// libibverbs's value, and a fake provider CQ, to measure the binding's own
+// cost of a poll without a device. Only tests import it.
 package cverbs
 
 /*
+#include <time.h>
 #include <infiniband/verbs.h>
+
+// An empty CQ of a fake provider: ibv_poll_cq calls context->ops.poll_cq,
+// which here returns at once with nothing, so a loop over it measures the
+// caller's own cost.
+static int fake_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) { return 0; }
+static struct ibv_context fake_ctx = { .ops = { .poll_cq = fake_poll_cq } };
+static struct ibv_cq fake_cq = { .context = &fake_ctx };
+
+static struct ibv_cq *fake_cq_ptr(void) { return &fake_cq; }
+
+// c_poll_loop polls the fake CQ iters times in C and returns ns per poll.
+static double c_poll_loop(long iters, int batch)
+{
+	struct ibv_wc wc[16];
+	struct timespec a, b;
+	long i, got = 0;
+
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	for (i = 0; i < iters; i++)
+		got += ibv_poll_cq(&fake_cq, batch, wc);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	return got ? -1 : ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / iters;
+}
 */
 import "C"
+
+import "unsafe"
+
+// FakeCQ is a struct ibv_cq of a fake provider that is always empty.
+func FakeCQ() unsafe.Pointer { return unsafe.Pointer(C.fake_cq_ptr()) }
+
+// CPollLoop polls FakeCQ iters times with batch (at most 16) in one C loop
+// and returns the nanoseconds per poll.
+func CPollLoop(iters int, batch int) float64 {
+	return float64(C.c_poll_loop(C.long(iters), C.int(batch)))
+}
 
 // Constants maps each libibverbs enum constant name to its value.
 var Constants = map[string]int64{
