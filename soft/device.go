@@ -80,6 +80,13 @@ type Quirks struct {
 	// DrainNeedsRTS: WRs posted in ERROR are flushed only if the QP was in
 	// RTS before entering ERROR (Mellanox firmware, per ipoib_cm.c).
 	DrainNeedsRTS bool
+	// RecvInErrorNotFlushed: a receive posted in ERROR never completes
+	// (rxe on Linux 6.1, docs/PROVIDERS.md).
+	RecvInErrorNotFlushed bool
+	// NoResponderErrorEvent: a responder error moves the responder to
+	// ERROR without QP_ACCESS_ERR or QP_REQ_ERR (rxe on Linux 6.1 and
+	// 6.12, docs/PROVIDERS.md).
+	NoResponderErrorEvent bool
 }
 
 // Device is an open soft RDMA device; it implements ibv.Context. Its single

@@ -144,4 +144,9 @@
 //     RTS before ERROR; otherwise they stay queued until RESET. Mellanox
 //     firmware, per the comment in ipoib_cm.c that moves RX QPs to RTS for
 //     this reason (REFERENCE.md §4).
+//   - RecvInErrorNotFlushed: a receive posted in ERROR never completes; it
+//     stays queued until RESET. rxe on Linux 6.1 (docs/PROVIDERS.md).
+//   - NoResponderErrorEvent: a responder error moves the responder to ERROR
+//     and flushes it, but raises neither QP_ACCESS_ERR nor QP_REQ_ERR. rxe
+//     on Linux 6.1 and 6.12 (docs/PROVIDERS.md).
 package soft

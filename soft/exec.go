@@ -284,6 +284,9 @@ func (q *QP) prefetch() {
 // honour: ev is raised, the receive WQE r the request consumed (if any)
 // completes with status st, and everything else flushes.
 func (p *QP) responderError(ev ibv.EventType, r *recvWQE, st ibv.WCStatus) {
+	if p.dev.quirks.NoResponderErrorEvent {
+		ev = eventNone
+	}
 	p.toErr(ev)
 	if r != nil {
 		p.recvCQ.push(&ibv.WC{ID: r.id, Status: st, QPNum: p.num}, false)

@@ -163,7 +163,7 @@ func (q *QP) dropQueues() {
 // instead of completing with a flush, by quirk.
 func (q *QP) holdsPostsInError(send bool) bool {
 	k := q.dev.quirks
-	return k.DrainNeedsRTS && !q.reachedRTS || send && k.SendInErrorNotFlushed
+	return k.DrainNeedsRTS && !q.reachedRTS || send && k.SendInErrorNotFlushed || !send && k.RecvInErrorNotFlushed
 }
 
 // flushDeferred flushes the receives that quirk RecvInErrorFlushDeferred

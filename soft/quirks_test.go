@@ -62,6 +62,22 @@ func TestQuirks(t *testing.T) {
 			postRecv(t, q, ibv.RecvWR{ID: 3})
 			wantWCs(t, q.SendCQ())
 		}},
+		{"RecvInErrorNotFlushed", soft.Quirks{RecvInErrorNotFlushed: true}, func(t *testing.T, e *env, p *pair) {
+			postRecv(t, p.b, ibv.RecvWR{ID: 1})
+			toState(t, p.b, ibv.QPSErr)
+			wantWCs(t, p.cqb, flushed(1, p.b.Num())) // outstanding ones flush ...
+			postRecv(t, p.b, ibv.RecvWR{ID: 2})
+			post(t, p.b, ibv.SendWR{ID: 3})
+			wantWCs(t, p.cqb, flushed(3, p.b.Num())) // ... a receive posted in ERROR never
+		}},
+		{"NoResponderErrorEvent", soft.Quirks{NoResponderErrorEvent: true}, func(t *testing.T, e *env, p *pair) {
+			post(t, p.a, ibv.SendWR{ID: 2, Opcode: ibv.WRSendWithInv})
+			wantWCs(t, p.cqa, ibv.WC{ID: 2, Status: ibv.WCRemInvReqErr, QPNum: p.a.Num()})
+			wantEvents(t, e.dev, "QP_LAST_WQE_REACHED qpn=17") // the requester's own; nothing from the responder
+			if s := state(t, p.b); s != ibv.QPSErr {
+				t.Errorf("responder: %s, want ERR", s)
+			}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
