@@ -33,10 +33,16 @@ type verbsCompChannel struct {
 	life    lifecycle
 	ctx     *verbsContext
 	ch      *C.struct_ibv_comp_channel
-	wakeFD  int
+	fd      int32 // the channel's fd, copied: ch is freed by Close
 	closing atomic.Bool
 	waitMu  sync.Mutex // one WaitCQ at a time: they share wakeFD
 	trace   *objtrace.Record
+
+	// wakeMu orders a late context.AfterFunc wake-up before Close closes
+	// wakeFD, so the wake never writes to a reused fd number.
+	wakeMu     sync.RWMutex
+	wakeFD     int
+	wakeClosed bool
 }
 
 func newCompChannel(c *verbsContext) (*verbsCompChannel, error) {
@@ -56,7 +62,7 @@ func newCompChannel(c *verbsContext) (*verbsCompChannel, error) {
 		return fail(err)
 	}
 	c.life.users.Add(1)
-	cc := &verbsCompChannel{ctx: c, ch: ch, wakeFD: fd}
+	cc := &verbsCompChannel{ctx: c, ch: ch, fd: int32(ch.fd), wakeFD: fd}
 	cc.trace = objtrace.Track(fmt.Sprintf("libibverbs completion channel fd %d on %s", int(ch.fd), c.name))
 	return cc, nil
 }
@@ -64,10 +70,10 @@ func newCompChannel(c *verbsContext) (*verbsCompChannel, error) {
 func (cc *verbsCompChannel) WaitCQ(ctx context.Context) (CQ, error) {
 	cc.waitMu.Lock()
 	defer cc.waitMu.Unlock()
-	stop := context.AfterFunc(ctx, func() { wakeEventfd(cc.wakeFD) })
+	stop := context.AfterFunc(ctx, cc.wake)
 	defer stop()
 	fds := []unix.PollFd{
-		{Fd: int32(cc.ch.fd), Events: unix.POLLIN},
+		{Fd: cc.fd, Events: unix.POLLIN},
 		{Fd: int32(cc.wakeFD), Events: unix.POLLIN},
 	}
 	for {
@@ -100,6 +106,15 @@ func (cc *verbsCompChannel) WaitCQ(ctx context.Context) (CQ, error) {
 	}
 }
 
+// wake interrupts a WaitCQ, unless Close has closed wakeFD already.
+func (cc *verbsCompChannel) wake() {
+	cc.wakeMu.RLock()
+	defer cc.wakeMu.RUnlock()
+	if !cc.wakeClosed {
+		wakeEventfd(cc.wakeFD)
+	}
+}
+
 func (cc *verbsCompChannel) Close() error {
 	done, err := cc.life.beginClose("completion channel")
 	if done || err != nil {
@@ -108,14 +123,17 @@ func (cc *verbsCompChannel) Close() error {
 	defer cc.life.mu.Unlock()
 	// Wake a WaitCQ and wait for it to return before destroying the fd.
 	cc.closing.Store(true)
-	wakeEventfd(cc.wakeFD)
+	cc.wake()
 	cc.waitMu.Lock()
 	defer cc.waitMu.Unlock()
 	if rc := C.ibv_destroy_comp_channel(cc.ch); rc != 0 {
 		cc.closing.Store(false)
 		return fmt.Errorf("destroying completion channel: %w", rcErr(rc))
 	}
+	cc.wakeMu.Lock()
 	unix.Close(cc.wakeFD)
+	cc.wakeClosed = true
+	cc.wakeMu.Unlock()
 	cc.life.closed = true
 	cc.ctx.life.users.Add(-1)
 	cc.trace.Release()

@@ -77,6 +77,11 @@ func (b *postBuf) postSend(qp *C.struct_ibv_qp, wrs []SendWR) error {
 	sges := unsafe.Slice(b.buf.sge, nsge)
 	for i := range wrs {
 		w := &wrs[i]
+		if w.Opcode == WRBindMW || w.Opcode == WRTSO {
+			// SendWR has no memory window or TSO header fields. Nothing
+			// is posted yet, so the first WR not posted is WR 0.
+			return &PostError{Index: 0, Err: fmt.Errorf("WR %d: %s: %w", i, w.Opcode, ErrNotSupported)}
+		}
 		in[i] = C.struct_qpd_send{
 			wr_id:       C.uint64_t(w.ID),
 			remote_addr: C.uint64_t(w.RemoteAddr),
@@ -232,9 +237,14 @@ type verbsQP struct {
 	trace    *objtrace.Record
 }
 
-// users lists the objects a QP holds open, in the order it acquires them.
+// users lists the objects a QP holds open, each once, in the order it
+// acquires them. Once matters: taking one RWMutex shared twice deadlocks
+// when a Close queues for it in between.
 func (q *verbsQP) users() []*lifecycle {
-	l := []*lifecycle{&q.sendCQ.life, &q.recvCQ.life}
+	l := []*lifecycle{&q.sendCQ.life}
+	if q.recvCQ != q.sendCQ {
+		l = append(l, &q.recvCQ.life)
+	}
 	if q.srq != nil {
 		l = append(l, &q.srq.life)
 	}

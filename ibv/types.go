@@ -15,7 +15,8 @@ type SGE struct {
 
 // SendWR is a send work request (struct ibv_send_wr). RemoteAddr and RKey
 // address the peer's memory for RDMA and atomic operations; CompareAdd and
-// Swap are the atomic operands. ImmData is in host byte order.
+// Swap are the atomic operands. ImmData is in host byte order. For
+// WRSendWithInv and WRLocalInv, RKey is the key to invalidate.
 type SendWR struct {
 	ID         uint64
 	Opcode     WROpcode

@@ -76,6 +76,10 @@ int qpd_post_send(struct ibv_qp *qp, struct qpd_postbuf *b, int n, int *bad)
 		case IBV_WR_SEND_WITH_IMM:
 			w->imm_data = htonl(in[i].imm_data);
 			break;
+		case IBV_WR_SEND_WITH_INV:
+		case IBV_WR_LOCAL_INV:
+			w->invalidate_rkey = in[i].rkey;
+			break;
 		}
 		switch (in[i].opcode) {
 		case IBV_WR_RDMA_WRITE:

@@ -363,3 +363,56 @@ func TestLifetimes(t *testing.T) {
 		t.Errorf("Query after Close = %v, want ErrClosed", err)
 	}
 }
+
+// TestConcurrentClose: objects are created and closed while other
+// goroutines poll the CQ and wait for async events; a poller sees ErrClosed
+// once the CQ is closed, never a crash or a race.
+func TestConcurrentClose(t *testing.T) {
+	ctx := Open(t)
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	Close(t, pd)
+	cq, err := ctx.CreateCQ(64, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	Close(t, cq)
+	events, stopEvents := context.WithCancel(context.Background())
+	done := make(chan error, 3)
+	for range 2 {
+		go func() {
+			wcs := make([]ibv.WC, 4)
+			for {
+				if _, err := cq.Poll(wcs); err != nil {
+					done <- err
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		_, err := ctx.NextAsyncEvent(events)
+		done <- err
+	}()
+	for range 20 {
+		qp, err := pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, Type: ibv.QPTRC,
+			Cap: ibv.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := qp.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cq.Close(); err != nil {
+		t.Fatal(err)
+	}
+	stopEvents()
+	for range 3 {
+		if err := <-done; !errors.Is(err, ibv.ErrClosed) && !errors.Is(err, context.Canceled) {
+			t.Errorf("poller or event waiter ended with %v, want ErrClosed or context.Canceled", err)
+		}
+	}
+}
