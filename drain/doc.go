@@ -14,9 +14,9 @@
 //     event is counted and ignored. A QP that has already had the event
 //     before it was handed over says so (AddOptions.LastWQESeen); otherwise
 //     the wait ends after Options.LastWQETimeout (ErrNoLastWQE) and the
-//     policy applies. A QP with its own receive queue never gets the event;
-//     instead a receive drain WR is posted behind its receives, as
-//     ib_drain_rq does.
+//     policy applies. A QP with its own receive queue never gets the event
+//     and does not wait for it; with Options.RecvDrain a receive drain WR
+//     is posted behind its receives instead, as ib_drain_rq does.
 //  3. Post one drain WR, a signaled zero-length SEND, on the send queue.
 //     In ERROR it completes with WR_FLUSH_ERR behind every completion the
 //     QP generated before, on the same CQ: a barrier.
@@ -25,8 +25,8 @@
 //
 // The drain needs room: one more WR in the send queue and one more
 // completion in the CQ for each outstanding drain WR (one per Reaper), and,
-// for a QP without an SRQ, one more receive WR and one more completion per
-// QP. Every QP handed to a Reaper must use the Reaper's CQ as both its send
+// with Options.RecvDrain, one more receive WR and one more completion per
+// QP without an SRQ. Every QP handed to a Reaper must use the Reaper's CQ as both its send
 // and receive CQ (IPoIB-CM gives its receive QPs the receive CQ as send CQ
 // for this reason). The caller must not post to a QP being drained.
 //

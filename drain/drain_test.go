@@ -11,6 +11,7 @@ import (
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/devtest"
 	"github.com/qpdrain/qpdrain/internal/testmain"
+	"github.com/qpdrain/qpdrain/soft"
 )
 
 // The tests in this file use only the ibv API and devtest's device, so they
@@ -40,6 +41,16 @@ func TestDrainQPWithSRQ(t *testing.T) {
 	dev := devtest.Open(t)
 	r := newRig(t, dev, nil, 64)
 	qp := r.pair(true)
+	if noLastWQE() {
+		// The documented fallback: the drain WR still goes out, and the QP
+		// is released once the CQ polls empty after the stall.
+		rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: dev, Policy: drain.DestroyWhenEmpty, LastWQETimeout: time.Second, DrainTimeout: devtest.Timeout})
+		if err != nil || rep.Outcome != drain.DestroyedAfterEmptyCQ || !has(rep, drain.StepDrainDone) {
+			t.Errorf("%v: want destroyed after empty CQ, the drain WR completed\n%s", err, rep)
+		}
+		wantErr(t, rep.Stall, drain.ErrNoLastWQE)
+		return
+	}
 	rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: dev, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
 	if err != nil {
 		t.Fatalf("drain.QP: %v\n%s", err, rep)
@@ -65,9 +76,32 @@ func TestDrainQPWithSRQ(t *testing.T) {
 }
 
 // A QP with its own receive queue never waits for Last WQE Reached: with a
-// 1 ms bound on that wait, a drain that waited would stall. Its flushed
-// receives go to the caller, counted in the report.
+// 1 ms bound on that wait, a drain that waited would stall.
 func TestDrainQPWithoutSRQ(t *testing.T) {
+	dev := devtest.Open(t)
+	r := newRig(t, dev, nil, 64)
+	qp := r.pair(false)
+	r.postRecvs(qp, 3)
+	rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: dev, LastWQETimeout: time.Millisecond, DrainTimeout: devtest.Timeout})
+	if err != nil {
+		t.Fatalf("drain.QP: %v\n%s", err, rep)
+	}
+	if has(rep, drain.StepEvent) || rep.Stall != nil || has(rep, drain.StepRecvDrainPosted) {
+		t.Errorf("a non-SRQ QP waited for an event, stalled or got a receive drain WR:\n%s", rep)
+	}
+	want := []drain.StepKind{drain.StepState, drain.StepDrainPosted, drain.StepDrainDone, drain.StepOutcome}
+	if !inOrder(kinds(rep), want) {
+		t.Errorf("steps: want %v in order:\n%s", want, rep)
+	}
+}
+
+// With RecvDrain, a receive drain WR proves the receive queue flushed too:
+// the caller's flushed receives all come back to it before the QP is
+// released, counted in the report.
+func TestDrainQPRecvDrain(t *testing.T) {
+	if noLastWQE() {
+		t.Skip("rxe before Linux 6.12 never completes a receive posted in ERROR (docs/PROVIDERS.md)")
+	}
 	dev := devtest.Open(t)
 	r := newRig(t, dev, nil, 64)
 	qp := r.pair(false)
@@ -75,14 +109,11 @@ func TestDrainQPWithoutSRQ(t *testing.T) {
 	var mu sync.Mutex
 	var kept []ibv.WC
 	rep, err := drain.QP(testCtx(t), qp, drain.Options{
-		Events: dev, LastWQETimeout: time.Millisecond, DrainTimeout: devtest.Timeout, Queue: queueOf,
+		Events: dev, RecvDrain: true, DrainTimeout: devtest.Timeout, Queue: queueOf,
 		OnWC: func(wc ibv.WC) { mu.Lock(); kept = append(kept, wc); mu.Unlock() },
 	})
 	if err != nil {
 		t.Fatalf("drain.QP: %v\n%s", err, rep)
-	}
-	if has(rep, drain.StepEvent) || rep.Stall != nil {
-		t.Errorf("a non-SRQ QP waited for an event or stalled:\n%s", rep)
 	}
 	want := []drain.StepKind{drain.StepState, drain.StepRecvDrainPosted, drain.StepDrainPosted, drain.StepOutcome}
 	if !inOrder(kinds(rep), want) || !has(rep, drain.StepRecvDrainDone) || !has(rep, drain.StepDrainDone) {
@@ -107,6 +138,7 @@ func TestDrainQPWithoutSRQ(t *testing.T) {
 // caller says so and the drain does not wait; without that, the wait is
 // bounded and ends in the policy with ErrNoLastWQE.
 func TestDrainQPPastLastWQE(t *testing.T) {
+	skipWithoutLastWQE(t)
 	dev := devtest.Open(t)
 	r := newRig(t, dev, nil, 64)
 	told, untold := r.pair(true), r.pair(true)
@@ -143,6 +175,7 @@ func TestDrainQPPastLastWQE(t *testing.T) {
 // the next one, as in IPoIB-CM. The caller's completions all come back to
 // it; only the drain WRs are claimed.
 func TestReaperBatches(t *testing.T) {
+	skipWithoutLastWQE(t)
 	dev := devtest.Open(t)
 	r := newRig(t, dev, nil, 64)
 	srqQPs := r.pairs(24, true)
@@ -150,7 +183,7 @@ func TestReaperBatches(t *testing.T) {
 	for _, qp := range ownQPs {
 		r.postRecvs(qp, 2)
 	}
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := drain.NewReaper(r.cq, drain.Options{RecvDrain: true, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	var hs []*drain.Handle
 	for _, qp := range append(srqQPs, ownQPs...) {
 		hs = append(hs, add(t, rp, qp, drain.AddOptions{}))
@@ -200,7 +233,7 @@ func TestReaperBatches(t *testing.T) {
 func TestReaperOneAtATime(t *testing.T) {
 	dev := devtest.Open(t)
 	r := newRig(t, dev, nil, 64)
-	qps := r.pairs(6, true)
+	qps := r.pairs(6, !noLastWQE())
 	rp := drain.NewReaper(r.cq, drain.Options{MaxBatch: 1, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
 	startCaller(t, rp, r.cq, dev)
 	var hs []*drain.Handle
@@ -239,7 +272,7 @@ func TestReaperRun(t *testing.T) {
 			}
 			devtest.Close(t, cq)
 			r := newRig(t, dev, cq, 64)
-			qps := append(r.pairs(6, true), r.pairs(2, false)...)
+			qps := append(r.pairs(6, !noLastWQE()), r.pairs(2, false)...)
 			rp := drain.NewReaper(cq, drain.Options{Channel: ch, Events: dev, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
@@ -260,6 +293,7 @@ func TestReaperRun(t *testing.T) {
 // Every wait is bounded by its context, and the error names the step still
 // waited for; the drain goes on and a later Wait sees it end.
 func TestWaitNamesStep(t *testing.T) {
+	skipWithoutLastWQE(t)
 	dev := devtest.Open(t)
 	r := newRig(t, dev, nil, 64)
 	qp := r.pair(true)
@@ -303,7 +337,7 @@ func TestModifyToErrorFails(t *testing.T) {
 func TestCQErrorEvent(t *testing.T) {
 	dev := devtest.Open(t)
 	r := newRig(t, dev, nil, 64)
-	qps := r.pairs(2, true)
+	qps := r.pairs(2, false)
 	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout})
 	h := add(t, rp, qps[0], drain.AddOptions{})
 	if !rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventCQErr, CQ: r.cq}) {
@@ -314,7 +348,6 @@ func TestCQErrorEvent(t *testing.T) {
 	if _, err := rp.Add(qps[1], drain.AddOptions{}); !errorsIs(err, drain.ErrCQError) {
 		t.Errorf("Add after the CQ error: %v, want ErrCQError", err)
 	}
-	handEvents(t, rp, dev, 1) // the first QP's Last WQE Reached: harmless now
 }
 
 // Usage errors: QPs of another CQ, a QP added twice.
@@ -326,13 +359,12 @@ func TestAddRejects(t *testing.T) {
 	if _, err := rp.Add(other, drain.AddOptions{}); !errorsIs(err, drain.ErrUnsupportedQP) {
 		t.Errorf("Add of a QP on another CQ: %v, want ErrUnsupportedQP", err)
 	}
-	qp := r.pair(true)
+	qp := r.pair(false)
 	add(t, rp, qp, drain.AddOptions{})
 	if _, err := rp.Add(qp, drain.AddOptions{}); !errorsIs(err, ibv.ErrBusy) {
 		t.Errorf("second Add: %v, want ErrBusy", err)
 	}
-	handEvents(t, rp, dev, 1)
-	pollAll(t, rp, r.cq)
+	startCaller(t, rp, r.cq, dev)
 	if left := rp.Shutdown(testCtx(t)); len(left) != 0 {
 		t.Errorf("Shutdown left %d QPs", len(left))
 	}
@@ -346,7 +378,7 @@ func TestConcurrentDrains(t *testing.T) {
 	const workers, perWorker = 8, 12
 	qps := make([][]ibv.QP, workers)
 	for w := range qps {
-		qps[w] = append(r.pairs(perWorker-2, true), r.pairs(2, false)...)
+		qps[w] = append(r.pairs(perWorker-2, !noLastWQE()), r.pairs(2, false)...)
 		for _, qp := range qps[w][perWorker-2:] {
 			r.postRecvs(qp, 4)
 		}
@@ -378,17 +410,17 @@ func TestConcurrentDrains(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if st := rp.Stats(); st.Safe != workers*perWorker || st.Pending != 0 || st.ForeignWCs != workers*2*4 {
-		t.Errorf("stats %+v: want %d safe, none pending, %d foreign completions", st, workers*perWorker, workers*2*4)
+	if st := rp.Stats(); st.Safe != workers*perWorker || st.Pending != 0 || st.DrainWRs > workers*perWorker {
+		t.Errorf("stats %+v: want %d safe, none pending, at most one drain WR per QP", st, workers*perWorker)
 	}
 }
 
 func TestReportString(t *testing.T) {
-	dev := devtest.Open(t)
+	dev := openSoft(t, soft.Config{})
 	r := newRig(t, dev, nil, 64)
 	qp := r.pair(false)
 	r.postRecvs(qp, 2)
-	rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: dev, Queue: queueOf})
+	rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: dev, RecvDrain: true, Queue: queueOf})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,6 +93,16 @@ type Options struct {
 	// QPs on the flush list, as IPoIB-CM does). 1 gives every QP its own
 	// drain WR posted on its own send queue, as ib_drain_qp does.
 	MaxBatch int
+	// RecvDrain also posts a receive drain WR on every QP without an SRQ,
+	// as ib_drain_rq does, and holds the QP until it completes too. The
+	// specification orders a QP's flushes per queue, not between its
+	// queues, so only this proves that every receive of such a QP was
+	// flushed before it is released. It needs the provider to flush a
+	// receive posted in ERROR, which rxe before Linux 6.12 never does
+	// (docs/PROVIDERS.md) and some do only later (soft
+	// Quirks.RecvInErrorFlushDeferred). Off by default: the send drain WR
+	// alone is the barrier, which every provider seen so far honours.
+	RecvDrain bool
 	// Queue tells which queue a completion of a drained QP belongs to, for
 	// the report's per-queue flush counts. Nil counts them as QueueUnknown.
 	Queue func(wc ibv.WC) Queue

@@ -136,18 +136,28 @@ func TestQuirkLastWQEReachedTwice(t *testing.T) {
 }
 
 // A receive posted in ERROR is not flushed until something else happens on
-// the QP. The send drain WR posted on the same QP is that something: a QP
-// that carries its own drain WR is safe, its receive drain completing after
-// the drain WR was posted. In a batch, the QPs that do not carry the drain
-// WR keep their receive drain WR forever: ErrDrainNotFlushed, naming the
-// receive drain WR. MaxBatch 1 is the fallback that drains them all.
+// the QP. By default the drain posts no receive, so the quirk does not
+// touch it. With RecvDrain, the send drain WR posted on the same QP is
+// that something: a QP that carries its own drain WR is safe, its receive
+// drain completing after the drain WR was posted. In a batch, a QP that
+// does not carry the drain WR keeps its receive drain WR forever:
+// ErrDrainNotFlushed, naming the receive drain WR. MaxBatch 1 is the
+// fallback that drains them all.
 func TestQuirkRecvInErrorFlushDeferred(t *testing.T) {
 	q := soft.Quirks{RecvInErrorFlushDeferred: true}
+	t.Run("default", func(t *testing.T) {
+		r := quirkRig(t, q)
+		qp := r.pair(false)
+		rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: r.dev, DrainTimeout: stall})
+		if err != nil || has(rep, drain.StepRecvDrainPosted) {
+			t.Errorf("%v: want safe without a receive drain WR\n%s", err, rep)
+		}
+	})
 	t.Run("own drain WR", func(t *testing.T) {
 		r := quirkRig(t, q)
 		qp := r.pair(false)
 		r.postRecvs(qp, 2)
-		rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: r.dev, DrainTimeout: stall, Queue: queueOf})
+		rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: r.dev, RecvDrain: true, DrainTimeout: stall, Queue: queueOf})
 		if err != nil {
 			t.Fatalf("%v\n%s", err, rep)
 		}
@@ -160,7 +170,7 @@ func TestQuirkRecvInErrorFlushDeferred(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			r := quirkRig(t, q)
 			qps := r.pairs(3, false)
-			rp := drain.NewReaper(r.cq, drain.Options{MaxBatch: maxBatch, DrainTimeout: stall})
+			rp := drain.NewReaper(r.cq, drain.Options{MaxBatch: maxBatch, RecvDrain: true, DrainTimeout: stall})
 			var hs []*drain.Handle
 			for _, qp := range qps {
 				hs = append(hs, add(t, rp, qp, drain.AddOptions{}))

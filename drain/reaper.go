@@ -289,10 +289,14 @@ func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
 		return h, nil
 	}
 	switch {
-	case !h.srq:
+	case !h.srq && !r.opts.RecvDrain:
 		// No Last WQE Reached comes for a QP with its own receive queue
-		// (o11-5.2.5); a receive drain WR behind its receives says the
-		// same, and it may complete before or after the send drain WR.
+		// (o11-5.2.5): the send drain WR is the whole barrier.
+		h.rqDone = true
+		r.toFlush(h)
+	case !h.srq:
+		// A receive drain WR behind the QP's receives orders its receive
+		// queue; it may complete before or after the send drain WR.
 		id := r.nextID()
 		if err := qp.PostRecv([]ibv.RecvWR{{ID: id}}); err != nil {
 			r.finish(h, Failed, fmt.Errorf("posting the receive drain WR on qpn %#x: %w: %w", qpn, ErrPostDrain, err), now)
