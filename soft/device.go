@@ -1,9 +1,10 @@
 package soft
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"sort"
+	"slices"
 
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/objtrace"
@@ -329,12 +330,25 @@ func (d *Device) InjectSRQError(srq ibv.SRQ) error {
 	}
 	s.errored = true
 	d.raise(ibv.AsyncEvent{Type: ibv.EventSRQErr, SRQ: s})
-	for _, q := range sortedQPs(s.qps) {
+	for _, q := range s.qps {
 		if q.state != ibv.QPSReset {
 			q.moveToError(ibv.EventQPFatal)
 		}
 	}
 	return nil
+}
+
+// waitingSenders returns the device's QPs, in QP number order, that hold
+// sends they may still execute.
+func (d *Device) waitingSenders() []*QP {
+	var qps []*QP
+	for _, q := range d.qps {
+		if q.sq.len() > 0 && (q.state == ibv.QPSRTS || q.state == ibv.QPSSQD) {
+			qps = append(qps, q)
+		}
+	}
+	slices.SortFunc(qps, func(a, b *QP) int { return cmp.Compare(a.num, b.num) })
+	return qps
 }
 
 // sortedQPs returns the QPs of set in creation order, so that walks over
@@ -344,6 +358,6 @@ func sortedQPs(set map[*QP]struct{}) []*QP {
 	for q := range set {
 		qps = append(qps, q)
 	}
-	sort.Slice(qps, func(i, j int) bool { return qps[i].seq < qps[j].seq })
+	slices.SortFunc(qps, func(a, b *QP) int { return cmp.Compare(a.seq, b.seq) })
 	return qps
 }

@@ -48,14 +48,19 @@ func (f *Fabric) SetAutoProgress(on bool) {
 	}
 	if !on {
 		f.manual = true
-		// WRs waiting behind an RNR-blocked head become queued entries.
+		// Sends waiting (behind an RNR-blocked head, or in SQD) become
+		// queued entries, device by device in QP number order.
 		for _, q := range f.blocked {
 			q.inBlocked = false
-			for i := 0; i < q.sq.len(); i++ {
-				f.pending.push(pendingSend{q, q.epoch})
-			}
 		}
 		f.blocked = nil
+		for _, d := range f.devices {
+			for _, q := range d.waitingSenders() {
+				for i := 0; i < q.sq.len(); i++ {
+					f.pending.push(pendingSend{q, q.epoch})
+				}
+			}
+		}
 		return
 	}
 	f.progress(0)

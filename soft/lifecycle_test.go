@@ -236,6 +236,23 @@ func TestProgress(t *testing.T) {
 		ibv.WC{ID: 4, Opcode: ibv.WCSend, QPNum: a1.Num()})
 }
 
+// Sends waiting in SQD when auto-progress is turned off are executed by
+// Progress once the QP is back in RTS.
+func TestAutoProgressOffWithWaitingSends(t *testing.T) {
+	fab := soft.NewFabric()
+	e := newEnv(t, soft.Config{Fabric: fab})
+	p := newPair(t, e, e)
+	toState(t, p.a, ibv.QPSSQD)
+	post(t, p.a, ibv.SendWR{ID: 1, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled})
+	fab.SetAutoProgress(false)
+	toState(t, p.a, ibv.QPSRTS)
+	wantWCs(t, p.cqa)
+	if n := fab.Progress(0); n != 1 {
+		t.Errorf("Progress = %d, want 1", n)
+	}
+	wantWCs(t, p.cqa, ibv.WC{ID: 1, Opcode: ibv.WCRDMAWrite, QPNum: p.a.Num()})
+}
+
 // Concurrent callers on one fabric: run under -race.
 func TestConcurrent(t *testing.T) {
 	fab := soft.NewFabric()

@@ -2,6 +2,7 @@ package soft
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/objtrace"
@@ -86,7 +87,7 @@ func (p *PD) CreateQP(attr ibv.QPInitAttr) (ibv.QP, error) {
 	scq.qps[q] = struct{}{}
 	rcq.qps[q] = struct{}{}
 	if srq != nil {
-		srq.qps[q] = struct{}{}
+		srq.qps = append(srq.qps, q)
 	}
 	return q, nil
 }
@@ -143,7 +144,7 @@ func (q *QP) Close() error {
 	delete(q.sendCQ.qps, q)
 	delete(q.recvCQ.qps, q)
 	if q.srq != nil {
-		delete(q.srq.qps, q)
+		q.srq.qps = slices.DeleteFunc(q.srq.qps, func(o *QP) bool { return o == q })
 	}
 	q.pd.nQP--
 	q.rec.Release()

@@ -18,7 +18,7 @@ type SRQ struct {
 	maxWR   uint32
 	maxSGE  uint32
 	limit   uint32 // armed when non-zero
-	qps     map[*QP]struct{}
+	qps     []*QP  // attached QPs in creation order
 	errored bool
 	closed  bool
 }
@@ -45,7 +45,7 @@ func (p *PD) CreateSRQ(attr ibv.SRQAttr) (ibv.SRQ, error) {
 	d.nSRQ++
 	p.nSRQ++
 	d.nextID++
-	s := &SRQ{dev: d, pd: p, id: d.nextID, maxWR: attr.MaxWR, maxSGE: attr.MaxSGE, limit: attr.SRQLimit, qps: map[*QP]struct{}{}}
+	s := &SRQ{dev: d, pd: p, id: d.nextID, maxWR: attr.MaxWR, maxSGE: attr.MaxSGE, limit: attr.SRQLimit}
 	s.rec = objtrace.Track(fmt.Sprintf("soft SRQ %d on %s", s.id, d.name))
 	return s, nil
 }
@@ -59,8 +59,10 @@ func (s *SRQ) PostRecv(wrs []ibv.RecvWR) error {
 	defer f.mu.Unlock()
 	err := s.postRecv(wrs)
 	if len(wrs) > 0 {
-		for _, q := range sortedQPs(s.qps) {
-			q.prefetch()
+		if s.dev.pref > 0 {
+			for _, q := range s.qps {
+				q.prefetch()
+			}
 		}
 		f.receivesPosted()
 	}
