@@ -1,8 +1,12 @@
 package drain_test
 
 import (
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/sirupsen/logrus"
+	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/qpdrain/qpdrain/drain"
 	"github.com/qpdrain/qpdrain/ibv"
@@ -249,5 +253,23 @@ func TestCQOverflow(t *testing.T) {
 	wantErr(t, err, drain.ErrCQError)
 	if rep.Outcome != drain.Failed {
 		t.Errorf("outcome %s, want failed\n%s", rep.Outcome, rep)
+	}
+}
+
+// A stall is logged at debug level to Options.Log, with the QP number; a
+// reaper without a logger logs nothing (there is nowhere to).
+func TestStallIsLogged(t *testing.T) {
+	r := quirkRig(t, soft.Quirks{NoLastWQEReached: true})
+	qp := r.pair(true)
+	log, hook := logtest.NewNullLogger()
+	log.SetLevel(logrus.DebugLevel)
+	rp := runReaper(t, r, drain.Options{Log: log})
+	if _, err := add(t, rp, qp, drain.AddOptions{}).Wait(testCtx(t)); err == nil {
+		t.Fatal("want a stall")
+	}
+	entries := hook.AllEntries()
+	if len(entries) != 2 || entries[0].Data["lqpn"] != qp.Num() || !strings.Contains(entries[0].Message, "no Last WQE Reached") ||
+		!strings.Contains(entries[1].Message, "quarantined") {
+		t.Errorf("log entries %v, want the stall and the quarantine of qpn %#x", entries, qp.Num())
 	}
 }
