@@ -81,7 +81,9 @@
 // when it arrives. A QP entering ERROR flushes the WQEs it took and leaves
 // the rest of the SRQ to its siblings; then, taking no more, it raises
 // QP_LAST_WQE_REACHED exactly once (o11-5.2.5), also when it took none.
-// Only SRQ-attached QPs raise it. RESET re-arms it for the next ERROR.
+// Only SRQ-attached QPs raise it. RESET re-arms it for the next ERROR. An
+// SRQ-attached QP moved to RESET or closed before ERROR drops the WQEs it
+// took without completing them: the "WQE leakage" IBTA §10.3.1 warns of.
 //
 // The SRQ limit, armed by a non-zero SRQLimit, raises SRQ_LIMIT_REACHED
 // once when a take leaves fewer WQEs than the limit, and disarms.
