@@ -11,7 +11,6 @@ import "C"
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"sync"
 	"syscall"
@@ -31,7 +30,7 @@ func Devices() ([]DeviceInfo, error) {
 	var n C.int
 	list, err := C.ibv_get_device_list(&n)
 	if list == nil {
-		return nil, fmt.Errorf("listing RDMA devices: %w", errors.Join(ErrNoDevice, cErr(err)))
+		return nil, fmt.Errorf("listing RDMA devices: %w (%w)", ErrNoDevice, cErr(err))
 	}
 	defer C.ibv_free_device_list(list)
 	devs := unsafe.Slice(list, int(n))
@@ -53,7 +52,7 @@ func Open(name string) (Context, error) {
 	var n C.int
 	list, err := C.ibv_get_device_list(&n)
 	if list == nil {
-		return nil, fmt.Errorf("opening RDMA device %q: %w", name, errors.Join(ErrNoDevice, cErr(err)))
+		return nil, fmt.Errorf("opening RDMA device %q: %w (%w)", name, ErrNoDevice, cErr(err))
 	}
 	defer C.ibv_free_device_list(list)
 	var dev *C.struct_ibv_device
