@@ -61,20 +61,9 @@ func BenchmarkFlush(b *testing.B) {
 // flushOnce sets up 2*half outstanding WRs, times the flush, checks it and
 // closes everything; it returns the heap per queued WR.
 func flushOnce(b *testing.B, half int) float64 {
-	var objs []closer
-	defer func() {
-		for i := len(objs) - 1; i >= 0; i-- {
-			if err := objs[i].Close(); err != nil {
-				b.Error(err)
-			}
-		}
-	}()
-	must := func(c closer, err error) {
-		if err != nil {
-			b.Fatal(err)
-		}
-		objs = append(objs, c)
-	}
+	s := &scope{tb: b}
+	defer s.close()
+	must := s.add
 	dev, err := soft.Open(soft.Config{Name: "flush", Limits: soft.Limits{MaxQPWR: half, MaxCQE: 2*half + 16}})
 	must(dev, err)
 	pd, err := dev.AllocPD()
@@ -128,20 +117,9 @@ func BenchmarkIdleQPs(b *testing.B) {
 }
 
 func idleOnce(b *testing.B, count int) (perQP, tracking float64) {
-	var objs []closer
-	defer func() {
-		for i := len(objs) - 1; i >= 0; i-- {
-			if err := objs[i].Close(); err != nil {
-				b.Error(err)
-			}
-		}
-	}()
-	must := func(c closer, err error) {
-		if err != nil {
-			b.Fatal(err)
-		}
-		objs = append(objs, c)
-	}
+	s := &scope{tb: b}
+	defer s.close()
+	must := s.add
 	dev, err := soft.Open(soft.Config{Name: "idle"})
 	must(dev, err)
 	pd, err := dev.AllocPD()
@@ -169,6 +147,28 @@ func idleOnce(b *testing.B, count int) (perQP, tracking float64) {
 		r.Release()
 	}
 	return perQP, tracking
+}
+
+// scope closes what one benchmark iteration created, newest first, so that
+// iterations do not pile up objects until the benchmark ends.
+type scope struct {
+	tb   testing.TB
+	objs []closer
+}
+
+func (s *scope) add(c closer, err error) {
+	if err != nil {
+		s.tb.Fatal(err)
+	}
+	s.objs = append(s.objs, c)
+}
+
+func (s *scope) close() {
+	for i := len(s.objs) - 1; i >= 0; i-- {
+		if err := s.objs[i].Close(); err != nil {
+			s.tb.Error(err)
+		}
+	}
 }
 
 // heap returns the live heap after a collection.

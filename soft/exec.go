@@ -314,6 +314,14 @@ func (q *QP) toErr(ev ibv.EventType) {
 	}
 }
 
+// flushRecvs completes every receive WQE of r with WR_FLUSH_ERR, in order.
+func (q *QP) flushRecvs(r *ring[recvWQE]) {
+	for r.len() > 0 {
+		w := r.pop()
+		q.recvCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false)
+	}
+}
+
 // flush completes every outstanding WR with WR_FLUSH_ERR, in order: the
 // send queue, then the receive WQEs taken from the SRQ, then the own
 // receive queue. An SRQ-attached QP then raises Last WQE Reached: it will
@@ -323,14 +331,8 @@ func (q *QP) flush() {
 		w := q.sq.pop()
 		q.sendCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false)
 	}
-	for q.taken.len() > 0 {
-		w := q.taken.pop()
-		q.recvCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false)
-	}
-	for q.rq.len() > 0 {
-		w := q.rq.pop()
-		q.recvCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false)
-	}
+	q.flushRecvs(&q.taken)
+	q.flushRecvs(&q.rq)
 	if q.srq == nil || q.lastWQE {
 		return
 	}

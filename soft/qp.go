@@ -171,10 +171,7 @@ func (q *QP) holdsPostsInError(send bool) bool {
 // held back, now that something else happens on the QP.
 func (q *QP) flushDeferred() {
 	if q.state == ibv.QPSErr && q.dev.quirks.RecvInErrorFlushDeferred && !q.holdsPostsInError(false) {
-		for q.rq.len() > 0 {
-			w := q.rq.pop()
-			q.recvCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false)
-		}
+		q.flushRecvs(&q.rq)
 	}
 }
 
