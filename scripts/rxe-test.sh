@@ -59,11 +59,14 @@ for suite in $RXE_KERNELS; do
 	echo "rxe:   $suite: $(cat "$kd/package") -> $(cat "$kd/kver")"
 done
 
+echo "rxe:   kernels ready in $(rxe_since "$start")s"
+t=$(rxe_now)
 echo "rxe: [3/4] test binaries (go test -c)"
 run=$RXE_CACHE/run
 mkdir -p "$run"
 "$here/build-tests.sh" "$run/tests"
 mapfile -t pkgs <"$run/tests/pkgs"
+echo "rxe:   ${#pkgs[@]} test binaries built in $(rxe_since "$t")s"
 
 echo "rxe: [4/4] one VM per kernel"
 RXE_TOKEN=$(od -An -tx1 -N8 /dev/urandom | tr -d ' \n')

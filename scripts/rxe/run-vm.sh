@@ -4,7 +4,8 @@
 # (never from qemu's exit status, which is 0 whatever the guest did). Exits 0 when the guest set up
 # rxe0, every smoke test passed, every PKG reported exit=0 and the guest powered off by itself.
 # Needs RXE_TOKEN (the one baked into INITRD). RXE_TIMEOUT: seconds before qemu is killed (480).
-# RXE_FAIL_ON_WARN=1 also fails on a kernel WARNING. Leaves console.log (ttyS0: firmware and
+# RXE_FAIL_ON_WARN=1 also fails on a kernel WARNING; RXE_BOOT=bzimage boots vmlinuz even when
+# the uncompressed PVH vmlinux is there. Leaves console.log (ttyS0: firmware and
 # kernel), result.log (ttyS1: tests and sentinels), qemu.err and summary in RUNDIR.
 set -euo pipefail
 # shellcheck source=scripts/rxe/common.sh disable=SC1091
@@ -62,12 +63,14 @@ show() {
 	esac
 }
 
+kernel=$kdir/vmlinuz
+[ -f "$kdir/vmlinux" ] && [ "${RXE_BOOT:-}" != bzimage ] && kernel=$kdir/vmlinux
 t0=$(rxe_now)
-echo "$tag == boot (qemu TCG, -smp 2, deadline ${deadline}s)"
+echo "$tag == boot (qemu TCG, -smp 2, ${kernel##*/}, deadline ${deadline}s)"
 # The brief's command line plus: oops=panic (an oops ends the run at once instead of hanging it),
 # the console on ttyS0 into console.log, and a second serial port (ttyS1) that only /init writes.
 timeout -k 5 "$deadline" qemu-system-x86_64 -nographic -no-reboot -m 1024 -smp 2 -cpu max \
-	-kernel "$kdir/vmlinuz" -initrd "$initrd" \
+	-kernel "$kernel" -initrd "$initrd" \
 	-append 'console=ttyS0 panic=-1 oops=panic quiet' -nic none -monitor none \
 	-serial "file:$run/console.log" -serial "file:$run/result.log" \
 	</dev/null 2>"$run/qemu.err" &
