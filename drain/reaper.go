@@ -369,6 +369,7 @@ func (r *Reaper) startDrain(now time.Time) {
 			h := r.flushList.head
 			r.flushList.remove(h)
 			h.stage = stageDrain
+			h.report.Batch = n
 			h.step(Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: carrier.qpn, Count: n})
 			r.drainList.push(h)
 		}
@@ -438,12 +439,10 @@ func (r *Reaper) count(h *Handle, wc ibv.WC, now time.Time) {
 func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 	if wc.ID == r.drainID && r.drainID != 0 {
 		r.drainID = 0
-		n := r.drainList.n
 		for r.drainList.n > 0 {
 			h := r.drainList.head
 			r.drainList.remove(h)
 			h.step(Step{At: now, Kind: StepDrainDone, WRID: wc.ID, Status: wc.Status})
-			h.report.Batch = n
 			h.sqDone = true
 			r.settle(h, now)
 		}

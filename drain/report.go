@@ -144,7 +144,7 @@ type Report struct {
 	Steps []Step
 	// Flushed counts completions per queue, indexed by Queue.
 	Flushed [3]Flushed
-	// Batch is how many QPs the drain WR that released this QP covered.
+	// Batch is how many QPs the last drain WR posted for this QP covered.
 	Batch int
 	// Stall is the step that ran out of time, if any (one of the sentinel
 	// errors), also under DestroyWhenEmpty where the drain still ended well.

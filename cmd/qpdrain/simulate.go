@@ -1,0 +1,366 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/soft"
+)
+
+func init() { subcommands = append(subcommands, newSimulateCmd) }
+
+// simQuirks maps the --quirk names to the soft device's switches.
+var simQuirks = map[string]func(*soft.Quirks){
+	"send-in-error-not-flushed":    func(q *soft.Quirks) { q.SendInErrorNotFlushed = true },
+	"no-last-wqe-reached":          func(q *soft.Quirks) { q.NoLastWQEReached = true },
+	"last-wqe-reached-twice":       func(q *soft.Quirks) { q.LastWQEReachedTwice = true },
+	"recv-in-error-flush-deferred": func(q *soft.Quirks) { q.RecvInErrorFlushDeferred = true },
+	"drain-needs-rts":              func(q *soft.Quirks) { q.DrainNeedsRTS = true },
+}
+
+func simQuirkNames() []string {
+	names := make([]string, 0, len(simQuirks))
+	for n := range simQuirks {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// simulateOptions are the flags of "qpdrain simulate".
+type simulateOptions struct {
+	qps           int
+	noSRQ         bool
+	taken         int
+	sends         int
+	quirks        []string
+	policy        string
+	maxBatch      int
+	maxQuarantine int
+	recvDrain     bool
+	timeout       time.Duration
+}
+
+func newSimulateCmd(opts *globalOptions) *cobra.Command {
+	o := &simulateOptions{}
+	cmd := &cobra.Command{
+		Use:   "simulate",
+		Short: "Drain QPs on a soft device, with provider quirks, and report each drain",
+		Long: "Create QPs on an in-process soft RDMA device, one CQ for all of them, with receives taken and\n" +
+			"sends outstanding, then drain them all through the drain package's reaper: ERROR, Last WQE\n" +
+			"Reached, one drain WR per batch, its completion. Prints one line per QP (outcome, time, batch,\n" +
+			"flushed completions, the step that stalled) and the reaper's counts; -d prints every report.\n" +
+			"Quirks: " + strings.Join(simQuirkNames(), ", ") + ".\n" +
+			"Exit status 1 when a QP is not safe to destroy (quarantined or failed).",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			res, err := simulate(cmd.Context(), o, opts)
+			if err != nil {
+				return withExitCode(exitError, fmt.Errorf("simulate: %w", err))
+			}
+			if opts.json {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				err = enc.Encode(res.jsonView())
+			} else {
+				err = res.format(cmd.OutOrStdout(), opts.details)
+			}
+			if err != nil {
+				return withExitCode(exitError, err)
+			}
+			if n := res.notSafe(); n > 0 {
+				return withExitCode(exitFindings, fmt.Errorf("%d of %d QPs not safe to destroy", n, len(res.reports)))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.qps, "qps", 16, "QPs to drain")
+	f.BoolVar(&o.noSRQ, "no-srq", false, "give each QP its own receive queue instead of a shared SRQ")
+	f.IntVar(&o.taken, "taken", 4, "receive WQEs each QP holds (taken from the SRQ, or posted on its own queue)")
+	f.IntVar(&o.sends, "sends", 2, "sends outstanding on each QP")
+	f.StringSliceVar(&o.quirks, "quirk", nil, "provider quirk of the soft device (repeatable): "+strings.Join(simQuirkNames(), ", "))
+	f.StringVar(&o.policy, "policy", drain.Quarantine.String(), "policy for stalled drains: quarantine or destroy-when-empty")
+	f.IntVar(&o.maxBatch, "max-batch", 0, "QPs per drain WR, 0 for no cap, 1 for one at a time as ib_drain_qp")
+	f.IntVar(&o.maxQuarantine, "max-quarantine", drain.DefaultMaxQuarantine, "QPs the quarantine holds at most")
+	f.BoolVar(&o.recvDrain, "recv-drain", false, "also post a receive drain WR on QPs without an SRQ")
+	f.DurationVar(&o.timeout, "timeout", 200*time.Millisecond, "bound on the wait for Last WQE Reached and for each drain WR")
+	return cmd
+}
+
+// simResult is what a simulation saw.
+type simResult struct {
+	opts    *simulateOptions
+	reports []*drain.Report
+	stats   drain.Stats
+}
+
+// The simulation's wr_ids: receives and sends in two ranges, so that a
+// flushed completion tells its queue.
+const (
+	simRecvBase uint64 = 1 << 32
+	simSendBase uint64 = 2 << 32
+)
+
+func simQueue(wc ibv.WC) drain.Queue {
+	switch wc.ID &^ (1<<32 - 1) {
+	case simRecvBase:
+		return drain.QueueRecv
+	case simSendBase:
+		return drain.QueueSend
+	}
+	return drain.QueueUnknown
+}
+
+// simulate builds the device, drains every QP and tears everything down.
+func simulate(ctx context.Context, o *simulateOptions, g *globalOptions) (res *simResult, err error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	var q soft.Quirks
+	for _, name := range o.quirks {
+		set, ok := simQuirks[name]
+		if !ok {
+			return nil, fmt.Errorf("unknown quirk %q, want one of %s", name, strings.Join(simQuirkNames(), ", "))
+		}
+		set(&q)
+	}
+	var policy drain.Policy
+	switch o.policy {
+	case drain.Quarantine.String():
+	case drain.DestroyWhenEmpty.String():
+		policy = drain.DestroyWhenEmpty
+	default:
+		return nil, fmt.Errorf("unknown policy %q, want quarantine or destroy-when-empty", o.policy)
+	}
+	if o.qps <= 0 || o.taken < 0 || o.sends < 0 || o.timeout <= 0 {
+		return nil, errors.New("--qps and --timeout must be positive, --taken and --sends not negative")
+	}
+
+	// Objects are closed in reverse order of creation, children first,
+	// whatever happens; the first close error is returned.
+	var closers []io.Closer
+	keep := func(c io.Closer) { closers = append(closers, c) }
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			if cerr := closers[i].Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("closing %T: %w", closers[i], cerr)
+			}
+		}
+	}()
+
+	fab := soft.NewFabric()
+	fab.SetAutoProgress(false) // sends stay outstanding until the QPs enter ERROR
+	prefetch := o.taken
+	if o.noSRQ {
+		prefetch = 0
+	}
+	cqe := o.qps*(o.taken+o.sends+2) + 16
+	dev, err := soft.Open(soft.Config{Fabric: fab, Quirks: q, SRQPrefetch: prefetch,
+		Limits: soft.Limits{MaxCQE: cqe, MaxSRQWR: max(o.qps*o.taken, 1), MaxQPWR: o.taken + o.sends + 2}})
+	if err != nil {
+		return nil, err
+	}
+	keep(dev)
+	ch, err := dev.CreateCompChannel()
+	if err != nil {
+		return nil, err
+	}
+	keep(ch)
+	cq, err := dev.CreateCQ(cqe, ch)
+	if err != nil {
+		return nil, err
+	}
+	keep(cq)
+	peerCQ, err := dev.CreateCQ(16, nil)
+	if err != nil {
+		return nil, err
+	}
+	keep(peerCQ)
+	pd, err := dev.AllocPD()
+	if err != nil {
+		return nil, err
+	}
+	keep(pd)
+	var srq ibv.SRQ
+	if !o.noSRQ {
+		if srq, err = pd.CreateSRQ(ibv.SRQAttr{MaxWR: uint32(max(o.qps*o.taken, 1)), MaxSGE: 1}); err != nil {
+			return nil, err
+		}
+		keep(srq)
+		if err := srq.PostRecv(simRecvs(0, o.qps*o.taken)); err != nil {
+			return nil, err
+		}
+	}
+	qcap := ibv.QPCap{MaxSendWR: uint32(o.sends + 1), MaxRecvWR: uint32(o.taken + 1), MaxSendSGE: 1, MaxRecvSGE: 1}
+	qps := make([]ibv.QP, o.qps)
+	for i := range qps {
+		qp, err := pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, SRQ: srq, Cap: qcap, Type: ibv.QPTRC})
+		if err != nil {
+			return nil, err
+		}
+		keep(qp)
+		peer, err := pd.CreateQP(ibv.QPInitAttr{SendCQ: peerCQ, RecvCQ: peerCQ, Cap: qcap, Type: ibv.QPTRC})
+		if err != nil {
+			return nil, err
+		}
+		keep(peer)
+		if err := soft.Connect(qp, peer, 1); err != nil {
+			return nil, err
+		}
+		if o.noSRQ && o.taken > 0 {
+			if err := qp.PostRecv(simRecvs(i*o.taken, o.taken)); err != nil {
+				return nil, err
+			}
+		}
+		if o.sends > 0 {
+			if err := qp.PostSend(simSends(i*o.sends, o.sends)); err != nil {
+				return nil, err
+			}
+		}
+		qps[i] = qp
+	}
+
+	rp := drain.NewReaper(cq, drain.Options{
+		Policy: policy, MaxQuarantine: o.maxQuarantine, MaxBatch: o.maxBatch, RecvDrain: o.recvDrain,
+		LastWQETimeout: o.timeout, DrainTimeout: o.timeout, Queue: simQueue,
+		Channel: ch, Events: dev, Log: g.log,
+	})
+	runCtx, cancel := context.WithCancel(ctx)
+	runDone := make(chan error, 1)
+	go func() { runDone <- rp.Run(runCtx) }()
+	defer func() {
+		cancel()
+		if rerr := <-runDone; rerr != nil && !errors.Is(rerr, context.Canceled) && err == nil {
+			err = rerr
+		}
+	}()
+	hs := make([]*drain.Handle, len(qps))
+	for i, qp := range qps {
+		if hs[i], err = rp.Add(qp, drain.AddOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	// Every step is bounded by the timeout; this bounds the whole run in
+	// case the simulation itself is wrong.
+	waitCtx, waitCancel := context.WithTimeout(ctx, 4*o.timeout+10*time.Second)
+	defer waitCancel()
+	res = &simResult{opts: o}
+	for _, h := range hs {
+		rep, _ := h.Wait(waitCtx)
+		res.reports = append(res.reports, rep)
+	}
+	res.stats = rp.Stats()
+	return res, nil
+}
+
+func simRecvs(first, n int) []ibv.RecvWR {
+	wrs := make([]ibv.RecvWR, n)
+	for i := range wrs {
+		wrs[i].ID = simRecvBase | uint64(first+i)
+	}
+	return wrs
+}
+
+func simSends(first, n int) []ibv.SendWR {
+	wrs := make([]ibv.SendWR, n)
+	for i := range wrs {
+		wrs[i] = ibv.SendWR{ID: simSendBase | uint64(first+i), Opcode: ibv.WRSend, Flags: ibv.SendSignaled}
+	}
+	return wrs
+}
+
+func (r *simResult) notSafe() int {
+	n := 0
+	for _, rep := range r.reports {
+		if !rep.Outcome.SafeToDestroy() {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *simResult) format(w io.Writer, details bool) error {
+	o := r.opts
+	srq := "SRQ"
+	if o.noSRQ {
+		srq = "own receive queues"
+	}
+	quirks := "none"
+	if len(o.quirks) > 0 {
+		quirks = strings.Join(o.quirks, ", ")
+	}
+	fmt.Fprintf(w, "%d QPs (%s, %d receives taken and %d sends outstanding each) on one CQ; policy %s; quirks: %s\n",
+		o.qps, srq, o.taken, o.sends, o.policy, quirks)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "lqpn\toutcome\ttime\tbatch\trecv flushed\tsend flushed\tstalled")
+	for _, rep := range r.reports {
+		stalled := "-"
+		if rep.Stall != nil {
+			stalled = rep.Stall.Error()
+		}
+		fmt.Fprintf(tw, "%#x\t%s\t%v\t%d\t%d\t%d\t%s\n", rep.QPNum, rep.Outcome, rep.Duration().Round(time.Microsecond),
+			rep.Batch, rep.Flushed[drain.QueueRecv].Flushed, rep.Flushed[drain.QueueSend].Flushed, stalled)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	s := r.stats
+	fmt.Fprintf(w, "%d safe, %d destroyed after an empty CQ, %d quarantined, %d failed; %d drain WRs, %d receive drain WRs, %d repeated Last WQE Reached\n",
+		s.Safe, s.AfterEmptyCQ, s.Quarantined, s.Failed, s.DrainWRs, s.RecvDrainWRs, s.RepeatedLastWQE)
+	if details {
+		for _, rep := range r.reports {
+			fmt.Fprintf(w, "\n%s", rep)
+		}
+	}
+	return nil
+}
+
+// simQPJSON is one QP's line in -j output; field names follow iproute2's
+// rdma tool where they overlap (lqpn).
+type simQPJSON struct {
+	LQPN        uint32   `json:"lqpn"`
+	Outcome     string   `json:"outcome"`
+	DurationUS  int64    `json:"duration_us"`
+	Batch       int      `json:"batch"`
+	RecvFlushed int      `json:"recv_flushed"`
+	SendFlushed int      `json:"send_flushed"`
+	Stalled     string   `json:"stalled,omitempty"`
+	Error       string   `json:"error,omitempty"`
+	Steps       []string `json:"steps,omitempty"`
+}
+
+type simJSON struct {
+	QPs   []simQPJSON `json:"qps"`
+	Stats drain.Stats `json:"stats"`
+}
+
+func (r *simResult) jsonView() simJSON {
+	out := simJSON{Stats: r.stats}
+	for _, rep := range r.reports {
+		q := simQPJSON{LQPN: rep.QPNum, Outcome: rep.Outcome.String(), DurationUS: rep.Duration().Microseconds(), Batch: rep.Batch,
+			RecvFlushed: rep.Flushed[drain.QueueRecv].Flushed, SendFlushed: rep.Flushed[drain.QueueSend].Flushed}
+		if rep.Stall != nil {
+			q.Stalled = rep.Stall.Error()
+		}
+		if rep.Err != nil {
+			q.Error = rep.Err.Error()
+		}
+		for _, s := range rep.Steps {
+			q.Steps = append(q.Steps, fmt.Sprintf("+%v %s", s.At.Sub(rep.Start), s))
+		}
+		out.QPs = append(out.QPs, q)
+	}
+	return out
+}
