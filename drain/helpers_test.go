@@ -252,6 +252,25 @@ func pollAll(t testing.TB, rp *drain.Reaper, cq ibv.CQ) (kept []ibv.WC, claimed 
 	}
 }
 
+// pollUntilDone is a caller's poll loop run from the test's goroutine until
+// the reaper has nothing pending: on a device that completes
+// asynchronously (rxe), one pass may come before the completions do.
+func pollUntilDone(t testing.TB, rp *drain.Reaper, cq ibv.CQ) (kept []ibv.WC, claimed int) {
+	t.Helper()
+	deadline := time.Now().Add(devtest.Timeout)
+	for rp.Stats().Pending > 0 {
+		k, c := pollAll(t, rp, cq)
+		kept, claimed = append(kept, k...), claimed+c
+		if time.Now().After(deadline) {
+			t.Fatalf("drains pending after %v: %+v", devtest.Timeout, rp.Stats())
+		}
+		if len(k)+c == 0 {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	return kept, claimed
+}
+
 // handEvents reads the device's pending events (waiting up to d for the
 // first ones) and hands them to rp; it returns the unclaimed ones.
 func handEvents(t testing.TB, rp *drain.Reaper, dev ibv.Context, n int) (kept []ibv.AsyncEvent) {
