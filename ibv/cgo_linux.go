@@ -110,13 +110,6 @@ func (h *handles) add(obj any) uintptr {
 	return h.next
 }
 
-// set replaces the object of a handle reserved with add(nil).
-func (h *handles) set(handle uintptr, obj any) {
-	h.mu.Lock()
-	h.objs[handle] = obj
-	h.mu.Unlock()
-}
-
 func (h *handles) get(handle uintptr) any {
 	h.mu.Lock()
 	defer h.mu.Unlock()
