@@ -58,7 +58,7 @@
 //
 //	condition at the responder                 requester status   responder event
 //	bad rkey, rkey without the access, bounds  REM_ACCESS_ERR     QP_ACCESS_ERR
-//	QP without the remote access flag          REM_ACCESS_ERR     QP_ACCESS_ERR
+//	QP not enabled for the RDMA/atomic access  REM_INV_REQ_ERR    QP_REQ_ERR
 //	misaligned atomic                          REM_INV_REQ_ERR    QP_ACCESS_ERR
 //	more RDMA READ/atomic than max_dest_rd     REM_INV_REQ_ERR    QP_ACCESS_ERR
 //	SEND longer than the receive buffer        REM_INV_REQ_ERR    QP_ACCESS_ERR (the receive: LOC_LEN_ERR)

@@ -36,6 +36,7 @@ func TestResponderErrors(t *testing.T) {
 	)
 	tests := []struct {
 		name      string
+		prep      func(t *testing.T, p *pair)
 		wr        func(p *pair, small ibv.MR) ibv.SendWR
 		recv      func(p *pair, small ibv.MR) []ibv.RecvWR
 		reqStatus ibv.WCStatus
@@ -70,6 +71,16 @@ func TestResponderErrors(t *testing.T) {
 				return []ibv.RecvWR{{ID: 50, SGL: sge(p.mb, 0, 32)}, {ID: 51}}
 			},
 			reqStatus: ibv.WCRemInvReqErr, event: "QP_ACCESS_ERR", recvWC: ibv.WCLocLenErr},
+		{name: "QP without remote write",
+			prep: func(t *testing.T, p *pair) {
+				if err := p.b.Modify(ibv.QPAttr{AccessFlags: ibv.AccessRemoteRead}, ibv.QPAttrAccessFlags); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wr: func(p *pair, _ ibv.MR) ibv.SendWR {
+				return ibv.SendWR{ID: 1, Opcode: ibv.WRRDMAWrite} // zero-length: only the QP's access is checked
+			},
+			reqStatus: ibv.WCRemInvReqErr, event: "QP_REQ_ERR"},
 		{name: "unsupported opcode",
 			wr:        func(p *pair, _ ibv.MR) ibv.SendWR { return ibv.SendWR{ID: 1, Opcode: ibv.WRSendWithInv} },
 			reqStatus: ibv.WCRemInvReqErr, event: "QP_REQ_ERR"},
@@ -85,6 +96,9 @@ func TestResponderErrors(t *testing.T) {
 			e := newEnv(t, soft.Config{})
 			p := newPair(t, e, e)
 			small := e.mr(64, noAtomic)
+			if tt.prep != nil {
+				tt.prep(t, p)
+			}
 			if tt.recv != nil {
 				postRecv(t, p.b, tt.recv(p, small)...)
 			}

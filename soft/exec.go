@@ -92,6 +92,12 @@ func (q *QP) execute(w *sendWQE) (status ibv.WCStatus, n uint32, wait bool) {
 		// Nobody answers: the requester's retries run out (modelled at once).
 		return ibv.WCRetryExcErr, 0, false
 	}
+	if need := remoteAccess(op); p.attr.AccessFlags&need != need {
+		// The responder QP does not enable the operation: rxe answers it
+		// as an unsupported request (invalid request NAK).
+		p.responderError(ibv.EventQPReqErr, nil, 0)
+		return ibv.WCRemInvReqErr, 0, false
+	}
 	switch op {
 	case ibv.WRSendWithInv:
 		// The soft device implements no memory windows or invalidation:
@@ -125,7 +131,7 @@ func (q *QP) execute(w *sendWQE) (status ibv.WCStatus, n uint32, wait bool) {
 	case ibv.WRRDMAWrite, ibv.WRRDMAWriteWithImm:
 		var dst []byte
 		if n > 0 {
-			// A zero-length RDMA operation checks no R_Key (IBTA 9.4.4).
+			// A zero-length RDMA operation checks no R_Key (IBTA C9-88).
 			if dst, ok = p.remote(w, n, ibv.AccessRemoteWrite); !ok {
 				p.responderError(ibv.EventQPAccessErr, nil, 0)
 				return ibv.WCRemAccessErr, 0, false
@@ -220,13 +226,23 @@ func (q *QP) responder() *QP {
 	return p
 }
 
-// remote returns the n bytes at w's remote address, if w's rkey grants
-// access on responder p and p's own access flags allow it.
+// remote returns the n bytes at w's remote address, if w's rkey names an
+// MR of responder p's PD that grants access and holds them.
 func (p *QP) remote(w *sendWQE, n uint32, access ibv.AccessFlags) ([]byte, bool) {
-	if p.attr.AccessFlags&access == 0 {
-		return nil, false
-	}
 	return p.dev.slice(p.pd, w.rkey, w.remoteAddr, n, access)
+}
+
+// remoteAccess is the QP access flag a responder needs for op.
+func remoteAccess(op ibv.WROpcode) ibv.AccessFlags {
+	switch op {
+	case ibv.WRRDMAWrite, ibv.WRRDMAWriteWithImm:
+		return ibv.AccessRemoteWrite
+	case ibv.WRRDMARead:
+		return ibv.AccessRemoteRead
+	case ibv.WRAtomicCmpAndSwp, ibv.WRAtomicFetchAndAdd:
+		return ibv.AccessRemoteAtomic
+	}
+	return 0
 }
 
 // rdAtomicInFlight is how many RDMA READ/atomic requests the requester has
