@@ -11,10 +11,11 @@ import (
 // CQ is a fixed-depth completion queue of a soft device. Its memory is
 // allocated at creation, like a hardware CQ ring.
 type CQ struct {
-	dev *Device
-	id  uint32
-	ch  *CompChannel
-	rec *objtrace.Record
+	dev   *Device
+	id    uint32
+	depth int
+	ch    *CompChannel
+	rec   *objtrace.Record
 	// Guarded by dev.fab.mu.
 	buf           []ibv.WC
 	head, n       int
@@ -54,7 +55,7 @@ func (d *Device) CreateCQ(cqe int, channel ibv.CompChannel) (ibv.CQ, error) {
 	}
 	d.nCQ++
 	d.nextID++
-	c := &CQ{dev: d, id: d.nextID, ch: ch, buf: make([]ibv.WC, cqe), qps: map[*QP]struct{}{}}
+	c := &CQ{dev: d, id: d.nextID, depth: cqe, ch: ch, buf: make([]ibv.WC, cqe), qps: map[*QP]struct{}{}}
 	c.rec = objtrace.Track(fmt.Sprintf("soft CQ %d on %s", c.id, d.name))
 	if ch != nil {
 		ch.nCQ++
@@ -66,7 +67,7 @@ func (d *Device) CreateCQ(cqe int, channel ibv.CompChannel) (ibv.CQ, error) {
 func (c *CQ) ID() uint32 { return c.id }
 
 // CQE is the number of completions the CQ holds.
-func (c *CQ) CQE() int { return len(c.buf) }
+func (c *CQ) CQE() int { return c.depth }
 
 // Poll moves up to len(wcs) completions into wcs, oldest first. A CQ that
 // overflowed still returns the completions it held before the overflow.
