@@ -238,3 +238,84 @@ func BenchmarkReaperMemory(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// BenchmarkDrainDevice runs the same comparison on the test device
+// (QPDRAIN_TEST_DEVICE: the soft device, or rxe in the VM): 256 RC QPs
+// with their own receive queues, 4 receives posted on each, already in
+// ERROR, drained batched and one at a time. Only the ibv API is used, so
+// it measures a real provider's drain WR round trip where there is one.
+func BenchmarkDrainDevice(b *testing.B) {
+	const n, recvs = 256, 4
+	for _, mode := range []struct {
+		name     string
+		maxBatch int
+	}{{"batched", 0}, {"one-at-a-time", 1}} {
+		b.Run(mode.name, func(b *testing.B) {
+			dev := devtest.Open(b)
+			drainWRs := 0
+			for b.Loop() {
+				b.StopTimer()
+				var closers []io.Closer
+				keep := func(c io.Closer) { closers = append(closers, c) }
+				ch := must(dev.CreateCompChannel())
+				keep(ch)
+				cq := must(dev.CreateCQ(n*(recvs+1)+16, ch))
+				keep(cq)
+				peerCQ := must(dev.CreateCQ(16, nil))
+				keep(peerCQ)
+				pd := must(dev.AllocPD())
+				keep(pd)
+				qps := make([]ibv.QP, n)
+				for i := range qps {
+					qps[i] = must(pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: qpCap, Type: ibv.QPTRC}))
+					keep(qps[i])
+					peer := must(pd.CreateQP(ibv.QPInitAttr{SendCQ: peerCQ, RecvCQ: peerCQ, Cap: qpCap, Type: ibv.QPTRC}))
+					keep(peer)
+					devtest.Connect(b, dev, qps[i], peer)
+					wrs := make([]ibv.RecvWR, recvs)
+					for j := range wrs {
+						wrs[j].ID = recvIDBase | uint64(i*recvs+j)
+					}
+					if err := qps[i].PostRecv(wrs); err != nil {
+						b.Fatal(err)
+					}
+					devtest.ToError(b, qps[i])
+				}
+				rp := drain.NewReaper(cq, drain.Options{Channel: ch, MaxBatch: mode.maxBatch, DrainTimeout: devtest.Timeout})
+				ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
+				runDone := make(chan error, 1)
+				runtime.GC()
+				b.StartTimer()
+				go func() { runDone <- rp.Run(ctx) }()
+				if mode.maxBatch == 1 {
+					for _, qp := range qps {
+						if _, err := must(rp.Add(qp, drain.AddOptions{})).Wait(ctx); err != nil {
+							b.Fatal(err)
+						}
+					}
+				} else {
+					hs := make([]*drain.Handle, n)
+					for i, qp := range qps {
+						hs[i] = must(rp.Add(qp, drain.AddOptions{}))
+					}
+					for _, h := range hs {
+						if _, err := h.Wait(ctx); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				b.StopTimer()
+				cancel()
+				<-runDone
+				drainWRs += rp.Stats().DrainWRs
+				for i := len(closers) - 1; i >= 0; i-- {
+					if err := closers[i].Close(); err != nil {
+						b.Fatalf("closing %T: %v", closers[i], err)
+					}
+				}
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(drainWRs)/float64(b.N), "drainWRs/op")
+		})
+	}
+}
