@@ -65,8 +65,9 @@
 //	unsupported opcode (SEND_WITH_INV)         REM_INV_REQ_ERR    QP_REQ_ERR
 //	receive WQE with a bad lkey                REM_OP_ERR         none (the receive: LOC_PROT_ERR)
 //
-// The statuses are those rxe's responder sends (drivers/infiniband/sw/rxe/
-// rxe_resp.c); the events follow REFERENCE.md §1. "Outstanding" RDMA READ
+// The requester statuses are those rxe's responder NAKs produce
+// (drivers/infiniband/sw/rxe/rxe_resp.c); the events follow REFERENCE.md §1
+// (rxe raises none: see Quirks.NoResponderErrorEvent). "Outstanding" RDMA READ
 // and atomic requests are modelled as the requester pipelining the READ and
 // atomic WRs queued behind the one executing, up to its own max_rd_atomic:
 // posting k of them at once to a responder whose max_dest_rd_atomic is
