@@ -199,3 +199,27 @@ func TestCQOverflow(t *testing.T) {
 		t.Errorf("QP on another CQ: %s, want RTS", s)
 	}
 }
+
+// A QP whose receive CQ overflows still delivers its send completions, the
+// flushes included, to its healthy send CQ.
+func TestCQOverflowSeparateCQs(t *testing.T) {
+	e := newEnv(t, soft.Config{})
+	scq, rcq := e.cq(8), e.cq(1)
+	q, err := e.pd.CreateQP(ibv.QPInitAttr{SendCQ: scq, RecvCQ: rcq, Type: ibv.QPTRC,
+		Cap: ibv.QPCap{MaxSendWR: 4, MaxRecvWR: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.closeLater(q)
+	peer := e.qp(e.cq(8), nil)
+	connect(t, q, peer, 1)
+	postRecv(t, q, ibv.RecvWR{ID: 1}, ibv.RecvWR{ID: 2}, ibv.RecvWR{ID: 3})
+	post(t, q, ibv.SendWR{ID: 10, Opcode: ibv.WRSend}) // waits: the peer has no receive
+	post(t, peer, ibv.SendWR{Opcode: ibv.WRSend}, ibv.SendWR{Opcode: ibv.WRSend})
+	wantEvents(t, e.dev, "CQ_ERR cq", "QP_FATAL qpn=17")
+	wantWCs(t, rcq, ibv.WC{ID: 1, Opcode: ibv.WCRecv, QPNum: q.Num(), SrcQP: peer.Num(), SLID: 1})
+	wantWCs(t, scq, flushed(10, q.Num()))
+	if s := state(t, peer); s != ibv.QPSRTS {
+		t.Errorf("peer: %s, want RTS", s)
+	}
+}
