@@ -4,13 +4,13 @@ import "github.com/qpdrain/qpdrain/ibv"
 
 // The soft device copies each posted WR into a compact WQE: one SGE inline,
 // anything rarer behind a pointer, so a queued send costs 56 bytes and a
-// queued receive 40 (see BenchmarkFlush).
+// queued receive 32 (see BenchmarkFlush).
 
-// wqeSGL is a WQE's scatter/gather list.
+// wqeSGL is a WQE's scatter/gather list. A WR without SGEs is held as one
+// zero-length SGE, which moves nothing and names no key, exactly like none.
 type wqeSGL struct {
 	first ibv.SGE
 	ext   *wqeExt // nil unless the WR has more than one SGE or is an atomic
-	n     uint16  // number of SGEs
 }
 
 // wqeExt holds the rare parts of a WQE.
@@ -21,7 +21,7 @@ type wqeExt struct {
 }
 
 func makeSGL(sges []ibv.SGE) wqeSGL {
-	s := wqeSGL{n: uint16(len(sges))}
+	var s wqeSGL
 	if len(sges) > 0 {
 		s.first = sges[0]
 	}
@@ -29,6 +29,14 @@ func makeSGL(sges []ibv.SGE) wqeSGL {
 		s.ext = &wqeExt{more: append([]ibv.SGE(nil), sges[1:]...)}
 	}
 	return s
+}
+
+// count is the number of SGEs held.
+func (s *wqeSGL) count() int {
+	if s.ext == nil {
+		return 1
+	}
+	return 1 + len(s.ext.more)
 }
 
 func (s *wqeSGL) at(i int) ibv.SGE {
@@ -103,7 +111,7 @@ func wcOpcode(op ibv.WROpcode) ibv.WCOpcode {
 // length; false when an SGE names no such MR or falls outside it.
 func (d *Device) resolve(pd *PD, s *wqeSGL, need ibv.AccessFlags, out [][]byte) ([][]byte, uint64, bool) {
 	var total uint64
-	for i := 0; i < int(s.n); i++ {
+	for i := 0; i < s.count(); i++ {
 		sge := s.at(i)
 		if sge.Length == 0 {
 			continue
