@@ -3,6 +3,7 @@ package drain
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -103,6 +104,11 @@ func (h *Handle) Done() <-chan struct{} { return h.done }
 func (h *Handle) Report() *Report {
 	h.r.mu.Lock()
 	defer h.r.mu.Unlock()
+	return h.snapshot()
+}
+
+// snapshot copies the report; r.mu must be held.
+func (h *Handle) snapshot() *Report {
 	rep := h.report
 	rep.Steps = append([]Step(nil), h.report.Steps...)
 	return &rep
@@ -116,6 +122,10 @@ func (h *Handle) Report() *Report {
 // completion or event arrives.
 func (h *Handle) Wait(ctx context.Context) (*Report, error) {
 	r := h.r
+	// One timer for every stall deadline; since Go 1.23 Reset never
+	// delivers a stale expiry.
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	for {
 		r.mu.Lock()
 		r.expire(time.Now())
@@ -127,10 +137,9 @@ func (h *Handle) Wait(ctx context.Context) (*Report, error) {
 			return rep, rep.Err
 		default:
 		}
-		var timer *time.Timer
 		var fire <-chan time.Time
 		if !next.IsZero() {
-			timer = time.NewTimer(time.Until(next))
+			timer.Reset(time.Until(next))
 			fire = timer.C
 		}
 		select {
@@ -138,16 +147,12 @@ func (h *Handle) Wait(ctx context.Context) (*Report, error) {
 		case <-fire:
 		case <-ctx.Done():
 			r.mu.Lock()
-			step := h.waitingFor()
-			r.mu.Unlock()
-			rep := h.Report()
+			defer r.mu.Unlock()
+			rep := h.snapshot()
 			if rep.Outcome != Pending {
 				return rep, rep.Err
 			}
-			return rep, fmt.Errorf("qpn %#x: %w: %w", h.qpn, step, context.Cause(ctx))
-		}
-		if timer != nil {
-			timer.Stop()
+			return rep, fmt.Errorf("qpn %#x: %w: %w", h.qpn, h.waitingFor(), context.Cause(ctx))
 		}
 	}
 }
@@ -274,12 +279,15 @@ func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
 	r.stats.Pending++
 	r.mu.Unlock()
 
+	began := time.Now()
 	from, err := moveToError(qp)
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()
-	h.step(Step{At: now, Kind: StepState, From: from, To: ibv.QPSErr})
+	// Completions and events that arrived during the modify were caused by
+	// it: the transition goes first, at the time it began.
+	h.report.Steps = slices.Insert(h.report.Steps, 0, Step{At: began, Kind: StepState, From: from, To: ibv.QPSErr})
 	switch {
 	case h.stage != stageAdding:
 		// A CQ error or shutdown ended the drain meanwhile.
