@@ -3,6 +3,7 @@ package soft_test
 import (
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/objtrace"
@@ -56,17 +57,24 @@ func BenchmarkSendRecv(b *testing.B) {
 func BenchmarkFlush(b *testing.B) {
 	const half = 500_000
 	var perWR float64
+	var cpu time.Duration
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		perWR = flushOnce(b, half)
+		var used time.Duration
+		perWR, used = flushOnce(b, half)
+		cpu += used
 	}
 	b.ReportMetric(perWR, "heapB/WR")
+	if cpu > 0 {
+		b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/op")
+	}
 }
 
 // flushOnce sets up 2*half outstanding WRs, times the flush, checks it and
-// closes everything; it returns the heap per queued WR.
-func flushOnce(b *testing.B, half int) float64 {
+// closes everything; it returns the heap per queued WR and the flush's CPU
+// time.
+func flushOnce(b *testing.B, half int) (float64, time.Duration) {
 	s := &scope{tb: b}
 	defer s.close()
 	must := s.add
@@ -100,13 +108,15 @@ func flushOnce(b *testing.B, half int) float64 {
 		}
 	}
 	perWR := float64(heap()-before) / float64(2*half)
+	cpu := cpuTime()
 	b.StartTimer()
 	toState(b, qp, ibv.QPSErr)
 	b.StopTimer()
+	used := cpuTime() - cpu
 	if n, _ := cq.Poll(make([]ibv.WC, 2*half+16)); n != 2*half {
 		b.Fatalf("flushed %d WRs, want %d", n, 2*half)
 	}
-	return perWR
+	return perWR, used
 }
 
 // BenchmarkIdleQPs measures the heap of 4,096 connected, idle RC QPs with
