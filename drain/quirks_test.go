@@ -17,9 +17,10 @@ import (
 // The tests in this file need the soft device's provider quirks: one test
 // per quirk, each showing the exact error or the fallback, never a hang.
 
-// stall is the bound the quirk tests give each wait, so that a stall shows
-// in milliseconds.
-const stall = 30 * time.Millisecond
+// stall is the bound the quirk tests give a wait that is meant to stall,
+// so that it shows in a fraction of a second; a wait meant to succeed gets
+// devtest.Timeout, so that a loaded machine cannot fake a stall.
+const stall = 100 * time.Millisecond
 
 // quirkRig opens a soft device with quirks and 4 receive WQEs prefetched
 // by every SRQ QP, so that ERROR has receives to flush.
@@ -30,11 +31,18 @@ func quirkRig(t *testing.T, q soft.Quirks) *rig {
 	return r
 }
 
-func runReaper(t *testing.T, r *rig, o drain.Options) *drain.Reaper {
-	o.LastWQETimeout, o.DrainTimeout, o.Queue = stall, stall, queueOf
+// runReaper starts a reaper fed by a caller loop; timeouts left zero in o
+// are meant to stall.
+func runReaper(t *testing.T, r *rig, o drain.Options) (*drain.Reaper, *caller) {
+	if o.LastWQETimeout == 0 {
+		o.LastWQETimeout = stall
+	}
+	if o.DrainTimeout == 0 {
+		o.DrainTimeout = stall
+	}
+	o.Queue = queueOf
 	rp := drain.NewReaper(r.cq, o)
-	startCaller(t, rp, r.cq, r.dev)
-	return rp
+	return rp, startCaller(t, rp, r.cq, r.dev)
 }
 
 // IBM eHCA: a send posted in ERROR never completes, so the drain WR never
@@ -45,7 +53,7 @@ func TestQuirkSendInErrorNotFlushed(t *testing.T) {
 	t.Run("quarantine", func(t *testing.T) {
 		r := quirkRig(t, q)
 		qps := r.pairs(3, true)
-		rp := runReaper(t, r, drain.Options{MaxQuarantine: 2})
+		rp, _ := runReaper(t, r, drain.Options{MaxQuarantine: 2, LastWQETimeout: devtest.Timeout})
 		var errs []error
 		for _, qp := range qps {
 			rep, err := add(t, rp, qp, drain.AddOptions{}).Wait(testCtx(t))
@@ -68,7 +76,7 @@ func TestQuirkSendInErrorNotFlushed(t *testing.T) {
 	t.Run("destroy-when-empty", func(t *testing.T) {
 		r := quirkRig(t, q)
 		qp := r.pair(true)
-		rp := runReaper(t, r, drain.Options{Policy: drain.DestroyWhenEmpty})
+		rp, _ := runReaper(t, r, drain.Options{Policy: drain.DestroyWhenEmpty, LastWQETimeout: devtest.Timeout})
 		rep, err := add(t, rp, qp, drain.AddOptions{}).Wait(testCtx(t))
 		if err != nil || rep.Outcome != drain.DestroyedAfterEmptyCQ {
 			t.Fatalf("%v, outcome %s; want no error and destroyed after empty CQ\n%s", err, rep.Outcome, rep)
@@ -88,7 +96,7 @@ func TestQuirkNoLastWQEReached(t *testing.T) {
 	t.Run("quarantine", func(t *testing.T) {
 		r := quirkRig(t, q)
 		qp := r.pair(true)
-		rp := runReaper(t, r, drain.Options{})
+		rp, _ := runReaper(t, r, drain.Options{})
 		rep, err := add(t, rp, qp, drain.AddOptions{}).Wait(testCtx(t))
 		wantErr(t, err, drain.ErrNoLastWQE, drain.ErrQuarantined)
 		if rep.Outcome != drain.Quarantined || has(rep, drain.StepEvent) || has(rep, drain.StepDrainPosted) {
@@ -101,7 +109,7 @@ func TestQuirkNoLastWQEReached(t *testing.T) {
 	t.Run("destroy-when-empty", func(t *testing.T) {
 		r := quirkRig(t, q)
 		qp := r.pair(true)
-		rp := runReaper(t, r, drain.Options{Policy: drain.DestroyWhenEmpty})
+		rp, _ := runReaper(t, r, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: devtest.Timeout})
 		rep, err := add(t, rp, qp, drain.AddOptions{}).Wait(testCtx(t))
 		if err != nil || rep.Outcome != drain.DestroyedAfterEmptyCQ {
 			t.Fatalf("%v, outcome %s; want destroyed after empty CQ\n%s", err, rep.Outcome, rep)
@@ -152,7 +160,7 @@ func TestQuirkRecvInErrorFlushDeferred(t *testing.T) {
 	t.Run("default", func(t *testing.T) {
 		r := quirkRig(t, q)
 		qp := r.pair(false)
-		rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: r.dev, DrainTimeout: stall})
+		rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: r.dev, DrainTimeout: devtest.Timeout})
 		if err != nil || has(rep, drain.StepRecvDrainPosted) {
 			t.Errorf("%v: want safe without a receive drain WR\n%s", err, rep)
 		}
@@ -161,7 +169,7 @@ func TestQuirkRecvInErrorFlushDeferred(t *testing.T) {
 		r := quirkRig(t, q)
 		qp := r.pair(false)
 		r.postRecvs(qp, 2)
-		rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: r.dev, RecvDrain: true, DrainTimeout: stall, Queue: queueOf})
+		rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: r.dev, RecvDrain: true, DrainTimeout: devtest.Timeout, Queue: queueOf})
 		if err != nil {
 			t.Fatalf("%v\n%s", err, rep)
 		}
@@ -211,12 +219,14 @@ func TestQuirkDrainNeedsRTS(t *testing.T) {
 	peer := devtest.NewRC(t, r.pd, devtest.RCConfig{SendCQ: r.peerCQ, Cap: qpCap})
 	toRTR(t, r.dev, rtr, peer)
 	rts := r.pair(true)
-	rp := runReaper(t, r, drain.Options{MaxBatch: 1})
+	rp, c := runReaper(t, r, drain.Options{LastWQETimeout: devtest.Timeout})
 	rep, err := add(t, rp, rtr, drain.AddOptions{}).Wait(testCtx(t))
 	wantErr(t, err, drain.ErrDrainNotFlushed, drain.ErrQuarantined)
 	if s := rep.Steps[0]; s.From != ibv.QPSRTR || !has(rep, drain.StepEvent) || has(rep, drain.StepDrainDone) {
 		t.Errorf("want RTR -> ERR, Last WQE Reached, a drain WR never completed:\n%s", rep)
 	}
+	c.stop() // one caller loop at a time on the CQ
+	rp, _ = runReaper(t, r, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
 	if rep, err := add(t, rp, rts, drain.AddOptions{}).Wait(testCtx(t)); err != nil {
 		t.Errorf("a QP that was in RTS: %v\n%s", err, rep)
 	}
@@ -263,7 +273,7 @@ func TestStallIsLogged(t *testing.T) {
 	qp := r.pair(true)
 	log, hook := logtest.NewNullLogger()
 	log.SetLevel(logrus.DebugLevel)
-	rp := runReaper(t, r, drain.Options{Log: log})
+	rp, _ := runReaper(t, r, drain.Options{Log: log})
 	if _, err := add(t, rp, qp, drain.AddOptions{}).Wait(testCtx(t)); err == nil {
 		t.Fatal("want a stall")
 	}
