@@ -375,7 +375,6 @@ func (q *QP) Modify(attr ibv.QPAttr, mask ibv.QPAttrMask) error {
 	if q.closed {
 		return fmt.Errorf("modifying QP %d: %w", q.num, ibv.ErrClosed)
 	}
-	q.flushDeferred()
 	cur, next := q.state, q.state
 	if mask&ibv.QPAttrState != 0 {
 		next = attr.State
@@ -386,6 +385,7 @@ func (q *QP) Modify(attr ibv.QPAttr, mask ibv.QPAttrMask) error {
 	if err := q.checkValues(&attr, mask); err != nil {
 		return fmt.Errorf("modifying QP %d from %s to %s: %w", q.num, cur, next, err)
 	}
+	q.flushDeferred()
 	q.setAttrs(&attr, mask)
 	q.dev.fab.gen++
 	switch next {
