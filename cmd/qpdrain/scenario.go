@@ -30,6 +30,7 @@ func newScenarioCmd(opts *globalOptions) *cobra.Command {
 			if opts.json {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
+				enc.SetEscapeHTML(false) // traces contain "->"
 				return enc.Encode(steps)
 			}
 			return scenario.Format(cmd.OutOrStdout(), steps)
