@@ -28,18 +28,19 @@ not_run() {
 	echo "rxe: ***************************************************************************" >&2
 	exit 0
 }
-# step CMD...: runs a harness step; an environment problem (exit 3) becomes not_run
+# step WHAT CMD...: runs a harness step; an environment problem (exit 3) becomes not_run
 step() {
-	local rc=0
+	local what=$1 rc=0
+	shift
 	"$@" || rc=$?
 	[ "$rc" = 0 ] && return 0
-	[ "$rc" = "$RXE_EX_ENV" ] && not_run "$(basename "$1") could not run (see above)"
+	[ "$rc" = "$RXE_EX_ENV" ] && not_run "$what (see above)"
 	exit "$rc"
 }
 
 echo "== rxe stage: kernels ($RXE_KERNELS), packages ($RXE_TEST_PKGS)"
 echo "rxe: [1/4] host packages"
-step "$here/deps.sh"
+step "the host lacks packages or commands it needs" "$here/deps.sh"
 
 mkdir -p "$RXE_CACHE"
 exec 9>"$RXE_CACHE/lock"
