@@ -55,6 +55,7 @@ cp /etc/libibverbs.d/rxe.driver etc/libibverbs.d/
 
 # busybox and its applets, where no real tool of that name was copied
 cp /bin/busybox usr/bin/busybox
+copy_libs /bin/busybox # none when it is busybox-static
 for a in $(/bin/busybox --list); do
 	[ -e "usr/bin/$a" ] || [ -e "usr/sbin/$a" ] || ln -s busybox "usr/bin/$a"
 done

@@ -6,7 +6,7 @@ set -euo pipefail
 . "$(dirname "$0")/common.sh"
 
 pkgs=(qemu-system-x86 busybox-static rdma-core ibverbs-providers ibverbs-utils libibverbs-dev
-	iproute2 cpio kmod xz-utils debian-archive-keyring)
+	iproute2 cpio kmod xz-utils zstd debian-archive-keyring)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -75,6 +75,27 @@ timeout -k 5 "$deadline" qemu-system-x86_64 -nographic -no-reboot -m 1024 -smp 2
 	-serial "file:$run/console.log" -serial "file:$run/result.log" \
 	</dev/null 2>"$run/qemu.err" &
 qpid=$!
+# A heartbeat, so that a long quiet test never looks like a dead run: every 30 s without new
+# output it says so. (The reader below must block in a plain read: bash only reaps qemu, and tail
+# only sees it gone, when that read is interrupted by SIGCHLD.)
+(
+	last=-1 quiet=0 nap=
+	trap '[ -z "$nap" ] || kill "$nap" 2>/dev/null; exit 0' TERM
+	while true; do
+		sleep 30 &
+		nap=$!
+		wait "$nap"
+		size=$(stat -c %s "$run/result.log" 2>/dev/null || echo 0)
+		if [ "$size" = "$last" ]; then
+			quiet=$((quiet + 30))
+			echo "$tag ... no output for ${quiet}s, still running ($(rxe_since "$t0")s since boot)"
+		else
+			quiet=0
+		fi
+		last=$size
+	done
+) &
+beat=$!
 printed=0
 {
 	while IFS= read -r line || [ -n "$line" ]; do
@@ -83,6 +104,8 @@ printed=0
 		echo "$printed" >"$run/printed"
 	done < <(tail -n +1 -s 0.2 -F --pid="$qpid" "$run/result.log" 2>/dev/null | clean)
 }
+kill "$beat" 2>/dev/null || true
+wait "$beat" 2>/dev/null || true
 set +e
 wait "$qpid"
 qrc=$?
