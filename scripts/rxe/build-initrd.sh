@@ -4,7 +4,7 @@
 # provider, ibv_devinfo, ibv_rc_pingpong, ibv_srq_pingpong), iproute2's ip and rdma, the test
 # binaries in TESTDIR (from build-tests.sh), every library ldd names, and scripts/rxe/init as /init.
 # The guest's settings come from the environment: RXE_TOKEN (required), RXE_TEST_TIMEOUT,
-# RXE_TEST_ARGS, RXE_SMOKE_TIMEOUT, RXE_ACTIVE_TIMEOUT.
+# RXE_TEST_ARGS, RXE_SMOKE_TIMEOUT, RXE_ACTIVE_TIMEOUT, RXE_ADD_CMD (how /init creates rxe0).
 set -euo pipefail
 # shellcheck source=scripts/rxe/common.sh disable=SC1091
 . "$(dirname "$0")/common.sh"
@@ -73,6 +73,13 @@ for p in $pkgs; do
 done
 cp -r "$tdir/src/." src/
 
+# the command that creates rxe0; the project's CLI is built in when it is the one
+add_cmd=${RXE_ADD_CMD:-rdma link add rxe0 type rxe netdev dummy0}
+if [ "${add_cmd%% *}" = qpdrain ]; then
+	(cd "$RXE_ROOT" && go build -o "$root/usr/bin/qpdrain" ./cmd/qpdrain) || rxe_die "go build ./cmd/qpdrain failed"
+	copy_libs "$root/usr/bin/qpdrain"
+fi
+
 cp "$RXE_ROOT/scripts/rxe/init" init
 chmod 755 init
 q() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
@@ -83,6 +90,7 @@ q() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
 	echo "TEST_ARGS=$(q "${RXE_TEST_ARGS:-}")"
 	echo "SMOKE_TIMEOUT=$(q "${RXE_SMOKE_TIMEOUT:-60}")"
 	echo "ACTIVE_TIMEOUT=$(q "${RXE_ACTIVE_TIMEOUT:-20}")"
+	echo "ADD_CMD=$(q "$add_cmd")"
 } >etc/qpdrain-rxe/config
 
 find . -print0 | LC_ALL=C sort -z | cpio --null --reproducible --quiet -o -H newc -R 0:0 >"$out"
