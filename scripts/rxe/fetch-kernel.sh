@@ -124,6 +124,9 @@ if [ -z "$deb" ] || ! dpkg-deb --info "$deb" >/dev/null 2>&1 ||
 	deb=$(find "$debs" -maxdepth 1 -name "${pkg}_*.deb" -print -quit)
 fi
 
+# The lists (~120 MB with apt's caches) are only needed to resolve a suite again: drop them.
+rm -rf "$apt/lists" "$apt"/*.bin
+
 # --- extract -----------------------------------------------------------------------------------
 tmp=$kernels/.extract.$$
 rm -rf "$tmp" && mkdir -p "$tmp"

@@ -36,6 +36,8 @@ show() {
 	local l=$1 w rest key
 	case $l in
 	*"$mark"*)
+		# output without a final newline, then the sentinel on the same line
+		[ -z "${l%%"$mark"*}" ] || echo "$tag ${l%%"$mark"*}"
 		rest=${l#*"$mark"}
 		rest=${rest% uptime=*}
 		w=${rest%% *}
