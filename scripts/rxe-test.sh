@@ -85,12 +85,22 @@ for kd in "${kdirs[@]}"; do
 done
 
 echo "== rxe stage summary ($(rxe_since "$start")s in all)"
-for s in "${summaries[@]}"; do echo "$s"; done
+npass=0 nfail=0
+for s in "${summaries[@]}"; do
+	echo "$s"
+	if [[ $s =~ tests\ ([0-9]+)\ passed\ ([0-9]+)\ failed ]]; then
+		npass=$((npass + BASH_REMATCH[1])) nfail=$((nfail + BASH_REMATCH[2]))
+	fi
+done
 while IFS= read -r s; do
 	echo "rxe ERROR: RXE_TEST_PKGS lists $s: it was skipped"
 done <"$run/tests/skipped"
 if [ "$failed" != 0 ]; then
 	echo "rxe: FAIL (logs in $run/<kernel>/: result.txt, console.txt)"
+	# A kernel can fail outside any test (smoke test, panic, hang): count it.
+	[ "$nfail" != 0 ] || nfail=1
+	echo "rxe: $npass passed, $nfail failed"
 	exit 1
 fi
-echo "rxe: ok"
+# The plain closing line CI reads: tests run in the guests, all kernels together.
+echo "rxe: $npass passed, $nfail failed"
