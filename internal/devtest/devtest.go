@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/rcsetup"
 	"github.com/qpdrain/qpdrain/soft"
 )
 
@@ -134,7 +135,7 @@ func Buffer(t testing.TB, pd ibv.PD, size int, access ibv.AccessFlags) ibv.MR {
 }
 
 // AllAccess is the access the tests give their MRs and QPs.
-const AllAccess = ibv.AccessLocalWrite | ibv.AccessRemoteWrite | ibv.AccessRemoteRead | ibv.AccessRemoteAtomic
+const AllAccess = rcsetup.AllAccess
 
 // RCConfig sizes the QPs NewRC creates.
 type RCConfig struct {
@@ -191,76 +192,24 @@ const Port = 1
 // preferred, as rc_pingpong's users pick it. InfiniBand ports use the LID.
 func Address(t testing.TB, ctx ibv.Context) ibv.AHAttr {
 	t.Helper()
-	pa, err := ctx.QueryPort(Port)
+	r, err := rcsetup.Loopback(ctx, Port)
 	if err != nil {
-		t.Fatalf("querying port %d: %v", Port, err)
+		t.Fatal(err)
 	}
-	if pa.State != ibv.PortActive {
-		t.Fatalf("port %s/%d is %s, want ACTIVE", ctx.Name(), Port, pa.State)
-	}
-	ah := ibv.AHAttr{PortNum: Port, DLID: pa.LID}
-	if pa.LinkLayer != ibv.LinkLayerEthernet {
-		return ah
-	}
-	table, err := ctx.QueryGIDTable()
-	if err != nil {
-		t.Fatalf("querying GID table: %v", err)
-	}
-	var pick *ibv.GIDEntry
-	for i := range table {
-		e := &table[i]
-		if e.Port != Port || e.GID.IsZero() {
-			continue
-		}
-		if pick == nil || (e.Type == ibv.GIDTypeRoCEv2 && pick.Type != ibv.GIDTypeRoCEv2) {
-			pick = e
-		}
-	}
-	if pick == nil {
-		t.Fatalf("RoCE port %s/%d has no GID: %v", ctx.Name(), Port, table)
-	}
-	ah.DLID = 0
-	ah.IsGlobal = true
-	ah.GRH = ibv.GlobalRoute{DGID: pick.GID, SGIDIndex: uint8(pick.Index), HopLimit: 1}
-	return ah
+	return r.AH
 }
 
 // Connect moves a and b, two RC QPs of one device in RESET, to RTS connected
 // to each other.
 func Connect(t testing.TB, ctx ibv.Context, a, b ibv.QP) {
 	t.Helper()
-	if err := connect(ctx, a, b, Address(t, ctx)); err != nil {
+	r, err := rcsetup.Loopback(ctx, Port)
+	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-func connect(ctx ibv.Context, a, b ibv.QP, ah ibv.AHAttr) error {
-	pa, err := ctx.QueryPort(Port)
-	if err != nil {
-		return fmt.Errorf("querying port: %w", err)
+	if err := r.Connect(a, b); err != nil {
+		t.Fatal(err)
 	}
-	mtu := min(pa.ActiveMTU, ibv.MTU1024)
-	rdAtom := uint8(1)
-	for _, p := range [][2]ibv.QP{{a, b}, {b, a}} {
-		qp, peer := p[0], p[1]
-		steps := []struct {
-			attr ibv.QPAttr
-			mask ibv.QPAttrMask
-		}{
-			{ibv.QPAttr{State: ibv.QPSInit, PKeyIndex: 0, PortNum: Port, AccessFlags: AllAccess},
-				ibv.QPAttrState | ibv.QPAttrPKeyIndex | ibv.QPAttrPort | ibv.QPAttrAccessFlags},
-			{ibv.QPAttr{State: ibv.QPSRTR, PathMTU: mtu, DestQPNum: peer.Num(), RQPSN: 0, MaxDestRdAtomic: rdAtom, MinRNRTimer: 12, AH: ah},
-				ibv.QPAttrState | ibv.QPAttrAV | ibv.QPAttrPathMTU | ibv.QPAttrDestQPN | ibv.QPAttrRQPSN | ibv.QPAttrMaxDestRdAtomic | ibv.QPAttrMinRNRTimer},
-			{ibv.QPAttr{State: ibv.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: 0, MaxRdAtomic: rdAtom},
-				ibv.QPAttrState | ibv.QPAttrTimeout | ibv.QPAttrRetryCnt | ibv.QPAttrRNRRetry | ibv.QPAttrSQPSN | ibv.QPAttrMaxQPRdAtomic},
-		}
-		for _, s := range steps {
-			if err := qp.Modify(s.attr, s.mask); err != nil {
-				return fmt.Errorf("connecting QP %d to %d: moving to %s: %w", qp.Num(), peer.Num(), s.attr.State, err)
-			}
-		}
-	}
-	return nil
 }
 
 // ToError moves qp to ERROR.
