@@ -27,6 +27,21 @@ var simQuirks = map[string]func(*soft.Quirks){
 	"last-wqe-reached-twice":       func(q *soft.Quirks) { q.LastWQEReachedTwice = true },
 	"recv-in-error-flush-deferred": func(q *soft.Quirks) { q.RecvInErrorFlushDeferred = true },
 	"drain-needs-rts":              func(q *soft.Quirks) { q.DrainNeedsRTS = true },
+	"recv-in-error-not-flushed":    func(q *soft.Quirks) { q.RecvInErrorNotFlushed = true },
+	"no-responder-error-event":     func(q *soft.Quirks) { q.NoResponderErrorEvent = true },
+}
+
+// parseQuirks turns --quirk names into the soft device's switches.
+func parseQuirks(names []string) (soft.Quirks, error) {
+	var q soft.Quirks
+	for _, name := range names {
+		set, ok := simQuirks[name]
+		if !ok {
+			return soft.Quirks{}, fmt.Errorf("unknown quirk %q, want one of %s", name, strings.Join(simQuirkNames(), ", "))
+		}
+		set(&q)
+	}
+	return q, nil
 }
 
 func simQuirkNames() []string {
@@ -128,13 +143,9 @@ func simulate(ctx context.Context, o *simulateOptions, g *globalOptions) (res *s
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	var q soft.Quirks
-	for _, name := range o.quirks {
-		set, ok := simQuirks[name]
-		if !ok {
-			return nil, fmt.Errorf("unknown quirk %q, want one of %s", name, strings.Join(simQuirkNames(), ", "))
-		}
-		set(&q)
+	q, err := parseQuirks(o.quirks)
+	if err != nil {
+		return nil, err
 	}
 	var policy drain.Policy
 	switch o.policy {
