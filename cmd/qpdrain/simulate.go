@@ -138,6 +138,38 @@ func simQueue(wc ibv.WC) drain.Queue {
 	return drain.QueueUnknown
 }
 
+// simMaxCQE bounds the one CQ of a simulation, and with it the QPs,
+// receives and sends the flags may ask for: 4 Mi completions, some 200 MB.
+const simMaxCQE = 1 << 22
+
+// cqe is the depth of the simulation's CQ: room for every flushed receive
+// and send, the drain WRs, and some slack. validate keeps it in range.
+func (o *simulateOptions) cqe() int { return o.qps*(o.taken+o.sends+2) + 16 }
+
+// validate checks the numeric flags and names the first one out of range.
+func (o *simulateOptions) validate() error {
+	switch {
+	case o.qps <= 0:
+		return fmt.Errorf("--qps %d: want at least 1", o.qps)
+	case o.taken < 0:
+		return fmt.Errorf("--taken %d: want 0 or more", o.taken)
+	case o.sends < 0:
+		return fmt.Errorf("--sends %d: want 0 or more", o.sends)
+	case o.maxBatch < 0:
+		return fmt.Errorf("--max-batch %d: want 0 (no cap) or more", o.maxBatch)
+	case o.maxQuarantine < 0:
+		return fmt.Errorf("--max-quarantine %d: want 0 (the default, %d) or more", o.maxQuarantine, drain.DefaultMaxQuarantine)
+	case o.timeout <= 0:
+		return fmt.Errorf("--timeout %v: want a positive duration", o.timeout)
+	case o.qps > simMaxCQE || o.taken > simMaxCQE || o.sends > simMaxCQE:
+		return fmt.Errorf("--qps %d, --taken %d, --sends %d: want at most %d each", o.qps, o.taken, o.sends, simMaxCQE)
+	case o.cqe() > simMaxCQE:
+		return fmt.Errorf("--qps %d with --taken %d and --sends %d: needs a CQ of %d completions, at most %d",
+			o.qps, o.taken, o.sends, o.cqe(), simMaxCQE)
+	}
+	return nil
+}
+
 // simulate builds the device, drains every QP and tears everything down.
 func simulate(ctx context.Context, o *simulateOptions, g *globalOptions) (res *simResult, err error) {
 	if ctx == nil {
@@ -155,8 +187,8 @@ func simulate(ctx context.Context, o *simulateOptions, g *globalOptions) (res *s
 	default:
 		return nil, fmt.Errorf("unknown policy %q, want quarantine or destroy-when-empty", o.policy)
 	}
-	if o.qps <= 0 || o.taken < 0 || o.sends < 0 || o.timeout <= 0 {
-		return nil, errors.New("--qps and --timeout must be positive, --taken and --sends not negative")
+	if err := o.validate(); err != nil {
+		return nil, err
 	}
 
 	// Objects are closed in reverse order of creation, children first,
@@ -177,9 +209,10 @@ func simulate(ctx context.Context, o *simulateOptions, g *globalOptions) (res *s
 	if o.noSRQ {
 		prefetch = 0
 	}
-	cqe := o.qps*(o.taken+o.sends+2) + 16
+	cqe := o.cqe()
+	srqWR := max(o.qps*o.taken, 1)
 	dev, err := soft.Open(soft.Config{Fabric: fab, Quirks: q, SRQPrefetch: prefetch,
-		Limits: soft.Limits{MaxCQE: cqe, MaxSRQWR: max(o.qps*o.taken, 1), MaxQPWR: o.taken + o.sends + 2}})
+		Limits: soft.Limits{MaxCQE: cqe, MaxSRQWR: srqWR, MaxQPWR: o.taken + o.sends + 2}})
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +239,7 @@ func simulate(ctx context.Context, o *simulateOptions, g *globalOptions) (res *s
 	keep(pd)
 	var srq ibv.SRQ
 	if !o.noSRQ {
-		if srq, err = pd.CreateSRQ(ibv.SRQAttr{MaxWR: uint32(max(o.qps*o.taken, 1)), MaxSGE: 1}); err != nil {
+		if srq, err = pd.CreateSRQ(ibv.SRQAttr{MaxWR: uint32(srqWR), MaxSGE: 1}); err != nil {
 			return nil, err
 		}
 		keep(srq)

@@ -49,11 +49,34 @@ func TestSimulateQuirkFindings(t *testing.T) {
 	}
 }
 
+// Bad flags give exit code 2 and an error naming the flag and its value,
+// before any object is created.
 func TestSimulateRejects(t *testing.T) {
-	for _, args := range [][]string{{"--quirk", "nope"}, {"--policy", "nope"}, {"--qps", "0"}} {
+	for _, tc := range []struct {
+		args []string
+		want string // in the error
+	}{
+		{[]string{"--quirk", "nope"}, `unknown quirk "nope"`},
+		{[]string{"--policy", "nope"}, `unknown policy "nope"`},
+		{[]string{"--qps", "0"}, "--qps 0"},
+		{[]string{"--qps", "-3"}, "--qps -3"},
+		{[]string{"--taken", "-1"}, "--taken -1"},
+		{[]string{"--sends", "-1"}, "--sends -1"},
+		{[]string{"--max-batch", "-1"}, "--max-batch -1"},
+		{[]string{"--max-quarantine", "-1"}, "--max-quarantine -1"},
+		{[]string{"--timeout", "0s"}, "--timeout 0s"},
+		{[]string{"--timeout", "-1s"}, "--timeout -1s"},
+		{[]string{"--qps", "9223372036854775807"}, "want at most"},
+		{[]string{"--qps", "100000", "--taken", "100"}, "needs a CQ of"},
+	} {
 		var ec *exitCodeError
-		if _, err := runSimulate(t, args...); !errors.As(err, &ec) || ec.code != exitError {
-			t.Errorf("simulate %v: %v, want exit code %d", args, err, exitError)
+		_, err := runSimulate(t, tc.args...)
+		if !errors.As(err, &ec) || ec.code != exitError {
+			t.Errorf("simulate %v: %v, want exit code %d", tc.args, err, exitError)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("simulate %v: %q, want it to name %q", tc.args, err, tc.want)
 		}
 	}
 }
