@@ -164,7 +164,7 @@ func newCQ(c *verbsContext, cqe int, channel CompChannel) (*verbsCQ, error) {
 	var ch *verbsCompChannel
 	if channel != nil {
 		var ok bool
-		if ch, ok = channel.(*verbsCompChannel); !ok || ch.ctx != c {
+		if ch, ok = channel.(*verbsCompChannel); !ok || ch == nil || ch.ctx != c {
 			return nil, fmt.Errorf("creating CQ: completion channel of another device: %w", ErrInvalidArgument)
 		}
 		if err := ch.life.enter(); err != nil {

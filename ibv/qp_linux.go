@@ -254,14 +254,14 @@ func (q *verbsQP) users() []*lifecycle {
 func newQP(p *verbsPD, attr QPInitAttr) (*verbsQP, error) {
 	q := &verbsQP{pd: p, typ: attr.Type, sigAll: attr.SigAll}
 	var ok bool
-	if q.sendCQ, ok = attr.SendCQ.(*verbsCQ); !ok || q.sendCQ.ctx != p.ctx {
+	if q.sendCQ, ok = attr.SendCQ.(*verbsCQ); !ok || q.sendCQ == nil || q.sendCQ.ctx != p.ctx {
 		return nil, fmt.Errorf("creating QP: send CQ missing or of another device: %w", ErrInvalidArgument)
 	}
-	if q.recvCQ, ok = attr.RecvCQ.(*verbsCQ); !ok || q.recvCQ.ctx != p.ctx {
+	if q.recvCQ, ok = attr.RecvCQ.(*verbsCQ); !ok || q.recvCQ == nil || q.recvCQ.ctx != p.ctx {
 		return nil, fmt.Errorf("creating QP: receive CQ missing or of another device: %w", ErrInvalidArgument)
 	}
 	if attr.SRQ != nil {
-		if q.srq, ok = attr.SRQ.(*verbsSRQ); !ok || q.srq.pd.ctx != p.ctx {
+		if q.srq, ok = attr.SRQ.(*verbsSRQ); !ok || q.srq == nil || q.srq.pd.ctx != p.ctx {
 			return nil, fmt.Errorf("creating QP: SRQ of another device: %w", ErrInvalidArgument)
 		}
 	}

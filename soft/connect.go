@@ -13,7 +13,7 @@ import (
 func Connect(a, b ibv.QP, rdAtomic uint8) error {
 	qa, ok1 := a.(*QP)
 	qb, ok2 := b.(*QP)
-	if !ok1 || !ok2 {
+	if !ok1 || !ok2 || qa == nil || qb == nil {
 		return fmt.Errorf("connecting QPs: not soft QPs: %w", ibv.ErrInvalidArgument)
 	}
 	for _, s := range [][2]*QP{{qa, qb}, {qb, qa}} {

@@ -34,7 +34,7 @@ func (d *Device) CreateCQ(cqe int, channel ibv.CompChannel) (ibv.CQ, error) {
 	var ch *CompChannel
 	if channel != nil {
 		c, ok := channel.(*CompChannel)
-		if !ok || c.dev != d {
+		if !ok || c == nil || c.dev != d {
 			return nil, fmt.Errorf("creating a CQ on %s: completion channel of another device: %w", d.name, ibv.ErrInvalidArgument)
 		}
 		ch = c

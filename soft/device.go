@@ -317,7 +317,7 @@ func (d *Device) Close() error {
 // Reached. Afterwards posting to the SRQ fails with ErrInvalidState.
 func (d *Device) InjectSRQError(srq ibv.SRQ) error {
 	s, ok := srq.(*SRQ)
-	if !ok || s.dev != d {
+	if !ok || s == nil || s.dev != d {
 		return fmt.Errorf("injecting an SRQ error on %s: not an SRQ of this device: %w", d.name, ibv.ErrInvalidArgument)
 	}
 	d.fab.mu.Lock()

@@ -45,16 +45,19 @@ var _ ibv.QP = (*QP)(nil)
 // be 0.
 func (p *PD) CreateQP(attr ibv.QPInitAttr) (ibv.QP, error) {
 	d := p.dev
-	scq, ok1 := attr.SendCQ.(*CQ)
-	rcq, ok2 := attr.RecvCQ.(*CQ)
-	if !ok1 || !ok2 || scq.dev != d || rcq.dev != d {
-		return nil, fmt.Errorf("creating a QP on %s: send and receive CQs must be CQs of this device: %w", d.name, ibv.ErrInvalidArgument)
+	scq, ok := attr.SendCQ.(*CQ)
+	if !ok || scq == nil || scq.dev != d {
+		return nil, fmt.Errorf("creating a QP on %s: send CQ missing or not a CQ of this device: %w", d.name, ibv.ErrInvalidArgument)
+	}
+	rcq, ok := attr.RecvCQ.(*CQ)
+	if !ok || rcq == nil || rcq.dev != d {
+		return nil, fmt.Errorf("creating a QP on %s: receive CQ missing or not a CQ of this device: %w", d.name, ibv.ErrInvalidArgument)
 	}
 	var srq *SRQ
 	if attr.SRQ != nil {
 		s, ok := attr.SRQ.(*SRQ)
-		if !ok || s.dev != d {
-			return nil, fmt.Errorf("creating a QP on %s: SRQ of another device: %w", d.name, ibv.ErrInvalidArgument)
+		if !ok || s == nil || s.dev != d {
+			return nil, fmt.Errorf("creating a QP on %s: not an SRQ of this device: %w", d.name, ibv.ErrInvalidArgument)
 		}
 		srq = s
 		attr.Cap.MaxRecvWR, attr.Cap.MaxRecvSGE = 0, 0

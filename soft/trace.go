@@ -46,14 +46,13 @@ func (e TraceEntry) String() string {
 	case TraceSRQTake:
 		return fmt.Sprintf("%s qp %d: took wr_id=%d from srq %d", e.Device, e.QPNum, e.WRID, e.SRQ)
 	case TraceEvent:
-		switch {
-		case e.Event.QP != nil:
-			return fmt.Sprintf("%s event %s qpn=%d", e.Device, e.Event.Type, e.Event.QP.Num())
-		case e.Event.CQ != nil:
-			return fmt.Sprintf("%s event %s cq %d", e.Device, e.Event.Type, e.Event.CQ.(*CQ).id)
-		case e.Event.SRQ != nil:
-			return fmt.Sprintf("%s event %s srq %d", e.Device, e.Event.Type, e.Event.SRQ.(*SRQ).id)
+		if c, ok := e.Event.CQ.(*CQ); ok && c != nil && e.Event.QP == nil {
+			return fmt.Sprintf("%s event %s cq %d", e.Device, e.Event.Type, c.id)
 		}
+		if s, ok := e.Event.SRQ.(*SRQ); ok && s != nil && e.Event.QP == nil && e.Event.CQ == nil {
+			return fmt.Sprintf("%s event %s srq %d", e.Device, e.Event.Type, s.id)
+		}
+		// A QP event, a port event, or an entry not made by a soft device.
 		return fmt.Sprintf("%s event %s", e.Device, e.Event)
 	}
 	return fmt.Sprintf("%s trace kind %d", e.Device, e.Kind)
