@@ -31,11 +31,7 @@ func BenchmarkPollEmptyCQ(b *testing.B) {
 func BenchmarkWriteBatch(b *testing.B) {
 	const batch = 16
 	ctx := Open(b)
-	pd, err := ctx.AllocPD()
-	if err != nil {
-		b.Fatal(err)
-	}
-	Close(b, pd)
+	pd := NewPD(b, ctx)
 	cq := NewCQ(b, ctx, 2*batch)
 	qa := NewRC(b, pd, RCConfig{SendCQ: cq, Cap: ibv.QPCap{MaxSendWR: batch, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	qb := NewRC(b, pd, RCConfig{})

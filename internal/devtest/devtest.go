@@ -147,6 +147,28 @@ type RCConfig struct {
 	Cap ibv.QPCap
 }
 
+// NewPD allocates a PD on ctx, closed when the test ends.
+func NewPD(t testing.TB, ctx ibv.Context) ibv.PD {
+	t.Helper()
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatalf("allocating PD: %v", err)
+	}
+	Close(t, pd)
+	return pd
+}
+
+// NewSRQ creates an SRQ on pd, closed when the test ends.
+func NewSRQ(t testing.TB, pd ibv.PD, attr ibv.SRQAttr) ibv.SRQ {
+	t.Helper()
+	srq, err := pd.CreateSRQ(attr)
+	if err != nil {
+		t.Fatalf("creating SRQ of %d WRs: %v", attr.MaxWR, err)
+	}
+	Close(t, srq)
+	return srq
+}
+
 // NewCQ creates a CQ of cqe entries, closed when the test ends.
 func NewCQ(t testing.TB, ctx ibv.Context, cqe int) ibv.CQ {
 	t.Helper()
@@ -231,8 +253,8 @@ func State(t testing.TB, qp ibv.QP) ibv.QPState {
 }
 
 // Poll polls cq until it has returned n completions, and fails the test if
-// they do not come within Timeout. It then checks that no more arrive
-// within a short grace time, so a test sees every completion it caused.
+// they do not come within Timeout. It takes no more than n; a test that
+// must see no further completion follows it with PollNone.
 func Poll(t testing.TB, cq ibv.CQ, n int) []ibv.WC {
 	t.Helper()
 	got := make([]ibv.WC, 0, n)

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/soft"
 )
 
 // quiet is how long a test waits to be sure that something does not happen.
@@ -161,16 +162,8 @@ func TestPostInError(t *testing.T) {
 // afterwards is flushed, which is how a drain knows the QP is done.
 func TestSRQLastWQEReached(t *testing.T) {
 	ctx := Open(t)
-	pd, err := ctx.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	Close(t, pd)
-	srq, err := pd.CreateSRQ(ibv.SRQAttr{MaxWR: 16, MaxSGE: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	Close(t, srq)
+	pd := NewPD(t, ctx)
+	srq := NewSRQ(t, pd, ibv.SRQAttr{MaxWR: 16, MaxSGE: 1})
 	mr := Buffer(t, pd, 4096, AllAccess)
 	cq := NewCQ(t, ctx, 64)
 	a := NewRC(t, pd, RCConfig{SRQ: srq, SendCQ: cq})
@@ -212,6 +205,15 @@ func TestSRQLastWQEReached(t *testing.T) {
 	post(t, a, ibv.SendWR{ID: 60, Opcode: ibv.WRSend, Flags: ibv.SendSignaled})
 	checkWC(t, Poll(t, cq, 1)[0], 60, ibv.WCWRFlushErr, 0)
 	PollNone(t, cq, quiet)
+	if CurrentProvider() == ProviderRXE && !rxeBefore612() {
+		// rxe on Linux 6.12 raises Last WQE Reached again once a send
+		// posted in ERROR is flushed (docs/PROVIDERS.md): a drain whose
+		// WR goes out on an SRQ QP sees the event twice.
+		if e := WaitEvent(t, ctx, Timeout); e.Type != ibv.EventQPLastWQEReached || e.QP != a {
+			t.Fatalf("async event %v, want a repeated QP_LAST_WQE_REACHED on QP %d", e, a.Num())
+		}
+	}
+	NoEvent(t, ctx, quiet)
 	if s := State(t, c); s != ibv.QPSRTS {
 		t.Errorf("the other SRQ QP is %s, want RTS", s)
 	}
@@ -221,16 +223,8 @@ func TestSRQLastWQEReached(t *testing.T) {
 // the SRQ reports it disarmed.
 func TestSRQLimit(t *testing.T) {
 	ctx := Open(t)
-	pd, err := ctx.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	Close(t, pd)
-	srq, err := pd.CreateSRQ(ibv.SRQAttr{MaxWR: 16, MaxSGE: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	Close(t, srq)
+	pd := NewPD(t, ctx)
+	srq := NewSRQ(t, pd, ibv.SRQAttr{MaxWR: 16, MaxSGE: 1})
 	mr := Buffer(t, pd, 4096, AllAccess)
 	a := NewRC(t, pd, RCConfig{SRQ: srq})
 	b := NewRC(t, pd, RCConfig{})
@@ -285,11 +279,7 @@ func TestCompChannel(t *testing.T) {
 	if err := ch.Close(); !errors.Is(err, ibv.ErrBusy) {
 		t.Errorf("closing a channel with a CQ = %v, want ErrBusy", err)
 	}
-	pd, err := ctx.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	Close(t, pd)
+	pd := NewPD(t, ctx)
 	mr := Buffer(t, pd, 4096, AllAccess)
 	a := NewRC(t, pd, RCConfig{SendCQ: cq})
 	b := NewRC(t, pd, RCConfig{})
@@ -327,11 +317,7 @@ func TestCompChannel(t *testing.T) {
 // transition is EINVAL on every device.
 func TestLifetimes(t *testing.T) {
 	ctx := Open(t)
-	pd, err := ctx.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	Close(t, pd)
+	pd := NewPD(t, ctx)
 	cq := NewCQ(t, ctx, 16)
 	qp, err := pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, Type: ibv.QPTRC,
 		Cap: ibv.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
@@ -369,11 +355,7 @@ func TestLifetimes(t *testing.T) {
 // once the CQ is closed, never a crash or a race.
 func TestConcurrentClose(t *testing.T) {
 	ctx := Open(t)
-	pd, err := ctx.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	Close(t, pd)
+	pd := NewPD(t, ctx)
 	cq, err := ctx.CreateCQ(64, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -414,5 +396,81 @@ func TestConcurrentClose(t *testing.T) {
 		if err := <-done; !errors.Is(err, ibv.ErrClosed) && !errors.Is(err, context.Canceled) {
 			t.Errorf("poller or event waiter ended with %v, want ErrClosed or context.Canceled", err)
 		}
+	}
+}
+
+// TestBadArguments: missing CQs, objects of another device, empty or
+// negative sizes and closed objects give an error matching EINVAL (or
+// ErrClosed) on every device, never a panic, and create nothing.
+func TestBadArguments(t *testing.T) {
+	ctx := Open(t)
+	pd := NewPD(t, ctx)
+	cq := NewCQ(t, ctx, 16)
+	other, err := soft.Open(soft.Config{Name: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	Close(t, other)
+	otherCQ := NewCQ(t, other, 16)
+	otherPD := NewPD(t, other)
+	otherSRQ := NewSRQ(t, otherPD, ibv.SRQAttr{MaxWR: 4, MaxSGE: 1})
+	cap1 := ibv.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	for _, tc := range []struct {
+		name string
+		attr ibv.QPInitAttr
+	}{
+		{"no send CQ", ibv.QPInitAttr{RecvCQ: cq, Cap: cap1, Type: ibv.QPTRC}},
+		{"no receive CQ", ibv.QPInitAttr{SendCQ: cq, Cap: cap1, Type: ibv.QPTRC}},
+		{"no CQ at all", ibv.QPInitAttr{Cap: cap1, Type: ibv.QPTRC}},
+		{"a send CQ of another device", ibv.QPInitAttr{SendCQ: otherCQ, RecvCQ: cq, Cap: cap1, Type: ibv.QPTRC}},
+		{"a receive CQ of another device", ibv.QPInitAttr{SendCQ: cq, RecvCQ: otherCQ, Cap: cap1, Type: ibv.QPTRC}},
+		{"an SRQ of another device", ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, SRQ: otherSRQ, Cap: cap1, Type: ibv.QPTRC}},
+	} {
+		qp, err := pd.CreateQP(tc.attr)
+		if err == nil {
+			Close(t, qp)
+		}
+		if !errors.Is(err, ibv.ErrInvalidArgument) || !errors.Is(err, unix.EINVAL) {
+			t.Errorf("CreateQP with %s = %v, want ErrInvalidArgument (EINVAL)", tc.name, err)
+		}
+	}
+	for _, n := range []int{0, -1} {
+		c, err := ctx.CreateCQ(n, nil)
+		if err == nil {
+			Close(t, c)
+		}
+		if !errors.Is(err, unix.EINVAL) {
+			t.Errorf("CreateCQ(%d) = %v, want EINVAL", n, err)
+		}
+	}
+	for _, buf := range [][]byte{nil, {}} {
+		mr, err := pd.RegMR(buf, AllAccess)
+		if err == nil {
+			Close(t, mr)
+		}
+		if !errors.Is(err, unix.EINVAL) {
+			t.Errorf("RegMR of %d bytes = %v, want EINVAL", len(buf), err)
+		}
+	}
+	if _, err := ibv.AllocBuffer(-1); !errors.Is(err, ibv.ErrInvalidArgument) {
+		t.Errorf("AllocBuffer(-1) = %v, want ErrInvalidArgument", err)
+	}
+
+	closedCQ, err := ctx.CreateCQ(4, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := closedCQ.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := closedCQ.Poll(make([]ibv.WC, 1)); !errors.Is(err, ibv.ErrClosed) {
+		t.Errorf("Poll of a closed CQ = %v, want ErrClosed", err)
+	}
+	qp, err := pd.CreateQP(ibv.QPInitAttr{SendCQ: closedCQ, RecvCQ: closedCQ, Cap: cap1, Type: ibv.QPTRC})
+	if err == nil {
+		Close(t, qp)
+	}
+	if !errors.Is(err, ibv.ErrClosed) {
+		t.Errorf("CreateQP on a closed CQ = %v, want ErrClosed", err)
 	}
 }

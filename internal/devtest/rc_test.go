@@ -21,11 +21,7 @@ type loopback struct {
 func newLoopback(t *testing.T) *loopback {
 	t.Helper()
 	ctx := Open(t)
-	pd, err := ctx.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	Close(t, pd)
+	pd := NewPD(t, ctx)
 	l := &loopback{ctx: ctx, pd: pd}
 	l.a = NewRC(t, pd, RCConfig{})
 	l.b = NewRC(t, pd, RCConfig{})
@@ -113,11 +109,7 @@ func TestSendRecv(t *testing.T) {
 // data and refuses such a QP with ErrResourceLimit (docs/PROVIDERS.md).
 func TestSendInline(t *testing.T) {
 	ctx := Open(t)
-	pd, err := ctx.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	Close(t, pd)
+	pd := NewPD(t, ctx)
 	cq := NewCQ(t, ctx, 16)
 	inline := ibv.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
 	a, err := pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: inline, Type: ibv.QPTRC})
