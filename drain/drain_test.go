@@ -174,6 +174,13 @@ func TestDrainQPPastLastWQE(t *testing.T) {
 // ready while it is outstanding waits on the flush list and goes behind
 // the next one, as in IPoIB-CM. The caller's completions all come back to
 // it; only the drain WRs are claimed.
+//
+// The QPs with their own receive queue get receive drain WRs only where
+// the device flushes them by itself (recvInErrorFlushed). On rxe 6.12 the
+// receive drain WRs of the 6 QPs that carry no send drain WR complete only
+// if they win a race with the move to ERROR, and otherwise stall, as
+// TestQuirkRecvInErrorFlushDeferred shows on the soft device; this test
+// failed that way on rxe in 2 runs of 3 (docs/PROVIDERS.md).
 func TestReaperBatches(t *testing.T) {
 	skipWithoutLastWQE(t)
 	dev := devtest.Open(t)
@@ -183,7 +190,8 @@ func TestReaperBatches(t *testing.T) {
 	for _, qp := range ownQPs {
 		r.postRecvs(qp, 2)
 	}
-	rp := drain.NewReaper(r.cq, drain.Options{RecvDrain: true, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	recvDrain := recvInErrorFlushed()
+	rp := drain.NewReaper(r.cq, drain.Options{RecvDrain: recvDrain, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	var hs []*drain.Handle
 	for _, qp := range append(srqQPs, ownQPs...) {
 		hs = append(hs, add(t, rp, qp, drain.AddOptions{}))
@@ -194,10 +202,19 @@ func TestReaperBatches(t *testing.T) {
 	// The test is the caller's poll loop, so nothing completes before
 	// every QP is on the flush list.
 	kept, claimed := pollUntilDone(t, rp, r.cq)
+	recvDrains := 0
+	if recvDrain {
+		recvDrains = len(ownQPs)
+	} else if len(kept) < 16 {
+		// Without receive drain WRs the batch's barrier does not order the
+		// receive flushes of the QPs that do not carry it (doc.go), and an
+		// asynchronous device may still be generating them.
+		kept = append(kept, devtest.Poll(t, r.cq, 16-len(kept))...)
+	}
 	reps := waitAll(t, hs)
 	st := rp.Stats()
-	if st.DrainWRs != 2 || st.Safe != 32 || st.RecvDrainWRs != 8 {
-		t.Errorf("stats %+v: want 2 drain WRs (a batch of 1, then of 31), 8 receive drain WRs, 32 safe", st)
+	if st.DrainWRs != 2 || st.Safe != 32 || st.RecvDrainWRs != recvDrains {
+		t.Errorf("stats %+v: want 2 drain WRs (a batch of 1, then of 31), %d receive drain WRs, 32 safe", st, recvDrains)
 	}
 	batches := map[int]int{}
 	for _, rep := range reps {
@@ -206,8 +223,8 @@ func TestReaperBatches(t *testing.T) {
 	if batches[1] != 1 || batches[31] != 31 {
 		t.Errorf("batch sizes %v, want one QP alone and 31 together", batches)
 	}
-	if claimed != 2+8 {
-		t.Errorf("reaper claimed %d completions, want its 2 drain WRs and 8 receive drain WRs", claimed)
+	if claimed != 2+recvDrains {
+		t.Errorf("reaper claimed %d completions, want its 2 drain WRs and %d receive drain WRs", claimed, recvDrains)
 	}
 	if len(kept) != 16 {
 		t.Errorf("caller kept %d completions, want its 16 flushed receives: %v", len(kept), kept)
@@ -240,6 +257,40 @@ func TestReaperOneAtATime(t *testing.T) {
 	}
 	if st := rp.Stats(); st.DrainWRs != len(qps) {
 		t.Errorf("%d drain WRs for %d QPs, want one each", st.DrainWRs, len(qps))
+	}
+}
+
+// RecvDrain with MaxBatch 1 is the fallback for a device that flushes a
+// receive posted in ERROR only when something else happens on the QP
+// (rxe 6.12, docs/PROVIDERS.md): each QP's own send drain WR, posted after
+// its receive drain WR, is that something, so every QP is released with
+// both drain WRs completed and its receives flushed.
+func TestRecvDrainOneAtATime(t *testing.T) {
+	if noLastWQE() {
+		t.Skip("rxe before Linux 6.12 never completes a receive posted in ERROR (docs/PROVIDERS.md)")
+	}
+	dev := devtest.Open(t)
+	r := newRig(t, dev, nil, 64)
+	qps := r.pairs(6, false)
+	for _, qp := range qps {
+		r.postRecvs(qp, 2)
+	}
+	rp := drain.NewReaper(r.cq, drain.Options{MaxBatch: 1, RecvDrain: true, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	var hs []*drain.Handle
+	for _, qp := range qps {
+		hs = append(hs, add(t, rp, qp, drain.AddOptions{}))
+	}
+	kept, claimed := pollUntilDone(t, rp, r.cq)
+	for _, rep := range waitAll(t, hs) {
+		if !has(rep, drain.StepRecvDrainDone) || rep.Flushed[drain.QueueRecv].Flushed != 2 {
+			t.Errorf("want the receive drain WR completed and 2 flushed receives counted:\n%s", rep)
+		}
+	}
+	if st := rp.Stats(); st.DrainWRs != len(qps) || st.RecvDrainWRs != len(qps) {
+		t.Errorf("stats %+v: want one drain WR and one receive drain WR per QP", st)
+	}
+	if claimed != 2*len(qps) || len(kept) != 2*len(qps) {
+		t.Errorf("reaper claimed %d, caller kept %d: want the %d drain WRs and the %d flushed receives", claimed, len(kept), 2*len(qps), 2*len(qps))
 	}
 }
 
