@@ -118,13 +118,7 @@ func (b *postBuf) postRecv(qp *C.struct_ibv_qp, srq *C.struct_ibv_srq, wrs []Rec
 		sges = fillSGEs(sges, wrs[i].SGL)
 	}
 	var bad C.int
-	var rc C.int
-	if qp != nil {
-		rc = C.qpd_post_recv(qp, b.buf, C.int(len(wrs)), &bad)
-	} else {
-		rc = C.qpd_post_srq_recv(srq, b.buf, C.int(len(wrs)), &bad)
-	}
-	if rc != 0 {
+	if rc := C.qpd_post_recv(qp, srq, b.buf, C.int(len(wrs)), &bad); rc != 0 {
 		return &PostError{Index: int(bad), Err: rcErr(rc, ErrQueueFull)}
 	}
 	return nil

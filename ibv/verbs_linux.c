@@ -120,19 +120,11 @@ static struct ibv_recv_wr *link_recv(struct qpd_postbuf *b, int n)
 	return wr;
 }
 
-int qpd_post_recv(struct ibv_qp *qp, struct qpd_postbuf *b, int n, int *bad)
+// qpd_post_recv posts the receive WRs of b on qp or, when qp is NULL, on srq.
+int qpd_post_recv(struct ibv_qp *qp, struct ibv_srq *srq, struct qpd_postbuf *b, int n, int *bad)
 {
 	struct ibv_recv_wr *wr = link_recv(b, n), *bad_wr = NULL;
-	int rc = ibv_post_recv(qp, wr, &bad_wr);
-
-	*bad = rc && bad_wr ? (int)(bad_wr - wr) : (rc ? 0 : n);
-	return rc;
-}
-
-int qpd_post_srq_recv(struct ibv_srq *srq, struct qpd_postbuf *b, int n, int *bad)
-{
-	struct ibv_recv_wr *wr = link_recv(b, n), *bad_wr = NULL;
-	int rc = ibv_post_srq_recv(srq, wr, &bad_wr);
+	int rc = qp ? ibv_post_recv(qp, wr, &bad_wr) : ibv_post_srq_recv(srq, wr, &bad_wr);
 
 	*bad = rc && bad_wr ? (int)(bad_wr - wr) : (rc ? 0 : n);
 	return rc;

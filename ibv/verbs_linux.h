@@ -46,8 +46,7 @@ int qpd_postbuf_reserve(struct qpd_postbuf *b, int nwr, int nsge, int send);
 void qpd_postbuf_free(struct qpd_postbuf *b);
 
 int qpd_post_send(struct ibv_qp *qp, struct qpd_postbuf *b, int n, int *bad);
-int qpd_post_recv(struct ibv_qp *qp, struct qpd_postbuf *b, int n, int *bad);
-int qpd_post_srq_recv(struct ibv_srq *srq, struct qpd_postbuf *b, int n, int *bad);
+int qpd_post_recv(struct ibv_qp *qp, struct ibv_srq *srq, struct qpd_postbuf *b, int n, int *bad);
 
 int qpd_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 
