@@ -410,7 +410,7 @@ func (c *verbsContext) Close() error {
 	if rc, err := C.ibv_close_device(c.ctx); rc != 0 {
 		// Keep the context usable so Close can be retried.
 		if serr := c.startAsync(); serr != nil {
-			return fmt.Errorf("closing device %s: %w (restarting its event reader: %v)", c.name, cErr(err), serr)
+			return fmt.Errorf("closing device %s: %w (restarting its event reader: %w)", c.name, cErr(err), serr)
 		}
 		return fmt.Errorf("closing device %s: %w", c.name, cErr(err))
 	}

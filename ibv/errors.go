@@ -32,6 +32,7 @@ type Error struct {
 	errno syscall.Errno
 }
 
+// Error returns the condition's description.
 func (e *Error) Error() string { return e.msg }
 
 // Is reports whether target is this error or its errno.
@@ -50,6 +51,7 @@ type PostError struct {
 	Err   error
 }
 
+// Error names the WR that was not posted and why.
 func (e *PostError) Error() string { return fmt.Sprintf("posting WR %d: %v", e.Index, e.Err) }
 
 // Unwrap returns the cause.
