@@ -98,10 +98,13 @@ type Options struct {
 	// specification orders a QP's flushes per queue, not between its
 	// queues, so only this proves that every receive of such a QP was
 	// flushed before it is released. It needs the provider to flush a
-	// receive posted in ERROR, which rxe before Linux 6.12 never does
-	// (docs/PROVIDERS.md) and some do only later (soft
-	// Quirks.RecvInErrorFlushDeferred). Off by default: the send drain WR
-	// alone is the barrier, which every provider seen so far honours.
+	// receive posted in ERROR, which rxe before Linux 6.12 never does and
+	// rxe 6.12 reliably does only once a send is posted on the QP after it
+	// (docs/PROVIDERS.md; soft Quirks.RecvInErrorFlushDeferred). With such
+	// a provider only the QP carrying a batch's send drain WR is released;
+	// set MaxBatch to 1 so that every QP carries its own. Off by default:
+	// the send drain WR alone is the barrier, which every provider seen so
+	// far honours.
 	RecvDrain bool
 	// Queue tells which queue a completion of a drained QP belongs to, for
 	// the report's per-queue flush counts. Nil counts them as QueueUnknown.

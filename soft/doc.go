@@ -142,7 +142,8 @@
 //     drain must tolerate repeats.
 //   - RecvInErrorFlushDeferred: a receive posted in ERROR is flushed only
 //     when something else happens on the QP (its next post or Modify), as
-//     providers that flush from a deferred worker do (hns, REFERENCE.md §5).
+//     providers that flush from a deferred worker do (hns, REFERENCE.md §5;
+//     rxe on Linux 6.12 once a send follows, docs/PROVIDERS.md).
 //   - DrainNeedsRTS: WRs posted in ERROR are flushed only if the QP was in
 //     RTS before ERROR; otherwise they stay queued until RESET. Mellanox
 //     firmware, per the comment in ipoib_cm.c that moves RX QPs to RTS for
