@@ -188,6 +188,8 @@ func TestCompChannel(t *testing.T) {
 	}
 	if err := wait(); err == nil {
 		t.Error("one arming signalled twice")
+	} else if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("WaitCQ after the arming was spent: %v, want a timeout", err)
 	}
 	// Solicited only: a plain receive does not signal, a solicited one does.
 	postRecv(t, a, ibv.RecvWR{ID: 1}, ibv.RecvWR{ID: 2})
@@ -197,6 +199,8 @@ func TestCompChannel(t *testing.T) {
 	post(t, b, ibv.SendWR{Opcode: ibv.WRSend})
 	if err := wait(); err == nil {
 		t.Error("an unsolicited receive signalled a solicited-only CQ")
+	} else if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("WaitCQ after an unsolicited receive: %v, want a timeout", err)
 	}
 	post(t, b, ibv.SendWR{Opcode: ibv.WRSend, Flags: ibv.SendSolicited})
 	if err := wait(); err != nil {

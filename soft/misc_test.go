@@ -99,8 +99,14 @@ func TestSRQModify(t *testing.T) {
 	if a, _ := s.Query(); a.MaxWR != 8 {
 		t.Errorf("MaxWR after resize = %d", a.MaxWR)
 	}
-	if err := s.PostRecv(make([]ibv.RecvWR, 6)); err == nil {
+	err := s.PostRecv(make([]ibv.RecvWR, 6))
+	if err == nil {
 		t.Error("posted 9 WRs into an SRQ of 8")
+	}
+	// 3 held and 5 posted fill it: the sixth WR, index 5, is refused.
+	var pe *ibv.PostError
+	if !errors.As(err, &pe) || pe.Index != 5 || !errors.Is(err, ibv.ErrQueueFull) {
+		t.Errorf("posting 6 WRs into an SRQ of 8 holding 3: %v, want a PostError at index 5 wrapping ErrQueueFull", err)
 	}
 }
 

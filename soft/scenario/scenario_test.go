@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/qpdrain/qpdrain/internal/testmain"
@@ -42,14 +43,21 @@ func TestSRQFaultGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	var second bytes.Buffer
-	scenario.Format(&second, again)
+	if err := scenario.Format(&second, again); err != nil {
+		t.Fatal(err)
+	}
 	if !bytes.Equal(got.Bytes(), second.Bytes()) {
 		t.Error("two runs gave different traces")
 	}
 }
 
 func TestRunUnknown(t *testing.T) {
-	if _, err := scenario.Run("nope"); err == nil {
+	steps, err := scenario.Run("nope")
+	if err == nil {
 		t.Error("Run accepted an unknown scenario")
+	}
+	// The error names what was asked for and what is known.
+	if err == nil || steps != nil || !strings.Contains(err.Error(), `"nope"`) || !strings.Contains(err.Error(), strings.Join(scenario.Names, ", ")) {
+		t.Errorf("Run(%q) = %v, %v; want no steps and an error naming it and the known scenarios", "nope", steps, err)
 	}
 }
