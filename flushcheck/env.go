@@ -1,0 +1,309 @@
+package flushcheck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/rcsetup"
+)
+
+// env is one probe's run: the device, the objects the probe created (closed
+// in reverse order by close) and bounded waits for completions and events.
+type env struct {
+	ctx   context.Context
+	dev   ibv.Context
+	o     Options
+	start time.Time
+	// t0 is what the probe's times are relative to: the moment the QP
+	// entered ERROR, or the request that caused an error was posted.
+	t0 time.Time
+
+	route   *rcsetup.Route
+	closers []closer
+	qps     []ibv.QP
+	srqs    []ibv.SRQ
+	cqs     []ibv.CQ
+}
+
+type closer struct {
+	what  string
+	close func() error
+}
+
+func (e *env) keep(what string, close func() error) {
+	e.closers = append(e.closers, closer{what, close})
+}
+
+// close closes every object in reverse order of creation, all of them even
+// when one fails, and returns the first error.
+func (e *env) close() error {
+	var first error
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		c := e.closers[i]
+		if err := c.close(); err != nil && first == nil {
+			first = fmt.Errorf("closing %s: %w", c.what, err)
+		}
+	}
+	e.closers = nil
+	return first
+}
+
+// mark makes now the moment the probe's times are relative to.
+func (e *env) mark() { e.t0 = time.Now() }
+
+// since is the time from the mark, rounded for reading.
+func (e *env) since() time.Duration { return roundDur(time.Since(e.t0)) }
+
+func roundDur(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	}
+	return d.Round(time.Microsecond)
+}
+
+func (e *env) pd() (ibv.PD, error) {
+	pd, err := e.dev.AllocPD()
+	if err != nil {
+		return nil, fmt.Errorf("allocating a PD: %w", err)
+	}
+	e.keep("PD", pd.Close)
+	return pd, nil
+}
+
+func (e *env) cq(cqe int) (ibv.CQ, error) {
+	cq, err := e.dev.CreateCQ(cqe, nil)
+	if err != nil {
+		return nil, fmt.Errorf("creating a CQ: %w", err)
+	}
+	e.keep("CQ", cq.Close)
+	e.cqs = append(e.cqs, cq)
+	return cq, nil
+}
+
+func (e *env) srq(pd ibv.PD) (ibv.SRQ, error) {
+	srq, err := pd.CreateSRQ(ibv.SRQAttr{MaxWR: 16, MaxSGE: 1})
+	if err != nil {
+		return nil, fmt.Errorf("creating an SRQ: %w", err)
+	}
+	e.keep("SRQ", srq.Close)
+	e.srqs = append(e.srqs, srq)
+	return srq, nil
+}
+
+// rc creates an RC QP in RESET with a CQ of its own for sends and
+// receives, taking its receives from srq when srq is not nil.
+func (e *env) rc(pd ibv.PD, srq ibv.SRQ) (ibv.QP, error) {
+	cq, err := e.cq(64)
+	if err != nil {
+		return nil, err
+	}
+	qp, err := pd.CreateQP(ibv.QPInitAttr{
+		SendCQ: cq, RecvCQ: cq, SRQ: srq, Type: ibv.QPTRC,
+		Cap: ibv.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating an RC QP: %w", err)
+	}
+	e.keep(fmt.Sprintf("QP %d", qp.Num()), qp.Close)
+	e.qps = append(e.qps, qp)
+	return qp, nil
+}
+
+// pair creates two RC QPs, the first taking its receives from srq when not
+// nil, and connects them to each other (RTS).
+func (e *env) pair(pd ibv.PD, srq ibv.SRQ) (a, b ibv.QP, err error) {
+	if a, err = e.rc(pd, srq); err != nil {
+		return nil, nil, err
+	}
+	if b, err = e.rc(pd, nil); err != nil {
+		return nil, nil, err
+	}
+	r, err := e.loopback()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := r.Connect(a, b); err != nil {
+		return nil, nil, err
+	}
+	return a, b, nil
+}
+
+func (e *env) loopback() (rcsetup.Route, error) {
+	if e.route == nil {
+		r, err := rcsetup.Loopback(e.dev, e.o.Port)
+		if err != nil {
+			return rcsetup.Route{}, err
+		}
+		e.route = &r
+	}
+	return *e.route, nil
+}
+
+// buffer registers size bytes of memory outside the Go heap.
+func (e *env) buffer(pd ibv.PD, size int, access ibv.AccessFlags) (ibv.MR, error) {
+	buf, err := ibv.AllocBuffer(size)
+	if err != nil {
+		return nil, fmt.Errorf("allocating %d bytes: %w", size, err)
+	}
+	e.keep("buffer", func() error { return ibv.FreeBuffer(buf) })
+	mr, err := pd.RegMR(buf, access)
+	if err != nil {
+		return nil, fmt.Errorf("registering %d bytes: %w", size, err)
+	}
+	e.keep("MR", mr.Close)
+	return mr, nil
+}
+
+// toError moves qp to ERROR and marks the moment.
+func (e *env) toError(qp ibv.QP) error {
+	e.mark()
+	if err := qp.Modify(ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState); err != nil {
+		return fmt.Errorf("moving QP %d to ERR: %w", qp.Num(), err)
+	}
+	return nil
+}
+
+func state(qp ibv.QP) (ibv.QPState, error) {
+	attr, _, err := qp.Query(ibv.QPAttrState)
+	if err != nil {
+		return 0, fmt.Errorf("querying QP %d: %w", qp.Num(), err)
+	}
+	return attr.State, nil
+}
+
+// ctxErr is the error of a wait that the probe's context ended.
+func (e *env) ctxErr(what string) error {
+	return fmt.Errorf("%s: %w", what, context.Cause(e.ctx))
+}
+
+// pollIdle is how long poll sleeps between empty polls.
+const pollIdle = 200 * time.Microsecond
+
+// poll polls cq until it has returned n completions or d has passed, and
+// returns what it got: fewer than n is the device's doing, not an error.
+// It fails only when a poll fails or the probe's context ends.
+func (e *env) poll(cq ibv.CQ, n int, d time.Duration) ([]ibv.WC, error) {
+	got := make([]ibv.WC, 0, n)
+	batch := make([]ibv.WC, 16)
+	deadline := time.Now().Add(d)
+	timer := time.NewTimer(pollIdle)
+	defer timer.Stop()
+	for len(got) < n {
+		k, err := cq.Poll(batch[:min(len(batch), n-len(got))])
+		if err != nil {
+			return got, fmt.Errorf("polling a CQ: %w", err)
+		}
+		got = append(got, batch[:k]...)
+		if k > 0 {
+			continue
+		}
+		if !time.Now().Before(deadline) {
+			break
+		}
+		timer.Reset(min(pollIdle, time.Until(deadline)))
+		select {
+		case <-e.ctx.Done():
+			return got, e.ctxErr(fmt.Sprintf("polling for %d completions", n))
+		case <-timer.C:
+		}
+	}
+	return got, nil
+}
+
+// event is an async event of one of the probe's objects and when it came.
+type event struct {
+	ibv.AsyncEvent
+	at time.Duration // since the mark
+}
+
+// events collects the async events of the probe's own objects for d, or
+// until one satisfies until (nil: for all of d). Events of other objects
+// are dropped. It fails only when the device fails or the context ends.
+func (e *env) events(d time.Duration, until func(ibv.AsyncEvent) bool) ([]event, error) {
+	var got []event
+	deadline := time.Now().Add(d)
+	for {
+		wctx, cancel := context.WithDeadline(e.ctx, deadline)
+		ev, err := e.dev.NextAsyncEvent(wctx)
+		cancel()
+		if err != nil {
+			if e.ctx.Err() != nil {
+				return got, e.ctxErr("waiting for async events")
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				return got, nil
+			}
+			return got, fmt.Errorf("waiting for async events: %w", err)
+		}
+		if !e.owns(ev) {
+			continue
+		}
+		got = append(got, event{ev, e.since()})
+		if until != nil && until(ev) {
+			return got, nil
+		}
+	}
+}
+
+func (e *env) owns(ev ibv.AsyncEvent) bool {
+	for _, qp := range e.qps {
+		if ev.QP != nil && ev.QP == qp {
+			return true
+		}
+	}
+	for _, srq := range e.srqs {
+		if ev.SRQ != nil && ev.SRQ == srq {
+			return true
+		}
+	}
+	for _, cq := range e.cqs {
+		if ev.CQ != nil && ev.CQ == cq {
+			return true
+		}
+	}
+	return false
+}
+
+// checkFlushed reports whether got are exactly the WRs want, in order, each
+// completed with WR_FLUSH_ERR on QP qpn; if not, it says what came instead.
+func checkFlushed(what string, want []uint64, got []ibv.WC, qpn uint32) (bool, string) {
+	ok := len(got) == len(want)
+	for i := 0; ok && i < len(got); i++ {
+		ok = got[i].ID == want[i] && got[i].Status == ibv.WCWRFlushErr && got[i].QPNum == qpn
+	}
+	if ok {
+		return true, ""
+	}
+	return false, fmt.Sprintf("%s: got %s, want wr_id %s each WR_FLUSH_ERR in this order", what, wcList(got, qpn), idList(want))
+}
+
+// wcList formats completions as "[1 WR_FLUSH_ERR, 2 SUCCESS]", naming the
+// QP only when it is not qpn.
+func wcList(wcs []ibv.WC, qpn uint32) string {
+	if len(wcs) == 0 {
+		return "nothing"
+	}
+	parts := make([]string, len(wcs))
+	for i, wc := range wcs {
+		parts[i] = fmt.Sprintf("%d %s", wc.ID, wc.Status)
+		if wc.QPNum != qpn {
+			parts[i] += fmt.Sprintf(" on qpn %d", wc.QPNum)
+		}
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+func idList(ids []uint64) string {
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = fmt.Sprint(id)
+	}
+	return strings.Join(parts, ",")
+}

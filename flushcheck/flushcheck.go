@@ -1,0 +1,195 @@
+package flushcheck
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/qpdrain/qpdrain/ibv"
+)
+
+// Outcome is a probe's verdict.
+type Outcome uint8
+
+// Outcomes.
+const (
+	// Pass: the device did what the rule says.
+	Pass Outcome = iota
+	// Deviation: the device did something else; Result.Observed says what.
+	Deviation
+	// Error: the probe could not reach a verdict (a verb failed, or the
+	// context ended); Result.Err says why.
+	Error
+)
+
+var outcomeNames = [...]string{"pass", "deviation", "error"}
+
+// String names the outcome ("pass", "deviation", "error").
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("Outcome(%d)", uint8(o))
+}
+
+// MarshalText encodes the outcome as its name, for JSON.
+func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
+
+// Result is what one probe found.
+type Result struct {
+	// Name is the probe's name ("recv-in-error").
+	Name string
+	// Rule is the specification rule the probe checks.
+	Rule    string
+	Outcome Outcome
+	// Observed says what the device did, in words, with times.
+	Observed string
+	// Duration is how long the probe ran, setup and teardown included.
+	Duration time.Duration
+	// Err is why the outcome is Error; nil otherwise.
+	Err error
+}
+
+// Default bounds. A healthy provider flushes in microseconds (rxe under
+// qemu without KVM in milliseconds); 5 s separates "slow" from "never", as
+// the drain package's defaults do.
+const (
+	DefaultTimeout = 5 * time.Second
+	DefaultQuiet   = 500 * time.Millisecond
+	DefaultPort    = 1
+)
+
+// Options configure the probes. The zero value is usable.
+type Options struct {
+	// Port is the device port the probes' QPs use (default 1).
+	Port uint8
+	// Timeout bounds each wait for a completion or event the rule says
+	// must come (default DefaultTimeout); when it passes, the probe
+	// reports a deviation.
+	Timeout time.Duration
+	// Quiet is how long a probe watches for something the rule says must
+	// not happen, such as a second Last WQE Reached (default DefaultQuiet).
+	Quiet time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.Port == 0 {
+		o.Port = DefaultPort
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.Quiet <= 0 {
+		o.Quiet = DefaultQuiet
+	}
+	return o
+}
+
+// budget bounds one probe as a whole: no probe waits more than three
+// timeouts and one quiet period, so the budget only ends a probe that is
+// itself stuck.
+func (o Options) budget() time.Duration { return 4*o.Timeout + 2*o.Quiet + 10*time.Second }
+
+// Probe is one check of a device's error-path behaviour.
+type Probe struct {
+	// Name is short and stable, for tables and scripts.
+	Name string
+	// Rule is the specification rule the probe checks, with its source.
+	Rule string
+	run  func(e *env) (verdict, error)
+}
+
+// verdict is what a probe that ran to the end concluded.
+type verdict struct {
+	ok       bool
+	observed string
+}
+
+func pass(format string, args ...any) verdict {
+	return verdict{ok: true, observed: fmt.Sprintf(format, args...)}
+}
+
+func deviation(format string, args ...any) verdict {
+	return verdict{observed: fmt.Sprintf(format, args...)}
+}
+
+// Probes returns every probe, in the order Run runs them.
+func Probes() []Probe { return slices.Clone(probes) }
+
+// Lookup returns the probe called name.
+func Lookup(name string) (Probe, bool) {
+	for _, p := range probes {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Probe{}, false
+}
+
+// Run runs every probe on dev, one after the other, and returns their
+// results in order. A probe that errs does not stop the others; once ctx
+// has ended the remaining probes report Error without running.
+func Run(ctx context.Context, dev ibv.Context, o Options) []Result {
+	out := make([]Result, 0, len(probes))
+	for _, p := range probes {
+		out = append(out, p.Run(ctx, dev, o))
+	}
+	return out
+}
+
+// Run runs the probe on dev. Every object it creates is closed before it
+// returns; a close that fails makes the outcome Error.
+func (p Probe) Run(ctx context.Context, dev ibv.Context, o Options) Result {
+	o = o.withDefaults()
+	res := Result{Name: p.Name, Rule: p.Rule}
+	start := time.Now()
+	fail := func(err error) Result {
+		res.Outcome, res.Err, res.Observed = Error, err, err.Error()
+		res.Duration = time.Since(start)
+		return res
+	}
+	switch {
+	case ctx == nil:
+		return fail(errors.New("not run: nil context"))
+	case dev == nil:
+		return fail(errors.New("not run: no device"))
+	case p.run == nil:
+		return fail(fmt.Errorf("not run: unknown probe %q", p.Name))
+	case ctx.Err() != nil:
+		return fail(fmt.Errorf("not run: %w", context.Cause(ctx)))
+	}
+	pctx, cancel := context.WithTimeoutCause(ctx, o.budget(), fmt.Errorf("probe %s exceeded its budget of %v", p.Name, o.budget()))
+	defer cancel()
+	e := &env{ctx: pctx, dev: dev, o: o, start: start, t0: start}
+	v, err := p.run(e)
+	if cerr := e.close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fail(err)
+	}
+	res.Outcome = Pass
+	if !v.ok {
+		res.Outcome = Deviation
+	}
+	res.Observed = v.observed
+	res.Duration = time.Since(start)
+	return res
+}
+
+// Counts returns how many results have each outcome.
+func Counts(results []Result) (pass, deviations, errs int) {
+	for _, r := range results {
+		switch r.Outcome {
+		case Pass:
+			pass++
+		case Deviation:
+			deviations++
+		default:
+			errs++
+		}
+	}
+	return pass, deviations, errs
+}

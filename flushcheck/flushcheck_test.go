@@ -1,0 +1,158 @@
+package flushcheck
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/soft"
+)
+
+// quick are bounds for the soft device, which answers at once: a missing
+// completion or event is certain after a few milliseconds.
+var quick = Options{Timeout: 50 * time.Millisecond, Quiet: 20 * time.Millisecond}
+
+func openSoft(t *testing.T, q soft.Quirks) ibv.Context {
+	t.Helper()
+	dev, err := soft.Open(soft.Config{Quirks: q})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Fails with ErrBusy if a probe left an object open.
+		if err := dev.Close(); err != nil {
+			t.Errorf("closing the device after the probes: %v", err)
+		}
+	})
+	return dev
+}
+
+func deviating(t *testing.T, results []Result) []string {
+	t.Helper()
+	var names []string
+	for _, r := range results {
+		switch r.Outcome {
+		case Deviation:
+			names = append(names, r.Name)
+		case Error:
+			t.Errorf("probe %s: error: %v", r.Name, r.Err)
+		}
+		if r.Name == "" || r.Rule == "" || r.Observed == "" || r.Duration <= 0 {
+			t.Errorf("incomplete result %+v", r)
+		}
+	}
+	return names
+}
+
+func TestSoftPasses(t *testing.T) {
+	dev := openSoft(t, soft.Quirks{})
+	results := Run(context.Background(), dev, quick)
+	if len(results) != len(probes) {
+		t.Fatalf("%d results, want %d", len(results), len(probes))
+	}
+	for i, r := range results {
+		t.Logf("%-22s %-9s %v: %s", r.Name, r.Outcome, r.Duration, r.Observed)
+		if r.Name != probes[i].Name {
+			t.Errorf("result %d is %s, want %s", i, r.Name, probes[i].Name)
+		}
+	}
+	if got := deviating(t, results); len(got) > 0 {
+		t.Errorf("deviations on the soft device without quirks: %v", got)
+	}
+	if p, d, e := Counts(results); p != len(probes) || d != 0 || e != 0 {
+		t.Errorf("Counts = %d, %d, %d; want %d, 0, 0", p, d, e, len(probes))
+	}
+}
+
+// TestSoftQuirks: each provider quirk of the soft device shows in exactly
+// the probes that depend on the behaviour it breaks.
+func TestSoftQuirks(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		quirk soft.Quirks
+		want  []string
+	}{
+		// The eHCA bug: the drain WR is a send posted in ERROR.
+		{"SendInErrorNotFlushed", soft.Quirks{SendInErrorNotFlushed: true}, []string{"send-in-error", "flush-before-rts", "drain-wr"}},
+		{"RecvInErrorNotFlushed", soft.Quirks{RecvInErrorNotFlushed: true}, []string{"recv-in-error"}},
+		{"RecvInErrorFlushDeferred", soft.Quirks{RecvInErrorFlushDeferred: true}, []string{"recv-in-error"}},
+		{"NoLastWQEReached", soft.Quirks{NoLastWQEReached: true}, []string{"last-wqe-reached"}},
+		{"LastWQEReachedTwice", soft.Quirks{LastWQEReachedTwice: true}, []string{"last-wqe-reached"}},
+		{"NoResponderErrorEvent", soft.Quirks{NoResponderErrorEvent: true}, []string{"responder-access-error"}},
+		{"DrainNeedsRTS", soft.Quirks{DrainNeedsRTS: true}, []string{"flush-before-rts"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dev := openSoft(t, tc.quirk)
+			results := Run(context.Background(), dev, quick)
+			for _, r := range results {
+				if r.Outcome != Pass {
+					t.Logf("%s: %s: %s", r.Name, r.Outcome, r.Observed)
+				}
+			}
+			if got := deviating(t, results); !slices.Equal(got, tc.want) {
+				t.Errorf("deviations %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestObserved(t *testing.T) {
+	dev := openSoft(t, soft.Quirks{NoLastWQEReached: true, NoResponderErrorEvent: true})
+	for name, want := range map[string]string{
+		"last-wqe-reached":       "no Last WQE Reached within 50ms of ERROR",
+		"responder-access-error": "requester: REM_ACCESS_ERR; responder: no async event within 50ms, state ERR, 2 of 2 receives flushed",
+		"recv-in-error":          "the receive posted in ERROR completed with WR_FLUSH_ERR ",
+	} {
+		p, ok := Lookup(name)
+		if !ok {
+			t.Fatalf("no probe %s", name)
+		}
+		r := p.Run(context.Background(), dev, quick)
+		if len(r.Observed) < len(want) || r.Observed[:len(want)] != want {
+			t.Errorf("%s observed %q, want it to start with %q", name, r.Observed, want)
+		}
+	}
+}
+
+// A probe never runs past its context and reports that as an error, not a
+// deviation; every object it created is closed.
+func TestContextEnded(t *testing.T) {
+	dev := openSoft(t, soft.Quirks{NoLastWQEReached: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, r := range Run(ctx, dev, quick) {
+		if r.Outcome != Error || !errors.Is(r.Err, context.Canceled) {
+			t.Errorf("%s with a cancelled context: %s, %v; want error wrapping context.Canceled", r.Name, r.Outcome, r.Err)
+		}
+	}
+	p, _ := Lookup("last-wqe-reached")
+	ctx, cancel = context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	r := p.Run(ctx, dev, Options{Timeout: time.Hour})
+	if r.Outcome != Error || !errors.Is(r.Err, context.DeadlineExceeded) || r.Duration > 10*time.Second {
+		t.Errorf("last-wqe-reached bounded by a 30ms context: %s after %v, %v; want an error wrapping DeadlineExceeded", r.Outcome, r.Duration, r.Err)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	if r := (Probe{Name: "nope"}).Run(context.Background(), openSoft(t, soft.Quirks{}), Options{}); r.Outcome != Error {
+		t.Errorf("a probe without a body: %s, want error", r.Outcome)
+	}
+	p, _ := Lookup("drain-wr")
+	if r := p.Run(context.Background(), nil, Options{}); r.Outcome != Error {
+		t.Errorf("no device: %s, want error", r.Outcome)
+	}
+	//nolint:staticcheck // a nil context is bad input the probe must survive
+	if r := p.Run(nil, openSoft(t, soft.Quirks{}), Options{}); r.Outcome != Error {
+		t.Errorf("nil context: %s, want error", r.Outcome)
+	}
+	if _, ok := Lookup("nope"); ok {
+		t.Error("Lookup found a probe that does not exist")
+	}
+	if s := Outcome(9).String(); s != "Outcome(9)" {
+		t.Errorf("Outcome(9).String() = %q", s)
+	}
+}

@@ -1,0 +1,407 @@
+package flushcheck
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/ibv"
+)
+
+// The probes' wr_ids: sends and receives in two ranges, so a flushed
+// completion (whose opcode is not valid) still tells its queue.
+const (
+	sendBase uint64 = 0x100
+	recvBase uint64 = 0x200
+)
+
+func ids(base uint64, n int) []uint64 {
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = base + uint64(i)
+	}
+	return out
+}
+
+func sends(base uint64, n int) []ibv.SendWR {
+	wrs := make([]ibv.SendWR, n)
+	for i, id := range ids(base, n) {
+		wrs[i] = ibv.SendWR{ID: id, Opcode: ibv.WRSend, Flags: ibv.SendSignaled}
+	}
+	return wrs
+}
+
+func recvs(base uint64, n int) []ibv.RecvWR {
+	wrs := make([]ibv.RecvWR, n)
+	for i, id := range ids(base, n) {
+		wrs[i] = ibv.RecvWR{ID: id}
+	}
+	return wrs
+}
+
+var probes = []Probe{
+	{
+		Name: "flush-outstanding",
+		Rule: "IBTA error state (REFERENCE.md §1): WRs outstanding when a QP enters ERROR complete in order, each queue, with WR_FLUSH_ERR",
+		run:  flushOutstanding,
+	},
+	{
+		Name: "send-in-error",
+		Rule: "IBTA (Dreier, eHCA thread; REFERENCE.md §1, §5): a send posted in ERROR completes with WR_FLUSH_ERR",
+		run:  sendInError,
+	},
+	{
+		Name: "recv-in-error",
+		Rule: "C10-42, C10-97.2.1: a receive posted in ERROR completes with WR_FLUSH_ERR",
+		run:  recvInError,
+	},
+	{
+		Name: "flush-before-rts",
+		Rule: "IBTA error state: a send posted in ERROR completes with WR_FLUSH_ERR also on a QP that never reached RTS (ipoib_cm.c goes to RTS first for firmware that did not)",
+		run:  flushBeforeRTS,
+	},
+	{
+		Name: "last-wqe-reached",
+		Rule: "o11-5.2.5: an SRQ-attached QP entering ERROR raises IBV_EVENT_QP_LAST_WQE_REACHED once, and only that QP does",
+		run:  lastWQEReached,
+	},
+	{
+		Name: "drain-wr",
+		Rule: "IBTA §10.3.1 (drain package, one QP): the drain WR posted in ERROR completes behind the QP's flushes, so the QP is safe to destroy",
+		run:  drainWR,
+	},
+	{
+		Name: "responder-access-error",
+		Rule: "IBTA Table 58, class C: an access violation at the responder (RDMA WRITE, bad rkey) raises IBV_EVENT_QP_ACCESS_ERR there and moves it to ERROR",
+		run:  responderAccessError,
+	},
+}
+
+// flushOutstanding: three receives posted and three sends stuck behind an
+// RNR (the peer has no receives, rnr_retry is infinite) when the QP enters
+// ERROR.
+func flushOutstanding(e *env) (verdict, error) {
+	pd, err := e.pd()
+	if err != nil {
+		return verdict{}, err
+	}
+	a, _, err := e.pair(pd, nil)
+	if err != nil {
+		return verdict{}, err
+	}
+	const n = 3
+	if err := a.PostRecv(recvs(recvBase, n)); err != nil {
+		return verdict{}, fmt.Errorf("posting receives: %w", err)
+	}
+	if err := a.PostSend(sends(sendBase, n)); err != nil {
+		return verdict{}, fmt.Errorf("posting sends: %w", err)
+	}
+	early, err := e.poll(a.SendCQ(), 2*n, 0)
+	if err != nil {
+		return verdict{}, err
+	}
+	if err := e.toError(a); err != nil {
+		return verdict{}, err
+	}
+	wcs, err := e.poll(a.SendCQ(), 2*n-len(early), e.o.Timeout)
+	if err != nil {
+		return verdict{}, err
+	}
+	wcs = append(early, wcs...)
+	var sent, recvd []ibv.WC
+	for _, wc := range wcs {
+		if wc.ID >= recvBase {
+			recvd = append(recvd, wc)
+		} else {
+			sent = append(sent, wc)
+		}
+	}
+	okS, whyS := checkFlushed("sends", ids(sendBase, n), sent, a.Num())
+	okR, whyR := checkFlushed("receives", ids(recvBase, n), recvd, a.Num())
+	if okS && okR {
+		return pass("%d outstanding sends and %d receives completed with WR_FLUSH_ERR in post order within %v of ERROR", n, n, e.since()), nil
+	}
+	var why []string
+	for _, w := range []string{whyS, whyR} {
+		if w != "" {
+			why = append(why, w)
+		}
+	}
+	return deviation("within %v of ERROR: %s", e.o.Timeout, strings.Join(why, "; ")), nil
+}
+
+// postInError moves a connected QP to ERROR, posts one send or receive and
+// waits for its completion.
+func postInError(e *env, send bool) (verdict, error) {
+	pd, err := e.pd()
+	if err != nil {
+		return verdict{}, err
+	}
+	a, _, err := e.pair(pd, nil)
+	if err != nil {
+		return verdict{}, err
+	}
+	if err := e.toError(a); err != nil {
+		return verdict{}, err
+	}
+	return postOneInError(e, a, send)
+}
+
+func postOneInError(e *env, qp ibv.QP, send bool) (verdict, error) {
+	what, id := "receive", recvBase
+	e.mark()
+	if send {
+		what, id = "send", sendBase
+		if err := qp.PostSend(sends(id, 1)); err != nil {
+			return verdict{}, fmt.Errorf("posting a send in ERROR: %w", err)
+		}
+	} else if err := qp.PostRecv(recvs(id, 1)); err != nil {
+		return verdict{}, fmt.Errorf("posting a receive in ERROR: %w", err)
+	}
+	wcs, err := e.poll(qp.SendCQ(), 1, e.o.Timeout)
+	if err != nil {
+		return verdict{}, err
+	}
+	if len(wcs) == 0 {
+		return deviation("the %s posted in ERROR never completed (waited %v)", what, e.o.Timeout), nil
+	}
+	if ok, why := checkFlushed(what, []uint64{id}, wcs, qp.Num()); !ok {
+		return deviation("%s", why), nil
+	}
+	return pass("the %s posted in ERROR completed with WR_FLUSH_ERR %v after the post", what, e.since()), nil
+}
+
+func sendInError(e *env) (verdict, error) { return postInError(e, true) }
+
+func recvInError(e *env) (verdict, error) { return postInError(e, false) }
+
+// flushBeforeRTS: a QP goes RESET -> INIT -> RTR -> ERROR, then a send is
+// posted.
+func flushBeforeRTS(e *env) (verdict, error) {
+	pd, err := e.pd()
+	if err != nil {
+		return verdict{}, err
+	}
+	a, err := e.rc(pd, nil)
+	if err != nil {
+		return verdict{}, err
+	}
+	b, err := e.rc(pd, nil)
+	if err != nil {
+		return verdict{}, err
+	}
+	r, err := e.loopback()
+	if err != nil {
+		return verdict{}, err
+	}
+	if err := r.Bring(a, b.Num(), ibv.QPSRTR); err != nil {
+		return verdict{}, err
+	}
+	if err := e.toError(a); err != nil {
+		return verdict{}, err
+	}
+	v, err := postOneInError(e, a, true)
+	v.observed = "QP moved RTR -> ERROR, never in RTS: " + v.observed
+	return v, err
+}
+
+// lastWQEReached: two QPs on one SRQ with receives posted; one enters
+// ERROR.
+func lastWQEReached(e *env) (verdict, error) {
+	pd, err := e.pd()
+	if err != nil {
+		return verdict{}, err
+	}
+	srq, err := e.srq(pd)
+	if err != nil {
+		return verdict{}, err
+	}
+	a, _, err := e.pair(pd, srq)
+	if err != nil {
+		return verdict{}, err
+	}
+	sibling, _, err := e.pair(pd, srq)
+	if err != nil {
+		return verdict{}, err
+	}
+	if err := srq.PostRecv(recvs(recvBase, 4)); err != nil {
+		return verdict{}, fmt.Errorf("posting receives to the SRQ: %w", err)
+	}
+	if err := e.toError(a); err != nil {
+		return verdict{}, err
+	}
+	isLast := func(ev ibv.AsyncEvent) bool { return ev.Type == ibv.EventQPLastWQEReached && ev.QP == a }
+	evs, err := e.events(e.o.Timeout, isLast)
+	if err != nil {
+		return verdict{}, err
+	}
+	if len(evs) > 0 && isLast(evs[len(evs)-1].AsyncEvent) {
+		more, err := e.events(e.o.Quiet, nil)
+		if err != nil {
+			return verdict{}, err
+		}
+		evs = append(evs, more...)
+	}
+	var onQP, onSibling int
+	var first event
+	var other []string
+	for _, ev := range evs {
+		switch {
+		case isLast(ev.AsyncEvent):
+			if onQP == 0 {
+				first = ev
+			}
+			onQP++
+		case ev.Type == ibv.EventQPLastWQEReached && ev.QP == sibling:
+			onSibling++
+		default:
+			other = append(other, fmt.Sprintf("%s at +%v", ev.AsyncEvent, ev.at))
+		}
+	}
+	var b strings.Builder
+	switch onQP {
+	case 0:
+		fmt.Fprintf(&b, "no Last WQE Reached within %v of ERROR", e.o.Timeout)
+	case 1:
+		fmt.Fprintf(&b, "Last WQE Reached on the QP %v after ERROR, once", first.at)
+	default:
+		fmt.Fprintf(&b, "Last WQE Reached on the QP %d times (first %v after ERROR)", onQP, first.at)
+	}
+	if onSibling > 0 {
+		fmt.Fprintf(&b, "; %d on the sibling QP of the SRQ, which stayed in RTS", onSibling)
+	} else if onQP > 0 {
+		b.WriteString("; none on the sibling QP of the SRQ")
+	}
+	if len(other) > 0 {
+		fmt.Fprintf(&b, "; other events: %s", strings.Join(other, ", "))
+	}
+	if onQP == 1 && onSibling == 0 {
+		return pass("%s", b.String()), nil
+	}
+	return deviation("%s", b.String()), nil
+}
+
+// drainWR: drain.QP on a connected QP with two receives outstanding.
+func drainWR(e *env) (verdict, error) {
+	pd, err := e.pd()
+	if err != nil {
+		return verdict{}, err
+	}
+	a, _, err := e.pair(pd, nil)
+	if err != nil {
+		return verdict{}, err
+	}
+	if err := a.PostRecv(recvs(recvBase, 2)); err != nil {
+		return verdict{}, fmt.Errorf("posting receives: %w", err)
+	}
+	rep, err := drain.QP(e.ctx, a, drain.Options{
+		LastWQETimeout: e.o.Timeout,
+		DrainTimeout:   e.o.Timeout,
+		Queue: func(wc ibv.WC) drain.Queue {
+			if wc.ID >= recvBase && wc.ID < recvBase+0x100 {
+				return drain.QueueRecv
+			}
+			return drain.QueueUnknown
+		},
+	})
+	if rep == nil {
+		if err == nil {
+			err = errors.New("no report")
+		}
+		return verdict{}, fmt.Errorf("draining QP %d: %w", a.Num(), err)
+	}
+	flushed := rep.Flushed[drain.QueueRecv].Flushed
+	switch {
+	case err == nil && rep.Outcome == drain.Safe:
+		return pass("drain WR completed, QP safe to destroy after %v (%d of 2 receives flushed before it)", roundDur(rep.Duration()), flushed), nil
+	case errors.Is(err, drain.ErrDrainNotFlushed):
+		return deviation("drain WR never completed (waited %v); the drain ended %s (%d of 2 receives flushed)", e.o.Timeout, rep.Outcome, flushed), nil
+	case err == nil:
+		return verdict{}, fmt.Errorf("draining QP %d: outcome %s, want safe", a.Num(), rep.Outcome)
+	}
+	return verdict{}, fmt.Errorf("draining QP %d: %w", a.Num(), err)
+}
+
+// responderAccessError: an RDMA WRITE to memory registered without remote
+// write access, with two receives posted at the responder.
+func responderAccessError(e *env) (verdict, error) {
+	pd, err := e.pd()
+	if err != nil {
+		return verdict{}, err
+	}
+	a, b, err := e.pair(pd, nil)
+	if err != nil {
+		return verdict{}, err
+	}
+	local, err := e.buffer(pd, 4096, ibv.AccessLocalWrite)
+	if err != nil {
+		return verdict{}, err
+	}
+	closed, err := e.buffer(pd, 4096, ibv.AccessLocalWrite)
+	if err != nil {
+		return verdict{}, err
+	}
+	if err := b.PostRecv(recvs(recvBase, 2)); err != nil {
+		return verdict{}, fmt.Errorf("posting receives at the responder: %w", err)
+	}
+	write := ibv.SendWR{ID: sendBase, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled,
+		SGL:        []ibv.SGE{{Addr: local.Addr(), Length: 8, LKey: local.LKey()}},
+		RemoteAddr: closed.Addr(), RKey: closed.RKey()}
+	e.mark()
+	if err := a.PostSend([]ibv.SendWR{write}); err != nil {
+		return verdict{}, fmt.Errorf("posting the RDMA WRITE: %w", err)
+	}
+	var b2 strings.Builder
+	req, err := e.poll(a.SendCQ(), 1, e.o.Timeout)
+	if err != nil {
+		return verdict{}, err
+	}
+	if len(req) == 0 {
+		fmt.Fprintf(&b2, "requester: no completion within %v", e.o.Timeout)
+	} else {
+		fmt.Fprintf(&b2, "requester: %s", req[0].Status)
+	}
+	onResponder := func(ev ibv.AsyncEvent) bool { return ev.QP == b }
+	evs, err := e.events(e.o.Timeout, onResponder)
+	if err != nil {
+		return verdict{}, err
+	}
+	var got *event
+	var other []string
+	for i, ev := range evs {
+		if onResponder(ev.AsyncEvent) {
+			got = &evs[i]
+		} else {
+			other = append(other, fmt.Sprintf("%s at +%v", ev.AsyncEvent, ev.at))
+		}
+	}
+	st, err := state(b)
+	if err != nil {
+		return verdict{}, err
+	}
+	flushed, err := e.poll(b.RecvCQ(), 2, e.o.Timeout)
+	if err != nil {
+		return verdict{}, err
+	}
+	nf := 0
+	for _, wc := range flushed {
+		if wc.Status == ibv.WCWRFlushErr {
+			nf++
+		}
+	}
+	b2.WriteString("; responder: ")
+	if got == nil {
+		fmt.Fprintf(&b2, "no async event within %v", e.o.Timeout)
+	} else {
+		fmt.Fprintf(&b2, "%s %v after the WRITE", got.Type, got.at)
+	}
+	fmt.Fprintf(&b2, ", state %s, %d of 2 receives flushed", st, nf)
+	if len(other) > 0 {
+		fmt.Fprintf(&b2, "; other events: %s", strings.Join(other, ", "))
+	}
+	if got != nil && got.Type == ibv.EventQPAccessErr && st == ibv.QPSErr {
+		return pass("%s", b2.String()), nil
+	}
+	return deviation("%s", b2.String()), nil
+}
