@@ -33,8 +33,10 @@ unit:
 test-rxe:
 	@scripts/rxe-test.sh
 
-## demo: the main job on the soft device.
+## demo: the main job — the provider flush check (the first RDMA device, or the soft device when
+## there is none), then the seed scenario on soft devices.
 demo:
+	$(GO) run ./cmd/qpdrain check
 	$(GO) run ./cmd/qpdrain scenario srq-fault
 
 ## bench: the benchmarks behind docs/BENCH.md.
