@@ -281,6 +281,25 @@ func simulate(ctx context.Context, o *simulateOptions, g *globalOptions) (res *s
 		LastWQETimeout: o.timeout, DrainTimeout: o.timeout, Queue: simQueue,
 		Channel: ch, Events: dev, Log: g.log,
 	})
+	// Every QP is added, and the reaper handed the events their moves to
+	// ERROR raised, before Run starts: Run reads events and completions in
+	// two goroutines, and the batches, and so the output, would otherwise
+	// depend on how the scheduler interleaves them.
+	hs := make([]*drain.Handle, len(qps))
+	for i, qp := range qps {
+		if hs[i], err = rp.Add(qp, drain.AddOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	raised, stop := context.WithCancel(ctx)
+	stop() // NextAsyncEvent returns what is queued, then the context's error
+	for {
+		ev, err := dev.NextAsyncEvent(raised)
+		if err != nil {
+			break
+		}
+		rp.HandleEvent(ev)
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	runDone := make(chan error, 1)
 	go func() { runDone <- rp.Run(runCtx) }()
@@ -290,12 +309,6 @@ func simulate(ctx context.Context, o *simulateOptions, g *globalOptions) (res *s
 			err = rerr
 		}
 	}()
-	hs := make([]*drain.Handle, len(qps))
-	for i, qp := range qps {
-		if hs[i], err = rp.Add(qp, drain.AddOptions{}); err != nil {
-			return nil, err
-		}
-	}
 	// Every step is bounded by the timeout; this bounds the whole run in
 	// case the simulation itself is wrong.
 	waitCtx, waitCancel := context.WithTimeout(ctx, 4*o.timeout+10*time.Second)
