@@ -4,7 +4,7 @@
 //
 // Two implementations stand behind the interfaces: real devices through
 // libibverbs (rdma-core, cgo; see Open and Devices) and the pure-Go software
-// device in package soft. Code above this package (drain, ipoibcm, the CLI)
+// device in package soft. Code above this package (drain, flushcheck, the CLI)
 // speaks only these interfaces and never knows which device it runs on.
 //
 // # Numeric values

@@ -1,6 +1,6 @@
 // Package soft is a software RDMA device in pure Go. It implements every
 // ibv interface (Context, PD, MR, CompChannel, CQ, SRQ, QP) for RC queue
-// pairs with the IBTA semantics of REFERENCE.md, so that drain, ipoibcm and
+// pairs with the IBTA semantics of REFERENCE.md, so that drain, flushcheck and
 // the CLI can be tested without hardware, including every failure path a
 // real provider can produce (see Quirks).
 //
