@@ -57,3 +57,29 @@ func TestRejectsNilObjects(t *testing.T) {
 	// formats.
 	_ = soft.TraceEntry{Kind: soft.TraceEvent, Event: ibv.AsyncEvent{Type: ibv.EventCQErr, CQ: (*soft.CQ)(nil)}}.String()
 }
+
+// TestOpenRejectsNegativeLimits: a negative limit or prefetch is an error
+// naming the field; zero still takes the default.
+func TestOpenRejectsNegativeLimits(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  soft.Config
+		want string
+	}{
+		{soft.Config{Limits: soft.Limits{MaxCQE: -1}}, "Limits.MaxCQE -1"},
+		{soft.Config{Limits: soft.Limits{MaxQP: 4, MaxQPRdAtom: -8}}, "Limits.MaxQPRdAtom -8"},
+		{soft.Config{SRQPrefetch: -2}, "SRQPrefetch -2"},
+	} {
+		d, err := soft.Open(tc.cfg)
+		if err == nil {
+			d.Close()
+		}
+		if !errors.Is(err, ibv.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Open(%+v) = %v, want ErrInvalidArgument naming %q", tc.cfg, err, tc.want)
+		}
+	}
+	e := newEnv(t, soft.Config{Limits: soft.Limits{MaxQP: 4}})
+	attr, err := e.dev.QueryDevice()
+	if err != nil || attr.MaxQP != 4 || attr.MaxCQE != 32767 {
+		t.Errorf("QueryDevice = %+v, %v; want MaxQP 4 and the default MaxCQE 32767", attr, err)
+	}
+}

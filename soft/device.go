@@ -32,7 +32,8 @@ type Config struct {
 }
 
 // Limits caps the objects of one device. A zero field takes its default,
-// which is rxe's value for the same limit.
+// which is rxe's value for the same limit; a negative one makes Open fail
+// with ErrInvalidArgument.
 type Limits struct {
 	MaxQP       int // QPs on the device (default 65536)
 	MaxQPWR     int // WRs per send or receive queue (default 16384)
@@ -46,23 +47,46 @@ type Limits struct {
 	MaxQPRdAtom int // outstanding RDMA READ/atomic per QP, both directions (default 128)
 }
 
+// limitField is one field of Limits, its name and its default.
+type limitField struct {
+	name string
+	v    *int
+	def  int
+}
+
+// fields lists every limit with its default, for withDefaults and check.
+func (l *Limits) fields() []limitField {
+	return []limitField{
+		{"MaxQP", &l.MaxQP, 65536},
+		{"MaxQPWR", &l.MaxQPWR, 16384},
+		{"MaxSGE", &l.MaxSGE, 32},
+		{"MaxCQ", &l.MaxCQ, 16384},
+		{"MaxCQE", &l.MaxCQE, 32767},
+		{"MaxSRQ", &l.MaxSRQ, 16384},
+		{"MaxSRQWR", &l.MaxSRQWR, 16384},
+		{"MaxMR", &l.MaxMR, 65536},
+		{"MaxPD", &l.MaxPD, 65536},
+		{"MaxQPRdAtom", &l.MaxQPRdAtom, 128},
+	}
+}
+
 func (l Limits) withDefaults() Limits {
-	def := func(v *int, d int) {
-		if *v <= 0 {
-			*v = d
+	for _, f := range l.fields() {
+		if *f.v == 0 {
+			*f.v = f.def
 		}
 	}
-	def(&l.MaxQP, 65536)
-	def(&l.MaxQPWR, 16384)
-	def(&l.MaxSGE, 32)
-	def(&l.MaxCQ, 16384)
-	def(&l.MaxCQE, 32767)
-	def(&l.MaxSRQ, 16384)
-	def(&l.MaxSRQWR, 16384)
-	def(&l.MaxMR, 65536)
-	def(&l.MaxPD, 65536)
-	def(&l.MaxQPRdAtom, 128)
 	return l
+}
+
+// check names the first negative limit.
+func (l Limits) check() error {
+	for _, f := range l.fields() {
+		if *f.v < 0 {
+			return fmt.Errorf("Limits.%s %d: %w", f.name, *f.v, ibv.ErrInvalidArgument)
+		}
+	}
+	return nil
 }
 
 // Quirks are named deviations of real providers from the IBTA semantics,
@@ -132,6 +156,9 @@ func Open(cfg Config) (*Device, error) {
 	}
 	if cfg.SRQPrefetch < 0 {
 		return nil, fmt.Errorf("opening soft device %s: SRQPrefetch %d: %w", cfg.Name, cfg.SRQPrefetch, ibv.ErrInvalidArgument)
+	}
+	if err := cfg.Limits.check(); err != nil {
+		return nil, fmt.Errorf("opening soft device %s: %w", cfg.Name, err)
 	}
 	fab := cfg.Fabric
 	if fab == nil {
