@@ -231,18 +231,7 @@ func (h *hardware) behind(dev string, ports []portReport) (*pciReport, []nicRepo
 	addr := ""
 	if target, err := os.Readlink(filepath.Join(sysfsIB, dev, "device")); err == nil {
 		addr = filepath.Base(target)
-		pr = &pciReport{Address: addr}
-		if h.pci != nil {
-			if pd := h.pci.GetDevice(addr); pd != nil {
-				if pd.Vendor != nil {
-					pr.Vendor = pd.Vendor.Name
-				}
-				if pd.Product != nil {
-					pr.Product = pd.Product.Name
-				}
-				pr.Driver = pd.Driver
-			}
-		}
+		pr = h.pciFunction(addr)
 	}
 	netdevs := map[string]bool{}
 	for _, p := range ports {
@@ -275,6 +264,27 @@ func (h *hardware) behind(dev string, ports []portReport) (*pciReport, []nicRepo
 		nics = append(nics, nicReport{Name: name, Virtual: true})
 	}
 	return pr, nics
+}
+
+// pciFunction describes the PCI function at addr, with its vendor, product
+// and driver when ghw knows them.
+func (h *hardware) pciFunction(addr string) *pciReport {
+	pr := &pciReport{Address: addr}
+	if h.pci == nil {
+		return pr
+	}
+	pd := h.pci.GetDevice(addr)
+	if pd == nil {
+		return pr
+	}
+	if pd.Vendor != nil {
+		pr.Vendor = pd.Vendor.Name
+	}
+	if pd.Product != nil {
+		pr.Product = pd.Product.Name
+	}
+	pr.Driver = pd.Driver
+	return pr
 }
 
 func printDevices(w io.Writer, devs []deviceReport, details bool) {
