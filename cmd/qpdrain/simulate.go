@@ -15,6 +15,7 @@ import (
 
 	"github.com/qpdrain/qpdrain/drain"
 	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/teardown"
 	"github.com/qpdrain/qpdrain/soft"
 )
 
@@ -192,14 +193,12 @@ func simulate(ctx context.Context, o *simulateOptions, g *globalOptions) (res *s
 	}
 
 	// Objects are closed in reverse order of creation, children first,
-	// whatever happens; the first close error is returned.
-	var closers []io.Closer
-	keep := func(c io.Closer) { closers = append(closers, c) }
+	// whatever happens.
+	var objs teardown.List
+	keep := objs.Add
 	defer func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			if cerr := closers[i].Close(); cerr != nil && err == nil {
-				err = fmt.Errorf("closing %T: %w", closers[i], cerr)
-			}
+		if cerr := objs.Close(); cerr != nil && err == nil {
+			err = cerr
 		}
 	}()
 

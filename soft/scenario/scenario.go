@@ -4,12 +4,12 @@
 package scenario
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/teardown"
 	"github.com/qpdrain/qpdrain/soft"
 )
 
@@ -82,19 +82,6 @@ func (r *recorder) takeOnly(keep func(soft.TraceEntry) bool) []string {
 
 func all(soft.TraceEntry) bool { return true }
 
-// teardown closes objects in reverse order of creation.
-type teardown []interface{ Close() error }
-
-func (t *teardown) add(c interface{ Close() error }) { *t = append(*t, c) }
-
-func (t teardown) close() error {
-	var errs []error
-	for i := len(t) - 1; i >= 0; i-- {
-		errs = append(errs, t[i].Close())
-	}
-	return errors.Join(errs...)
-}
-
 // SRQFault runs the seed scenario of the single-QP error handling chapter.
 // Three RC QPs on soft0 share one SRQ; each is connected to a peer on soft1
 // and holds 2 receive WQEs taken ahead from the SRQ (Config.SRQPrefetch, the
@@ -104,9 +91,9 @@ func (t teardown) close() error {
 // to ERROR with QP_FATAL, flush and raise Last WQE Reached.
 func SRQFault() (steps []Step, err error) {
 	var rec recorder
-	var td teardown
+	var td teardown.List
 	defer func() {
-		if cerr := td.close(); cerr != nil && err == nil {
+		if cerr := td.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("tearing down the scenario: %w", cerr)
 		}
 	}()
@@ -116,12 +103,12 @@ func SRQFault() (steps []Step, err error) {
 	if err != nil {
 		return nil, err
 	}
-	td.add(local)
+	td.Add(local)
 	remote, err := soft.Open(soft.Config{Name: "soft1", Fabric: fab, Trace: rec.add})
 	if err != nil {
 		return nil, err
 	}
-	td.add(remote)
+	td.Add(remote)
 
 	b := builder{td: &td}
 	lpd := b.pd(local)
@@ -239,55 +226,43 @@ func SRQFault() (steps []Step, err error) {
 
 // builder creates objects, remembering the first error and what to close.
 type builder struct {
-	td  *teardown
+	td  *teardown.List
 	err error
 }
 
-func (b *builder) keep(c interface{ Close() error }, err error) {
-	if err != nil && b.err == nil {
+// create makes an object unless an earlier one failed, records the first
+// error, and keeps what it made for the teardown.
+func create[T interface{ Close() error }](b *builder, make func() (T, error)) T {
+	var zero T
+	if b.err != nil {
+		return zero
+	}
+	v, err := make()
+	if err != nil {
 		b.err = err
+		return zero
 	}
-	if err == nil {
-		b.td.add(c)
-	}
+	b.td.Add(v)
+	return v
 }
 
-func (b *builder) pd(d *soft.Device) ibv.PD {
-	pd, err := d.AllocPD()
-	b.keep(pd, err)
-	return pd
-}
+func (b *builder) pd(d *soft.Device) ibv.PD { return create(b, d.AllocPD) }
 
 func (b *builder) mr(pd ibv.PD) ibv.MR {
-	if b.err != nil {
-		return nil
-	}
-	mr, err := pd.RegMR(make([]byte, 64), ibv.AccessLocalWrite)
-	b.keep(mr, err)
-	return mr
+	return create(b, func() (ibv.MR, error) { return pd.RegMR(make([]byte, 64), ibv.AccessLocalWrite) })
 }
 
 func (b *builder) cq(d *soft.Device) ibv.CQ {
-	cq, err := d.CreateCQ(16, nil)
-	b.keep(cq, err)
-	return cq
+	return create(b, func() (ibv.CQ, error) { return d.CreateCQ(16, nil) })
 }
 
 func (b *builder) srq(pd ibv.PD) ibv.SRQ {
-	if b.err != nil {
-		return nil
-	}
-	srq, err := pd.CreateSRQ(ibv.SRQAttr{MaxWR: 16, MaxSGE: 1})
-	b.keep(srq, err)
-	return srq
+	return create(b, func() (ibv.SRQ, error) { return pd.CreateSRQ(ibv.SRQAttr{MaxWR: 16, MaxSGE: 1}) })
 }
 
 func (b *builder) qp(pd ibv.PD, cq ibv.CQ, srq ibv.SRQ) ibv.QP {
-	if b.err != nil {
-		return nil
-	}
-	qp, err := pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, SRQ: srq, Type: ibv.QPTRC,
-		Cap: ibv.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	b.keep(qp, err)
-	return qp
+	return create(b, func() (ibv.QP, error) {
+		return pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, SRQ: srq, Type: ibv.QPTRC,
+			Cap: ibv.QPCap{MaxSendWR: 8, MaxRecvWR: 8, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	})
 }
