@@ -65,8 +65,8 @@ func TestOpenRejectsNegativeLimits(t *testing.T) {
 		cfg  soft.Config
 		want string
 	}{
-		{soft.Config{Limits: soft.Limits{MaxCQE: -1}}, "Limits.MaxCQE -1"},
-		{soft.Config{Limits: soft.Limits{MaxQP: 4, MaxQPRdAtom: -8}}, "Limits.MaxQPRdAtom -8"},
+		{soft.Config{Limits: soft.Limits{MaxCQE: -1}}, "limit MaxCQE is -1"},
+		{soft.Config{Limits: soft.Limits{MaxQP: 4, MaxQPRdAtom: -8}}, "limit MaxQPRdAtom is -8"},
 		{soft.Config{SRQPrefetch: -2}, "SRQPrefetch -2"},
 	} {
 		d, err := soft.Open(tc.cfg)

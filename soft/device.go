@@ -83,7 +83,7 @@ func (l Limits) withDefaults() Limits {
 func (l Limits) check() error {
 	for _, f := range l.fields() {
 		if *f.v < 0 {
-			return fmt.Errorf("Limits.%s %d: %w", f.name, *f.v, ibv.ErrInvalidArgument)
+			return fmt.Errorf("limit %s is %d: %w", f.name, *f.v, ibv.ErrInvalidArgument)
 		}
 	}
 	return nil
