@@ -36,3 +36,19 @@ func TestCreateRejectsNilObjects(t *testing.T) {
 		t.Errorf("CreateCQ with a typed nil channel = %v, want ErrInvalidArgument naming the channel", err)
 	}
 }
+
+// TestSizesOutOfRange: a size or index that does not fit libibverbs's int
+// is refused, not truncated into a different valid one.
+func TestSizesOutOfRange(t *testing.T) {
+	c := &verbsContext{name: "test"}
+	for _, cqe := range []int{0, -1, 1<<32 + 16} {
+		if _, err := c.CreateCQ(cqe, nil); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("CreateCQ(%d) = %v, want ErrInvalidArgument", cqe, err)
+		}
+	}
+	for _, index := range []int{-1, 1 << 32} {
+		if _, err := c.QueryGID(1, index); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "index") {
+			t.Errorf("QueryGID(1, %d) = %v, want ErrInvalidArgument naming the index", index, err)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -177,6 +178,9 @@ func (c *verbsContext) QueryGID(port uint8, index int) (GID, error) {
 		return GID{}, err
 	}
 	defer c.life.exit()
+	if index < 0 || index > math.MaxInt32 {
+		return GID{}, fmt.Errorf("querying GID %s/%d index %d: %w", c.name, port, index, ErrInvalidArgument)
+	}
 	var g C.union_ibv_gid
 	if rc, err := C.ibv_query_gid(c.ctx, C.uint8_t(port), C.int(index), &g); rc != 0 {
 		return GID{}, fmt.Errorf("querying GID %s/%d index %d: %w", c.name, port, index, cErr(err))

@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -172,7 +173,7 @@ func newCQ(c *verbsContext, cqe int, channel CompChannel) (*verbsCQ, error) {
 		}
 		defer ch.life.exit()
 	}
-	if cqe <= 0 {
+	if cqe <= 0 || cqe > math.MaxInt32 {
 		return nil, fmt.Errorf("creating CQ of %d entries: %w", cqe, ErrInvalidArgument)
 	}
 	q := &verbsCQ{ctx: c, channel: ch}
