@@ -17,7 +17,13 @@
 // ended).
 //
 // A missing completion or event is judged after Options.Timeout; a repeated
-// event after a further Options.Quiet. The probes read the device's async
+// event after a further Options.Quiet. Before posting to a QP it has moved
+// to ERROR a probe lets the device settle for Options.Quiet/5, so that the
+// post does not race the provider's own flush of the QP (rxe on Linux 6.12
+// flushes a receive posted in that window, and later ones only when
+// something else is posted). A receive posted in ERROR that does not
+// complete is given a send posted behind it, which tells a deferred flush
+// from none. The probes read the device's async
 // event stream while they run and ignore events of objects that are not
 // theirs, so run them on a context no one else reads events from, one
 // probe at a time.
@@ -26,7 +32,7 @@
 //
 //	flush-outstanding       sends and receives outstanding when the QP enters ERROR flush in order
 //	send-in-error           a send posted in ERROR is flushed (IBM eHCA did not)
-//	recv-in-error           a receive posted in ERROR is flushed (C10-42; rxe on Linux 6.1 does not)
+//	recv-in-error           a receive posted in ERROR is flushed (C10-42; rxe on Linux 6.1 never does)
 //	flush-before-rts        a send posted in ERROR is flushed on a QP that never reached RTS
 //	last-wqe-reached        an SRQ QP in ERROR raises Last WQE Reached exactly once, on itself only
 //	drain-wr                drain.QP's drain WR completes and the QP is safe to destroy

@@ -183,6 +183,18 @@ func (e *env) ctxErr(what string) error {
 	return fmt.Errorf("%s: %w", what, context.Cause(e.ctx))
 }
 
+// sleep waits d, or fails when the probe's context ends first.
+func (e *env) sleep(d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-e.ctx.Done():
+		return e.ctxErr("waiting for the device to settle")
+	case <-t.C:
+		return nil
+	}
+}
+
 // pollIdle is how long poll sleeps between empty polls.
 const pollIdle = 200 * time.Microsecond
 

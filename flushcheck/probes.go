@@ -149,6 +149,13 @@ func postInError(e *env, send bool) (verdict, error) {
 }
 
 func postOneInError(e *env, qp ibv.QP, send bool) (verdict, error) {
+	// Let the device finish what entering ERROR started before posting,
+	// as a drain does: a post that races the provider's own flush of the
+	// QP can be flushed by it and hide a provider that never flushes
+	// later posts by itself (rxe on Linux 6.12 does both, by timing).
+	if err := e.sleep(e.o.settle()); err != nil {
+		return verdict{}, err
+	}
 	what, id := "receive", recvBase
 	e.mark()
 	if send {
@@ -164,12 +171,47 @@ func postOneInError(e *env, qp ibv.QP, send bool) (verdict, error) {
 		return verdict{}, err
 	}
 	if len(wcs) == 0 {
+		if !send {
+			return kickReceive(e, qp)
+		}
 		return deviation("the %s posted in ERROR never completed (waited %v)", what, e.o.Timeout), nil
 	}
 	if ok, why := checkFlushed(what, []uint64{id}, wcs, qp.Num()); !ok {
 		return deviation("%s", why), nil
 	}
 	return pass("the %s posted in ERROR completed with WR_FLUSH_ERR %v after the post", what, e.since()), nil
+}
+
+// deferredFlush marks the observation of a receive posted in ERROR that
+// completed only once a later post kicked the QP.
+const deferredFlush = "flushed only after a later post"
+
+// kickReceive tells a receive posted in ERROR that is never flushed from
+// one whose flush waits for something else to happen on the QP (soft's
+// RecvInErrorFlushDeferred): it posts a send behind it and waits again.
+// Either way the receive did not complete by itself: a deviation.
+func kickReceive(e *env, qp ibv.QP) (verdict, error) {
+	if err := qp.PostSend(sends(sendBase, 1)); err != nil {
+		return verdict{}, fmt.Errorf("posting a send behind the receive: %w", err)
+	}
+	wcs, err := e.poll(qp.SendCQ(), 2, e.o.Timeout)
+	if err != nil {
+		return verdict{}, err
+	}
+	recv, send := "never", "never"
+	for _, wc := range wcs {
+		if wc.ID == recvBase {
+			recv = wc.Status.String()
+		} else {
+			send = wc.Status.String()
+		}
+	}
+	if recv == ibv.WCWRFlushErr.String() {
+		return deviation("the receive posted in ERROR did not complete within %v; a send posted behind it completed (%s) and the receive with it (WR_FLUSH_ERR): %s",
+			e.o.Timeout, send, deferredFlush), nil
+	}
+	return deviation("the receive posted in ERROR never completed (waited %v, then %v more after posting a send behind it; receive: %s, send: %s)",
+		e.o.Timeout, e.o.Timeout, recv, send), nil
 }
 
 func sendInError(e *env) (verdict, error) { return postInError(e, true) }
