@@ -9,6 +9,7 @@ import (
 
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/rcsetup"
+	"github.com/qpdrain/qpdrain/internal/teardown"
 )
 
 // env is one probe's run: the device, the objects the probe created (closed
@@ -22,35 +23,21 @@ type env struct {
 	// entered ERROR, or the request that caused an error was posted.
 	t0 time.Time
 
-	route   *rcsetup.Route
-	closers []closer
-	qps     []ibv.QP
-	srqs    []ibv.SRQ
-	cqs     []ibv.CQ
+	route *rcsetup.Route
+	objs  teardown.List // closed by close, last created first
+	qps   []ibv.QP
+	srqs  []ibv.SRQ
+	cqs   []ibv.CQ
 }
 
-type closer struct {
-	what  string
-	close func() error
-}
+// close closes every object the probe created, children first, all of them
+// even when one fails.
+func (e *env) close() error { return e.objs.Close() }
 
-func (e *env) keep(what string, close func() error) {
-	e.closers = append(e.closers, closer{what, close})
-}
+// buffer is memory from ibv.AllocBuffer; closing it frees it.
+type buffer []byte
 
-// close closes every object in reverse order of creation, all of them even
-// when one fails, and returns the first error.
-func (e *env) close() error {
-	var first error
-	for i := len(e.closers) - 1; i >= 0; i-- {
-		c := e.closers[i]
-		if err := c.close(); err != nil && first == nil {
-			first = fmt.Errorf("closing %s: %w", c.what, err)
-		}
-	}
-	e.closers = nil
-	return first
-}
+func (b buffer) Close() error { return ibv.FreeBuffer(b) }
 
 // mark makes now the moment the probe's times are relative to.
 func (e *env) mark() { e.t0 = time.Now() }
@@ -73,7 +60,7 @@ func (e *env) pd() (ibv.PD, error) {
 	if err != nil {
 		return nil, fmt.Errorf("allocating a PD: %w", err)
 	}
-	e.keep("PD", pd.Close)
+	e.objs.Add(pd)
 	return pd, nil
 }
 
@@ -82,7 +69,7 @@ func (e *env) cq(cqe int) (ibv.CQ, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating a CQ: %w", err)
 	}
-	e.keep("CQ", cq.Close)
+	e.objs.Add(cq)
 	e.cqs = append(e.cqs, cq)
 	return cq, nil
 }
@@ -92,7 +79,7 @@ func (e *env) srq(pd ibv.PD) (ibv.SRQ, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating an SRQ: %w", err)
 	}
-	e.keep("SRQ", srq.Close)
+	e.objs.Add(srq)
 	e.srqs = append(e.srqs, srq)
 	return srq, nil
 }
@@ -111,7 +98,7 @@ func (e *env) rc(pd ibv.PD, srq ibv.SRQ) (ibv.QP, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating an RC QP: %w", err)
 	}
-	e.keep(fmt.Sprintf("QP %d", qp.Num()), qp.Close)
+	e.objs.Add(qp)
 	e.qps = append(e.qps, qp)
 	return qp, nil
 }
@@ -152,12 +139,12 @@ func (e *env) buffer(pd ibv.PD, size int, access ibv.AccessFlags) (ibv.MR, error
 	if err != nil {
 		return nil, fmt.Errorf("allocating %d bytes: %w", size, err)
 	}
-	e.keep("buffer", func() error { return ibv.FreeBuffer(buf) })
+	e.objs.Add(buffer(buf))
 	mr, err := pd.RegMR(buf, access)
 	if err != nil {
 		return nil, fmt.Errorf("registering %d bytes: %w", size, err)
 	}
-	e.keep("MR", mr.Close)
+	e.objs.Add(mr)
 	return mr, nil
 }
 

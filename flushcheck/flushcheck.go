@@ -87,17 +87,9 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// settleOverride replaces settle's value in tests; 0 keeps it.
-var settleOverride time.Duration
-
 // settle is how long a probe lets the device work after moving a QP to
 // ERROR before it posts to it: a fifth of Quiet.
-func (o Options) settle() time.Duration {
-	if settleOverride > 0 {
-		return settleOverride
-	}
-	return o.Quiet / 5
-}
+func (o Options) settle() time.Duration { return o.Quiet / 5 }
 
 // budget bounds one probe as a whole: no probe waits more than three
 // timeouts and one quiet period, so the budget only ends a probe that is
