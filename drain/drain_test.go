@@ -474,3 +474,20 @@ func TestReportString(t *testing.T) {
 		}
 	}
 }
+
+func TestQueueByIDPrefix(t *testing.T) {
+	queue := drain.QueueByIDPrefix(32, 1<<32, 2<<32)
+	for _, tc := range []struct {
+		id   uint64
+		want drain.Queue
+	}{
+		{1<<32 | 7, drain.QueueRecv},
+		{2<<32 | 0xffffffff, drain.QueueSend},
+		{3 << 32, drain.QueueUnknown},
+		{7, drain.QueueUnknown},
+	} {
+		if got := queue(ibv.WC{ID: tc.id}); got != tc.want {
+			t.Errorf("queue(wr_id %#x) = %s, want %s", tc.id, got, tc.want)
+		}
+	}
+}

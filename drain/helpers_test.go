@@ -20,15 +20,7 @@ const (
 	sendIDBase uint64 = 2 << 32
 )
 
-func queueOf(wc ibv.WC) drain.Queue {
-	switch wc.ID &^ (1<<32 - 1) {
-	case recvIDBase:
-		return drain.QueueRecv
-	case sendIDBase:
-		return drain.QueueSend
-	}
-	return drain.QueueUnknown
-}
+var queueOf = drain.QueueByIDPrefix(32, recvIDBase, sendIDBase)
 
 // noLastWQE reports whether the test device raises no Last WQE Reached:
 // rxe before Linux 6.12 (docs/PROVIDERS.md). There the drain of an SRQ QP
@@ -69,7 +61,6 @@ type rig struct {
 	peerCQ ibv.CQ
 	srq    ibv.SRQ
 	nRecv  uint64
-	nSend  uint64
 }
 
 func newRig(t testing.TB, dev ibv.Context, cq ibv.CQ, srqWR int) *rig {
@@ -147,19 +138,6 @@ func (r *rig) postRecvs(qp ibv.QP, n int) {
 	}
 	if err != nil {
 		r.t.Fatalf("posting %d receives: %v", n, err)
-	}
-}
-
-// postSends posts n signaled zero-length sends on qp.
-func (r *rig) postSends(qp ibv.QP, n int) {
-	r.t.Helper()
-	wrs := make([]ibv.SendWR, n)
-	for i := range wrs {
-		wrs[i] = ibv.SendWR{ID: sendIDBase | r.nSend, Opcode: ibv.WRSend, Flags: ibv.SendSignaled}
-		r.nSend++
-	}
-	if err := qp.PostSend(wrs); err != nil {
-		r.t.Fatalf("posting %d sends on qpn %#x: %v", n, qp.Num(), err)
 	}
 }
 

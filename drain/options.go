@@ -68,6 +68,23 @@ func (q Queue) String() string {
 	return "unknown"
 }
 
+// QueueByIDPrefix returns an Options.Queue for a caller that tags each
+// wr_id with its queue in the bits above the low bits: a completion whose
+// wr_id, low bits cleared, equals recvPrefix is a receive's, sendPrefix a
+// send's, anything else QueueUnknown.
+func QueueByIDPrefix(low uint, recvPrefix, sendPrefix uint64) func(ibv.WC) Queue {
+	mask := ^(uint64(1)<<low - 1)
+	return func(wc ibv.WC) Queue {
+		switch wc.ID & mask {
+		case recvPrefix:
+			return QueueRecv
+		case sendPrefix:
+			return QueueSend
+		}
+		return QueueUnknown
+	}
+}
+
 // Default bounds. The kernel waits 60 s for Last WQE Reached; IPoIB-CM waits
 // 5 s for its drains at device stop. A healthy provider answers in
 // microseconds to milliseconds, so 5 s separates "slow" from "never".

@@ -129,15 +129,7 @@ const (
 	simSendBase uint64 = 2 << 32
 )
 
-func simQueue(wc ibv.WC) drain.Queue {
-	switch wc.ID &^ (1<<32 - 1) {
-	case simRecvBase:
-		return drain.QueueRecv
-	case simSendBase:
-		return drain.QueueSend
-	}
-	return drain.QueueUnknown
-}
+var simQueue = drain.QueueByIDPrefix(32, simRecvBase, simSendBase)
 
 // simMaxCQE bounds the one CQ of a simulation, and with it the QPs,
 // receives and sends the flags may ask for: 4 Mi completions, some 200 MB.
