@@ -340,12 +340,7 @@ func drainWR(e *env) (verdict, error) {
 	rep, err := drain.QP(e.ctx, a, drain.Options{
 		LastWQETimeout: e.o.Timeout,
 		DrainTimeout:   e.o.Timeout,
-		Queue: func(wc ibv.WC) drain.Queue {
-			if wc.ID >= recvBase && wc.ID < recvBase+0x100 {
-				return drain.QueueRecv
-			}
-			return drain.QueueUnknown
-		},
+		Queue:          drain.QueueByIDPrefix(8, recvBase, sendBase),
 	})
 	if rep == nil {
 		if err == nil {
