@@ -45,6 +45,11 @@ type Limits struct {
 	MaxMR       int // memory regions (default 65536)
 	MaxPD       int // protection domains (default 65536)
 	MaxQPRdAtom int // outstanding RDMA READ/atomic per QP, both directions (default 128)
+	// MaxInlineData is the most a QP's Cap.MaxInlineData may ask for
+	// (default 512, rxe's RXE_MAX_INLINE_DATA: 32 SGEs of 16 bytes). Like
+	// rxe, the device does not report it: ibv_device_attr has no field
+	// for it, so QueryDevice does not either.
+	MaxInlineData int
 }
 
 // limitField is one field of Limits, its name and its default.
@@ -67,6 +72,7 @@ func (l *Limits) fields() []limitField {
 		{"MaxMR", &l.MaxMR, 65536},
 		{"MaxPD", &l.MaxPD, 65536},
 		{"MaxQPRdAtom", &l.MaxQPRdAtom, 128},
+		{"MaxInlineData", &l.MaxInlineData, 512},
 	}
 }
 
@@ -97,7 +103,8 @@ type Quirks struct {
 	SendInErrorNotFlushed bool
 	// NoLastWQEReached: Last WQE Reached is never raised (cxgb4 before its 2025 fix).
 	NoLastWQEReached bool
-	// LastWQEReachedTwice: Last WQE Reached is raised twice.
+	// LastWQEReachedTwice: Last WQE Reached is raised twice (rxe on Linux
+	// 6.12 raises it again after a send is posted in ERROR, docs/PROVIDERS.md).
 	LastWQEReachedTwice bool
 	// RecvInErrorFlushDeferred: a receive posted in ERROR is not flushed
 	// until something else happens on the QP (its next post or modify).

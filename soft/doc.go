@@ -38,8 +38,21 @@
 //
 // MRs may be any []byte. MR.Addr is the address of the buffer's first byte
 // and SGE.Addr is Addr()+offset; the device turns addresses into offsets
-// and never back into pointers. Inline data and memory windows are not
-// implemented.
+// and never back into pointers. Memory windows are not implemented.
+//
+// Inline data (IBV_SEND_INLINE) works as on rxe: a QP asks for up to
+// Limits.MaxInlineData bytes in Cap.MaxInlineData (more fails with EINVAL,
+// ErrInvalidArgument) and is granted exactly that, which Query reports. An
+// inline SEND, SEND_WITH_IMM, RDMA_WRITE or RDMA_WRITE_WITH_IMM has its
+// data copied at post time, so the buffer may be reused as soon as PostSend
+// returns, and no lkey is checked; one longer than the QP's MaxInlineData,
+// or an inline RDMA READ or atomic, fails the post with ErrInvalidArgument
+// (a *ibv.PostError naming the WR; ibv_post_send(3) allows inline data only
+// for sends and RDMA writes, while rxe posts an inline READ or atomic and
+// fails it with LOC_PROT_ERR, docs/PROVIDERS.md). Unlike a real device, which reads any
+// memory of the process, the soft device reads inline data only from
+// buffers registered on it (any MR, any PD): an inline SGE outside every
+// MR fails the post with ErrInvalidArgument.
 //
 // # Errors and flushing
 //
@@ -137,9 +150,12 @@
 //   - NoLastWQEReached: Last WQE Reached is never raised. cxgb4 until its
 //     January 2025 fix (REFERENCE.md §3, §5), which made ib_drain_qp wait
 //     60 s per QP.
-//   - LastWQEReachedTwice: the event is raised twice per ERROR, as a QP that
-//     also reports a catastrophic error might (asked on the seed thread);
-//     drain must tolerate repeats.
+//   - LastWQEReachedTwice: the event is raised twice per ERROR; drain must
+//     tolerate repeats. rxe on Linux 6.12 raises it again when a send is
+//     posted on the QP in ERROR (TestSRQLastWQEReached, docs/PROVIDERS.md);
+//     the quirk raises the repeat at once, without waiting for a post. The
+//     seed thread asked whether a QP that also reports a catastrophic error
+//     might do the same.
 //   - RecvInErrorFlushDeferred: a receive posted in ERROR is flushed only
 //     when something else happens on the QP (its next post or Modify), as
 //     providers that flush from a deferred worker do (hns, REFERENCE.md §5;

@@ -76,9 +76,17 @@ func (q *QP) execute(w *sendWQE) (status ibv.WCStatus, n uint32, wait bool) {
 		need = ibv.AccessLocalWrite
 	}
 	var lbuf [2][]byte
-	local, total, ok := q.dev.resolve(q.pd, &w.wqeSGL, need, lbuf[:0])
-	if !ok {
-		return ibv.WCLocProtErr, 0, false
+	var local [][]byte
+	var total uint64
+	var ok bool
+	if ibv.SendFlags(w.flags)&ibv.SendInline == 0 {
+		if local, total, ok = q.dev.resolve(q.pd, &w.wqeSGL, need, lbuf[:0]); !ok {
+			return ibv.WCLocProtErr, 0, false
+		}
+	} else {
+		// Inline data was copied at post time: no lkey to check.
+		lbuf[0] = w.ext.inline
+		local, total = lbuf[:1], uint64(len(w.ext.inline))
 	}
 	if isAtomic(op) && (total != 8 || len(local) != 1) {
 		return ibv.WCLocLenErr, 0, false

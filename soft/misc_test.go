@@ -59,7 +59,7 @@ func TestPostValidation(t *testing.T) {
 		{ibv.SendWR{Opcode: ibv.WRLocalInv}, ibv.ErrNotSupported},
 		{ibv.SendWR{Opcode: ibv.WRBindMW}, ibv.ErrNotSupported},
 		{ibv.SendWR{Opcode: 42}, ibv.ErrInvalidArgument},
-		{ibv.SendWR{Opcode: ibv.WRSend, Flags: ibv.SendInline}, ibv.ErrNotSupported},
+		{ibv.SendWR{Opcode: ibv.WRRDMARead, Flags: ibv.SendInline}, ibv.ErrInvalidArgument},
 	} {
 		if err := p.a.PostSend([]ibv.SendWR{tt.wr}); !errors.Is(err, tt.want) {
 			t.Errorf("posting %s: %v, want %v", tt.wr.Opcode, err, tt.want)

@@ -150,3 +150,20 @@ func (d *Device) slice(pd *PD, key uint32, addr uint64, n uint32, need ibv.Acces
 	}
 	return mr.buf[off : off+uint64(n)], true
 }
+
+// registered returns the bytes [addr, addr+n) of any MR open on device d,
+// whatever its PD, key and access, or false. Inline data is read through
+// it: a real device reads it from any memory of the process without a key,
+// but the soft device turns addresses into offsets only within buffers it
+// was given.
+func (d *Device) registered(addr uint64, n uint32) ([]byte, bool) {
+	for _, mr := range d.mrs {
+		if mr == nil || addr < mr.addr {
+			continue
+		}
+		if off := addr - mr.addr; off <= uint64(len(mr.buf)) && uint64(n) <= uint64(len(mr.buf))-off {
+			return mr.buf[off : off+uint64(n)], true
+		}
+	}
+	return nil, false
+}

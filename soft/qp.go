@@ -41,8 +41,10 @@ type QP struct {
 var _ ibv.QP = (*QP)(nil)
 
 // CreateQP creates an RC QP in RESET. The CQs and SRQ must belong to the
-// PD's device. The soft device has no inline data: Cap.MaxInlineData must
-// be 0.
+// PD's device. The QP is granted exactly the Cap asked for (Query reports
+// it); a Cap.MaxInlineData above Limits.MaxInlineData fails with
+// ErrInvalidArgument, the EINVAL rxe returns (rxe_qp_chk_cap), while the
+// other capacities above their limits fail with ErrResourceLimit.
 func (p *PD) CreateQP(attr ibv.QPInitAttr) (ibv.QP, error) {
 	d := p.dev
 	scq, ok := attr.SendCQ.(*CQ)
@@ -75,9 +77,12 @@ func (p *PD) CreateQP(attr ibv.QPInitAttr) (ibv.QP, error) {
 	case srq != nil && srq.errored:
 		return nil, fmt.Errorf("creating a QP on %s: SRQ %d is in error: %w", d.name, srq.id, ibv.ErrInvalidState)
 	case int(c.MaxSendWR) > l.MaxQPWR || int(c.MaxRecvWR) > l.MaxQPWR ||
-		int(c.MaxSendSGE) > l.MaxSGE || int(c.MaxRecvSGE) > l.MaxSGE || c.MaxInlineData > 0:
-		return nil, fmt.Errorf("creating a QP on %s with %+v (max %d WRs, %d SGEs, no inline data): %w",
+		int(c.MaxSendSGE) > l.MaxSGE || int(c.MaxRecvSGE) > l.MaxSGE:
+		return nil, fmt.Errorf("creating a QP on %s with %+v (max %d WRs, %d SGEs): %w",
 			d.name, c, l.MaxQPWR, l.MaxSGE, ibv.ErrResourceLimit)
+	case uint64(c.MaxInlineData) > uint64(l.MaxInlineData):
+		return nil, fmt.Errorf("creating a QP on %s with %d bytes of inline data (max %d): %w",
+			d.name, c.MaxInlineData, l.MaxInlineData, ibv.ErrInvalidArgument)
 	case len(d.qps) >= l.MaxQP:
 		return nil, fmt.Errorf("creating a QP on %s (max %d): %w", d.name, l.MaxQP, ibv.ErrResourceLimit)
 	}
@@ -200,7 +205,16 @@ func (q *QP) postSend(wrs []ibv.SendWR) error {
 		if err := q.checkSend(wr); err != nil {
 			return &ibv.PostError{Index: i, Err: err}
 		}
-		w := newSendWQE(wr)
+		var w sendWQE
+		if wr.Flags&ibv.SendInline == 0 {
+			w = newSendWQE(wr)
+		} else {
+			data, err := q.inlineData(wr)
+			if err != nil {
+				return &ibv.PostError{Index: i, Err: err}
+			}
+			w = newInlineWQE(wr, data)
+		}
 		switch {
 		case q.state != ibv.QPSErr:
 			q.sq.push(w)
@@ -228,12 +242,38 @@ func (q *QP) checkSend(wr *ibv.SendWR) error {
 		return fmt.Errorf("opcode %s: %w", wr.Opcode, ibv.ErrInvalidArgument)
 	case len(wr.SGL) > int(q.cap.MaxSendSGE):
 		return fmt.Errorf("%d SGEs, QP %d takes %d: %w", len(wr.SGL), q.num, q.cap.MaxSendSGE, ibv.ErrInvalidArgument)
-	case wr.Flags&ibv.SendInline != 0:
-		return fmt.Errorf("inline data: %w", ibv.ErrNotSupported)
+	case wr.Flags&ibv.SendInline != 0 && !inlineOpcode(wr.Opcode):
+		return fmt.Errorf("inline data with opcode %s: %w", wr.Opcode, ibv.ErrInvalidArgument)
 	case q.sq.len() >= int(q.cap.MaxSendWR):
 		return fmt.Errorf("send queue of QP %d holds %d WRs: %w", q.num, q.cap.MaxSendWR, ibv.ErrQueueFull)
 	}
 	return nil
+}
+
+// inlineData copies the data of inline send wr: the bytes its SGEs name,
+// in order, which must total at most the QP's MaxInlineData (else EINVAL,
+// as librxe's validate_send_wr has it). No lkey is checked; the bytes are
+// read from whichever MR of the device holds them (the soft device can see
+// no other memory), and an SGE outside every MR fails the post with
+// ErrInvalidArgument.
+func (q *QP) inlineData(wr *ibv.SendWR) ([]byte, error) {
+	var total uint64
+	for _, s := range wr.SGL {
+		total += uint64(s.Length)
+	}
+	if total > uint64(q.cap.MaxInlineData) {
+		return nil, fmt.Errorf("%d bytes of inline data, QP %d takes %d: %w", total, q.num, q.cap.MaxInlineData, ibv.ErrInvalidArgument)
+	}
+	data := make([]byte, 0, total)
+	for i, s := range wr.SGL {
+		b, ok := q.dev.registered(s.Addr, s.Length)
+		if !ok {
+			return nil, fmt.Errorf("inline SGE %d (%#x, %d bytes) is in no MR of %s, the only memory the soft device reads: %w",
+				i, s.Addr, s.Length, q.dev.name, ibv.ErrInvalidArgument)
+		}
+		data = append(data, b...)
+	}
+	return data, nil
 }
 
 // PostRecv posts receive WRs to the QP's own receive queue; it fails for a

@@ -3,14 +3,15 @@ package soft
 import "github.com/qpdrain/qpdrain/ibv"
 
 // The soft device copies each posted WR into a compact WQE: one SGE inline,
-// anything rarer behind a pointer, so a queued send costs 56 bytes and a
-// queued receive 32 (see BenchmarkFlush).
+// anything rarer (more SGEs, atomic operands, the bytes of an
+// IBV_SEND_INLINE send) behind a pointer, so a queued send costs 56 bytes
+// and a queued receive 32 (see BenchmarkFlush).
 
 // wqeSGL is a WQE's scatter/gather list. A WR without SGEs is held as one
 // zero-length SGE, which moves nothing and names no key, exactly like none.
 type wqeSGL struct {
 	first ibv.SGE
-	ext   *wqeExt // nil unless the WR has more than one SGE or is an atomic
+	ext   *wqeExt // nil unless the WR has more than one SGE, is an atomic or is inline
 }
 
 // wqeExt holds the rare parts of a WQE.
@@ -18,6 +19,7 @@ type wqeExt struct {
 	more       []ibv.SGE // SGEs after the first
 	compareAdd uint64
 	swap       uint64
+	inline     []byte // the data of an inline send, copied at post time
 }
 
 func makeSGL(sges []ibv.SGE) wqeSGL {
@@ -82,6 +84,31 @@ func newSendWQE(wr *ibv.SendWR) sendWQE {
 		w.ext.compareAdd, w.ext.swap = wr.CompareAdd, wr.Swap
 	}
 	return w
+}
+
+// newInlineWQE makes the WQE of an inline send carrying data, which it
+// owns: it has no SGEs, so no lkey is ever checked for it.
+func newInlineWQE(wr *ibv.SendWR, data []byte) sendWQE {
+	return sendWQE{
+		id:         wr.ID,
+		remoteAddr: wr.RemoteAddr,
+		wqeSGL:     wqeSGL{ext: &wqeExt{inline: data}},
+		imm:        wr.ImmData,
+		rkey:       wr.RKey,
+		opcode:     uint8(wr.Opcode),
+		flags:      uint8(wr.Flags),
+	}
+}
+
+// inlineOpcode reports whether op may carry inline data: the opcodes whose
+// data flows from the requester, as rxe's WR_INLINE_MASK (rxe_opcode.c) and
+// ibv_post_send(3) have it.
+func inlineOpcode(op ibv.WROpcode) bool {
+	switch op {
+	case ibv.WRSend, ibv.WRSendWithImm, ibv.WRSendWithInv, ibv.WRRDMAWrite, ibv.WRRDMAWriteWithImm:
+		return true
+	}
+	return false
 }
 
 func isAtomic(op ibv.WROpcode) bool {

@@ -104,41 +104,93 @@ func TestSendRecv(t *testing.T) {
 	}
 }
 
-// TestSendInline: a QP created with room for inline data sends from a
-// buffer the device copies at post time. The soft device has no inline
-// data and refuses such a QP with ErrResourceLimit (docs/PROVIDERS.md).
+// TestSendInline: a QP created with room for inline data sends the bytes
+// its SGEs hold at post time, so the buffer may be reused as soon as
+// PostSend returns, and checks no lkey for them. An inline send longer than
+// the QP's max_inline_data fails the post with EINVAL at that WR; the WRs
+// before it are posted. Soft and rxe alike (docs/PROVIDERS.md).
 func TestSendInline(t *testing.T) {
 	ctx := Open(t)
 	pd := NewPD(t, ctx)
 	cq := NewCQ(t, ctx, 16)
 	inline := ibv.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
 	a, err := pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: inline, Type: ibv.QPTRC})
-	if CurrentProvider() == ProviderSoft {
-		if !errors.Is(err, ibv.ErrResourceLimit) {
-			t.Errorf("creating a QP with inline data on the soft device = %v, want ErrResourceLimit", err)
-		}
-		if err == nil {
-			Close(t, a)
-		}
-		return
-	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	Close(t, a)
+	_, init, err := a.Query(ibv.QPAttrCap)
+	if err != nil || init.Cap.MaxInlineData < inline.MaxInlineData {
+		t.Fatalf("QP created with %d bytes inline: Query gives cap %+v, %v", inline.MaxInlineData, init.Cap, err)
+	}
+	granted := int(init.Cap.MaxInlineData)
+	t.Logf("asked for %+v, granted %+v", inline, init.Cap)
 	b := NewRC(t, pd, RCConfig{})
 	mra := Buffer(t, pd, 4096, AllAccess)
 	mrb := Buffer(t, pd, 4096, AllAccess)
 	Connect(t, ctx, a, b)
 	copy(mra.Buf(), "inline!")
-	postRecv(t, b, ibv.RecvWR{ID: 11, SGL: sge(mrb, 0, 64)})
-	post(t, a, ibv.SendWR{ID: 2, Opcode: ibv.WRSend, Flags: ibv.SendSignaled | ibv.SendInline, SGL: sge(mra, 0, 7)})
+	postRecv(t, b, ibv.RecvWR{ID: 11, SGL: sge(mrb, 0, 64)}, ibv.RecvWR{ID: 12, SGL: sge(mrb, 64, 64)})
+	noKey := []ibv.SGE{{Addr: mra.Addr(), Length: 7, LKey: 0}} // inline data needs no lkey
+	post(t, a, ibv.SendWR{ID: 2, Opcode: ibv.WRSend, Flags: ibv.SendSignaled | ibv.SendInline, SGL: noKey})
 	copy(mra.Buf(), "changed") // inline data was copied at post time
 	checkWC(t, Poll(t, cq, 1)[0], 2, ibv.WCSuccess, ibv.WCSend)
 	wc := Poll(t, b.RecvCQ(), 1)[0]
 	checkWC(t, wc, 11, ibv.WCSuccess, ibv.WCRecv)
 	if got := string(mrb.Buf()[:7]); wc.ByteLen != 7 || got != "inline!" {
 		t.Errorf("inline receive of %d bytes %q, want 7 bytes %q", wc.ByteLen, got, "inline!")
+	}
+
+	err = a.PostSend([]ibv.SendWR{
+		{ID: 3, Opcode: ibv.WRSend, Flags: ibv.SendSignaled | ibv.SendInline, SGL: sge(mra, 0, 7)},
+		{ID: 4, Opcode: ibv.WRSend, Flags: ibv.SendSignaled | ibv.SendInline, SGL: sge(mra, 0, granted+1)}})
+	var pe *ibv.PostError
+	if !errors.As(err, &pe) || pe.Index != 1 || !errors.Is(err, ibv.ErrInvalidArgument) {
+		t.Errorf("posting inline sends of 7 and %d bytes (max %d): %v, want EINVAL at WR 1", granted+1, granted, err)
+	}
+	checkWC(t, Poll(t, cq, 1)[0], 3, ibv.WCSuccess, ibv.WCSend)
+	checkWC(t, Poll(t, b.RecvCQ(), 1)[0], 12, ibv.WCSuccess, ibv.WCRecv)
+}
+
+// TestInlineReadAtomic: IBV_SEND_INLINE on an RDMA READ or an atomic, whose
+// data flows to the requester. ibv_post_send(3) allows inline data only for
+// sends and RDMA writes: the soft device refuses the post with EINVAL at
+// that WR. librxe checks only the inline length at post time, so on rxe
+// the post succeeds and the WR completes with LOC_PROT_ERR, moving the QP
+// to ERROR (docs/PROVIDERS.md).
+func TestInlineReadAtomic(t *testing.T) {
+	for _, op := range []ibv.WROpcode{ibv.WRRDMARead, ibv.WRAtomicFetchAndAdd, ibv.WRAtomicCmpAndSwp} {
+		t.Run(op.String(), func(t *testing.T) {
+			ctx := Open(t)
+			pd := NewPD(t, ctx)
+			cq := NewCQ(t, ctx, 16)
+			a, err := pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, Type: ibv.QPTRC,
+				Cap: ibv.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			Close(t, a)
+			b := NewRC(t, pd, RCConfig{})
+			mra := Buffer(t, pd, 4096, AllAccess)
+			mrb := Buffer(t, pd, 4096, AllAccess)
+			Connect(t, ctx, a, b)
+			err = a.PostSend([]ibv.SendWR{{ID: 5, Opcode: op, Flags: ibv.SendSignaled | ibv.SendInline,
+				SGL: sge(mra, 0, 8), RemoteAddr: mrb.Addr(), RKey: mrb.RKey()}})
+			if CurrentProvider() == ProviderRXE {
+				if err != nil {
+					t.Fatalf("posting an inline %s on rxe: %v, want it posted", op, err)
+				}
+				checkWC(t, Poll(t, cq, 1)[0], 5, ibv.WCLocProtErr, 0)
+				if s := State(t, a); s != ibv.QPSErr {
+					t.Errorf("QP in %s after the inline %s failed, want ERR", s, op)
+				}
+				return
+			}
+			var pe *ibv.PostError
+			if !errors.As(err, &pe) || pe.Index != 0 || !errors.Is(err, ibv.ErrInvalidArgument) {
+				t.Errorf("posting an inline %s: %v, want EINVAL at WR 0", op, err)
+			}
+		})
 	}
 }
 
