@@ -35,9 +35,11 @@ test-rxe:
 
 ## demo: the main job — the provider flush check (the first RDMA device, or the soft device when
 ## there is none), then the seed scenario on soft devices.
-demo:
-	$(GO) run ./cmd/qpdrain check
-	$(GO) run ./cmd/qpdrain scenario srq-fault
+## Findings of the check (exit 1: the device deviates) are the demo's result, not its failure.
+demo: deps
+	$(GO) build -o .cache/qpdrain ./cmd/qpdrain
+	.cache/qpdrain check || [ $$? -eq 1 ]
+	.cache/qpdrain scenario srq-fault
 
 ## bench: the benchmarks behind docs/BENCH.md.
 bench:
