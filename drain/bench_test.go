@@ -10,6 +10,7 @@ import (
 	"github.com/qpdrain/qpdrain/drain"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/devtest"
+	"github.com/qpdrain/qpdrain/internal/teardown"
 	"github.com/qpdrain/qpdrain/soft"
 )
 
@@ -32,15 +33,36 @@ type benchSetup struct {
 	ch      ibv.CompChannel
 	cq      ibv.CQ
 	qps     []ibv.QP
-	closers []io.Closer
+	closers teardown.List
 }
 
-func (s *benchSetup) keep(c io.Closer) { s.closers = append(s.closers, c) }
+func (s *benchSetup) keep(c io.Closer) { s.closers.Add(c) }
 
 func (s *benchSetup) close(b *testing.B) {
-	for i := len(s.closers) - 1; i >= 0; i-- {
-		if err := s.closers[i].Close(); err != nil {
-			b.Fatalf("closing %T: %v", s.closers[i], err)
+	if err := s.closers.Close(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// drainAll adds every QP to rp and waits for each: one at a time (the next
+// added only once the previous is safe, as ib_drain_qp goes) or all added
+// first so that the reaper can batch them.
+func drainAll(ctx context.Context, b *testing.B, rp *drain.Reaper, qps []ibv.QP, add drain.AddOptions, oneAtATime bool) {
+	if oneAtATime {
+		for _, qp := range qps {
+			if _, err := must(rp.Add(qp, add)).Wait(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return
+	}
+	hs := make([]*drain.Handle, len(qps))
+	for i, qp := range qps {
+		hs[i] = must(rp.Add(qp, add))
+	}
+	for _, h := range hs {
+		if _, err := h.Wait(ctx); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
@@ -138,23 +160,7 @@ func BenchmarkDrain4096(b *testing.B) {
 				// Run starts with the timer: polling the flushes is part
 				// of the work.
 				go func() { runDone <- rp.Run(ctx) }()
-				if mode.maxBatch == 1 {
-					for _, qp := range s.qps {
-						if _, err := must(rp.Add(qp, add)).Wait(ctx); err != nil {
-							b.Fatal(err)
-						}
-					}
-				} else {
-					hs := make([]*drain.Handle, len(s.qps))
-					for i, qp := range s.qps {
-						hs[i] = must(rp.Add(qp, add))
-					}
-					for _, h := range hs {
-						if _, err := h.Wait(ctx); err != nil {
-							b.Fatal(err)
-						}
-					}
-				}
+				drainAll(ctx, b, rp, s.qps, add, mode.maxBatch == 1)
 				b.StopTimer()
 				cancel()
 				<-runDone
@@ -255,8 +261,8 @@ func BenchmarkDrainDevice(b *testing.B) {
 			drainWRs := 0
 			for b.Loop() {
 				b.StopTimer()
-				var closers []io.Closer
-				keep := func(c io.Closer) { closers = append(closers, c) }
+				var closers teardown.List
+				keep := closers.Add
 				ch := must(dev.CreateCompChannel())
 				keep(ch)
 				cq := must(dev.CreateCQ(n*(recvs+1)+16, ch))
@@ -287,31 +293,13 @@ func BenchmarkDrainDevice(b *testing.B) {
 				runtime.GC()
 				b.StartTimer()
 				go func() { runDone <- rp.Run(ctx) }()
-				if mode.maxBatch == 1 {
-					for _, qp := range qps {
-						if _, err := must(rp.Add(qp, drain.AddOptions{})).Wait(ctx); err != nil {
-							b.Fatal(err)
-						}
-					}
-				} else {
-					hs := make([]*drain.Handle, n)
-					for i, qp := range qps {
-						hs[i] = must(rp.Add(qp, drain.AddOptions{}))
-					}
-					for _, h := range hs {
-						if _, err := h.Wait(ctx); err != nil {
-							b.Fatal(err)
-						}
-					}
-				}
+				drainAll(ctx, b, rp, qps, drain.AddOptions{}, mode.maxBatch == 1)
 				b.StopTimer()
 				cancel()
 				<-runDone
 				drainWRs += rp.Stats().DrainWRs
-				for i := len(closers) - 1; i >= 0; i-- {
-					if err := closers[i].Close(); err != nil {
-						b.Fatalf("closing %T: %v", closers[i], err)
-					}
+				if err := closers.Close(); err != nil {
+					b.Fatal(err)
 				}
 				b.StartTimer()
 			}
