@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,6 +72,7 @@ func Explore(t *testing.T, body func(t *testing.T)) {
 		}
 		deadline = time.Now().Add(d)
 	}
+	parent := t.Name()
 	start := time.Now()
 	passed, failed := 0, 0
 	var failing []uint64
@@ -83,7 +85,7 @@ func Explore(t *testing.T, body func(t *testing.T)) {
 			defer seeds.Delete(t.Name())
 			t.Cleanup(func() {
 				if t.Failed() {
-					t.Logf("replay: %s=%d go test -run '^%s$' .", EnvSeed, seed, topName(t.Name()))
+					t.Logf("replay: %s=%d go test -run '%s' .", EnvSeed, seed, runPattern(parent))
 				}
 			})
 			body(t)
@@ -138,10 +140,13 @@ func exploreSeeds(short bool) ([]uint64, error) {
 	return list, nil
 }
 
-// topName is the top-level test of a subtest name.
-func topName(name string) string {
-	top, _, _ := strings.Cut(name, "/")
-	return top
+// runPattern is the -run pattern that selects exactly the test name.
+func runPattern(name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	return strings.Join(parts, "/")
 }
 
 // Schedule is the soft device schedule for test t: the seed Explore runs
@@ -173,7 +178,7 @@ func Schedule(t testing.TB) soft.Schedule {
 	t.Cleanup(func() {
 		seeds.Delete(t.Name())
 		if t.Failed() {
-			t.Logf("replay: %s=%s %s=%d go test -run '^%s$' .", EnvDevice, DeviceAdversarial, EnvSeed, seed, topName(t.Name()))
+			t.Logf("replay: %s=%s %s=%d go test -run '%s' .", EnvDevice, DeviceAdversarial, EnvSeed, seed, runPattern(t.Name()))
 		}
 	})
 	return soft.Schedule{Seed: seed}
