@@ -98,8 +98,8 @@ func Explore(t *testing.T, body func(t *testing.T)) {
 		}
 	}
 	el := time.Since(start)
-	summary := fmt.Sprintf("explore %s: %d passed, %d failed in %v (%.0f seeds/s)",
-		t.Name(), passed, failed, el.Round(time.Millisecond), float64(passed+failed)/el.Seconds())
+	summary := fmt.Sprintf("explore %s: %d passed, %d failed in %.3fs (%.0f seeds/s)",
+		t.Name(), passed, failed, el.Seconds(), float64(passed+failed)/el.Seconds())
 	if len(failing) > 0 {
 		summary += fmt.Sprintf("; failing seeds %v", failing)
 	}
