@@ -87,10 +87,14 @@ func (c *CQ) Poll(wcs []ibv.WC) (int, error) {
 	if c.closed {
 		return 0, fmt.Errorf("polling CQ %d: %w", c.id, ibv.ErrClosed)
 	}
-	c.dev.fab.tick()
-	if c.n == 0 && len(c.dev.fab.adv) > 0 {
-		// A poller that finds nothing lets deferred flushes move on.
-		c.dev.fab.idleSteps(func() bool { return c.n > 0 })
+	f := c.dev.fab
+	f.tickIdle()
+	if c.n == 0 {
+		// A poller that finds nothing lets deferred work move on.
+		f.idle(func() bool { return c.n > 0 })
+	}
+	if c.n > 0 {
+		f.busy()
 	}
 	k := 0
 	for k < len(wcs) && c.n > 0 {
@@ -220,19 +224,21 @@ func (ch *CompChannel) WaitCQ(ctx context.Context) (ibv.CQ, error) {
 			mu.Unlock()
 			return nil, fmt.Errorf("waiting for a CQ event: %w", ibv.ErrClosed)
 		}
-		if ch.events.len() == 0 && len(ch.dev.fab.adv) > 0 {
-			// A waiting caller lets deferred flushes move on.
-			ch.dev.fab.idleSteps(func() bool { return ch.events.len() > 0 })
+		if ch.events.len() == 0 {
+			// A waiting caller lets deferred work move on.
+			ch.dev.fab.idle(func() bool { return ch.events.len() > 0 })
 		}
 		if ch.events.len() > 0 {
 			c := ch.events.pop()
 			mu.Unlock()
 			return c, nil
 		}
+		again := ch.dev.fab.idleWait()
 		mu.Unlock()
 		select {
 		case <-ch.wake:
 		case <-ch.done:
+		case <-after(again):
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}

@@ -45,6 +45,13 @@ type QP struct {
 	// yet generated, and whether Last WQE Reached waits for them.
 	flushS, flushR int
 	lwrDue         bool
+	// The head send in flight: started and not completed (waiting for a
+	// receive at the responder, or for a timer), with its retries left.
+	inFlight            bool
+	timerWait, timerDue bool // a timer is armed for it / has fired
+	retrying            bool // rnrLeft and ackLeft count for it
+	rnrLeft, ackLeft    uint8
+	sqdNotify           bool // SQ_DRAINED is due once the head completes in SQD
 }
 
 var _ ibv.QP = (*QP)(nil)
@@ -178,6 +185,12 @@ func (q *QP) dropQueues() {
 	q.rq.reset()
 	q.taken.reset()
 	q.flushS, q.flushR, q.lwrDue = 0, 0, false
+	q.headDone()
+}
+
+// headDone forgets the head send's flight: it completed or was dropped.
+func (q *QP) headDone() {
+	q.inFlight, q.timerWait, q.timerDue, q.retrying, q.sqdNotify = false, false, false, false, false
 }
 
 // sendDone is the slot accounting of a send completion being generated:
@@ -495,9 +508,13 @@ func (q *QP) Modify(attr ibv.QPAttr, mask ibv.QPAttrMask) error {
 			q.drive()
 		}
 	case next == ibv.QPSSQD && cur == ibv.QPSRTS && mask&ibv.QPAttrEnSQDAsyncNotify != 0 && attr.EnSQDAsyncNotify:
-		// Each soft WR executes atomically, so nothing is in flight: the
-		// send queue is drained the moment it stops starting WRs.
-		q.dev.raise(ibv.AsyncEvent{Type: ibv.EventSQDrained, QP: q})
+		// The send queue is drained once no WR is in flight: at once, or
+		// when the head WR that had started completes (execHead).
+		if q.inFlight {
+			q.sqdNotify = true
+		} else {
+			q.dev.raise(ibv.AsyncEvent{Type: ibv.EventSQDrained, QP: q})
+		}
 	}
 	return nil
 }

@@ -70,6 +70,11 @@ func (a *adversary) coin() bool { return a.rng.Uint64()&1 == 1 }
 func (d *Device) step() {
 	a := d.adv
 	a.steps++
+	if !a.pending() {
+		// Draw nothing: calls that find nothing to do (a poller waiting
+		// for a timer) do not change the choices of later calls.
+		return
+	}
 	for n := a.rng.IntN(advMaxFlushPerStep + 1); n > 0 && d.flushOne(); n-- {
 	}
 	d.deliverDue()
