@@ -99,11 +99,11 @@ func (c *CQ) Poll(wcs []ibv.WC) (int, error) {
 	k := 0
 	for k < len(wcs) && c.n > 0 {
 		wcs[k] = c.buf[c.head]
-		if m := &c.meta[c.head]; m.qp != nil {
-			m.qp.sqUsed -= m.sq
-			m.qp.rqUsed -= m.rq
-			*m = wcMeta{}
-		}
+		// m.qp stays behind until the entry is reused: clearing it would
+		// cost the hot path a store for what a closed QP's bytes weigh.
+		m := &c.meta[c.head]
+		m.qp.sqUsed -= m.sq
+		m.qp.rqUsed -= m.rq
 		c.head++
 		if c.head == len(c.buf) {
 			c.head = 0
@@ -300,9 +300,6 @@ func (c *CQ) discard(q *QP) {
 		d := (c.head + k) % len(c.buf)
 		c.buf[d], c.meta[d] = c.buf[j], c.meta[j]
 		k++
-	}
-	for i := k; i < c.n; i++ {
-		c.meta[(c.head+i)%len(c.buf)] = wcMeta{}
 	}
 	c.n = k
 }

@@ -57,11 +57,16 @@ func (f *Fabric) tickIdle() {
 
 // pushHeld writes the held responder completion, if any.
 func (f *Fabric) pushHeld() {
-	if h := &f.held; h.cq != nil {
-		c := h.cq
-		h.cq = nil
-		c.push(&h.wc, h.solicited, h.meta)
+	if f.held.cq != nil {
+		f.pushHeldNow()
 	}
+}
+
+func (f *Fabric) pushHeldNow() {
+	h := &f.held
+	c := h.cq
+	h.cq = nil
+	c.push(&h.wc, h.solicited, h.meta)
 }
 
 // pendingSend is one queued send WR: the next unexecuted WR of qp, valid

@@ -253,6 +253,15 @@ func (q *QP) postSend(wrs []ibv.SendWR) error {
 		if err := q.checkSend(wr); err != nil {
 			return &ibv.PostError{Index: i, Err: err}
 		}
+		if wr.Flags&ibv.SendInline == 0 && q.state != ibv.QPSErr {
+			// The common case, filled where it is queued.
+			q.sqUsed++
+			q.sq.alloc().fill(wr)
+			if q.dev.fab.manual {
+				q.dev.fab.pending.push(pendingSend{q, q.epoch})
+			}
+			continue
+		}
 		var w sendWQE
 		if wr.Flags&ibv.SendInline == 0 {
 			w = newSendWQE(wr)
