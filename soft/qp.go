@@ -135,6 +135,17 @@ func (q *QP) SRQ() ibv.SRQ {
 	return q.srq
 }
 
+// Outstanding is how many WRs of the QP the device holds whose completions
+// it has not generated yet: queued and in-flight sends, receives of the
+// QP's own queue, WQEs it took from its SRQ. At 0 no completion of the QP
+// can still arrive until something is posted to it: the soft-only evidence
+// a test checks a drain's "safe" against (hardware cannot be asked).
+func (q *QP) Outstanding() int {
+	q.dev.fab.mu.Lock()
+	defer q.dev.fab.mu.Unlock()
+	return q.sq.len() + q.rq.len() + q.taken.len()
+}
+
 // Query returns all of the QP's attributes, whatever mask says, and the
 // attributes it was created with.
 func (q *QP) Query(mask ibv.QPAttrMask) (ibv.QPAttr, ibv.QPInitAttr, error) {
