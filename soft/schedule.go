@@ -25,11 +25,11 @@ func (s Schedule) Adversarial() bool { return s.Seed != 0 }
 // do, and how long an event may wait. Small numbers keep completions
 // trickling over many calls without making tests slow.
 const (
-	advMaxFlushPerStep = 2  // flush completions generated per device call: 0..this
-	advMaxEventDelay   = 6  // device calls an async event waits: 0..this
-	advQPNBaseSpread   = 16 // the first QP number is firstQPN + 0..this-1
-	advReuseOneIn      = 4  // a free QP number is not reused one time in this many
-	advIdleSteps       = 1 << 16
+	advMaxFlushPerStep = 2       // flush completions generated per device call: 0..this
+	advMaxEventDelay   = 6       // device calls an async event waits: 0..this
+	advQPNBaseSpread   = 16      // the first QP number is firstQPN + 0..this-1
+	advReuseOneIn      = 4       // a free QP number is not reused one time in this many
+	advIdleSteps       = 1 << 16 // steps one idle caller runs at most under the lock
 )
 
 // adversary is the state of an adversarial schedule. Guarded by fab.mu.
