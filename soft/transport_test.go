@@ -307,3 +307,38 @@ func TestClockJumpsWhenCallersWait(t *testing.T) {
 		t.Errorf("device time %v at the completion, want at least 8 ACK timeouts", now)
 	}
 }
+
+// On a real-time fabric the retry timers run on the wall clock.
+func TestRealTimeClock(t *testing.T) {
+	fab := soft.NewFabric()
+	fab.SetRealTime(true)
+	e := newEnv(t, soft.Config{Fabric: fab})
+	p := newPair(t, e, e)
+	// timeout 10: 4.2 ms per attempt; retry_cnt 7: 33.6 ms in all.
+	toState(t, p.a, ibv.QPSSQD)
+	if err := p.a.Modify(ibv.QPAttr{State: ibv.QPSSQD, Timeout: 10}, ibv.QPAttrState|ibv.QPAttrTimeout); err != nil {
+		t.Fatal(err)
+	}
+	toState(t, p.a, ibv.QPSRTS)
+	toState(t, p.b, ibv.QPSErr)
+	if err := fab.Advance(time.Second); err == nil {
+		t.Error("Advance on a real-time fabric succeeded")
+	}
+	start := time.Now()
+	post(t, p.a, ibv.SendWR{ID: 1, Opcode: ibv.WRRDMAWrite})
+	for {
+		if got := pollAll(t, p.cqa); len(got) > 0 {
+			if got[0].Status != ibv.WCRetryExcErr {
+				t.Fatalf("%v, want RETRY_EXC_ERR", got)
+			}
+			break
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("no completion within 5 s of real time")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if el := time.Since(start); el < 8*4096*(1<<10) {
+		t.Errorf("RETRY_EXC_ERR after %v of real time, want at least 8 ACK timeouts (33.6 ms)", el)
+	}
+}
