@@ -32,10 +32,23 @@ var _ ibv.CQ = (*CQ)(nil)
 // wcMeta says which QP a completion belongs to and how many of its work
 // queue slots polling it frees: a send completion frees its WR's slot and
 // those of the unsignaled WRs that completed silently before it on the
-// same send queue; a completion of the QP's own receive queue frees one.
+// same send queue; a receive completion frees one slot of the QP's own
+// receive queue or of its SRQ.
 type wcMeta struct {
 	qp     *QP
 	sq, rq uint32
+}
+
+// free returns the slots the completion held: to the QP's send queue, and
+// to its receive queue or its SRQ.
+func (m *wcMeta) free() {
+	q := m.qp
+	q.sqUsed -= m.sq
+	if q.srq != nil {
+		q.srq.used -= m.rq
+	} else {
+		q.rqUsed -= m.rq
+	}
 }
 
 // CreateCQ creates a CQ holding exactly cqe completions. With a non-nil
@@ -101,9 +114,7 @@ func (c *CQ) Poll(wcs []ibv.WC) (int, error) {
 		wcs[k] = c.buf[c.head]
 		// m.qp stays behind until the entry is reused: clearing it would
 		// cost the hot path a store for what a closed QP's bytes weigh.
-		m := &c.meta[c.head]
-		m.qp.sqUsed -= m.sq
-		m.qp.rqUsed -= m.rq
+		c.meta[c.head].free()
 		c.head++
 		if c.head == len(c.buf) {
 			c.head = 0
@@ -295,6 +306,7 @@ func (c *CQ) discard(q *QP) {
 	for i := 0; i < c.n; i++ {
 		j := (c.head + i) % len(c.buf)
 		if c.meta[j].qp == q {
+			c.meta[j].free()
 			continue
 		}
 		d := (c.head + k) % len(c.buf)

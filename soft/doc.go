@@ -26,7 +26,9 @@
 // that failed or was flushed) is polled. Posting to a queue whose
 // Cap.MaxSendWR or Cap.MaxRecvWR slots are all held fails with
 // ErrQueueFull, whatever the device has executed. An SRQ's slot frees when
-// a QP takes the WQE.
+// the completion of its WQE is polled; the WQEs a QP took ahead and drops
+// at RESET or destroy give their slots back (their completions never
+// come).
 //
 // # Transport
 //

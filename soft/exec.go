@@ -349,7 +349,7 @@ func (p *QP) takeRecv() (recvWQE, bool) {
 // requester's is written (execHead): the two land in their CQs in either
 // order.
 func (p *QP) received(wc *ibv.WC, solicited bool) {
-	m := p.recvDone(p.srq == nil)
+	m := p.recvDone()
 	if a := p.dev.adv; a != nil && a.coin() {
 		p.dev.fab.held = heldWC{cq: p.recvCQ, wc: *wc, meta: m, solicited: solicited}
 	} else {
@@ -383,7 +383,7 @@ func (p *QP) responderError(ev ibv.EventType, r *recvWQE, st ibv.WCStatus) {
 	}
 	p.toErr(ev)
 	if r != nil {
-		p.recvCQ.push(&ibv.WC{ID: r.id, Status: st, QPNum: p.num}, false, p.recvDone(p.srq == nil))
+		p.recvCQ.push(&ibv.WC{ID: r.id, Status: st, QPNum: p.num}, false, p.recvDone())
 	}
 	p.flush()
 }
@@ -411,10 +411,9 @@ func (q *QP) toErr(ev ibv.EventType) {
 
 // flushRecvs completes every receive WQE of r with WR_FLUSH_ERR, in order.
 func (q *QP) flushRecvs(r *ring[recvWQE]) {
-	own := r == &q.rq
 	for r.len() > 0 {
 		w := r.pop()
-		q.recvCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false, q.recvDone(own))
+		q.recvCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false, q.recvDone())
 	}
 }
 

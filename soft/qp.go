@@ -194,6 +194,12 @@ func (q *QP) dropQueues() {
 	q.dev.fab.unblock(q)
 	q.sq.reset()
 	q.rq.reset()
+	if q.srq != nil {
+		// WQEs taken and dropped without completions never come back to
+		// the SRQ's consumer (IBTA §10.3.1's leakage), but their slots do,
+		// or the SRQ would shrink with every such QP.
+		q.srq.used -= uint32(q.taken.len())
+	}
 	q.taken.reset()
 	q.flushS, q.flushR, q.lwrDue = 0, 0, false
 	q.headDone()
@@ -214,13 +220,8 @@ func (q *QP) sendDone() wcMeta {
 }
 
 // recvDone is the slot accounting of a receive completion: one slot of the
-// QP's own receive queue (own), or none (an SRQ WQE).
-func (q *QP) recvDone(own bool) wcMeta {
-	if own {
-		return wcMeta{qp: q, rq: 1}
-	}
-	return wcMeta{qp: q}
-}
+// QP's own receive queue or of its SRQ.
+func (q *QP) recvDone() wcMeta { return wcMeta{qp: q, rq: 1} }
 
 // holdsPostsInError reports whether WRs posted now, in ERROR, stay queued
 // instead of completing with a flush, by quirk.
@@ -390,7 +391,7 @@ func (q *QP) postRecv(wrs []ibv.RecvWR) error {
 				q.scheduleFlush(q.flushS, q.flushR+1)
 				continue
 			}
-			q.recvCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false, q.recvDone(true))
+			q.recvCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false, q.recvDone())
 			continue
 		}
 		q.rq.push(w)

@@ -104,7 +104,7 @@ func (d *Device) flushOne() bool {
 				r = &q.rq
 			}
 			w := r.pop()
-			q.recvCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false, q.recvDone(r == &q.rq))
+			q.recvCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false, q.recvDone())
 			if q.flushR == 0 {
 				q.lastWQEReached()
 			}
