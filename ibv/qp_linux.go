@@ -307,14 +307,21 @@ func newQP(p *verbsPD, attr QPInitAttr) (*verbsQP, error) {
 		q.recvPost.free()
 		return nil, fmt.Errorf("creating %s QP: %w", attr.Type, cErr(err, ErrResourceLimit))
 	}
-	q.qp = qp
-	q.num = uint32(qp.qp_num)
+	q.setQP(unsafe.Pointer(qp))
 	p.life.users.Add(1)
 	for _, l := range q.users() {
 		l.users.Add(1)
 	}
 	q.trace = objtrace.Track(fmt.Sprintf("libibverbs %s QP %d on %s", attr.Type, q.num, p.ctx.name))
 	return q, nil
+}
+
+// setQP gives q its struct ibv_qp. It takes an unsafe.Pointer so the
+// benchmark of the binding's own cost can give it a QP of a fake provider
+// (ibv/internal/cverbs).
+func (q *verbsQP) setQP(qp unsafe.Pointer) {
+	q.qp = (*C.struct_ibv_qp)(qp)
+	q.num = uint32(q.qp.qp_num)
 }
 
 func (q *verbsQP) Num() uint32  { return q.num }
