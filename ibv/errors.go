@@ -44,6 +44,27 @@ func (e *Error) Is(target error) bool {
 // Errno is the errno libibverbs returns for this condition.
 func (e *Error) Errno() syscall.Errno { return e.errno }
 
+// LoadError reports that libibverbs could not be loaded at run time: the
+// library is missing (Symbol empty), or it lacks an entry point the binding
+// calls. It matches ErrNotSupported: the libibverbs implementation is not
+// available here, and the soft device is.
+type LoadError struct {
+	Library string // "libibverbs.so.1"
+	Symbol  string // the missing entry point with its version, "ibv_create_qp@IBVERBS_1.1"
+	Reason  string // the dynamic loader's message (dlerror)
+}
+
+// Error says what is missing and which Debian package provides it.
+func (e *LoadError) Error() string {
+	if e.Symbol != "" {
+		return fmt.Sprintf("libibverbs is too old: %s lacks %s (%s); install a newer libibverbs1", e.Library, e.Symbol, e.Reason)
+	}
+	return fmt.Sprintf("libibverbs is not installed: %s (install Debian's libibverbs1 and, for device drivers, ibverbs-providers)", e.Reason)
+}
+
+// Unwrap returns ErrNotSupported.
+func (e *LoadError) Unwrap() error { return ErrNotSupported }
+
 // PostError reports a post that stopped at WR Index (the bad_wr of
 // ibv_post_send); the WRs before Index were posted.
 type PostError struct {

@@ -175,7 +175,7 @@ func (s *verbsSRQ) Query() (SRQAttr, error) {
 	}
 	defer s.life.exit()
 	var a C.struct_ibv_srq_attr
-	if rc := C.ibv_query_srq(s.srq, &a); rc != 0 {
+	if rc := C.qpd_ibv_query_srq(s.srq, &a); rc != 0 {
 		return SRQAttr{}, fmt.Errorf("querying SRQ: %w", rcErr(rc))
 	}
 	return SRQAttr{MaxWR: uint32(a.max_wr), MaxSGE: uint32(a.max_sge), SRQLimit: uint32(a.srq_limit)}, nil
@@ -191,7 +191,7 @@ func (s *verbsSRQ) Modify(attr SRQAttr, mask SRQAttrMask) error {
 		max_sge:   C.uint32_t(attr.MaxSGE),
 		srq_limit: C.uint32_t(attr.SRQLimit),
 	}
-	if rc := C.ibv_modify_srq(s.srq, &a, C.int(mask)); rc != 0 {
+	if rc := C.qpd_ibv_modify_srq(s.srq, &a, C.int(mask)); rc != 0 {
 		return fmt.Errorf("modifying SRQ: %w", rcErr(rc))
 	}
 	return nil
@@ -203,7 +203,7 @@ func (s *verbsSRQ) Close() error {
 		return err
 	}
 	defer s.life.mu.Unlock()
-	if rc := C.ibv_destroy_srq(s.srq); rc != 0 {
+	if rc := C.qpd_ibv_destroy_srq(s.srq); rc != 0 {
 		return fmt.Errorf("destroying SRQ: %w", rcErr(rc))
 	}
 	s.life.closed = true
@@ -342,7 +342,7 @@ func (q *verbsQP) Modify(attr QPAttr, mask QPAttrMask) error {
 	}
 	defer q.life.exit()
 	a := qpAttrToC(attr)
-	if rc := C.ibv_modify_qp(q.qp, &a, C.int(mask)); rc != 0 {
+	if rc := C.qpd_ibv_modify_qp(q.qp, &a, C.int(mask)); rc != 0 {
 		return fmt.Errorf("modifying QP %d (%s): %w", q.num, mask, rcErr(rc))
 	}
 	return nil
@@ -355,7 +355,7 @@ func (q *verbsQP) Query(mask QPAttrMask) (QPAttr, QPInitAttr, error) {
 	defer q.life.exit()
 	var a C.struct_ibv_qp_attr
 	var init C.struct_ibv_qp_init_attr
-	if rc := C.ibv_query_qp(q.qp, &a, C.int(mask), &init); rc != 0 {
+	if rc := C.qpd_ibv_query_qp(q.qp, &a, C.int(mask), &init); rc != 0 {
 		return QPAttr{}, QPInitAttr{}, fmt.Errorf("querying QP %d: %w", q.num, rcErr(rc))
 	}
 	ia := QPInitAttr{
@@ -400,7 +400,7 @@ func (q *verbsQP) Close() error {
 		return err
 	}
 	defer q.life.mu.Unlock()
-	if rc := C.ibv_destroy_qp(q.qp); rc != 0 {
+	if rc := C.qpd_ibv_destroy_qp(q.qp); rc != 0 {
 		return fmt.Errorf("destroying QP %d: %w", q.num, rcErr(rc))
 	}
 	q.life.closed = true
