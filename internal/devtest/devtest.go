@@ -13,14 +13,11 @@ package devtest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/rcsetup"
@@ -67,17 +64,6 @@ func ProviderOf(name string) Provider {
 
 // CurrentProvider is ProviderOf(DeviceName()).
 func CurrentProvider() Provider { return ProviderOf(DeviceName()) }
-
-// KernelVersion returns the running kernel's major and minor version, for
-// the tests whose expectation of rxe depends on it; 0, 0 if unknown.
-func KernelVersion() (major, minor int) {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return 0, 0
-	}
-	_, _ = fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor)
-	return major, minor
-}
 
 // Open opens the test device and closes it when the test ends. The close is
 // the test's leak check: it fails with ErrBusy, and so fails the test, if
