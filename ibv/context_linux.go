@@ -333,7 +333,8 @@ func (c *verbsContext) readAsync() {
 }
 
 // mapEvent finds the Go object an event concerns. An event for an object
-// already closed is dropped: its owner has let go of it.
+// already closed is dropped: its owner has let go of it (NextAsyncEvent
+// drops one whose object closes while it is queued).
 func (c *verbsContext) mapEvent(ev C.struct_qpd_async) (AsyncEvent, bool) {
 	e := AsyncEvent{Type: EventType(ev._type)}
 	switch ev.elem {
@@ -359,6 +360,24 @@ func (c *verbsContext) mapEvent(ev C.struct_qpd_async) (AsyncEvent, bool) {
 		e.Port = uint8(ev.port)
 	}
 	return e, true
+}
+
+// ofClosedObject reports whether e concerns a QP, CQ or SRQ closed since
+// the event was read: such an event is dropped at delivery too, so no
+// caller ever receives an event of an object it has closed.
+func (c *verbsContext) ofClosedObject(e AsyncEvent) bool {
+	var h uintptr
+	switch {
+	case e.QP != nil:
+		h = e.QP.(*verbsQP).handle
+	case e.CQ != nil:
+		h = e.CQ.(*verbsCQ).handle
+	case e.SRQ != nil:
+		h = e.SRQ.(*verbsSRQ).handle
+	default:
+		return false
+	}
+	return c.objs.get(h) == nil
 }
 
 func (c *verbsContext) queue(e AsyncEvent) {
@@ -395,6 +414,9 @@ func (c *verbsContext) NextAsyncEvent(ctx context.Context) (AsyncEvent, error) {
 				case c.notify <- struct{}{}:
 				default:
 				}
+			}
+			if c.ofClosedObject(e) {
+				continue
 			}
 			return e, nil
 		}

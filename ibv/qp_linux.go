@@ -65,10 +65,24 @@ func fillSGEs(sges []C.struct_ibv_sge, sgl []SGE) []C.struct_ibv_sge {
 	return sges[len(sgl):]
 }
 
-// postSend writes wrs into the buffer and posts them on qp.
+// postSend writes wrs into the buffer and posts them on qp. As a provider
+// does with a WR it rejects (bad_wr), a WR the binding cannot express ends
+// the batch: the WRs before it are posted, and the error names it.
 func (b *postBuf) postSend(qp *C.struct_ibv_qp, wrs []SendWR) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	var unsupported error // a *PostError
+	for i := range wrs {
+		if op := wrs[i].Opcode; op == WRBindMW || op == WRTSO {
+			// SendWR has no memory window or TSO header fields.
+			unsupported = &PostError{Index: i, Err: fmt.Errorf("opcode %s: %w", op, ErrNotSupported)}
+			wrs = wrs[:i]
+			break
+		}
+	}
+	if len(wrs) == 0 {
+		return unsupported
+	}
 	nsge := sgeCount(wrs)
 	if rc := C.qpd_postbuf_reserve(b.buf, C.int(len(wrs)), C.int(nsge), 1); rc != 0 {
 		return &PostError{Index: 0, Err: rcErr(rc)}
@@ -77,11 +91,6 @@ func (b *postBuf) postSend(qp *C.struct_ibv_qp, wrs []SendWR) error {
 	sges := unsafe.Slice(b.buf.sge, nsge)
 	for i := range wrs {
 		w := &wrs[i]
-		if w.Opcode == WRBindMW || w.Opcode == WRTSO {
-			// SendWR has no memory window or TSO header fields. Nothing
-			// is posted yet, so the first WR not posted is WR 0.
-			return &PostError{Index: 0, Err: fmt.Errorf("WR %d: %s: %w", i, w.Opcode, ErrNotSupported)}
-		}
 		in[i] = C.struct_qpd_send{
 			wr_id:       C.uint64_t(w.ID),
 			remote_addr: C.uint64_t(w.RemoteAddr),
@@ -99,7 +108,7 @@ func (b *postBuf) postSend(qp *C.struct_ibv_qp, wrs []SendWR) error {
 	if rc := C.qpd_post_send(qp, b.buf, C.int(len(wrs)), &bad); rc != 0 {
 		return &PostError{Index: int(bad), Err: rcErr(rc, ErrQueueFull)}
 	}
-	return nil
+	return unsupported
 }
 
 // postRecv writes wrs into the buffer and posts them on qp or, when qp is

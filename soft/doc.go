@@ -134,7 +134,8 @@
 // RNR_RETRY|SQ_PSN|MAX_QP_RD_ATOMIC, RTS<->SQD, and any state goes to ERR
 // or RESET with STATE alone. A transition not in the table, a missing
 // required attribute or an attribute not allowed fails with an error
-// wrapping ibv.ErrInvalidState and changes nothing. RESET empties every
+// wrapping ibv.ErrInvalidArgument (EINVAL, as from libibverbs) and changes
+// nothing. RESET empties every
 // queue without completions; a QP is reusable after ERR -> RESET. Sends may
 // be posted in RTS, SQD (they wait) and ERR; receives in any state but
 // RESET. RC QPs never enter SQE.

@@ -42,9 +42,9 @@ var _ ibv.QP = (*QP)(nil)
 
 // CreateQP creates an RC QP in RESET. The CQs and SRQ must belong to the
 // PD's device. The QP is granted exactly the Cap asked for (Query reports
-// it); a Cap.MaxInlineData above Limits.MaxInlineData fails with
-// ErrInvalidArgument, the EINVAL rxe returns (rxe_qp_chk_cap), while the
-// other capacities above their limits fail with ErrResourceLimit.
+// it); a capacity above its limit (MaxQPWR, MaxSGE, MaxInlineData) fails
+// with ErrInvalidArgument, the EINVAL rxe returns (rxe_qp_chk_cap), and a
+// QP beyond MaxQP with ErrResourceLimit.
 func (p *PD) CreateQP(attr ibv.QPInitAttr) (ibv.QP, error) {
 	d := p.dev
 	scq, ok := attr.SendCQ.(*CQ)
@@ -79,7 +79,7 @@ func (p *PD) CreateQP(attr ibv.QPInitAttr) (ibv.QP, error) {
 	case int(c.MaxSendWR) > l.MaxQPWR || int(c.MaxRecvWR) > l.MaxQPWR ||
 		int(c.MaxSendSGE) > l.MaxSGE || int(c.MaxRecvSGE) > l.MaxSGE:
 		return nil, fmt.Errorf("creating a QP on %s with %+v (max %d WRs, %d SGEs): %w",
-			d.name, c, l.MaxQPWR, l.MaxSGE, ibv.ErrResourceLimit)
+			d.name, c, l.MaxQPWR, l.MaxSGE, ibv.ErrInvalidArgument)
 	case uint64(c.MaxInlineData) > uint64(l.MaxInlineData):
 		return nil, fmt.Errorf("creating a QP on %s with %d bytes of inline data (max %d): %w",
 			d.name, c.MaxInlineData, l.MaxInlineData, ibv.ErrInvalidArgument)
@@ -368,20 +368,22 @@ var rcTransitions = map[[2]ibv.QPState]transition{
 }
 
 // checkTransition says why moving from cur to next with mask is invalid,
-// or returns nil, following ib_modify_qp_is_ok.
+// or returns nil, following ib_modify_qp_is_ok. The error is
+// ErrInvalidArgument (EINVAL): what libibverbs returns for an invalid
+// transition (rxe_qp_chk_attr), and all an errno can say.
 func checkTransition(cur, next ibv.QPState, mask ibv.QPAttrMask) error {
 	if mask&ibv.QPAttrCurState != 0 && cur != ibv.QPSRTR && cur != ibv.QPSRTS && cur != ibv.QPSSQD && cur != ibv.QPSSQE {
-		return fmt.Errorf("CUR_STATE given in %s: %w", cur, ibv.ErrInvalidState)
+		return fmt.Errorf("CUR_STATE given in %s: %w", cur, ibv.ErrInvalidArgument)
 	}
 	t, ok := rcTransitions[[2]ibv.QPState{cur, next}]
 	if !ok {
-		return fmt.Errorf("no such transition: %w", ibv.ErrInvalidState)
+		return fmt.Errorf("no such transition: %w", ibv.ErrInvalidArgument)
 	}
 	if missing := t.req &^ mask; missing != 0 {
-		return fmt.Errorf("missing attributes %s: %w", missing, ibv.ErrInvalidState)
+		return fmt.Errorf("missing attributes %s: %w", missing, ibv.ErrInvalidArgument)
 	}
 	if extra := mask &^ (t.req | t.opt | ibv.QPAttrState); extra != 0 {
-		return fmt.Errorf("attributes %s not allowed: %w", extra, ibv.ErrInvalidState)
+		return fmt.Errorf("attributes %s not allowed: %w", extra, ibv.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -409,7 +411,7 @@ func (q *QP) checkValues(a *ibv.QPAttr, mask ibv.QPAttrMask) error {
 
 // Modify changes the QP's state and attributes. The transition and the
 // attributes given must be valid for RC, as in ib_modify_qp_is_ok; an
-// invalid transition returns an error wrapping ibv.ErrInvalidState and
+// invalid transition returns an error wrapping ibv.ErrInvalidArgument and
 // changes nothing. Moving to RESET empties every queue without completions;
 // moving to ERR flushes them (see the package documentation).
 func (q *QP) Modify(attr ibv.QPAttr, mask ibv.QPAttrMask) error {

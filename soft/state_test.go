@@ -95,8 +95,8 @@ func TestStateMachine(t *testing.T) {
 			}
 			continue
 		}
-		if !errors.Is(err, ibv.ErrInvalidState) {
-			t.Errorf("%s -> %s with %s: err %v, want ErrInvalidState", tt.from, tt.to, tt.mask, err)
+		if !errors.Is(err, ibv.ErrInvalidArgument) {
+			t.Errorf("%s -> %s with %s: err %v, want ErrInvalidArgument", tt.from, tt.to, tt.mask, err)
 		}
 		if after, _, _ := q.Query(0); after != before {
 			t.Errorf("%s -> %s failed but changed the QP: %+v -> %+v", tt.from, tt.to, before, after)

@@ -14,7 +14,14 @@ package cverbs
 // call context->ops, which here return at once (nothing polled, every WR
 // accepted), so a loop over them measures the caller's own cost.
 static int fake_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) { return 0; }
-static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad) { return 0; }
+static long fake_sent;
+static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	for (; wr; wr = wr->next)
+		fake_sent++;
+	return 0;
+}
+static long fake_sent_count(void) { return fake_sent; }
 static int fake_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad) { return 0; }
 static struct ibv_context fake_ctx = { .ops = {
 	.poll_cq = fake_poll_cq,
@@ -51,6 +58,9 @@ func FakeCQ() unsafe.Pointer { return unsafe.Pointer(C.fake_cq_ptr()) }
 // FakeQP is a struct ibv_qp of a fake provider that accepts every send and
 // receive WR and does nothing with it.
 func FakeQP() unsafe.Pointer { return unsafe.Pointer(C.fake_qp_ptr()) }
+
+// FakeSent is the number of send WRs FakeQP has been given so far.
+func FakeSent() int { return int(C.fake_sent_count()) }
 
 // CPollLoop polls FakeCQ iters times with batch (at most 16) in one C loop
 // and returns the nanoseconds per poll.
