@@ -71,26 +71,22 @@ func fillSGEs(sges []C.struct_ibv_sge, sgl []SGE) []C.struct_ibv_sge {
 func (b *postBuf) postSend(qp *C.struct_ibv_qp, wrs []SendWR) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var unsupported error // a *PostError
-	for i := range wrs {
-		if op := wrs[i].Opcode; op == WRBindMW || op == WRTSO {
-			// SendWR has no memory window or TSO header fields.
-			unsupported = &PostError{Index: i, Err: fmt.Errorf("opcode %s: %w", op, ErrNotSupported)}
-			wrs = wrs[:i]
-			break
-		}
-	}
-	if len(wrs) == 0 {
-		return unsupported
-	}
 	nsge := sgeCount(wrs)
 	if rc := C.qpd_postbuf_reserve(b.buf, C.int(len(wrs)), C.int(nsge), 1); rc != 0 {
 		return &PostError{Index: 0, Err: rcErr(rc)}
 	}
 	in := unsafe.Slice((*C.struct_qpd_send)(b.buf.in), len(wrs))
 	sges := unsafe.Slice(b.buf.sge, nsge)
+	n := len(wrs)
+	var unsupported error // a *PostError
 	for i := range wrs {
 		w := &wrs[i]
+		if w.Opcode == WRBindMW || w.Opcode == WRTSO {
+			// SendWR has no memory window or TSO header fields.
+			unsupported = &PostError{Index: i, Err: fmt.Errorf("opcode %s: %w", w.Opcode, ErrNotSupported)}
+			n = i
+			break
+		}
 		in[i] = C.struct_qpd_send{
 			wr_id:       C.uint64_t(w.ID),
 			remote_addr: C.uint64_t(w.RemoteAddr),
@@ -104,8 +100,11 @@ func (b *postBuf) postSend(qp *C.struct_ibv_qp, wrs []SendWR) error {
 		}
 		sges = fillSGEs(sges, w.SGL)
 	}
+	if n == 0 {
+		return unsupported
+	}
 	var bad C.int
-	if rc := C.qpd_post_send(qp, b.buf, C.int(len(wrs)), &bad); rc != 0 {
+	if rc := C.qpd_post_send(qp, b.buf, C.int(n), &bad); rc != 0 {
 		return &PostError{Index: int(bad), Err: rcErr(rc, ErrQueueFull)}
 	}
 	return unsupported
