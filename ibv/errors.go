@@ -14,7 +14,11 @@ var (
 	ErrClosed error = &Error{"object closed", syscall.EBADF}
 	// ErrBusy: the object still has children or users.
 	ErrBusy error = &Error{"object in use", syscall.EBUSY}
-	// ErrInvalidState: the QP state forbids the call, or a state transition is invalid.
+	// ErrInvalidState: the state of the QP or SRQ forbids the call (a post
+	// to a QP in RESET, to an SRQ in error). An invalid state transition is
+	// ErrInvalidArgument, the EINVAL libibverbs returns for it. libibverbs
+	// reports a forbidden post as its EINVAL, ErrInvalidArgument: test
+	// errors.Is(err, syscall.EINVAL) to cover both devices.
 	ErrInvalidState error = &Error{"invalid state", syscall.EINVAL}
 	// ErrInvalidArgument: an attribute, mask or WR field is wrong.
 	ErrInvalidArgument error = &Error{"invalid argument", syscall.EINVAL}
