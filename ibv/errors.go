@@ -16,9 +16,10 @@ var (
 	ErrBusy error = &Error{"object in use", syscall.EBUSY}
 	// ErrInvalidState: the state of the QP or SRQ forbids the call (a post
 	// to a QP in RESET, to an SRQ in error). An invalid state transition is
-	// ErrInvalidArgument, the EINVAL libibverbs returns for it. libibverbs
-	// reports a forbidden post as its EINVAL, ErrInvalidArgument: test
-	// errors.Is(err, syscall.EINVAL) to cover both devices.
+	// ErrInvalidArgument, the EINVAL libibverbs returns for it. A provider
+	// that refuses such a post returns an errno (rxe's rxe_post_send: EINVAL
+	// below RTS), which libibverbs cannot tell from a bad WR: test
+	// errors.Is(err, syscall.EINVAL) to cover every device.
 	ErrInvalidState error = &Error{"invalid state", syscall.EINVAL}
 	// ErrInvalidArgument: an attribute, mask or WR field is wrong.
 	ErrInvalidArgument error = &Error{"invalid argument", syscall.EINVAL}
