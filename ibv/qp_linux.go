@@ -77,15 +77,11 @@ func (b *postBuf) postSend(qp *C.struct_ibv_qp, wrs []SendWR) error {
 	}
 	in := unsafe.Slice((*C.struct_qpd_send)(b.buf.in), len(wrs))
 	sges := unsafe.Slice(b.buf.sge, nsge)
-	n := len(wrs)
-	var unsupported error // a *PostError
 	for i := range wrs {
 		w := &wrs[i]
 		if w.Opcode == WRBindMW || w.Opcode == WRTSO {
 			// SendWR has no memory window or TSO header fields.
-			unsupported = &PostError{Index: i, Err: fmt.Errorf("opcode %s: %w", w.Opcode, ErrNotSupported)}
-			n = i
-			break
+			return b.postPrefix(qp, i, w.Opcode)
 		}
 		in[i] = C.struct_qpd_send{
 			wr_id:       C.uint64_t(w.ID),
@@ -100,14 +96,24 @@ func (b *postBuf) postSend(qp *C.struct_ibv_qp, wrs []SendWR) error {
 		}
 		sges = fillSGEs(sges, w.SGL)
 	}
-	if n == 0 {
-		return unsupported
-	}
 	var bad C.int
-	if rc := C.qpd_post_send(qp, b.buf, C.int(n), &bad); rc != 0 {
+	if rc := C.qpd_post_send(qp, b.buf, C.int(len(wrs)), &bad); rc != 0 {
 		return &PostError{Index: int(bad), Err: rcErr(rc, ErrQueueFull)}
 	}
-	return unsupported
+	return nil
+}
+
+// postPrefix posts the n WRs already in the buffer, those before WR n,
+// whose opcode op the binding cannot post, and reports WR n. It is out of
+// postSend's loop so the common path stays as tight as it was.
+func (b *postBuf) postPrefix(qp *C.struct_ibv_qp, n int, op WROpcode) error {
+	if n > 0 {
+		var bad C.int
+		if rc := C.qpd_post_send(qp, b.buf, C.int(n), &bad); rc != 0 {
+			return &PostError{Index: int(bad), Err: rcErr(rc, ErrQueueFull)}
+		}
+	}
+	return &PostError{Index: n, Err: fmt.Errorf("opcode %s: %w", op, ErrNotSupported)}
 }
 
 // postRecv writes wrs into the buffer and posts them on qp or, when qp is
