@@ -2,6 +2,7 @@ package ibv
 
 import (
 	"fmt"
+	"strings"
 	"syscall"
 )
 
@@ -64,7 +65,11 @@ func (e *LoadError) Error() string {
 	if e.Symbol != "" {
 		return fmt.Sprintf("libibverbs is too old: %s lacks %s (%s); install a newer libibverbs1", e.Library, e.Symbol, e.Reason)
 	}
-	return fmt.Sprintf("libibverbs is not installed: %s (install Debian's libibverbs1 and, for device drivers, ibverbs-providers)", e.Reason)
+	what := "libibverbs is not installed"
+	if !strings.Contains(e.Reason, "No such file or directory") {
+		what = "libibverbs cannot be loaded" // there, but not usable: another architecture, a broken file
+	}
+	return fmt.Sprintf("%s: %s (install Debian's libibverbs1 and, for device drivers, ibverbs-providers)", what, e.Reason)
 }
 
 // Unwrap returns ErrNotSupported.

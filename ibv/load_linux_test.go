@@ -4,6 +4,7 @@ package ibv
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -59,5 +60,18 @@ func TestLoadOnce(t *testing.T) {
 	}
 	if _, err := Devices(); errs[0] != nil && !errors.Is(err, errs[0]) {
 		t.Errorf("Devices() = %v, want Load's %v", err, errs[0])
+	}
+}
+
+// TestLoadBroken: a file that is there but is no loadable library is named
+// as such, not as a missing one.
+func TestLoadBroken(t *testing.T) {
+	bad := t.TempDir() + "/libibverbs.so.1"
+	if err := os.WriteFile(bad, []byte("not an ELF file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := loadFrom(bad)
+	if !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "libibverbs cannot be loaded: "+bad) {
+		t.Errorf("loading %s = %v, want ErrNotSupported saying it cannot be loaded", bad, err)
 	}
 }
