@@ -59,8 +59,9 @@
 //   - ErrClosed: the object, or one the call needs, was closed.
 //   - ErrBusy: Close of an object that still has children or users.
 //   - ErrInvalidArgument (EINVAL): a bad attribute, size, mask or WR field,
-//     an object of another device, an invalid QP state transition (EINVAL
-//     is all libibverbs says, so no device tells it from a bad attribute),
+//     an object of another device, an invalid QP state transition or a
+//     post in a state that forbids it (EINVAL is all libibverbs says, so
+//     no device tells them from a bad attribute),
 //     and a capability beyond the device's (DeviceAttr's MaxQPWR, MaxSGE,
 //     MaxCQE, MaxSRQWR; EINVAL from rxe_qp_chk_cap, rxe_cq_chk_attr,
 //     rxe_srq_chk_init).

@@ -15,12 +15,11 @@ var (
 	ErrClosed error = &Error{"object closed", syscall.EBADF}
 	// ErrBusy: the object still has children or users.
 	ErrBusy error = &Error{"object in use", syscall.EBUSY}
-	// ErrInvalidState: the state of the QP or SRQ forbids the call (a post
-	// to a QP in RESET, to an SRQ in error). An invalid state transition is
-	// ErrInvalidArgument, the EINVAL libibverbs returns for it. A provider
-	// that refuses such a post returns an errno (rxe's rxe_post_send: EINVAL
-	// below RTS), which libibverbs cannot tell from a bad WR: test
-	// errors.Is(err, syscall.EINVAL) to cover every device.
+	// ErrInvalidState: the soft device's SRQ is in error (a post to it, a
+	// QP created on it), a state rxe cannot reach. A post to a QP whose
+	// state forbids it and an invalid state transition are
+	// ErrInvalidArgument on every device: libibverbs returns EINVAL for
+	// them, as for a bad attribute.
 	ErrInvalidState error = &Error{"invalid state", syscall.EINVAL}
 	// ErrInvalidArgument: an attribute, mask or WR field is wrong.
 	ErrInvalidArgument error = &Error{"invalid argument", syscall.EINVAL}

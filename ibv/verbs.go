@@ -157,12 +157,13 @@ type QP interface {
 	// opcode the device lacks is ErrNotSupported; too many SGEs, inline
 	// data beyond MaxInlineData or a bad opcode, ErrInvalidArgument; a
 	// full send queue, ErrQueueFull; a state that forbids sends (RESET,
-	// INIT, RTR) an error matching EINVAL; after Close, ErrClosed.
+	// INIT, RTR), ErrInvalidArgument at WR 0 (rxe_post_send's EINVAL);
+	// after Close, ErrClosed.
 	PostSend(wrs []SendWR) error
 	// PostRecv posts receive WRs; a QP attached to an SRQ refuses them
 	// with ErrInvalidArgument. Failures are *PostError as for PostSend: a
-	// full receive queue is ErrQueueFull, a QP in RESET an error matching
-	// EINVAL.
+	// full receive queue is ErrQueueFull, a QP in RESET
+	// ErrInvalidArgument.
 	PostRecv(wrs []RecvWR) error
 	// SendCQ is the CQ the send queue completes into.
 	SendCQ() CQ

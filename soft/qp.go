@@ -235,7 +235,8 @@ func (q *QP) checkSend(wr *ibv.SendWR) error {
 	case q.closed:
 		return ibv.ErrClosed
 	case q.state != ibv.QPSRTS && q.state != ibv.QPSSQD && q.state != ibv.QPSErr:
-		return fmt.Errorf("QP %d is in %s: %w", q.num, q.state, ibv.ErrInvalidState)
+		// ErrInvalidArgument: the EINVAL rxe_post_send returns below RTS.
+		return fmt.Errorf("QP %d is in %s: %w", q.num, q.state, ibv.ErrInvalidArgument)
 	case wr.Opcode == ibv.WRLocalInv || wr.Opcode == ibv.WRBindMW || wr.Opcode == ibv.WRTSO:
 		return fmt.Errorf("opcode %s: %w", wr.Opcode, ibv.ErrNotSupported)
 	case wr.Opcode > ibv.WRTSO:
@@ -300,7 +301,7 @@ func (q *QP) postRecv(wrs []ibv.RecvWR) error {
 		case q.srq != nil:
 			err = fmt.Errorf("QP %d receives from SRQ %d: %w", q.num, q.srq.id, ibv.ErrInvalidArgument)
 		case q.state == ibv.QPSReset:
-			err = fmt.Errorf("QP %d is in RESET: %w", q.num, ibv.ErrInvalidState)
+			err = fmt.Errorf("QP %d is in RESET: %w", q.num, ibv.ErrInvalidArgument) // rxe's EINVAL
 		case len(wr.SGL) > int(q.cap.MaxRecvSGE):
 			err = fmt.Errorf("%d SGEs, QP %d takes %d: %w", len(wr.SGL), q.num, q.cap.MaxRecvSGE, ibv.ErrInvalidArgument)
 		case q.rq.len() >= int(q.cap.MaxRecvWR):

@@ -140,11 +140,11 @@ func TestPostStates(t *testing.T) {
 		reach(t, q, s)
 		err := q.PostSend([]ibv.SendWR{{ID: 1, Opcode: ibv.WRSend}})
 		var pe *ibv.PostError
-		if !errors.As(err, &pe) || pe.Index != 0 || !errors.Is(err, ibv.ErrInvalidState) {
-			t.Errorf("PostSend in %s: %v, want PostError at 0 wrapping ErrInvalidState", s, err)
+		if !errors.As(err, &pe) || pe.Index != 0 || !errors.Is(err, ibv.ErrInvalidArgument) {
+			t.Errorf("PostSend in %s: %v, want PostError at 0 wrapping ErrInvalidArgument", s, err)
 		}
 		err = q.PostRecv([]ibv.RecvWR{{ID: 1}})
-		if (s == ibv.QPSReset) != errors.Is(err, ibv.ErrInvalidState) {
+		if (s == ibv.QPSReset) != errors.Is(err, ibv.ErrInvalidArgument) {
 			t.Errorf("PostRecv in %s: %v", s, err)
 		}
 	}

@@ -35,6 +35,37 @@ func TestErrorContract(t *testing.T) {
 		}
 	})
 
+	t.Run("post in a state that forbids it", func(t *testing.T) {
+		// rxe_post_send refuses a send below RTS with EINVAL, and librxe
+		// a receive in RESET; receives are allowed from INIT on.
+		ctx := Open(t)
+		pd := NewPD(t, ctx)
+		mr := Buffer(t, pd, 4096, AllAccess)
+		route := Route(t, ctx)
+		for _, s := range []ibv.QPState{ibv.QPSReset, ibv.QPSInit, ibv.QPSRTR} {
+			a := NewRC(t, pd, RCConfig{})
+			b := NewRC(t, pd, RCConfig{})
+			if s != ibv.QPSReset {
+				if err := route.Bring(a, b.Num(), s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := a.PostSend([]ibv.SendWR{{ID: 1, Opcode: ibv.WRSend, Flags: ibv.SendSignaled, SGL: sge(mr, 0, 8)}})
+			var pe *ibv.PostError
+			if !errors.As(err, &pe) || pe.Index != 0 || !errors.Is(err, ibv.ErrInvalidArgument) {
+				t.Errorf("PostSend in %s = %v, want a PostError at 0 matching ErrInvalidArgument", s, err)
+			}
+			err = a.PostRecv([]ibv.RecvWR{{ID: 2, SGL: sge(mr, 64, 64)}})
+			if s == ibv.QPSReset && (!errors.As(err, &pe) || pe.Index != 0 || !errors.Is(err, ibv.ErrInvalidArgument)) {
+				t.Errorf("PostRecv in RESET = %v, want a PostError at 0 matching ErrInvalidArgument", err)
+			}
+			if s != ibv.QPSReset && err != nil {
+				t.Errorf("PostRecv in %s = %v, want it posted", s, err)
+			}
+			PollNone(t, a.SendCQ(), quiet/5) // nothing posted, nothing completes
+		}
+	})
+
 	t.Run("unsupported opcode in a batch", func(t *testing.T) {
 		// A provider posts WRs one by one and stops at the one it
 		// rejects (bad_wr): the WRs before it are posted and complete.

@@ -195,27 +195,30 @@ func NewRC(t testing.TB, pd ibv.PD, cfg RCConfig) ibv.QP {
 // Port is the port the tests use.
 const Port = 1
 
-// Address returns the address vector that reaches port Port of ctx from
-// itself. RoCE ports need a GRH with a GID from the GID table; RoCE v2 is
-// preferred, as rc_pingpong's users pick it. InfiniBand ports use the LID.
-func Address(t testing.TB, ctx ibv.Context) ibv.AHAttr {
+// Route returns the route from port Port of ctx to itself
+// (rcsetup.Loopback), failing the test if there is none.
+func Route(t testing.TB, ctx ibv.Context) rcsetup.Route {
 	t.Helper()
 	r, err := rcsetup.Loopback(ctx, Port)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return r.AH
+	return r
+}
+
+// Address returns the address vector that reaches port Port of ctx from
+// itself. RoCE ports need a GRH with a GID from the GID table; RoCE v2 is
+// preferred, as rc_pingpong's users pick it. InfiniBand ports use the LID.
+func Address(t testing.TB, ctx ibv.Context) ibv.AHAttr {
+	t.Helper()
+	return Route(t, ctx).AH
 }
 
 // Connect moves a and b, two RC QPs of one device in RESET, to RTS connected
 // to each other.
 func Connect(t testing.TB, ctx ibv.Context, a, b ibv.QP) {
 	t.Helper()
-	r, err := rcsetup.Loopback(ctx, Port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Connect(a, b); err != nil {
+	if err := Route(t, ctx).Connect(a, b); err != nil {
 		t.Fatal(err)
 	}
 }
