@@ -10,8 +10,8 @@ import (
 	"github.com/qpdrain/qpdrain/drain"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/devtest"
-	"github.com/qpdrain/qpdrain/internal/teardown"
 	"github.com/qpdrain/qpdrain/soft"
+	"github.com/qpdrain/qpdrain/teardown"
 )
 
 // The figure: 4,096 SRQ-attached QPs on one CQ, each holding 64

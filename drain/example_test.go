@@ -7,7 +7,9 @@ import (
 
 	"github.com/qpdrain/qpdrain/drain"
 	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/rcsetup"
 	"github.com/qpdrain/qpdrain/soft"
+	"github.com/qpdrain/qpdrain/teardown"
 )
 
 // Drain one SRQ-attached QP whose CQ the caller owns: drain.QP moves it to
@@ -101,55 +103,34 @@ func ExampleReaper() {
 }
 
 // exampleSetup opens a soft device with n SRQ-attached RC QPs on one CQ,
-// each connected to a peer and in RTS, and returns a function closing it
-// all, children first.
+// each connected to a peer in loopback and in RTS (rcsetup), and returns a
+// function closing it all, children first (teardown).
 func exampleSetup(n int) (*soft.Device, ibv.CQ, []ibv.QP, func()) {
-	var closers []func() error
+	var objs teardown.List
 	closeAll := func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			if err := closers[i](); err != nil {
-				panic(err)
-			}
+		if err := objs.Close(); err != nil {
+			panic(err)
 		}
 	}
 	dev := must(soft.Open(soft.Config{}))
-	closers = append(closers, dev.Close)
+	objs.Add(dev)
 	pd := must(dev.AllocPD())
-	closers = append(closers, pd.Close)
+	objs.Add(pd)
 	cq := must(dev.CreateCQ(256, nil))
-	closers = append(closers, cq.Close)
+	objs.Add(cq)
 	srq := must(pd.CreateSRQ(ibv.SRQAttr{MaxWR: 64, MaxSGE: 1}))
-	closers = append(closers, srq.Close)
+	objs.Add(srq)
+	route := must(rcsetup.Loopback(dev, 1))
 	var qps []ibv.QP
 	for range n {
 		qp := must(pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, SRQ: srq, Cap: qpCap, Type: ibv.QPTRC}))
-		closers = append(closers, qp.Close)
+		objs.Add(qp)
 		peer := must(pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: qpCap, Type: ibv.QPTRC}))
-		closers = append(closers, peer.Close)
-		for _, p := range [][2]ibv.QP{{qp, peer}, {peer, qp}} {
-			exampleConnect(dev, p[0], p[1])
+		objs.Add(peer)
+		if err := route.Connect(qp, peer); err != nil {
+			panic(err)
 		}
 		qps = append(qps, qp)
 	}
 	return dev, cq, qps, closeAll
-}
-
-// exampleConnect moves qp through INIT and RTR to RTS, towards peer.
-func exampleConnect(dev *soft.Device, qp, peer ibv.QP) {
-	for _, s := range []struct {
-		attr ibv.QPAttr
-		mask ibv.QPAttrMask
-	}{
-		{ibv.QPAttr{State: ibv.QPSInit, PortNum: 1},
-			ibv.QPAttrState | ibv.QPAttrPKeyIndex | ibv.QPAttrPort | ibv.QPAttrAccessFlags},
-		{ibv.QPAttr{State: ibv.QPSRTR, PathMTU: ibv.MTU1024, DestQPNum: peer.Num(), MaxDestRdAtomic: 1, MinRNRTimer: 12,
-			AH: ibv.AHAttr{DLID: dev.LID(), PortNum: 1}},
-			ibv.QPAttrState | ibv.QPAttrAV | ibv.QPAttrPathMTU | ibv.QPAttrDestQPN | ibv.QPAttrRQPSN | ibv.QPAttrMaxDestRdAtomic | ibv.QPAttrMinRNRTimer},
-		{ibv.QPAttr{State: ibv.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
-			ibv.QPAttrState | ibv.QPAttrTimeout | ibv.QPAttrRetryCnt | ibv.QPAttrRNRRetry | ibv.QPAttrSQPSN | ibv.QPAttrMaxQPRdAtomic},
-	} {
-		if err := qp.Modify(s.attr, s.mask); err != nil {
-			panic(err)
-		}
-	}
 }

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/rcsetup"
-	"github.com/qpdrain/qpdrain/internal/teardown"
+	"github.com/qpdrain/qpdrain/rcsetup"
+	"github.com/qpdrain/qpdrain/teardown"
 )
 
 // env is one probe's run: the device, the objects the probe created (closed

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/qpdrain/qpdrain/ibv/internal/cverbs"
 )
 
 // TestCreateRejectsNilObjects: a nil CQ, SRQ or completion channel, typed
@@ -49,6 +51,37 @@ func TestSizesOutOfRange(t *testing.T) {
 	for _, index := range []int{-1, 1 << 32} {
 		if _, err := c.QueryGID(1, index); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "index") {
 			t.Errorf("QueryGID(1, %d) = %v, want ErrInvalidArgument naming the index", index, err)
+		}
+	}
+}
+
+// TestPostStopsAtUnsupportedOpcode: a WR the binding cannot express (BIND_MW,
+// TSO) ends the batch as a provider's bad_wr does: the WRs before it reach
+// the provider, and the *PostError names it with ErrNotSupported.
+func TestPostStopsAtUnsupportedOpcode(t *testing.T) {
+	q := &verbsQP{}
+	q.setQP(cverbs.FakeQP())
+	var err error
+	if q.sendPost, err = newPostBuf(); err != nil {
+		t.Fatal(err)
+	}
+	defer q.sendPost.free()
+	for _, op := range []WROpcode{WRBindMW, WRTSO} {
+		for _, prefix := range []int{0, 2} {
+			wrs := make([]SendWR, prefix, prefix+2)
+			for i := range wrs {
+				wrs[i] = SendWR{ID: uint64(i), Opcode: WRSend}
+			}
+			wrs = append(wrs, SendWR{ID: 9, Opcode: op}, SendWR{ID: 10, Opcode: WRSend})
+			before := cverbs.FakeSent()
+			err := q.PostSend(wrs)
+			var pe *PostError
+			if !errors.As(err, &pe) || pe.Index != prefix || !errors.Is(err, ErrNotSupported) {
+				t.Errorf("PostSend of %d SENDs, %s, SEND = %v, want a PostError at %d matching ErrNotSupported", prefix, op, err, prefix)
+			}
+			if n := cverbs.FakeSent() - before; n != prefix {
+				t.Errorf("PostSend of %d SENDs, %s, SEND gave the provider %d WRs, want %d", prefix, op, n, prefix)
+			}
 		}
 	}
 }

@@ -3,7 +3,7 @@
 package ibv
 
 /*
-#cgo LDFLAGS: -libverbs
+#cgo LDFLAGS: -ldl
 #include "verbs_linux.h"
 */
 import "C"

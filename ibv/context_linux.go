@@ -24,21 +24,25 @@ import (
 
 var _ Context = (*verbsContext)(nil)
 
-// Devices lists the RDMA devices libibverbs sees. On a kernel without RDMA
-// support it returns an error matching ErrNoDevice; with support but no
-// device it returns an empty list.
+// Devices lists the RDMA devices libibverbs sees. Without libibverbs it
+// returns Load's *LoadError (ErrNotSupported); on a kernel without RDMA
+// support an error matching ErrNoDevice; with support but no device an
+// empty list.
 func Devices() ([]DeviceInfo, error) {
+	if err := load(); err != nil {
+		return nil, fmt.Errorf("listing RDMA devices: %w", err)
+	}
 	var n C.int
-	list, err := C.ibv_get_device_list(&n)
+	list, err := C.qpd_ibv_get_device_list(&n)
 	if list == nil {
 		return nil, fmt.Errorf("listing RDMA devices: %w (%w)", ErrNoDevice, cErr(err))
 	}
-	defer C.ibv_free_device_list(list)
+	defer C.qpd_ibv_free_device_list(list)
 	devs := unsafe.Slice(list, int(n))
 	out := make([]DeviceInfo, 0, len(devs))
 	for _, d := range devs {
 		out = append(out, DeviceInfo{
-			Name:      C.GoString(C.ibv_get_device_name(d)),
+			Name:      C.GoString(C.qpd_ibv_get_device_name(d)),
 			GUID:      uint64(C.qpd_device_guid(d)),
 			NodeType:  NodeType(d.node_type),
 			Transport: TransportType(d.transport_type),
@@ -48,17 +52,22 @@ func Devices() ([]DeviceInfo, error) {
 }
 
 // Open opens the RDMA device called name through libibverbs and starts the
-// goroutine that reads its async events; Close stops it.
+// goroutine that reads its async events; Close stops it. Without libibverbs
+// it returns Load's *LoadError (ErrNotSupported); a name libibverbs does
+// not list is ErrNoDevice.
 func Open(name string) (Context, error) {
+	if err := load(); err != nil {
+		return nil, fmt.Errorf("opening RDMA device %q: %w", name, err)
+	}
 	var n C.int
-	list, err := C.ibv_get_device_list(&n)
+	list, err := C.qpd_ibv_get_device_list(&n)
 	if list == nil {
 		return nil, fmt.Errorf("opening RDMA device %q: %w (%w)", name, ErrNoDevice, cErr(err))
 	}
-	defer C.ibv_free_device_list(list)
+	defer C.qpd_ibv_free_device_list(list)
 	var dev *C.struct_ibv_device
 	for _, d := range unsafe.Slice(list, int(n)) {
-		if C.GoString(C.ibv_get_device_name(d)) == name {
+		if C.GoString(C.qpd_ibv_get_device_name(d)) == name {
 			dev = d
 			break
 		}
@@ -66,7 +75,7 @@ func Open(name string) (Context, error) {
 	if dev == nil {
 		return nil, fmt.Errorf("opening RDMA device %q: %w", name, ErrNoDevice)
 	}
-	cctx, err := C.ibv_open_device(dev)
+	cctx, err := C.qpd_ibv_open_device(dev)
 	if cctx == nil {
 		return nil, fmt.Errorf("opening RDMA device %q: %w", name, cErr(err))
 	}
@@ -77,7 +86,7 @@ func Open(name string) (Context, error) {
 		done:   make(chan struct{}),
 	}
 	if err := c.startAsync(); err != nil {
-		C.ibv_close_device(cctx)
+		C.qpd_ibv_close_device(cctx)
 		return nil, fmt.Errorf("opening RDMA device %q: %w", name, err)
 	}
 	c.trace = objtrace.Track("libibverbs context " + name)
@@ -114,7 +123,7 @@ func (c *verbsContext) QueryDevice() (DeviceAttr, error) {
 	}
 	defer c.life.exit()
 	var a C.struct_ibv_device_attr
-	if rc := C.ibv_query_device(c.ctx, &a); rc != 0 {
+	if rc := C.qpd_ibv_query_device(c.ctx, &a); rc != 0 {
 		return DeviceAttr{}, fmt.Errorf("querying device %s: %w", c.name, rcErr(rc))
 	}
 	return DeviceAttr{
@@ -182,7 +191,7 @@ func (c *verbsContext) QueryGID(port uint8, index int) (GID, error) {
 		return GID{}, fmt.Errorf("querying GID %s/%d index %d: %w", c.name, port, index, ErrInvalidArgument)
 	}
 	var g C.union_ibv_gid
-	if rc, err := C.ibv_query_gid(c.ctx, C.uint8_t(port), C.int(index), &g); rc != 0 {
+	if rc, err := C.qpd_ibv_query_gid(c.ctx, C.uint8_t(port), C.int(index), &g); rc != 0 {
 		return GID{}, fmt.Errorf("querying GID %s/%d index %d: %w", c.name, port, index, cErr(err))
 	}
 	return GID(g), nil
@@ -194,7 +203,7 @@ func (c *verbsContext) QueryGIDTable() ([]GIDEntry, error) {
 	}
 	defer c.life.exit()
 	var a C.struct_ibv_device_attr
-	if rc := C.ibv_query_device(c.ctx, &a); rc != 0 {
+	if rc := C.qpd_ibv_query_device(c.ctx, &a); rc != 0 {
 		return nil, fmt.Errorf("querying GID table of %s: %w", c.name, rcErr(rc))
 	}
 	total := 0
@@ -235,7 +244,7 @@ func (c *verbsContext) AllocPD() (PD, error) {
 		return nil, err
 	}
 	defer c.life.exit()
-	pd, err := C.ibv_alloc_pd(c.ctx)
+	pd, err := C.qpd_ibv_alloc_pd(c.ctx)
 	if pd == nil {
 		return nil, fmt.Errorf("allocating PD on %s: %w", c.name, cErr(err, ErrResourceLimit))
 	}
@@ -324,7 +333,8 @@ func (c *verbsContext) readAsync() {
 }
 
 // mapEvent finds the Go object an event concerns. An event for an object
-// already closed is dropped: its owner has let go of it.
+// already closed is dropped: its owner has let go of it (NextAsyncEvent
+// drops one whose object closes while it is queued).
 func (c *verbsContext) mapEvent(ev C.struct_qpd_async) (AsyncEvent, bool) {
 	e := AsyncEvent{Type: EventType(ev._type)}
 	switch ev.elem {
@@ -350,6 +360,24 @@ func (c *verbsContext) mapEvent(ev C.struct_qpd_async) (AsyncEvent, bool) {
 		e.Port = uint8(ev.port)
 	}
 	return e, true
+}
+
+// ofClosedObject reports whether e concerns a QP, CQ or SRQ closed since
+// the event was read: such an event is dropped at delivery too, so no
+// caller ever receives an event of an object it has closed.
+func (c *verbsContext) ofClosedObject(e AsyncEvent) bool {
+	var h uintptr
+	switch {
+	case e.QP != nil:
+		h = e.QP.(*verbsQP).handle
+	case e.CQ != nil:
+		h = e.CQ.(*verbsCQ).handle
+	case e.SRQ != nil:
+		h = e.SRQ.(*verbsSRQ).handle
+	default:
+		return false
+	}
+	return c.objs.get(h) == nil
 }
 
 func (c *verbsContext) queue(e AsyncEvent) {
@@ -387,6 +415,9 @@ func (c *verbsContext) NextAsyncEvent(ctx context.Context) (AsyncEvent, error) {
 				default:
 				}
 			}
+			if c.ofClosedObject(e) {
+				continue
+			}
 			return e, nil
 		}
 		asyncErr := c.asyncErr
@@ -411,7 +442,7 @@ func (c *verbsContext) Close() error {
 	}
 	defer c.life.mu.Unlock()
 	c.stopAsync()
-	if rc, err := C.ibv_close_device(c.ctx); rc != 0 {
+	if rc, err := C.qpd_ibv_close_device(c.ctx); rc != 0 {
 		// Keep the context usable so Close can be retried.
 		if serr := c.startAsync(); serr != nil {
 			return fmt.Errorf("closing device %s: %w (restarting its event reader: %w)", c.name, cErr(err), serr)

@@ -47,12 +47,12 @@ type verbsCompChannel struct {
 }
 
 func newCompChannel(c *verbsContext) (*verbsCompChannel, error) {
-	ch, err := C.ibv_create_comp_channel(c.ctx)
+	ch, err := C.qpd_ibv_create_comp_channel(c.ctx)
 	if ch == nil {
 		return nil, fmt.Errorf("creating completion channel on %s: %w", c.name, cErr(err, ErrResourceLimit))
 	}
 	fail := func(err error) (*verbsCompChannel, error) {
-		C.ibv_destroy_comp_channel(ch)
+		C.qpd_ibv_destroy_comp_channel(ch)
 		return nil, fmt.Errorf("creating completion channel on %s: %w", c.name, err)
 	}
 	if err := unix.SetNonblock(int(ch.fd), true); err != nil {
@@ -127,7 +127,7 @@ func (cc *verbsCompChannel) Close() error {
 	cc.wake()
 	cc.waitMu.Lock()
 	defer cc.waitMu.Unlock()
-	if rc := C.ibv_destroy_comp_channel(cc.ch); rc != 0 {
+	if rc := C.qpd_ibv_destroy_comp_channel(cc.ch); rc != 0 {
 		cc.closing.Store(false)
 		return fmt.Errorf("destroying completion channel: %w", rcErr(rc))
 	}
@@ -188,7 +188,7 @@ func newCQ(c *verbsContext, cqe int, channel CompChannel) (*verbsCQ, error) {
 		return nil, fmt.Errorf("creating CQ of %d entries: %w", cqe, cErr(err, ErrResourceLimit))
 	}
 	if err := q.setCQ(unsafe.Pointer(cq)); err != nil {
-		C.ibv_destroy_cq(cq)
+		C.qpd_ibv_destroy_cq(cq)
 		c.objs.remove(q.handle)
 		return nil, fmt.Errorf("creating CQ: %w", err)
 	}
@@ -290,7 +290,7 @@ func (q *verbsCQ) Close() error {
 	defer q.life.mu.Unlock()
 	q.pollMu.Lock()
 	defer q.pollMu.Unlock()
-	if rc := C.ibv_destroy_cq(q.cq); rc != 0 {
+	if rc := C.qpd_ibv_destroy_cq(q.cq); rc != 0 {
 		return fmt.Errorf("destroying CQ: %w", rcErr(rc))
 	}
 	q.life.closed = true

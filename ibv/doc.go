@@ -4,7 +4,21 @@
 //
 // Two implementations stand behind the interfaces: real devices through
 // libibverbs (rdma-core, cgo; see Open and Devices) and the pure-Go software
-// device in package soft. Code above this package (drain, flushcheck, the CLI)
+// device in package soft.
+//
+// # Loading libibverbs
+//
+// Binaries are not linked against libibverbs: they start on a machine
+// without rdma-core and use the soft device there. The first Devices or Open
+// call (or Load) opens libibverbs.so.1 with dlopen and resolves every entry
+// point the binding calls, at the symbol version a linked program would
+// bind; concurrent first callers share that one load. A missing library or
+// entry point is a *LoadError, which matches ErrNotSupported and names what
+// to install. The hot paths (post, poll, arm a CQ) are libibverbs's inline
+// functions, which call the provider through the context's ops and need no
+// symbol at all, so the loading costs them nothing. Builds without linux
+// and cgo have no libibverbs implementation; Load, Devices and Open answer
+// ErrNotSupported there. Code above this package (drain, flushcheck, the CLI)
 // speaks only these interfaces and never knows which device it runs on.
 //
 // # Numeric values
@@ -34,4 +48,33 @@
 // and already acknowledged: ibv_destroy_qp, _cq and _srq block until every
 // event of their object is acknowledged, so the libibverbs implementation acks
 // at once and no caller can deadlock a destroy by holding an event.
+//
+// # Errors
+//
+// Every implementation (libibverbs, soft) gives the same misuse the same
+// sentinel, the one libibverbs gives on rxe, and every sentinel also matches
+// its errno (errors.Is(err, syscall.EINVAL)). internal/devtest checks it on
+// both. Each interface method's documentation names its errors.
+//
+//   - ErrClosed: the object, or one the call needs, was closed.
+//   - ErrBusy: Close of an object that still has children or users.
+//   - ErrInvalidArgument (EINVAL): a bad attribute, size, mask or WR field,
+//     an object of another device, an invalid QP state transition or a
+//     post in a state that forbids it (EINVAL is all libibverbs says, so
+//     no device tells them from a bad attribute),
+//     and a capability beyond the device's (DeviceAttr's MaxQPWR, MaxSGE,
+//     MaxCQE, MaxSRQWR; EINVAL from rxe_qp_chk_cap, rxe_cq_chk_attr,
+//     rxe_srq_chk_init).
+//   - ErrResourceLimit (ENOMEM): the device ran out (MaxQP QPs, MaxCQ CQs,
+//     ..., or memory) while creating an object.
+//   - ErrQueueFull (ENOMEM): a post found no room in its work queue.
+//   - ErrNotSupported (EOPNOTSUPP): the operation, QP type or WR opcode is
+//     not available on this device, or libibverbs is not (*LoadError).
+//   - ErrNoDevice (ENODEV): no RDMA device by that name.
+//
+// A post that fails returns a *PostError: the WRs before its Index were
+// posted and complete as usual, the rest were not (bad_wr of
+// ibv_post_send(3)); a WR with an unsupported opcode ends the batch there.
+// An async event of a QP, CQ or SRQ closed before NextAsyncEvent returns it
+// is dropped. docs/PROVIDERS.md lists what still differs between devices.
 package ibv

@@ -2,6 +2,7 @@ package ibv
 
 import (
 	"fmt"
+	"strings"
 	"syscall"
 )
 
@@ -14,7 +15,11 @@ var (
 	ErrClosed error = &Error{"object closed", syscall.EBADF}
 	// ErrBusy: the object still has children or users.
 	ErrBusy error = &Error{"object in use", syscall.EBUSY}
-	// ErrInvalidState: the QP state forbids the call, or a state transition is invalid.
+	// ErrInvalidState: the soft device's SRQ is in error (a post to it, a
+	// QP created on it), a state rxe cannot reach. A post to a QP whose
+	// state forbids it and an invalid state transition are
+	// ErrInvalidArgument on every device: libibverbs returns EINVAL for
+	// them, as for a bad attribute.
 	ErrInvalidState error = &Error{"invalid state", syscall.EINVAL}
 	// ErrInvalidArgument: an attribute, mask or WR field is wrong.
 	ErrInvalidArgument error = &Error{"invalid argument", syscall.EINVAL}
@@ -43,6 +48,31 @@ func (e *Error) Is(target error) bool {
 
 // Errno is the errno libibverbs returns for this condition.
 func (e *Error) Errno() syscall.Errno { return e.errno }
+
+// LoadError reports that libibverbs could not be loaded at run time: the
+// library is missing (Symbol empty), or it lacks an entry point the binding
+// calls. It matches ErrNotSupported: the libibverbs implementation is not
+// available here, and the soft device is.
+type LoadError struct {
+	Library string // "libibverbs.so.1"
+	Symbol  string // the missing entry point with its version, "ibv_create_qp@IBVERBS_1.1"
+	Reason  string // the dynamic loader's message (dlerror)
+}
+
+// Error says what is missing and which Debian package provides it.
+func (e *LoadError) Error() string {
+	if e.Symbol != "" {
+		return fmt.Sprintf("libibverbs is too old: %s lacks %s (%s); install a newer libibverbs1", e.Library, e.Symbol, e.Reason)
+	}
+	what := "libibverbs is not installed"
+	if !strings.Contains(e.Reason, "No such file or directory") {
+		what = "libibverbs cannot be loaded" // there, but not usable: another architecture, a broken file
+	}
+	return fmt.Sprintf("%s: %s (install Debian's libibverbs1 and, for device drivers, ibverbs-providers)", what, e.Reason)
+}
+
+// Unwrap returns ErrNotSupported.
+func (e *LoadError) Unwrap() error { return ErrNotSupported }
 
 // PostError reports a post that stopped at WR Index (the bad_wr of
 // ibv_post_send); the WRs before Index were posted.

@@ -69,7 +69,7 @@ func (p *verbsPD) Close() error {
 		return err
 	}
 	defer p.life.mu.Unlock()
-	if rc := C.ibv_dealloc_pd(p.pd); rc != 0 {
+	if rc := C.qpd_ibv_dealloc_pd(p.pd); rc != 0 {
 		return fmt.Errorf("deallocating PD: %w", rcErr(rc))
 	}
 	p.life.closed = true
@@ -104,7 +104,7 @@ func (m *verbsMR) Close() error {
 		return err
 	}
 	defer m.life.mu.Unlock()
-	if rc := C.ibv_dereg_mr(m.mr); rc != 0 {
+	if rc := C.qpd_ibv_dereg_mr(m.mr); rc != 0 {
 		return fmt.Errorf("deregistering MR: %w", rcErr(rc))
 	}
 	m.life.closed = true

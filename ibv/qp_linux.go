@@ -65,7 +65,9 @@ func fillSGEs(sges []C.struct_ibv_sge, sgl []SGE) []C.struct_ibv_sge {
 	return sges[len(sgl):]
 }
 
-// postSend writes wrs into the buffer and posts them on qp.
+// postSend writes wrs into the buffer and posts them on qp. As a provider
+// does with a WR it rejects (bad_wr), a WR the binding cannot express ends
+// the batch: the WRs before it are posted, and the error names it.
 func (b *postBuf) postSend(qp *C.struct_ibv_qp, wrs []SendWR) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -78,9 +80,8 @@ func (b *postBuf) postSend(qp *C.struct_ibv_qp, wrs []SendWR) error {
 	for i := range wrs {
 		w := &wrs[i]
 		if w.Opcode == WRBindMW || w.Opcode == WRTSO {
-			// SendWR has no memory window or TSO header fields. Nothing
-			// is posted yet, so the first WR not posted is WR 0.
-			return &PostError{Index: 0, Err: fmt.Errorf("WR %d: %s: %w", i, w.Opcode, ErrNotSupported)}
+			// SendWR has no memory window or TSO header fields.
+			return b.postPrefix(qp, i, w.Opcode)
 		}
 		in[i] = C.struct_qpd_send{
 			wr_id:       C.uint64_t(w.ID),
@@ -100,6 +101,19 @@ func (b *postBuf) postSend(qp *C.struct_ibv_qp, wrs []SendWR) error {
 		return &PostError{Index: int(bad), Err: rcErr(rc, ErrQueueFull)}
 	}
 	return nil
+}
+
+// postPrefix posts the n WRs already in the buffer, those before WR n,
+// whose opcode op the binding cannot post, and reports WR n. It is out of
+// postSend's loop so the common path stays as tight as it was.
+func (b *postBuf) postPrefix(qp *C.struct_ibv_qp, n int, op WROpcode) error {
+	if n > 0 {
+		var bad C.int
+		if rc := C.qpd_post_send(qp, b.buf, C.int(n), &bad); rc != 0 {
+			return &PostError{Index: int(bad), Err: rcErr(rc, ErrQueueFull)}
+		}
+	}
+	return &PostError{Index: n, Err: fmt.Errorf("opcode %s: %w", op, ErrNotSupported)}
 }
 
 // postRecv writes wrs into the buffer and posts them on qp or, when qp is
@@ -175,7 +189,7 @@ func (s *verbsSRQ) Query() (SRQAttr, error) {
 	}
 	defer s.life.exit()
 	var a C.struct_ibv_srq_attr
-	if rc := C.ibv_query_srq(s.srq, &a); rc != 0 {
+	if rc := C.qpd_ibv_query_srq(s.srq, &a); rc != 0 {
 		return SRQAttr{}, fmt.Errorf("querying SRQ: %w", rcErr(rc))
 	}
 	return SRQAttr{MaxWR: uint32(a.max_wr), MaxSGE: uint32(a.max_sge), SRQLimit: uint32(a.srq_limit)}, nil
@@ -191,7 +205,7 @@ func (s *verbsSRQ) Modify(attr SRQAttr, mask SRQAttrMask) error {
 		max_sge:   C.uint32_t(attr.MaxSGE),
 		srq_limit: C.uint32_t(attr.SRQLimit),
 	}
-	if rc := C.ibv_modify_srq(s.srq, &a, C.int(mask)); rc != 0 {
+	if rc := C.qpd_ibv_modify_srq(s.srq, &a, C.int(mask)); rc != 0 {
 		return fmt.Errorf("modifying SRQ: %w", rcErr(rc))
 	}
 	return nil
@@ -203,7 +217,7 @@ func (s *verbsSRQ) Close() error {
 		return err
 	}
 	defer s.life.mu.Unlock()
-	if rc := C.ibv_destroy_srq(s.srq); rc != 0 {
+	if rc := C.qpd_ibv_destroy_srq(s.srq); rc != 0 {
 		return fmt.Errorf("destroying SRQ: %w", rcErr(rc))
 	}
 	s.life.closed = true
@@ -307,14 +321,21 @@ func newQP(p *verbsPD, attr QPInitAttr) (*verbsQP, error) {
 		q.recvPost.free()
 		return nil, fmt.Errorf("creating %s QP: %w", attr.Type, cErr(err, ErrResourceLimit))
 	}
-	q.qp = qp
-	q.num = uint32(qp.qp_num)
+	q.setQP(unsafe.Pointer(qp))
 	p.life.users.Add(1)
 	for _, l := range q.users() {
 		l.users.Add(1)
 	}
 	q.trace = objtrace.Track(fmt.Sprintf("libibverbs %s QP %d on %s", attr.Type, q.num, p.ctx.name))
 	return q, nil
+}
+
+// setQP gives q its struct ibv_qp. It takes an unsafe.Pointer so the
+// benchmark of the binding's own cost can give it a QP of a fake provider
+// (ibv/internal/cverbs).
+func (q *verbsQP) setQP(qp unsafe.Pointer) {
+	q.qp = (*C.struct_ibv_qp)(qp)
+	q.num = uint32(q.qp.qp_num)
 }
 
 func (q *verbsQP) Num() uint32  { return q.num }
@@ -335,7 +356,7 @@ func (q *verbsQP) Modify(attr QPAttr, mask QPAttrMask) error {
 	}
 	defer q.life.exit()
 	a := qpAttrToC(attr)
-	if rc := C.ibv_modify_qp(q.qp, &a, C.int(mask)); rc != 0 {
+	if rc := C.qpd_ibv_modify_qp(q.qp, &a, C.int(mask)); rc != 0 {
 		return fmt.Errorf("modifying QP %d (%s): %w", q.num, mask, rcErr(rc))
 	}
 	return nil
@@ -348,7 +369,7 @@ func (q *verbsQP) Query(mask QPAttrMask) (QPAttr, QPInitAttr, error) {
 	defer q.life.exit()
 	var a C.struct_ibv_qp_attr
 	var init C.struct_ibv_qp_init_attr
-	if rc := C.ibv_query_qp(q.qp, &a, C.int(mask), &init); rc != 0 {
+	if rc := C.qpd_ibv_query_qp(q.qp, &a, C.int(mask), &init); rc != 0 {
 		return QPAttr{}, QPInitAttr{}, fmt.Errorf("querying QP %d: %w", q.num, rcErr(rc))
 	}
 	ia := QPInitAttr{
@@ -393,7 +414,7 @@ func (q *verbsQP) Close() error {
 		return err
 	}
 	defer q.life.mu.Unlock()
-	if rc := C.ibv_destroy_qp(q.qp); rc != 0 {
+	if rc := C.qpd_ibv_destroy_qp(q.qp); rc != 0 {
 		return fmt.Errorf("destroying QP %d: %w", q.num, rcErr(rc))
 	}
 	q.life.closed = true

@@ -143,7 +143,7 @@ int qpd_get_async_event(struct ibv_context *ctx, struct qpd_async *out)
 {
 	struct ibv_async_event ev;
 
-	if (ibv_get_async_event(ctx, &ev))
+	if (qpd_fn.p_ibv_get_async_event(ctx, &ev))
 		return errno;
 	out->type = ev.event_type;
 	out->elem = QPD_ELEM_NONE;
@@ -183,7 +183,7 @@ int qpd_get_async_event(struct ibv_context *ctx, struct qpd_async *out)
 	default:
 		break;
 	}
-	ibv_ack_async_event(&ev);
+	qpd_fn.p_ibv_ack_async_event(&ev);
 	return 0;
 }
 
@@ -194,43 +194,52 @@ int qpd_get_cq_event(struct ibv_comp_channel *ch, uintptr_t *handle)
 	struct ibv_cq *cq;
 	void *cq_ctx;
 
-	if (ibv_get_cq_event(ch, &cq, &cq_ctx))
+	if (qpd_fn.p_ibv_get_cq_event(ch, &cq, &cq_ctx))
 		return errno;
-	ibv_ack_cq_events(cq, 1);
+	qpd_fn.p_ibv_ack_cq_events(cq, 1);
 	*handle = (uintptr_t)cq_ctx;
 	return 0;
 }
 
+// qpd_query_port is what the ibv_query_port macro does: the provider's
+// extended query_port when it has one, else the compatibility entry point.
 int qpd_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr)
 {
-	return ibv_query_port(ctx, port, attr);
+	struct verbs_context *vctx = verbs_get_ctx_op(ctx, query_port);
+
+	if (vctx)
+		return vctx->query_port(ctx, port, attr, sizeof(*attr));
+	memset(attr, 0, sizeof(*attr));
+	return qpd_fn.p_ibv_query_port(ctx, port, (struct _compat_ibv_port_attr *)attr);
 }
 
 uint64_t qpd_device_guid(struct ibv_device *dev)
 {
-	return be64toh(ibv_get_device_guid(dev));
+	return be64toh(qpd_fn.p_ibv_get_device_guid(dev));
 }
 
+// qpd_reg_mr is what the ibv_reg_mr macro does for access flags that are
+// not a compile-time constant: ibv_reg_mr_iova2 with the address as IOVA.
 struct ibv_mr *qpd_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
 {
-	return ibv_reg_mr(pd, addr, len, access);
+	return qpd_fn.p_ibv_reg_mr_iova2(pd, addr, len, (uintptr_t)addr, (unsigned int)access);
 }
 
 struct ibv_cq *qpd_create_cq(struct ibv_context *ctx, int cqe, uintptr_t handle, struct ibv_comp_channel *ch)
 {
-	return ibv_create_cq(ctx, cqe, (void *)handle, ch, 0);
+	return qpd_fn.p_ibv_create_cq(ctx, cqe, (void *)handle, ch, 0);
 }
 
 struct ibv_qp *qpd_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, uintptr_t handle)
 {
 	attr->qp_context = (void *)handle;
-	return ibv_create_qp(pd, attr);
+	return qpd_fn.p_ibv_create_qp(pd, attr);
 }
 
 struct ibv_srq *qpd_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr, uintptr_t handle)
 {
 	attr->srq_context = (void *)handle;
-	return ibv_create_srq(pd, attr);
+	return qpd_fn.p_ibv_create_srq(pd, attr);
 }
 
 int qpd_req_notify_cq(struct ibv_cq *cq, int solicited_only)
@@ -240,5 +249,5 @@ int qpd_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 
 ssize_t qpd_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *entries, size_t max)
 {
-	return ibv_query_gid_table(ctx, entries, max, 0);
+	return qpd_fn.p__ibv_query_gid_table(ctx, entries, max, 0, sizeof(*entries));
 }

@@ -72,7 +72,7 @@ func (d *Device) CreateCQ(cqe int, channel ibv.CompChannel) (ibv.CQ, error) {
 	case cqe <= 0:
 		return nil, fmt.Errorf("creating a CQ of %d entries: %w", cqe, ibv.ErrInvalidArgument)
 	case cqe > d.limits.MaxCQE:
-		return nil, fmt.Errorf("creating a CQ of %d entries on %s (max %d): %w", cqe, d.name, d.limits.MaxCQE, ibv.ErrResourceLimit)
+		return nil, fmt.Errorf("creating a CQ of %d entries on %s (max %d): %w", cqe, d.name, d.limits.MaxCQE, ibv.ErrInvalidArgument)
 	case d.nCQ >= d.limits.MaxCQ:
 		return nil, fmt.Errorf("creating a CQ on %s (max %d): %w", d.name, d.limits.MaxCQ, ibv.ErrResourceLimit)
 	}

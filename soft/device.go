@@ -307,7 +307,8 @@ func (d *Device) QueryGIDTable() ([]ibv.GIDEntry, error) {
 
 // NextAsyncEvent returns the device's oldest undelivered async event,
 // waiting for one if there is none. Each event is delivered exactly once and
-// counts as acknowledged when returned. It returns ctx.Err() when ctx ends
+// counts as acknowledged when returned; an event of a QP, CQ or SRQ closed
+// before it would be returned is dropped. It returns ctx.Err() when ctx ends
 // first and ErrClosed once the device is closed.
 func (d *Device) NextAsyncEvent(ctx context.Context) (ibv.AsyncEvent, error) {
 	for {
@@ -324,7 +325,11 @@ func (d *Device) NextAsyncEvent(ctx context.Context) (ibv.AsyncEvent, error) {
 		}
 		if d.events.len() > 0 {
 			ev := d.events.pop()
+			stale := ofClosedObject(ev)
 			d.fab.mu.Unlock()
+			if stale {
+				continue
+			}
 			return ev, nil
 		}
 		again := d.fab.idleWait()
@@ -345,6 +350,24 @@ func after(d time.Duration) <-chan time.Time {
 		return nil
 	}
 	return time.After(d)
+}
+
+// ofClosedObject reports whether ev concerns a QP, CQ or SRQ closed since
+// it was raised. Such an event is dropped, as the libibverbs implementation
+// drops it: its owner has let go of the object. Called with fab.mu held.
+func ofClosedObject(ev ibv.AsyncEvent) bool {
+	switch {
+	case ev.QP != nil:
+		q, ok := ev.QP.(*QP)
+		return ok && q.closed
+	case ev.CQ != nil:
+		c, ok := ev.CQ.(*CQ)
+		return ok && c.closed
+	case ev.SRQ != nil:
+		s, ok := ev.SRQ.(*SRQ)
+		return ok && s.closed
+	}
+	return false
 }
 
 // raise queues an async event: for delivery now in orderly mode, after a

@@ -169,12 +169,12 @@
 // RNR_RETRY|SQ_PSN|MAX_QP_RD_ATOMIC, RTS<->SQD, and any state goes to ERR
 // or RESET with STATE alone. A transition not in the table, a missing
 // required attribute or an attribute not allowed fails with an error
-// wrapping ibv.ErrInvalidState and changes nothing. RESET empties every
-// queue without completions and discards the QP's completions still in
-// its CQs, as libmlx4 and libmlx5 do (mlx4_modify_qp and mlx5_modify_qp
-// clean both CQs on a move to RESET, and so does hns), while rxe does not
-// (rxe_qp_reset empties the queues and leaves the CQs alone); a QP is
-// reusable after ERR -> RESET. Sends may
+// wrapping ibv.ErrInvalidArgument (EINVAL, as from libibverbs) and changes
+// nothing. RESET empties every queue without completions and discards the
+// QP's completions still in its CQs, as libmlx4 and libmlx5 do
+// (mlx4_modify_qp and mlx5_modify_qp clean both CQs on a move to RESET, and
+// so does hns), while rxe does not (rxe_qp_reset empties the queues and
+// leaves the CQs alone); a QP is reusable after ERR -> RESET. Sends may
 // be posted in RTS, SQD (they wait) and ERR; receives in any state but
 // RESET. RC QPs never enter SQE.
 //

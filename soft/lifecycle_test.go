@@ -72,19 +72,22 @@ func TestLimits(t *testing.T) {
 	_, errCQE := e.dev.CreateCQ(9, nil)
 	e.cq(1)
 	_, errCQ := e.dev.CreateCQ(1, nil)
-	for name, err := range map[string]error{"PD": errPD, "MR": errMR, "SRQ": errSRQ, "QP": errQP, "CQE": errCQE, "CQ": errCQ} {
+	for name, err := range map[string]error{"PD": errPD, "MR": errMR, "SRQ": errSRQ, "QP": errQP, "CQ": errCQ} {
 		if !errors.Is(err, ibv.ErrResourceLimit) {
 			t.Errorf("%s beyond its limit: %v, want ErrResourceLimit", name, err)
 		}
 	}
+	if !errors.Is(errCQE, ibv.ErrInvalidArgument) {
+		t.Errorf("CQ beyond max_cqe: %v, want ErrInvalidArgument (EINVAL, as rxe_cq_chk_attr)", errCQE)
+	}
 	e2 := newEnv(t, soft.Config{Name: "soft1", Limits: soft.Limits{MaxQPWR: 4, MaxSGE: 2, MaxSRQWR: 4}})
 	cq2 := e2.cq(8)
 	for name, c := range map[string]ibv.QPCap{"send WRs": {MaxSendWR: 5}, "recv WRs": {MaxRecvWR: 5}, "SGEs": {MaxSendSGE: 3}} {
-		if _, err := e2.pd.CreateQP(ibv.QPInitAttr{SendCQ: cq2, RecvCQ: cq2, Type: ibv.QPTRC, Cap: c}); !errors.Is(err, ibv.ErrResourceLimit) {
-			t.Errorf("QP with too many %s: %v, want ErrResourceLimit", name, err)
+		if _, err := e2.pd.CreateQP(ibv.QPInitAttr{SendCQ: cq2, RecvCQ: cq2, Type: ibv.QPTRC, Cap: c}); !errors.Is(err, ibv.ErrInvalidArgument) {
+			t.Errorf("QP with too many %s: %v, want ErrInvalidArgument (EINVAL, as rxe_qp_chk_cap)", name, err)
 		}
 	}
-	if _, err := e2.pd.CreateSRQ(ibv.SRQAttr{MaxWR: 5}); !errors.Is(err, ibv.ErrResourceLimit) {
+	if _, err := e2.pd.CreateSRQ(ibv.SRQAttr{MaxWR: 5}); !errors.Is(err, ibv.ErrInvalidArgument) {
 		t.Errorf("SRQ beyond max_srq_wr: %v", err)
 	}
 	if _, err := e2.pd.CreateQP(ibv.QPInitAttr{SendCQ: cq2, RecvCQ: cq2, Type: ibv.QPTUD}); !errors.Is(err, ibv.ErrNotSupported) {

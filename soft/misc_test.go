@@ -88,7 +88,7 @@ func TestSRQModify(t *testing.T) {
 		want error
 	}{
 		{ibv.SRQAttr{MaxWR: 2}, ibv.SRQAttrMaxWR, ibv.ErrInvalidArgument},    // below the WRs it holds
-		{ibv.SRQAttr{MaxWR: 9}, ibv.SRQAttrMaxWR, ibv.ErrResourceLimit},      // above max_srq_wr
+		{ibv.SRQAttr{MaxWR: 9}, ibv.SRQAttrMaxWR, ibv.ErrInvalidArgument},    // above max_srq_wr, EINVAL as on rxe
 		{ibv.SRQAttr{SRQLimit: 5}, ibv.SRQAttrLimit, ibv.ErrInvalidArgument}, // limit above the size
 		{ibv.SRQAttr{MaxWR: 8}, ibv.SRQAttrMaxWR, nil},
 	} {

@@ -58,9 +58,9 @@ var _ ibv.QP = (*QP)(nil)
 
 // CreateQP creates an RC QP in RESET. The CQs and SRQ must belong to the
 // PD's device. The QP is granted exactly the Cap asked for (Query reports
-// it); a Cap.MaxInlineData above Limits.MaxInlineData fails with
-// ErrInvalidArgument, the EINVAL rxe returns (rxe_qp_chk_cap), while the
-// other capacities above their limits fail with ErrResourceLimit.
+// it); a capacity above its limit (MaxQPWR, MaxSGE, MaxInlineData) fails
+// with ErrInvalidArgument, the EINVAL rxe returns (rxe_qp_chk_cap), and a
+// QP beyond MaxQP with ErrResourceLimit.
 func (p *PD) CreateQP(attr ibv.QPInitAttr) (ibv.QP, error) {
 	d := p.dev
 	scq, ok := attr.SendCQ.(*CQ)
@@ -95,7 +95,7 @@ func (p *PD) CreateQP(attr ibv.QPInitAttr) (ibv.QP, error) {
 	case int(c.MaxSendWR) > l.MaxQPWR || int(c.MaxRecvWR) > l.MaxQPWR ||
 		int(c.MaxSendSGE) > l.MaxSGE || int(c.MaxRecvSGE) > l.MaxSGE:
 		return nil, fmt.Errorf("creating a QP on %s with %+v (max %d WRs, %d SGEs): %w",
-			d.name, c, l.MaxQPWR, l.MaxSGE, ibv.ErrResourceLimit)
+			d.name, c, l.MaxQPWR, l.MaxSGE, ibv.ErrInvalidArgument)
 	case uint64(c.MaxInlineData) > uint64(l.MaxInlineData):
 		return nil, fmt.Errorf("creating a QP on %s with %d bytes of inline data (max %d): %w",
 			d.name, c.MaxInlineData, l.MaxInlineData, ibv.ErrInvalidArgument)
@@ -308,7 +308,8 @@ func (q *QP) checkSend(wr *ibv.SendWR) error {
 	case q.closed:
 		return ibv.ErrClosed
 	case q.state != ibv.QPSRTS && q.state != ibv.QPSSQD && q.state != ibv.QPSErr:
-		return fmt.Errorf("QP %d is in %s: %w", q.num, q.state, ibv.ErrInvalidState)
+		// ErrInvalidArgument: the EINVAL rxe_post_send returns below RTS.
+		return fmt.Errorf("QP %d is in %s: %w", q.num, q.state, ibv.ErrInvalidArgument)
 	case wr.Opcode == ibv.WRLocalInv || wr.Opcode == ibv.WRBindMW || wr.Opcode == ibv.WRTSO:
 		return fmt.Errorf("opcode %s: %w", wr.Opcode, ibv.ErrNotSupported)
 	case wr.Opcode > ibv.WRTSO:
@@ -374,7 +375,7 @@ func (q *QP) postRecv(wrs []ibv.RecvWR) error {
 		case q.srq != nil:
 			err = fmt.Errorf("QP %d receives from SRQ %d: %w", q.num, q.srq.id, ibv.ErrInvalidArgument)
 		case q.state == ibv.QPSReset:
-			err = fmt.Errorf("QP %d is in RESET: %w", q.num, ibv.ErrInvalidState)
+			err = fmt.Errorf("QP %d is in RESET: %w", q.num, ibv.ErrInvalidArgument) // rxe's EINVAL
 		case len(wr.SGL) > int(q.cap.MaxRecvSGE):
 			err = fmt.Errorf("%d SGEs, QP %d takes %d: %w", len(wr.SGL), q.num, q.cap.MaxRecvSGE, ibv.ErrInvalidArgument)
 		case q.rqUsed >= q.cap.MaxRecvWR:
@@ -448,20 +449,22 @@ var rcTransitions = map[[2]ibv.QPState]transition{
 }
 
 // checkTransition says why moving from cur to next with mask is invalid,
-// or returns nil, following ib_modify_qp_is_ok.
+// or returns nil, following ib_modify_qp_is_ok. The error is
+// ErrInvalidArgument (EINVAL): what libibverbs returns for an invalid
+// transition (rxe_qp_chk_attr), and all an errno can say.
 func checkTransition(cur, next ibv.QPState, mask ibv.QPAttrMask) error {
 	if mask&ibv.QPAttrCurState != 0 && cur != ibv.QPSRTR && cur != ibv.QPSRTS && cur != ibv.QPSSQD && cur != ibv.QPSSQE {
-		return fmt.Errorf("CUR_STATE given in %s: %w", cur, ibv.ErrInvalidState)
+		return fmt.Errorf("CUR_STATE given in %s: %w", cur, ibv.ErrInvalidArgument)
 	}
 	t, ok := rcTransitions[[2]ibv.QPState{cur, next}]
 	if !ok {
-		return fmt.Errorf("no such transition: %w", ibv.ErrInvalidState)
+		return fmt.Errorf("no such transition: %w", ibv.ErrInvalidArgument)
 	}
 	if missing := t.req &^ mask; missing != 0 {
-		return fmt.Errorf("missing attributes %s: %w", missing, ibv.ErrInvalidState)
+		return fmt.Errorf("missing attributes %s: %w", missing, ibv.ErrInvalidArgument)
 	}
 	if extra := mask &^ (t.req | t.opt | ibv.QPAttrState); extra != 0 {
-		return fmt.Errorf("attributes %s not allowed: %w", extra, ibv.ErrInvalidState)
+		return fmt.Errorf("attributes %s not allowed: %w", extra, ibv.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -489,7 +492,7 @@ func (q *QP) checkValues(a *ibv.QPAttr, mask ibv.QPAttrMask) error {
 
 // Modify changes the QP's state and attributes. The transition and the
 // attributes given must be valid for RC, as in ib_modify_qp_is_ok; an
-// invalid transition returns an error wrapping ibv.ErrInvalidState and
+// invalid transition returns an error wrapping ibv.ErrInvalidArgument and
 // changes nothing. Moving to RESET empties every queue without completions;
 // moving to ERR flushes them (see the package documentation).
 func (q *QP) Modify(attr ibv.QPAttr, mask ibv.QPAttrMask) error {

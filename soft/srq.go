@@ -39,7 +39,7 @@ func (p *PD) CreateSRQ(attr ibv.SRQAttr) (ibv.SRQ, error) {
 		return nil, fmt.Errorf("creating an SRQ of %d WRs with limit %d: %w", attr.MaxWR, attr.SRQLimit, ibv.ErrInvalidArgument)
 	case int(attr.MaxWR) > d.limits.MaxSRQWR || int(attr.MaxSGE) > d.limits.MaxSGE:
 		return nil, fmt.Errorf("creating an SRQ of %d WRs, %d SGEs on %s (max %d, %d): %w",
-			attr.MaxWR, attr.MaxSGE, d.name, d.limits.MaxSRQWR, d.limits.MaxSGE, ibv.ErrResourceLimit)
+			attr.MaxWR, attr.MaxSGE, d.name, d.limits.MaxSRQWR, d.limits.MaxSGE, ibv.ErrInvalidArgument)
 	case d.nSRQ >= d.limits.MaxSRQ:
 		return nil, fmt.Errorf("creating an SRQ on %s (max %d): %w", d.name, d.limits.MaxSRQ, ibv.ErrResourceLimit)
 	}
@@ -142,7 +142,7 @@ func (s *SRQ) Modify(attr ibv.SRQAttr, mask ibv.SRQAttrMask) error {
 		mask&ibv.SRQAttrLimit != 0 && attr.SRQLimit > maxWR:
 		return fmt.Errorf("modifying SRQ %d (mask %#x, max_wr %d, limit %d): %w", s.id, uint32(mask), attr.MaxWR, attr.SRQLimit, ibv.ErrInvalidArgument)
 	case int(maxWR) > s.dev.limits.MaxSRQWR:
-		return fmt.Errorf("resizing SRQ %d to %d WRs (max %d): %w", s.id, maxWR, s.dev.limits.MaxSRQWR, ibv.ErrResourceLimit)
+		return fmt.Errorf("resizing SRQ %d to %d WRs (max %d): %w", s.id, maxWR, s.dev.limits.MaxSRQWR, ibv.ErrInvalidArgument)
 	}
 	s.maxWR = maxWR
 	if mask&ibv.SRQAttrLimit != 0 {

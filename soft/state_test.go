@@ -96,8 +96,8 @@ func TestStateMachine(t *testing.T) {
 			}
 			continue
 		}
-		if !errors.Is(err, ibv.ErrInvalidState) {
-			t.Errorf("%s -> %s with %s: err %v, want ErrInvalidState", tt.from, tt.to, tt.mask, err)
+		if !errors.Is(err, ibv.ErrInvalidArgument) {
+			t.Errorf("%s -> %s with %s: err %v, want ErrInvalidArgument", tt.from, tt.to, tt.mask, err)
 		}
 		if after, _, _ := q.Query(0); after != before {
 			t.Errorf("%s -> %s failed but changed the QP: %+v -> %+v", tt.from, tt.to, before, after)
@@ -141,11 +141,11 @@ func TestPostStates(t *testing.T) {
 		reach(t, q, s)
 		err := q.PostSend([]ibv.SendWR{{ID: 1, Opcode: ibv.WRSend}})
 		var pe *ibv.PostError
-		if !errors.As(err, &pe) || pe.Index != 0 || !errors.Is(err, ibv.ErrInvalidState) {
-			t.Errorf("PostSend in %s: %v, want PostError at 0 wrapping ErrInvalidState", s, err)
+		if !errors.As(err, &pe) || pe.Index != 0 || !errors.Is(err, ibv.ErrInvalidArgument) {
+			t.Errorf("PostSend in %s: %v, want PostError at 0 wrapping ErrInvalidArgument", s, err)
 		}
 		err = q.PostRecv([]ibv.RecvWR{{ID: 1}})
-		if (s == ibv.QPSReset) != errors.Is(err, ibv.ErrInvalidState) {
+		if (s == ibv.QPSReset) != errors.Is(err, ibv.ErrInvalidArgument) {
 			t.Errorf("PostRecv in %s: %v", s, err)
 		}
 	}

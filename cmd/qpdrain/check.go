@@ -130,7 +130,7 @@ func openCheckDevice(o *checkOptions, quirks soft.Quirks) (ibv.Context, *checkRe
 		infos, err := ibv.Devices()
 		switch {
 		case errors.Is(err, ibv.ErrNotSupported):
-			name, res.note = softDeviceName, "this build has no libibverbs"
+			name, res.note = softDeviceName, noLibibverbs()
 		case errors.Is(err, ibv.ErrNoDevice) || err == nil && len(infos) == 0:
 			name, res.note = softDeviceName, "no RDMA device on this machine"
 		case err != nil:

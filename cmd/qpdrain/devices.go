@@ -97,6 +97,9 @@ type gidReport struct {
 
 func listDevices(opts *globalOptions) ([]deviceReport, error) {
 	infos, err := ibv.Devices()
+	if why := noLibibverbs(); why != "" {
+		return nil, withExitCode(exitUnsupported, fmt.Errorf("%w: %s", errNoDevices, why))
+	}
 	if errors.Is(err, ibv.ErrNoDevice) || errors.Is(err, ibv.ErrNotSupported) || err == nil && len(infos) == 0 {
 		if err != nil {
 			opts.log.WithError(err).Debug("listing RDMA devices")

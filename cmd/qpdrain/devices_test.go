@@ -11,7 +11,8 @@ import (
 )
 
 // TestDevices runs "qpdrain devices" on whatever this machine has: without
-// RDMA it must say "no RDMA devices" and exit 3; with devices (inside the
+// RDMA it must say "no RDMA devices" (and why, when libibverbs is missing)
+// and exit 3; with devices (inside the
 // rxe VM) it must list each, in text and in JSON.
 func TestDevices(t *testing.T) {
 	infos, listErr := ibv.Devices()
@@ -20,9 +21,13 @@ func TestDevices(t *testing.T) {
 	cmd.SetArgs([]string{"devices"})
 	err := cmd.Execute()
 	if listErr != nil || len(infos) == 0 {
+		want := "no RDMA devices"
+		if why := noLibibverbs(); why != "" {
+			want += ": " + why
+		}
 		var ec *exitCodeError
-		if !errors.As(err, &ec) || ec.code != exitUnsupported || err.Error() != "no RDMA devices" {
-			t.Fatalf("devices without RDMA: err %v, want %q with exit code %d", err, "no RDMA devices", exitUnsupported)
+		if !errors.As(err, &ec) || ec.code != exitUnsupported || err.Error() != want {
+			t.Fatalf("devices without RDMA: err %v, want %q with exit code %d", err, want, exitUnsupported)
 		}
 		return
 	}

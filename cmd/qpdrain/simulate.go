@@ -15,8 +15,8 @@ import (
 
 	"github.com/qpdrain/qpdrain/drain"
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/teardown"
 	"github.com/qpdrain/qpdrain/soft"
+	"github.com/qpdrain/qpdrain/teardown"
 )
 
 func init() { subcommands = append(subcommands, newSimulateCmd) }
@@ -118,6 +118,7 @@ func newSimulateCmd(opts *globalOptions) *cobra.Command {
 // simResult is what a simulation saw.
 type simResult struct {
 	opts    *simulateOptions
+	note    string // why there is no libibverbs, if there is none
 	reports []*drain.Report
 	stats   drain.Stats
 }
@@ -304,7 +305,7 @@ func simulate(ctx context.Context, o *simulateOptions, g *globalOptions) (res *s
 	// case the simulation itself is wrong.
 	waitCtx, waitCancel := context.WithTimeout(ctx, 4*o.timeout+10*time.Second)
 	defer waitCancel()
-	res = &simResult{opts: o}
+	res = &simResult{opts: o, note: noLibibverbs()}
 	for _, h := range hs {
 		rep, _ := h.Wait(waitCtx)
 		res.reports = append(res.reports, rep)
@@ -349,6 +350,9 @@ func (r *simResult) format(w io.Writer, details bool) error {
 	if len(o.quirks) > 0 {
 		quirks = strings.Join(o.quirks, ", ")
 	}
+	if r.note != "" {
+		fmt.Fprintf(w, "the built-in soft device (%s)\n", r.note)
+	}
 	fmt.Fprintf(w, "%d QPs (%s, %d receives taken and %d sends outstanding each) on one CQ; policy %s; quirks: %s\n",
 		o.qps, srq, o.taken, o.sends, o.policy, quirks)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -390,12 +394,13 @@ type simQPJSON struct {
 }
 
 type simJSON struct {
+	Note  string      `json:"note,omitempty"` // why there is no libibverbs
 	QPs   []simQPJSON `json:"qps"`
 	Stats drain.Stats `json:"stats"`
 }
 
 func (r *simResult) jsonView() simJSON {
-	out := simJSON{Stats: r.stats}
+	out := simJSON{Note: r.note, Stats: r.stats}
 	for _, rep := range r.reports {
 		q := simQPJSON{LQPN: rep.QPNum, Outcome: rep.Outcome.String(), DurationUS: rep.Duration().Microseconds(), Batch: rep.Batch,
 			RecvFlushed: rep.Flushed[drain.QueueRecv].Flushed, SendFlushed: rep.Flushed[drain.QueueSend].Flushed}

@@ -22,17 +22,14 @@ package devtest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/rcsetup"
+	"github.com/qpdrain/qpdrain/rcsetup"
 	"github.com/qpdrain/qpdrain/soft"
 )
 
@@ -76,17 +73,6 @@ func ProviderOf(name string) Provider {
 
 // CurrentProvider is ProviderOf(DeviceName()).
 func CurrentProvider() Provider { return ProviderOf(DeviceName()) }
-
-// KernelVersion returns the running kernel's major and minor version, for
-// the tests whose expectation of rxe depends on it; 0, 0 if unknown.
-func KernelVersion() (major, minor int) {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return 0, 0
-	}
-	_, _ = fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor)
-	return major, minor
-}
 
 // Open opens the test device and closes it when the test ends. The close is
 // the test's leak check: it fails with ErrBusy, and so fails the test, if
@@ -218,27 +204,30 @@ func NewRC(t testing.TB, pd ibv.PD, cfg RCConfig) ibv.QP {
 // Port is the port the tests use.
 const Port = 1
 
-// Address returns the address vector that reaches port Port of ctx from
-// itself. RoCE ports need a GRH with a GID from the GID table; RoCE v2 is
-// preferred, as rc_pingpong's users pick it. InfiniBand ports use the LID.
-func Address(t testing.TB, ctx ibv.Context) ibv.AHAttr {
+// Route returns the route from port Port of ctx to itself
+// (rcsetup.Loopback), failing the test if there is none.
+func Route(t testing.TB, ctx ibv.Context) rcsetup.Route {
 	t.Helper()
 	r, err := rcsetup.Loopback(ctx, Port)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return r.AH
+	return r
+}
+
+// Address returns the address vector that reaches port Port of ctx from
+// itself. RoCE ports need a GRH with a GID from the GID table; RoCE v2 is
+// preferred, as rc_pingpong's users pick it. InfiniBand ports use the LID.
+func Address(t testing.TB, ctx ibv.Context) ibv.AHAttr {
+	t.Helper()
+	return Route(t, ctx).AH
 }
 
 // Connect moves a and b, two RC QPs of one device in RESET, to RTS connected
 // to each other.
 func Connect(t testing.TB, ctx ibv.Context, a, b ibv.QP) {
 	t.Helper()
-	r, err := rcsetup.Loopback(ctx, Port)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Connect(a, b); err != nil {
+	if err := Route(t, ctx).Connect(a, b); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -5,10 +5,9 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/soft"
@@ -182,7 +181,7 @@ func TestSRQLastWQEReached(t *testing.T) {
 	if err := srq.PostRecv(recvs); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.PostRecv([]ibv.RecvWR{{ID: 1}}); !errors.Is(err, unix.EINVAL) {
+	if err := a.PostRecv([]ibv.RecvWR{{ID: 1}}); !errors.Is(err, syscall.EINVAL) {
 		t.Errorf("PostRecv on an SRQ-attached QP = %v, want EINVAL", err)
 	}
 	if err := srq.Close(); !errors.Is(err, ibv.ErrBusy) {
@@ -325,12 +324,12 @@ func TestLifetimes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, c := range map[string]interface{ Close() error }{"context": ctx, "PD": pd, "CQ": cq} {
-		if err := c.Close(); !errors.Is(err, ibv.ErrBusy) || !errors.Is(err, unix.EBUSY) {
+		if err := c.Close(); !errors.Is(err, ibv.ErrBusy) || !errors.Is(err, syscall.EBUSY) {
 			t.Errorf("closing the %s while a QP uses it = %v, want ErrBusy (EBUSY)", name, err)
 		}
 	}
 	err = qp.Modify(ibv.QPAttr{State: ibv.QPSRTS}, ibv.QPAttrState)
-	if !errors.Is(err, unix.EINVAL) {
+	if !errors.Is(err, syscall.EINVAL) {
 		t.Errorf("RESET -> RTS = %v, want EINVAL", err)
 	}
 	if s := State(t, qp); s != ibv.QPSReset {
@@ -430,7 +429,7 @@ func TestBadArguments(t *testing.T) {
 		if err == nil {
 			Close(t, qp)
 		}
-		if !errors.Is(err, ibv.ErrInvalidArgument) || !errors.Is(err, unix.EINVAL) {
+		if !errors.Is(err, ibv.ErrInvalidArgument) || !errors.Is(err, syscall.EINVAL) {
 			t.Errorf("CreateQP with %s = %v, want ErrInvalidArgument (EINVAL)", tc.name, err)
 		}
 	}
@@ -439,7 +438,7 @@ func TestBadArguments(t *testing.T) {
 		if err == nil {
 			Close(t, c)
 		}
-		if !errors.Is(err, unix.EINVAL) {
+		if !errors.Is(err, syscall.EINVAL) {
 			t.Errorf("CreateCQ(%d) = %v, want EINVAL", n, err)
 		}
 	}
@@ -448,7 +447,7 @@ func TestBadArguments(t *testing.T) {
 		if err == nil {
 			Close(t, mr)
 		}
-		if !errors.Is(err, unix.EINVAL) {
+		if !errors.Is(err, syscall.EINVAL) {
 			t.Errorf("RegMR of %d bytes = %v, want EINVAL", len(buf), err)
 		}
 	}

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # build-initrd.sh KDIR TESTDIR OUT: writes OUT, an uncompressed busybox initramfs (newc cpio) for
-# the kernel in KDIR (from fetch-kernel.sh) with the host's rdma-core user space (libibverbs, the rxe
-# provider, ibv_devinfo, ibv_rc_pingpong, ibv_srq_pingpong), iproute2's ip and rdma, the test
-# binaries in TESTDIR (from build-tests.sh), every library ldd names, and scripts/rxe/init as /init.
+# the kernel in KDIR (from fetch-kernel.sh) with the host's rdma-core user space (libibverbs, which
+# the test binaries dlopen, the rxe provider, ibv_devinfo, ibv_rc_pingpong, ibv_srq_pingpong),
+# iproute2's ip and rdma, the test binaries in TESTDIR (from build-tests.sh), every library ldd
+# names, and scripts/rxe/init as /init.
 # The guest's settings come from the environment: RXE_TOKEN (required), RXE_TEST_TIMEOUT,
 # RXE_TEST_ARGS, RXE_SMOKE_TIMEOUT, RXE_ACTIVE_TIMEOUT, RXE_ADD_CMD (how /init creates rxe0).
 set -euo pipefail
@@ -52,6 +53,9 @@ provider=$(find /usr/lib/x86_64-linux-gnu/libibverbs -name 'librxe-rdmav*.so' -p
 copy_elf /usr/sbin/ip /usr/bin/rdma /usr/bin/ibv_devinfo /usr/bin/ibv_rc_pingpong \
 	/usr/bin/ibv_srq_pingpong "$provider"
 cp /etc/libibverbs.d/rxe.driver etc/libibverbs.d/
+# The project's binaries open libibverbs at run time (dlopen), so ldd of a test binary does not
+# name it: copy it, and what it links (libnl), explicitly.
+copy_elf /usr/lib/x86_64-linux-gnu/libibverbs.so.1
 
 # busybox and its applets, where no real tool of that name was copied
 cp /bin/busybox usr/bin/busybox

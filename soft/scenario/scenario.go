@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/teardown"
 	"github.com/qpdrain/qpdrain/soft"
+	"github.com/qpdrain/qpdrain/teardown"
 )
 
 // Step is one step of a scenario.

@@ -2,22 +2,37 @@
 
 // Package cverbs is the C side of package ibv's tests, which cannot use cgo
 // themselves: libibverbs's enum constants, to prove that every ibv enum has
-// libibverbs's value, and a fake provider CQ, to measure the binding's own
-// cost of a poll without a device. Only tests import it.
+// libibverbs's value, and a fake provider's CQ and QP, to measure the
+// binding's own cost of a poll and a post without a device. Only tests import it.
 package cverbs
 
 /*
 #include <time.h>
 #include <infiniband/verbs.h>
 
-// An empty CQ of a fake provider: ibv_poll_cq calls context->ops.poll_cq,
-// which here returns at once with nothing, so a loop over it measures the
-// caller's own cost.
+// An empty CQ and a QP of a fake provider: ibv_poll_cq and ibv_post_send
+// call context->ops, which here return at once (nothing polled, every WR
+// accepted), so a loop over them measures the caller's own cost.
 static int fake_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) { return 0; }
-static struct ibv_context fake_ctx = { .ops = { .poll_cq = fake_poll_cq } };
+static long fake_sent;
+static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	for (; wr; wr = wr->next)
+		fake_sent++;
+	return 0;
+}
+static long fake_sent_count(void) { return fake_sent; }
+static int fake_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad) { return 0; }
+static struct ibv_context fake_ctx = { .ops = {
+	.poll_cq = fake_poll_cq,
+	.post_send = fake_post_send,
+	.post_recv = fake_post_recv,
+} };
 static struct ibv_cq fake_cq = { .context = &fake_ctx };
+static struct ibv_qp fake_qp = { .context = &fake_ctx };
 
 static struct ibv_cq *fake_cq_ptr(void) { return &fake_cq; }
+static struct ibv_qp *fake_qp_ptr(void) { return &fake_qp; }
 
 // c_poll_loop polls the fake CQ iters times in C and returns ns per poll.
 static double c_poll_loop(long iters, int batch)
@@ -39,6 +54,13 @@ import "unsafe"
 
 // FakeCQ is a struct ibv_cq of a fake provider that is always empty.
 func FakeCQ() unsafe.Pointer { return unsafe.Pointer(C.fake_cq_ptr()) }
+
+// FakeQP is a struct ibv_qp of a fake provider that accepts every send and
+// receive WR and does nothing with it.
+func FakeQP() unsafe.Pointer { return unsafe.Pointer(C.fake_qp_ptr()) }
+
+// FakeSent is the number of send WRs FakeQP has been given so far.
+func FakeSent() int { return int(C.fake_sent_count()) }
 
 // CPollLoop polls FakeCQ iters times with batch (at most 16) in one C loop
 // and returns the nanoseconds per poll.

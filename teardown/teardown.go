@@ -1,6 +1,7 @@
 // Package teardown closes verbs objects in the reverse order of their
 // creation, children before parents, and keeps going past a failure so that
-// one object that will not close does not leak the rest.
+// one object that will not close does not leak the rest. Add each object
+// (of any ibv device) as it is created and defer the List's Close.
 package teardown
 
 import (

@@ -1,9 +1,12 @@
-// Package rcsetup connects RC queue pairs of one device to each other over
-// one of its ports (loopback), the way rc_pingpong does: the address vector
-// comes from the port, with a GRH and a RoCE v2 GID from the GID table when
-// the link layer is Ethernet, and each QP walks RESET -> INIT -> RTR -> RTS.
-// It is shared by the device tests (internal/devtest) and the provider
-// flush check (flushcheck), and speaks only the ibv API.
+// Package rcsetup connects RC queue pairs of any ibv device, the way
+// rc_pingpong does, so callers need not write RESET -> INIT -> RTR -> RTS
+// themselves. Loopback finds the route from a port to itself (the port's
+// LID, or a GRH with a RoCE v2 GID from the GID table when the link layer
+// is Ethernet) and Route.Connect joins two QPs over it. For a peer on
+// another port or host, fill a Route with the address vector that reaches
+// it (its LID, or its GID in a GRH) and Bring each side's QP towards the
+// other's QP number. It speaks only the ibv API; the device tests
+// (internal/devtest) and the provider flush check (flushcheck) use it.
 package rcsetup
 
 import (
