@@ -137,8 +137,16 @@ func startKeeper() (int, error) {
 		return 0, err
 	}
 	f := os.NewFile(uintptr(fd), path)
+	// os.StartProcess keeps duplicate variables and getenv takes the first:
+	// drop this helper's own mode.
+	env := []string{envHelper + "=keeper"}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, envHelper+"=") {
+			env = append(env, kv)
+		}
+	}
 	attr := &os.ProcAttr{
-		Env:   append(os.Environ(), envHelper+"=keeper"),
+		Env:   env,
 		Files: []*os.File{os.Stdin, os.Stderr, os.Stderr, f},
 	}
 	p, err := os.StartProcess(self, []string{self}, attr)
