@@ -111,16 +111,19 @@ func qpns(set *qpset.Set) string {
 	return strings.Join(parts, ",")
 }
 
-// waitGone waits, bounded, until path no longer exists.
+// waitGone waits, bounded, until the task at path (/proc/<id> or
+// /proc/self/task/<tid>) has exited: gone, or a zombie (an orphan waits for
+// the VM's init to reap it).
 func waitGone(path string) error {
 	deadline := time.Now().Add(devtest.Timeout)
 	for time.Now().Before(deadline) {
-		if _, err := os.Stat(path); os.IsNotExist(err) {
+		b, err := os.ReadFile(filepath.Join(path, "status"))
+		if os.IsNotExist(err) || err == nil && strings.Contains(string(b), "\nState:\tZ") {
 			return nil
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return fmt.Errorf("%s still exists after %v", path, devtest.Timeout)
+	return fmt.Errorf("%s still running after %v", path, devtest.Timeout)
 }
 
 // startKeeper starts this binary as a keeper that inherits this process's
