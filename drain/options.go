@@ -119,9 +119,12 @@ type Options struct {
 	// Headroom is the number of drain WRs, send and receive, the reaper
 	// may have outstanding on its CQ at once: the CQ slots the caller
 	// reserved for them (default DefaultHeadroom). A drain WR counts until
-	// its completion is polled, or until its QP has been given up
-	// (quarantined, failed, or released by DestroyWhenEmpty) and a poll
-	// after that found the CQ empty.
+	// its completion is polled, or until its QP has been given up, handed
+	// back to the caller who may destroy it (Failed, DestroyedAfterEmptyCQ,
+	// or returned by Shutdown), and a poll after that found the CQ empty.
+	// A quarantined QP is kept, so its drain WR counts until it completes:
+	// with a provider that never completes one, Headroom such QPs hold the
+	// whole headroom and later drains stall with ErrNoHeadroom.
 	Headroom int
 	// MaxBatch caps how many QPs one drain WR's completion releases; 0
 	// means no cap. 1 gives every QP its own drain WR posted on its own

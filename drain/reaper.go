@@ -908,7 +908,12 @@ func (r *Reaper) stall(h *Handle, err error, now time.Time) bool {
 		r.finish(h, Failed, fmt.Errorf("%w (%d QPs): %w", ErrQuarantineFull, r.quarantine.n, err), now)
 		return false
 	}
-	r.giveUp(h, now)
+	// A quarantined QP is kept, not given up: its drain WRs may still
+	// complete, so they keep counting against the headroom until they do.
+	// They are no barrier one can count on any more.
+	if h.sendID&^WRIDMask == r.newest || h.recvID&^WRIDMask == r.newest {
+		r.newest = 0
+	}
 	h.stage = stageQuarantine
 	r.quarantine.push(h)
 	r.stats.Quarantined++
@@ -917,8 +922,10 @@ func (r *Reaper) stall(h *Handle, err error, now time.Time) bool {
 	return false
 }
 
-// giveUp stops waiting for h's drain WRs; they count against the headroom
-// until they complete or a poll after now finds the CQ empty.
+// giveUp hands h's drain WRs over with h to the caller, who may destroy
+// it: they count against the headroom until they complete or a poll after
+// now finds the CQ empty, after which no completion of theirs can sit in
+// it or come from a destroyed QP.
 func (r *Reaper) giveUp(h *Handle, now time.Time) {
 	for _, id := range [...]uint64{h.sendID, h.recvID} {
 		if id != 0 {
@@ -1086,6 +1093,7 @@ func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 			delete(r.byNum, h.qpn)
 		}
 		r.forget(h)
+		r.giveUp(h, now)
 		r.stats.Quarantined--
 		notSafe = append(notSafe, h)
 	}
