@@ -81,9 +81,11 @@ func newRig(t testing.TB, dev ibv.Context, cq ibv.CQ, srqWR int) *rig {
 	return &rig{t: t, dev: dev, pd: pd, cq: cq, peerCQ: devtest.NewCQ(t, dev, 1024), srq: srq}
 }
 
-// openSoft opens a soft device, closed when the test ends.
+// openSoft opens a soft device on the test's schedule, closed when the
+// test ends.
 func openSoft(t testing.TB, cfg soft.Config) *soft.Device {
 	t.Helper()
+	cfg.Schedule = devtest.Schedule(t)
 	dev, err := soft.Open(cfg)
 	if err != nil {
 		t.Fatalf("opening soft device: %v", err)
