@@ -120,13 +120,14 @@ func TestEventOfAnotherDevice(t *testing.T) {
 	dev2 := openSoft(t, soft.Config{Name: "soft1"})
 	r1, r2 := newRig(t, dev1, nil, 64), newRig(t, dev2, nil, 64)
 	x, y := r1.pair(true), r2.pair(true)
-	if x.Num() != y.Num() {
-		t.Fatalf("qpn %#x and %#x: the test needs equal numbers", x.Num(), y.Num())
-	}
 	rp := drain.NewReaper(r1.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout})
 	h := add(t, rp, x, drain.AddOptions{NoSends: true})
 	devtest.ToError(t, y)
 	ev := devtest.WaitEvent(t, dev2, devtest.Timeout)
+	if ev.QP.Num() != x.Num() {
+		// Orderly devices number alike; adversarial ones pick numbers.
+		ev.QP = renumbered{QP: ev.QP, num: x.Num()}
+	}
 	if ev.Type != ibv.EventQPLastWQEReached || rp.HandleEvent(ev) {
 		t.Errorf("event %v of the other device claimed", ev)
 	}
