@@ -334,6 +334,14 @@ func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
 	now := time.Now()
 	h := &Handle{r: r, qp: qp, qpn: qpn, srq: srq, lastWQE: srq && o.LastWQESeen}
 	h.report = Report{QPNum: qpn, SRQ: srq, Start: now}
+	if o.CountRecvs && !srq {
+		// Set before the move to ERROR: its flushes may be polled and
+		// counted before Add returns.
+		h.countRecvs, h.recvsLeft = true, o.Recvs
+		if o.Recvs == 0 {
+			h.report.Recv.By = ProofRecvCount
+		}
+	}
 
 	r.mu.Lock()
 	switch old := r.byNum[qpn]; {
@@ -392,11 +400,7 @@ func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
 		}
 		// Every QP its own drain WR: the SRQ side too is proven by it.
 		h.needSend = h.needSend || r.opts.MaxBatch == 1
-	case o.CountRecvs:
-		h.countRecvs, h.recvsLeft = true, o.Recvs
-		if o.Recvs == 0 {
-			h.report.Recv.By = ProofRecvCount
-		}
+	case h.countRecvs:
 	default:
 		h.needRecv = true
 	}
