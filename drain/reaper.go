@@ -211,7 +211,14 @@ func (h *Handle) waitingFor() error {
 	return ErrDrainNotFlushed
 }
 
-func (h *Handle) step(s Step) { h.report.Steps = append(h.report.Steps, s) }
+// step appends s. A drain that goes past its first step takes about 6, so
+// the second grows the slice to 8 at once instead of doubling from 1.
+func (h *Handle) step(s Step) {
+	if st := h.report.Steps; len(st) == cap(st) && cap(st) < 8 {
+		h.report.Steps = append(make([]Step, 0, 8), st...)
+	}
+	h.report.Steps = append(h.report.Steps, s)
+}
 
 // Stats count what a reaper did since it was created.
 type Stats struct {
