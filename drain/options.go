@@ -206,8 +206,11 @@ type AddOptions struct {
 	// receive queue is proven finished once that many of the QP's
 	// completions that Options.Queue calls QueueRecv have come back, as
 	// IPoIB-CM's non-SRQ mode counts them. Without it a QP with its own
-	// receive queue gets a receive drain WR, as ib_drain_rq does. Ignored
-	// for an SRQ-attached QP.
+	// receive queue gets a receive drain WR, as ib_drain_rq does. A
+	// completion polled before Add is not counted, so the count must be
+	// taken when no poller can take the QP's completions before Add (for
+	// example before the QP is moved to ERROR, which Add then does).
+	// Ignored for an SRQ-attached QP.
 	CountRecvs bool
 	Recvs      int
 }
