@@ -251,7 +251,7 @@ func TestReaperOneAtATime(t *testing.T) {
 	startCaller(t, rp, r.cq, dev)
 	var hs []*drain.Handle
 	for _, qp := range qps {
-		hs = append(hs, add(t, rp, qp, drain.AddOptions{NoSends: true, CountRecvs: true}))
+		hs = append(hs, add(t, rp, qp, counted))
 	}
 	for _, rep := range waitAll(t, hs) {
 		for _, s := range rep.Steps {
