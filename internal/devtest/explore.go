@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -82,10 +83,10 @@ func Explore(t *testing.T, body func(t *testing.T)) {
 		}
 		ok := t.Run("seed="+strconv.FormatUint(seed, 10), func(t *testing.T) {
 			seeds.Store(t.Name(), seed)
-			defer seeds.Delete(t.Name())
 			t.Cleanup(func() {
+				seeds.Delete(t.Name()) // last: after the body's own cleanups and subtests
 				if t.Failed() {
-					t.Logf("replay: %s=%d go test -run '%s' .", EnvSeed, seed, runPattern(parent))
+					t.Logf("replay: %s=%d go test -run '%s' %s", EnvSeed, seed, runPattern(parent), packageDir())
 				}
 			})
 			body(t)
@@ -102,6 +103,9 @@ func Explore(t *testing.T, body func(t *testing.T)) {
 		t.Name(), passed, failed, el.Seconds(), float64(passed+failed)/el.Seconds())
 	if len(failing) > 0 {
 		summary += fmt.Sprintf("; failing seeds %v", failing)
+	}
+	if failed >= maxExploreFailures && passed+failed < len(list) {
+		summary += fmt.Sprintf("; stopped after %d failures", failed)
 	}
 	t.Log(summary)
 	if os.Getenv(EnvSeeds) != "" {
@@ -138,6 +142,30 @@ func exploreSeeds(short bool) ([]uint64, error) {
 		list = append(list, s)
 	}
 	return list, nil
+}
+
+// packageDir names the test's package directory (go test runs a test
+// binary there) relative to the module root, for replay commands; "." if
+// it cannot tell.
+func packageDir() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "."
+	}
+	for root := wd; ; {
+		if _, err := os.Stat(filepath.Join(root, "go.mod")); err == nil {
+			rel, err := filepath.Rel(root, wd)
+			if err != nil || rel == "." {
+				return "."
+			}
+			return "./" + filepath.ToSlash(rel)
+		}
+		up := filepath.Dir(root)
+		if up == root {
+			return "."
+		}
+		root = up
+	}
 }
 
 // runPattern is the -run pattern that selects exactly the test name.
@@ -178,7 +206,7 @@ func Schedule(t testing.TB) soft.Schedule {
 	t.Cleanup(func() {
 		seeds.Delete(t.Name())
 		if t.Failed() {
-			t.Logf("replay: %s=%s %s=%d go test -run '%s' .", EnvDevice, DeviceAdversarial, EnvSeed, seed, runPattern(t.Name()))
+			t.Logf("replay: %s=%s %s=%d go test -run '%s' %s", EnvDevice, DeviceAdversarial, EnvSeed, seed, runPattern(t.Name()), packageDir())
 		}
 	})
 	return soft.Schedule{Seed: seed}
