@@ -10,12 +10,21 @@ var (
 	// ErrNoLastWQE: an SRQ-attached QP in ERROR raised no Last WQE Reached
 	// within Options.LastWQETimeout.
 	ErrNoLastWQE = errors.New("no Last WQE Reached")
-	// ErrPostDrain: the drain WR could not be posted (no room in the queue,
-	// or the provider refused it).
+	// ErrPostDrain: the drain WR could not be posted: the provider refused
+	// it, or its queue stayed full (ibv.ErrQueueFull) through every poll
+	// within Options.DrainTimeout.
 	ErrPostDrain = errors.New("drain WR could not be posted")
 	// ErrDrainNotFlushed: a drain WR was posted but its completion was not
 	// polled within Options.DrainTimeout.
 	ErrDrainNotFlushed = errors.New("drain WR never completed")
+	// ErrNoHeadroom: the QP's drain WR could not be posted within
+	// Options.DrainTimeout because the drain WRs already outstanding held
+	// the whole Options.Headroom.
+	ErrNoHeadroom = errors.New("no headroom for a drain WR")
+	// ErrRecvsMissing: fewer of the receives the caller counted
+	// (AddOptions.CountRecvs) came back than it said were outstanding,
+	// within Options.DrainTimeout.
+	ErrRecvsMissing = errors.New("counted receives did not all come back")
 	// ErrCQError: the CQ the QP completes into went into error
 	// (EventCQErr); nothing more can be learned from it.
 	ErrCQError = errors.New("cq went into error")

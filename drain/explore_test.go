@@ -26,7 +26,7 @@ var exploredBodies = []struct {
 	{"DrainQPPastLastWQE", TestDrainQPPastLastWQE},
 	{"ReaperBatches", TestReaperBatches},
 	{"ReaperOneAtATime", TestReaperOneAtATime},
-	{"RecvDrainOneAtATime", TestRecvDrainOneAtATime},
+	{"RecvDrainThenSend", TestRecvDrainThenSend},
 	{"ReaperRun", TestReaperRun},
 	{"ModifyToErrorFails", TestModifyToErrorFails},
 	{"CQErrorEvent", TestCQErrorEvent},
@@ -34,6 +34,11 @@ var exploredBodies = []struct {
 	{"ConcurrentDrains", TestConcurrentDrains},
 	{"QuirkLastWQEReachedTwice", TestQuirkLastWQEReachedTwice},
 	{"QuirkRecvInErrorFlushDeferred", TestQuirkRecvInErrorFlushDeferred},
+	{"NoProofFromAnotherQueue", TestNoProofFromAnotherQueue},
+	{"FullSendQueueRetried", TestFullSendQueueRetried},
+	{"EventBeforeAdd", TestEventBeforeAdd},
+	{"DrainAll", TestDrainAll},
+	{"EventOfAnotherDevice", TestEventOfAnotherDevice},
 }
 
 // TestExplore runs the drain bodies on the orderly schedule and
