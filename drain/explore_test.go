@@ -2,7 +2,6 @@ package drain_test
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -53,26 +52,16 @@ func TestExplore(t *testing.T) {
 	}
 }
 
-// EnvSafeInvariant turns on TestExploreSafeMeansNothingOutstanding, which
-// fails on today's reaper (see there).
-const EnvSafeInvariant = "QPDRAIN_EXPLORE_SAFE_INVARIANT"
-
 // The invariant of a drain, checked on the soft device, which can tell:
 // when the reaper calls a QP safe, no completion of that QP can still
 // arrive (soft.QP.Outstanding is 0). QPs with their own receives drained
 // behind one drain WR break it under adversarial schedules: the batch's
 // drain WR proves nothing about the other QPs' receive queues, whose
-// flushes may come later (issue 9, "batching without proof"): seeds 1 and
-// 3-8 of the default 8 find QPs called safe with 1-4 receives still to be
-// flushed; the orderly schedule and seed 2 pass. Opt-in until issue 9's
-// per-queue proof lands:
-// QPDRAIN_EXPLORE_SAFE_INVARIANT=1 go test -run TestExploreSafeMeansNothingOutstanding ./drain
+// flushes may come later. The reaper before the per-queue proof broke it on
+// seeds 1 and 3-8 of the default 8 (1-4 receives still to be flushed).
 func TestExploreSafeMeansNothingOutstanding(t *testing.T) {
 	if devtest.CurrentProvider() != devtest.ProviderSoft {
 		t.Skip("only the soft device can say what is still outstanding")
-	}
-	if os.Getenv(EnvSafeInvariant) == "" {
-		t.Skip("fails on the current reaper, which batches without a per-queue proof (issue 9); set " + EnvSafeInvariant + "=1 to run it")
 	}
 	devtest.Explore(t, func(t *testing.T) {
 		dev := devtest.Open(t)
