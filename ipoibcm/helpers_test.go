@@ -179,3 +179,13 @@ func lastWQEReached() bool {
 	major, minor := devtest.KernelVersion()
 	return major > 6 || major == 6 && minor >= 5
 }
+
+// event returns qpn's first traced event of kind k.
+func (r *rig) event(qpn uint32, k EventKind) (Event, bool) {
+	for _, e := range r.events {
+		if e.QPNum == qpn && e.Kind == k {
+			return e, true
+		}
+	}
+	return Event{}, false
+}

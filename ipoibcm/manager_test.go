@@ -213,8 +213,8 @@ func TestStaleTask(t *testing.T) {
 			bAt := r.clock.Now()
 			r.clock.Set(start.Add(cfg.Delay))
 			r.service()
-			if a.List() != ListError || a.State() != StateError || devtest.State(t, a.qp) != ibv.QPSErr {
-				t.Errorf("a idle %v > %v: on %s in %s, want rx_error_list in ERROR with its QP in ERR", cfg.Delay, cfg.Timeout, a.List(), a.State())
+			if e, ok := r.event(a.QPNum(), EventStale); !ok || !e.At.Equal(start.Add(cfg.Delay)) || e.List != ListError || e.State != StateError {
+				t.Errorf("a idle %v > %v: stale event %+v, want one at the task's run moving it to rx_error_list in ERROR", cfg.Delay, cfg.Timeout, e)
 			}
 			if b.List() != ListPassive {
 				t.Fatalf("b idle %v: on %s, want passive_ids", cfg.Timeout-time.Second, b.List())

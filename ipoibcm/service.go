@@ -19,10 +19,10 @@ var done = func() context.Context {
 }()
 
 // Service does what the kernel's interrupt handlers and work items would
-// have done by now: it takes the device's queued async events, polls the
-// shared CQ empty (activity, reposts, flushes, drain WRs), runs the stale
-// task and the Bounded policy's waits when Clock says they are due, and
-// destroys the QPs on rx_reap_list. Call it after anything that may have
+// have done by now: it runs the stale task when Clock says it is due,
+// takes the device's queued async events, polls the shared CQ empty
+// (activity, reposts, flushes, drain WRs), runs the Bounded policy's due
+// waits, and destroys the QPs on rx_reap_list. Call it after anything that may have
 // produced completions or events, and at NextDeadline.
 func (m *Manager) Service() error {
 	m.mu.Lock()
@@ -35,14 +35,16 @@ func (m *Manager) Service() error {
 
 func (m *Manager) service() error {
 	now := m.clock.Now()
+	// The stale task first: the flushes and events its moves to ERROR
+	// cause are then taken by this call.
+	if !m.staleAt.IsZero() && !now.Before(m.staleAt) {
+		m.staleTask(now)
+	}
 	if err := m.events(now); err != nil {
 		return err
 	}
 	if err := m.pollAll(now); err != nil {
 		return err
-	}
-	if !m.staleAt.IsZero() && !now.Before(m.staleAt) {
-		m.staleTask(now)
 	}
 	if m.reaper != nil {
 		if err := m.bounded(now); err != nil {
@@ -328,4 +330,11 @@ func (m *Manager) Counts() [NumLists]int {
 		n[l] = m.lists[l].n
 	}
 	return n
+}
+
+// QPs is how many QPs the Manager holds, on any list.
+func (m *Manager) QPs() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.conns)
 }
