@@ -103,7 +103,8 @@ func (r *rig) send(peer ibv.QP) {
 	if wcs[0].Status != ibv.WCSuccess {
 		r.t.Fatalf("peer send completed with %s", wcs[0].Status)
 	}
-	r.service()
+	want := r.m.Stats().Receives + 1
+	r.until("the receive handled", func() bool { return r.m.Stats().Receives == want })
 }
 
 // service runs the Manager's Service once.

@@ -66,6 +66,7 @@ type Stats struct {
 	RejectOther     int // rejected with RejConsumerDefined (a verb failed, e.g. no QP left)
 	Disconnects     int // DREQ/REJ received
 	Stale           int // moved to ERROR by the stale task
+	Receives        int // receives completed successfully (messages from peers)
 	DrainWRs        int // drain WRs posted (Kernel) or by the reaper (Bounded)
 	DrainPostFailed int // Kernel: drain WR post failures (ipoib_warn "failed to post drain wr")
 	Reaped          int // QPs destroyed after their drain or flush

@@ -182,6 +182,7 @@ func (m *Manager) handleWC(wc ibv.WC, now time.Time) error {
 		}
 		return nil
 	}
+	m.stats.Receives++
 	if uint64(slot)&UpdateMask == 0 && !now.Before(c.stamp.Add(m.cfg.UpdateTime)) {
 		c.stamp = now
 		if c.state == StateLive && c.list == ListPassive {
