@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/devtest"
 	"github.com/qpdrain/qpdrain/soft"
 )
 
@@ -18,7 +19,7 @@ var quick = Options{Timeout: 50 * time.Millisecond, Quiet: 20 * time.Millisecond
 
 func openSoft(t *testing.T, q soft.Quirks) ibv.Context {
 	t.Helper()
-	dev, err := soft.Open(soft.Config{Quirks: q})
+	dev, err := soft.Open(soft.Config{Quirks: q, Schedule: devtest.Schedule(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -177,6 +177,9 @@ func TestCheckVerdict(t *testing.T) {
 // findings, which flushcheck's TestDevice asserts probe by probe.
 func TestCheckTestDevice(t *testing.T) {
 	name := devtest.DeviceName()
+	if devtest.CurrentProvider() == devtest.ProviderSoft {
+		name = softDeviceName // the CLI has the orderly soft device only
+	}
 	// 2 s per wait: rxe answers in milliseconds, and a deviation costs its
 	// whole timeout (flushcheck's TestDevice has the same reasoning).
 	out, err := runCheckCmd(t, "--device", name, "--timeout", "2s")
