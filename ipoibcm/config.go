@@ -96,13 +96,13 @@ type Config struct {
 	// Policy is the drain policy (default Kernel).
 	Policy Policy
 	// Drain configures the Bounded policy's reaper. Its LastWQETimeout and
-	// DrainTimeout (default 5 s each) run on Clock; its Policy defaults to
-	// drain.DestroyWhenEmpty here (see Bounded), set QuarantinePolicy to
-	// keep stalled QPs instead.
+	// DrainTimeout (default 5 s each) run on Clock; its Policy is
+	// drain.DestroyWhenEmpty unless QuarantinePolicy, and its Headroom
+	// defaults to 16.
 	Drain drain.Options
 	// QuarantinePolicy makes the Bounded policy keep a stalled QP in the
 	// reaper's quarantine (drain.Quarantine) instead of destroying it once
-	// the CQ is proven empty.
+	// the CQ is proven empty. It needs the real clock (see Bounded).
 	QuarantinePolicy bool
 	// Clock runs every timer (default RealClock).
 	Clock Clock
@@ -139,6 +139,9 @@ func (c Config) withDefaults() (Config, error) {
 			*d.v = d.def
 		}
 	}
+	if c.Clock == nil {
+		c.Clock = RealClock{}
+	}
 	switch {
 	case c.RecvQueueSize < 1:
 		return c, fmt.Errorf("config: receive queue size %d: want at least 1: %w", c.RecvQueueSize, ibv.ErrInvalidArgument)
@@ -146,21 +149,32 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("config: max_nonsrq_conn_qp %d: want at least 1: %w", c.MaxNonSRQConn, ibv.ErrInvalidArgument)
 	case c.UpdateTime < 0 || c.Timeout < 0 || c.Delay <= 0 || c.StopTimeout < 0 || c.Drain.LastWQETimeout < 0 || c.Drain.DrainTimeout < 0:
 		return c, fmt.Errorf("config: a negative timer, or a zero stale-task delay: %w", ibv.ErrInvalidArgument)
+	case c.Policy == Bounded && c.QuarantinePolicy && !isReal(c.Clock):
+		// A round of the reaper ends by Shutdown (see bounded.go); a kept
+		// QP's drain WR completing later could be taken for one of the
+		// next round's, whose IDs start again.
+		return c, fmt.Errorf("config: the quarantine policy needs the real clock: %w", ibv.ErrInvalidArgument)
 	case c.Policy != Kernel && c.Policy != Bounded:
 		return c, fmt.Errorf("config: %s: %w", c.Policy, ibv.ErrInvalidArgument)
-	}
-	if c.Clock == nil {
-		c.Clock = RealClock{}
 	}
 	return c, nil
 }
 
+func isReal(c Clock) bool {
+	_, real := c.(RealClock)
+	return real
+}
+
 // cqe is the shared CQ's depth: every receive that can be outstanding, one
-// spare slot for the drain WR (ipoib_cm.c reserves exactly one), and room
-// for the Bounded policy's drain WRs.
+// spare slot for the drain WR (ipoib_cm.c reserves exactly one), and the
+// Bounded policy's headroom.
 func (c Config) cqe() int {
-	if c.NoSRQ {
-		return c.MaxNonSRQConn*c.RecvQueueSize + 1 + 16
+	spare := 1
+	if c.Policy == Bounded {
+		spare = max(c.Drain.Headroom, boundedHeadroom)
 	}
-	return 2*c.RecvQueueSize + 1 + 16
+	if c.NoSRQ {
+		return c.MaxNonSRQConn*c.RecvQueueSize + spare
+	}
+	return 2*c.RecvQueueSize + spare
 }

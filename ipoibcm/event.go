@@ -72,11 +72,12 @@ const (
 	EventFlushed                      // without an SRQ: the last posted receive came back flushed
 	EventDrained                      // its drain completed: rx_reap_list
 	EventQuarantined                  // Bounded: its drain stalled and the quarantine keeps it
+	EventGivenUp                      // Bounded on a virtual clock: its wait ran out, the CQ was empty: rx_reap_list unproven
 	EventForced                       // device stop gave up waiting ("RX drain timing out"): reaped unproven
 	EventReaped                       // QP destroyed
 )
 
-var eventNames = [...]string{"accepted", "rejected", "disconnect", "stale", "stop", "last-wqe-reached", "drain-posted", "flushed", "drained", "quarantined", "forced", "reaped"}
+var eventNames = [...]string{"accepted", "rejected", "disconnect", "stale", "stop", "last-wqe-reached", "drain-posted", "flushed", "drained", "quarantined", "given-up", "forced", "reaped"}
 
 // String names the kind.
 func (k EventKind) String() string {

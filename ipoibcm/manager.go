@@ -34,7 +34,7 @@ type Conn struct {
 	errAt      time.Time // when the QP was moved to ERROR
 	recvCount  int       // without an SRQ: receives posted and not yet completed
 	lastWQE    bool
-	deadline   time.Time     // Bounded: end of the wait for Last WQE Reached
+	deadline   time.Time     // Bounded: end of the wait for Last WQE Reached, then of the drain
 	handle     *drain.Handle // Bounded: the reaper's handle
 	nonSRQSlot bool          // counted in nonsrq_conn_qp
 }
@@ -71,6 +71,10 @@ type Stats struct {
 	DrainPostFailed int // Kernel: drain WR post failures (ipoib_warn "failed to post drain wr")
 	Reaped          int // QPs destroyed after their drain or flush
 	Quarantined     int // Bounded: stalled drains kept
+	// GivenUp counts QPs the Bounded policy destroyed without a proof
+	// after their wait ran out on a virtual clock, the CQ found empty;
+	// Rounds the reaper rounds that ended so.
+	GivenUp, Rounds int
 	Forced          int // QPs Stop destroyed without proof after StopTimeout
 	// LateWCs counts completions for QPs the Manager had already
 	// destroyed: each would be a QP declared finished too early.
@@ -90,27 +94,23 @@ type Manager struct {
 	cfg   Config
 	clock Clock
 
-	mu      sync.Mutex
-	objs    teardown.List // CQ, SRQ, MR
-	cq      ibv.CQ
-	srq     ibv.SRQ
-	mr      ibv.MR
-	buf     []byte
-	reaper  *drain.Reaper
-	conns   map[uint32]*Conn
-	dead    map[uint32]struct{} // QP numbers destroyed, to count late completions
-	lists   [NumLists]connList
-	nonSRQ  int       // nonsrq_conn_qp
-	staleAt time.Time // the stale task's next run; zero when not queued
-	stats   Stats
-	wcs     []ibv.WC
-	stopped bool
-
-	// Bounded: the reaper is consulted (its stall deadlines applied) only
-	// at times of Clock, so that every wait runs on Clock.
-	drainWRsSeen int
-	drainDue     time.Time // the outstanding drain WR's deadline; zero when none
-	consultSoon  bool      // a stalled QP waits for a poll that finds the CQ empty
+	mu     sync.Mutex
+	objs   teardown.List // CQ, SRQ, MR
+	cq     ibv.CQ
+	srq    ibv.SRQ
+	mr     ibv.MR
+	buf    []byte
+	reaper *drain.Reaper
+	// headroom is the Bounded reaper's drain WRs outstanding at most.
+	headroom int
+	conns    map[uint32]*Conn
+	dead     map[uint32]struct{} // QP numbers destroyed, to count late completions
+	lists    [NumLists]connList
+	nonSRQ   int       // nonsrq_conn_qp
+	staleAt  time.Time // the stale task's next run; zero when not queued
+	stats    Stats
+	wcs      []ibv.WC
+	stopped  bool
 }
 
 // New creates the Manager's CQ, its SRQ (unless cfg.NoSRQ) filled with
@@ -143,15 +143,8 @@ func (m *Manager) open() error {
 	m.objs.Add(m.mr)
 	m.wcs = make([]ibv.WC, 64)
 	if cfg.Policy == Bounded {
-		opts := cfg.Drain
-		opts.Policy = drain.DestroyWhenEmpty
-		if cfg.QuarantinePolicy {
-			opts.Policy = drain.Quarantine
-		}
-		// The reaper's own deadlines pass at once; the Manager applies
-		// them only when its Clock says the wait is over (consult).
-		opts.LastWQETimeout, opts.DrainTimeout = time.Nanosecond, time.Nanosecond
-		opts.Channel, opts.Events, opts.OnWC, opts.OnEvent = nil, nil, nil, nil
+		opts := m.reaperOptions()
+		m.headroom = opts.Headroom
 		m.reaper = drain.NewReaper(m.cq, opts)
 	}
 	if cfg.NoSRQ {
@@ -270,6 +263,9 @@ func (m *Manager) Accept(peer uint32, route rcsetup.Route) (*Conn, error) {
 	if m.srq == nil {
 		attr.Cap.MaxRecvWR, attr.Cap.MaxRecvSGE = uint32(m.cfg.RecvQueueSize), 1
 	}
+	if m.reaper != nil {
+		attr.Cap.MaxSendWR = uint32(m.headroom)
+	}
 	qp, err := m.cfg.PD.CreateQP(attr)
 	if err != nil {
 		return reject(RejConsumerDefined, fmt.Errorf("creating the RX QP: %w", err))
@@ -297,6 +293,7 @@ func (m *Manager) Accept(peer uint32, route rcsetup.Route) (*Conn, error) {
 		c.recvCount = len(wrs)
 	}
 	m.conns[c.qpn] = c
+	delete(m.dead, c.qpn) // a reused number is the new QP's
 	m.stats.Accepted++
 	m.stats.MaxQPs = max(m.stats.MaxQPs, len(m.conns))
 	if m.staleAt.IsZero() {

@@ -153,11 +153,7 @@ func (m *Manager) handleWC(wc ibv.WC, now time.Time) error {
 		return nil
 	}
 	if drain.IsDrainWRID(wc.ID) && m.reaper != nil {
-		late := m.reaper.Stats().LateDrainWCs
 		m.reaper.HandleWC(wc)
-		if m.reaper.Stats().LateDrainWCs == late {
-			m.drainDue = time.Time{} // the outstanding one completed
-		}
 		m.afterReaper(now)
 		return nil
 	}
@@ -264,9 +260,8 @@ func (m *Manager) NextDeadline() time.Time {
 		}
 	}
 	earlier(m.staleAt)
-	earlier(m.drainDue)
-	if m.consultSoon {
-		earlier(m.clock.Now())
+	if c := m.lists[ListDrain].head; c != nil && m.virtualTime() {
+		earlier(c.deadline)
 	}
 	for c := m.lists[ListError].head; c != nil; c = c.next {
 		earlier(c.deadline)
@@ -281,8 +276,8 @@ func (m *Manager) Stats() Stats {
 	s := m.stats
 	if m.reaper != nil {
 		rs := m.reaper.Stats()
-		s.DrainWRs = rs.DrainWRs
-		s.Quarantined = rs.Quarantined
+		s.DrainWRs += rs.DrainWRs // earlier rounds' are in m.stats
+		s.Quarantined += rs.Quarantined
 	}
 	return s
 }

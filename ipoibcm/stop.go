@@ -67,18 +67,15 @@ func (m *Manager) Stop(ctx context.Context) (StopReport, error) {
 		}
 	}
 	now := m.clock.Now()
-	if rep.TimedOut && m.reaper != nil {
+	if rep.TimedOut && m.reaper != nil && m.virtualTime() {
 		// The Bounded policy's waits end with the stop's: every QP still
-		// waiting for Last WQE Reached goes to the reaper, whose deadlines
-		// have all passed; the first consult applies its policy, the
-		// second gives the QPs that now wait for it the empty CQ.
+		// waiting for Last WQE Reached goes to the reaper, and the round
+		// ends with the CQ found empty.
 		for c := m.lists[ListError].head; c != nil; c = m.lists[ListError].head {
 			m.hand(c, false, now)
 		}
-		for range 2 {
-			if err := m.consult(now); err != nil {
-				errs = append(errs, err)
-			}
+		if err := m.endRound(now); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	m.stopped = true

@@ -23,6 +23,7 @@ type churnOptions struct {
 	device       string
 	quirks       []string
 	maxQP        int
+	schedule     uint64
 	seed         uint64
 	events       int
 	policy       string
@@ -88,6 +89,7 @@ func newChurnCmd(opts *globalOptions) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.device, "device", softDeviceName, "device: soft (the built-in soft device, peers on a second one) or a libibverbs device, peers in loopback")
 	f.StringSliceVar(&o.quirks, "quirk", nil, "provider quirk of the soft device (repeatable): "+strings.Join(simQuirkNames(), ", "))
+	f.Uint64Var(&o.schedule, "schedule-seed", 0, "make the soft device adversarial with this schedule seed (0: orderly)")
 	f.IntVar(&o.maxQP, "max-qp", 0, "QPs the soft device creates at most (0: its default); past it connections are rejected")
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the churn schedule")
 	f.IntVar(&o.events, "events", churn.DefaultEvents, "churn events to run (connects, sends, disconnects, vanishes)")
@@ -149,7 +151,8 @@ func runChurn(cmd *cobra.Command, o *churnOptions) (*churn.Result, error) {
 	}()
 	if o.device == softDeviceName {
 		fab := soft.NewFabric()
-		rx, err := soft.Open(soft.Config{Fabric: fab, Name: "soft0", Quirks: quirks, Limits: soft.Limits{MaxQP: o.maxQP}})
+		rx, err := soft.Open(soft.Config{Fabric: fab, Name: "soft0", Quirks: quirks,
+			Limits: soft.Limits{MaxQP: o.maxQP}, Schedule: soft.Schedule{Seed: o.schedule}})
 		if err != nil {
 			return nil, fmt.Errorf("opening the soft device: %w", err)
 		}
@@ -161,8 +164,8 @@ func runChurn(cmd *cobra.Command, o *churnOptions) (*churn.Result, error) {
 		closers = append(closers, peers)
 		cfg.Device, cfg.PeerDevice = rx, peers
 	} else {
-		if len(o.quirks) > 0 || o.maxQP != 0 {
-			return nil, fmt.Errorf("--quirk and --max-qp apply to the soft device only, not %s", o.device)
+		if len(o.quirks) > 0 || o.maxQP != 0 || o.schedule != 0 {
+			return nil, fmt.Errorf("--quirk, --max-qp and --schedule-seed apply to the soft device only, not %s", o.device)
 		}
 		dev, err := ibv.Open(o.device)
 		if err != nil {

@@ -98,8 +98,11 @@ type Result struct {
 	// end, after every bounded wait would have ended.
 	HungDrains  int `json:"hung_drains"`
 	Quarantined int `json:"quarantined"`
-	DrainWRs    int `json:"drain_wrs"`
-	Reaped      int `json:"reaped"`
+	// GivenUp is the QPs the bounded policy destroyed unproven after their
+	// wait ran out, the CQ found empty.
+	GivenUp  int `json:"given_up"`
+	DrainWRs int `json:"drain_wrs"`
+	Reaped   int `json:"reaped"`
 	// LateWCs counts completions that arrived for a QP already destroyed:
 	// a QP declared finished that was not (false safe).
 	LateWCs int `json:"false_safe"`
@@ -155,6 +158,7 @@ func (r *Result) end() {
 func (r *Result) stopped(rep ipoibcm.StopReport, st ipoibcm.Stats) {
 	r.StopTimedOut, r.StopForced = rep.TimedOut, rep.Forced
 	r.Quarantined, r.DrainWRs, r.Reaped, r.LateWCs = st.Quarantined, st.DrainWRs, st.Reaped, st.LateWCs
+	r.GivenUp = st.GivenUp
 }
 
 func (r *Result) finish(stale, reaped []time.Duration) {
