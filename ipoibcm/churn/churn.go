@@ -259,13 +259,18 @@ func (s *sim) run(ctx context.Context) error {
 		mc := s.m.Config()
 		settle = mc.Timeout + mc.Delay + mc.Drain.LastWQETimeout + mc.Drain.DrainTimeout + time.Second
 	}
-	if err := s.timersUntil(ctx, s.clock.Now().Add(settle)); err != nil {
-		return err
+	// Sampled in steps, so that the lists draining show over time.
+	const settleSteps = 10
+	end := s.clock.Now().Add(settle)
+	for i := 1; i <= settleSteps; i++ {
+		if err := s.timersUntil(ctx, end.Add(-settle*time.Duration(settleSteps-i)/settleSteps)); err != nil {
+			return err
+		}
+		if err := s.m.Service(); err != nil {
+			return err
+		}
+		s.sample()
 	}
-	if err := s.m.Service(); err != nil {
-		return err
-	}
-	s.sample()
 	s.res.end()
 	return nil
 }
