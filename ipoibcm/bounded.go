@@ -110,12 +110,9 @@ func (m *Manager) afterReaper(now time.Time) {
 
 // bounded runs the Bounded policy's timers that are due.
 func (m *Manager) bounded(now time.Time) error {
-	for c := m.lists[ListError].head; c != nil; {
-		next := c.next
-		if !c.deadline.IsZero() && !now.Before(c.deadline) {
-			m.hand(c, false, now)
-		}
-		c = next
+	// Entries join rx_error_list at the head: the tail waits longest.
+	for c := m.lists[ListError].tail; c != nil && !c.deadline.IsZero() && !now.Before(c.deadline); c = m.lists[ListError].tail {
+		m.hand(c, false, now)
 	}
 	if !m.virtualTime() {
 		// pollAll just found the CQ empty.

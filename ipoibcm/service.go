@@ -263,7 +263,8 @@ func (m *Manager) NextDeadline() time.Time {
 	if c := m.lists[ListDrain].head; c != nil && m.virtualTime() {
 		earlier(c.deadline)
 	}
-	for c := m.lists[ListError].head; c != nil; c = c.next {
+	if c := m.lists[ListError].tail; c != nil && m.reaper != nil {
+		// Entries join at the head, so the tail waits longest.
 		earlier(c.deadline)
 	}
 	return d

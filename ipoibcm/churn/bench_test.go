@@ -33,26 +33,35 @@ var benchQuirks = []struct {
 func BenchmarkChurn(b *testing.B) {
 	for _, q := range benchQuirks {
 		for _, p := range []ipoibcm.Policy{ipoibcm.Kernel, ipoibcm.Bounded} {
-			b.Run(q.name+"/"+p.String(), func(b *testing.B) {
-				var res *Result
-				for b.Loop() {
-					rx, peers := softPair(b, q.q, 0)
-					var err error
-					res, err = Run(context.Background(), Config{Seed: 1, Events: 100_000, Device: rx, PeerDevice: peers,
-						VanishFraction: DefaultVanishFraction, Manager: ipoibcm.Config{Policy: p, RecvQueueSize: 16}})
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.ReportMetric(float64(res.Events.Total())/res.Wall.Seconds(), "events/s")
-				b.ReportMetric(float64(res.PeakQPs), "peak-qps")
-				b.ReportMetric(float64(res.Leaked), "leaked")
-				b.ReportMetric(float64(res.HungDrains), "hung")
-				b.ReportMetric(float64(res.LateWCs), "false-safe")
-				b.ReportMetric(float64(res.RejectedNoQP+res.RejectedOther), "rejected")
-			})
+			b.Run(q.name+"/"+p.String(), func(b *testing.B) { benchChurn(b, q.q, p, false) })
 		}
 	}
+	// The seed thread's configuration: no SRQ (max_nonsrq_conn_qp 128).
+	for _, q := range benchQuirks[:2] {
+		for _, p := range []ipoibcm.Policy{ipoibcm.Kernel, ipoibcm.Bounded} {
+			b.Run("nonsrq/"+q.name+"/"+p.String(), func(b *testing.B) { benchChurn(b, q.q, p, true) })
+		}
+	}
+}
+
+func benchChurn(b *testing.B, q soft.Quirks, p ipoibcm.Policy, noSRQ bool) {
+	var res *Result
+	for b.Loop() {
+		rx, peers := softPair(b, q, 0)
+		var err error
+		res, err = Run(context.Background(), Config{Seed: 1, Events: 100_000, Device: rx, PeerDevice: peers,
+			VanishFraction: DefaultVanishFraction, Manager: ipoibcm.Config{Policy: p, NoSRQ: noSRQ, RecvQueueSize: 16}})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(res.Events.Total())/res.Wall.Seconds(), "events/s")
+	b.ReportMetric(float64(res.PeakQPs), "peak-qps")
+	b.ReportMetric(float64(res.Leaked), "leaked")
+	b.ReportMetric(float64(res.HungDrains), "hung")
+	b.ReportMetric(float64(res.LateWCs), "false-safe")
+	b.ReportMetric(float64(res.RejectedNoQP+res.RejectedOther), "rejected")
+	b.ReportMetric(float64(res.GivenUp), "given-up")
 }
 
 // BenchmarkLiveConnection measures the memory one live connection costs:
