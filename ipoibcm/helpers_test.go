@@ -190,3 +190,32 @@ func (r *rig) event(qpn uint32, k EventKind) (Event, bool) {
 	}
 	return Event{}, false
 }
+
+// repeatsLastWQE says the test device raises Last WQE Reached again after a
+// send is posted on the QP in ERROR, as rxe does on Linux 6.12
+// (docs/PROVIDERS.md; soft's LastWQEReachedTwice): ipoib_cm.c's handler
+// then moves the entry back to the flush list and posts another drain WR.
+func repeatsLastWQE() bool {
+	if devtest.CurrentProvider() != devtest.ProviderRXE {
+		return false
+	}
+	major, minor := devtest.KernelVersion()
+	return major > 6 || major == 6 && minor >= 12
+}
+
+// wantKernelDrain fails unless qpn's traced events are before, Last WQE
+// Reached and a drain WR (repeated where the device repeats the event),
+// then drained and reaped.
+func (r *rig) wantKernelDrain(qpn uint32, before ...EventKind) {
+	r.t.Helper()
+	got := r.kinds(qpn)
+	pair := []EventKind{EventLastWQE, EventDrainPosted}
+	i := len(before)
+	ok := len(got) >= i+4 && slices.Equal(got[:i], before) && slices.Equal(got[i:i+2], pair)
+	for i += 2; ok && repeatsLastWQE() && len(got) >= i+2 && slices.Equal(got[i:i+2], pair); i += 2 {
+		r.t.Logf("qp %#x: Last WQE Reached again after the drain WR, another drain WR (ipoib_cm_rx_event_handler)", qpn)
+	}
+	if !ok || !slices.Equal(got[i:], []EventKind{EventDrained, EventReaped}) {
+		r.t.Errorf("qp %#x events %v, want %v, %v, then drained, reaped", qpn, got, before, pair)
+	}
+}
