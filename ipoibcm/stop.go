@@ -36,6 +36,9 @@ func (m *Manager) Stop(ctx context.Context) (StopReport, error) {
 	if m.stopped {
 		return StopReport{}, fmt.Errorf("stopping: %w", ErrStopped)
 	}
+	// From here on Accept and Service refuse; the loop below services
+	// itself.
+	m.stopped = true
 	begin := m.clock.Now()
 	reapedBefore := m.stats.Reaped
 	for c := m.lists[ListPassive].head; c != nil; c = m.lists[ListPassive].head {
@@ -78,7 +81,6 @@ func (m *Manager) Stop(ctx context.Context) (StopReport, error) {
 			errs = append(errs, err)
 		}
 	}
-	m.stopped = true
 	rep.Waited = now.Sub(begin)
 	m.reap(now)
 	rep.Reaped = m.stats.Reaped - reapedBefore
