@@ -129,7 +129,7 @@ func (m *Manager) bounded(now time.Time) error {
 // endRound gives up every QP the reaper still holds, on a virtual clock:
 // the CQ is polled empty first, so every drain WR that completed counts.
 func (m *Manager) endRound(now time.Time) error {
-	if err := m.pollAll(now); err != nil {
+	if _, err := m.pollAll(now); err != nil {
 		return fmt.Errorf("polling before ending the reaper's round: %w", err)
 	}
 	m.afterReaper(now)

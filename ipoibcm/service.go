@@ -40,11 +40,21 @@ func (m *Manager) service() error {
 	if !m.staleAt.IsZero() && !now.Before(m.staleAt) {
 		m.staleTask(now)
 	}
-	if err := m.events(now); err != nil {
-		return err
-	}
-	if err := m.pollAll(now); err != nil {
-		return err
+	// What one pass handles can make more (a drain WR posted on Last WQE
+	// Reached completes, a device delivers a deferred flush on the next
+	// call): repeat until a pass finds nothing.
+	for range maxPasses {
+		evs, err := m.events(now)
+		if err != nil {
+			return err
+		}
+		wcs, err := m.pollAll(now)
+		if err != nil {
+			return err
+		}
+		if evs+wcs == 0 {
+			break
+		}
 	}
 	if m.reaper != nil {
 		if err := m.bounded(now); err != nil {
@@ -55,15 +65,19 @@ func (m *Manager) service() error {
 	return nil
 }
 
-// events takes every queued async event of the device.
-func (m *Manager) events(now time.Time) error {
-	for {
+// maxPasses bounds Service's passes over events and completions.
+const maxPasses = 64
+
+// events takes every queued async event of the device and returns how
+// many there were.
+func (m *Manager) events(now time.Time) (int, error) {
+	for n := 0; ; n++ {
 		ev, err := m.cfg.Context.NextAsyncEvent(done)
 		switch {
 		case errors.Is(err, context.Canceled):
-			return nil
+			return n, nil
 		case err != nil:
-			return fmt.Errorf("reading async events: %w", err)
+			return n, fmt.Errorf("reading async events: %w", err)
 		}
 		if !m.handleEvent(ev, now) && m.cfg.OnEvent != nil {
 			m.cfg.OnEvent(ev)
@@ -124,20 +138,23 @@ func (m *Manager) startRxDrain(now time.Time) {
 	}
 }
 
-// pollAll polls the CQ until it is empty.
-func (m *Manager) pollAll(now time.Time) error {
+// pollAll polls the CQ until it is empty and returns how many completions
+// it took.
+func (m *Manager) pollAll(now time.Time) (int, error) {
+	total := 0
 	for {
 		n, err := m.cq.Poll(m.wcs)
 		if err != nil {
-			return fmt.Errorf("polling the receive CQ: %w", err)
+			return total, fmt.Errorf("polling the receive CQ: %w", err)
 		}
+		total += n
 		for _, wc := range m.wcs[:n] {
 			if err := m.handleWC(wc, now); err != nil {
-				return err
+				return total, err
 			}
 		}
-		if n < len(m.wcs) {
-			return nil
+		if n == 0 {
+			return total, nil
 		}
 	}
 }

@@ -42,8 +42,8 @@ type Config struct {
 	// connected in loopback. Two devices must reach each other by LID (two
 	// soft devices on one fabric).
 	PeerDevice ibv.Context
-	// Manager is the Manager's configuration; Run sets its Context, PD,
-	// Clock and Trace.
+	// Manager is the Manager's configuration; Run sets its Context, PD and
+	// Clock, and sees the Trace before a Trace given here.
 	Manager ipoibcm.Config
 	// ConnectRate is connection requests per second, SendRate messages
 	// per second per connection, Lifetime the mean connection lifetime,
@@ -251,6 +251,9 @@ func (s *sim) run(ctx context.Context) error {
 	// with a DREQ or by vanishing.
 	for len(s.live) > 0 {
 		if err := s.end(s.live[0], false); err != nil {
+			return err
+		}
+		if err := s.m.Service(); err != nil {
 			return err
 		}
 	}

@@ -28,7 +28,14 @@ func (s *sim) open() error {
 	}
 	s.objs.Add(pd)
 	mc := s.cfg.Manager
-	mc.Context, mc.PD, mc.Clock, mc.Trace = s.cfg.Device, pd, s.clock, s.trace
+	user := mc.Trace
+	mc.Context, mc.PD, mc.Clock = s.cfg.Device, pd, s.clock
+	mc.Trace = func(e ipoibcm.Event) {
+		s.trace(e)
+		if user != nil {
+			user(e)
+		}
+	}
 	if s.m, err = ipoibcm.New(mc); err != nil {
 		return err
 	}
