@@ -215,11 +215,10 @@ func (m *Manager) repost(c *Conn, slot int) error {
 		return nil
 	}
 	if err := c.qp.PostRecv(wr); err != nil {
+		// As ipoib_cm_handle_rx_wc: the count drops, nothing else. Should
+		// it reach 0 this way, no flush will ever reap the QP.
 		c.recvCount--
 		m.warn("ipoib_cm_post_receive_nonsrq failed for qp %#x buf %d: %v", c.qpn, slot, err)
-		if c.recvCount == 0 {
-			m.move(c, ListReap, false)
-		}
 	}
 	return nil
 }
