@@ -1,9 +1,15 @@
 package drain_test
 
 import (
+	"context"
+	"os"
 	"testing"
+	"time"
 
+	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/devtest"
+	"github.com/qpdrain/qpdrain/soft"
 )
 
 // exploredBodies are the drain tests that also run under the soft device's
@@ -45,4 +51,74 @@ func TestExplore(t *testing.T) {
 	for _, b := range exploredBodies {
 		t.Run(b.name, func(t *testing.T) { devtest.Explore(t, b.body) })
 	}
+}
+
+// EnvSafeInvariant turns on TestExploreSafeMeansNothingOutstanding, which
+// fails on today's reaper (see there).
+const EnvSafeInvariant = "QPDRAIN_EXPLORE_SAFE_INVARIANT"
+
+// The invariant of a drain, checked on the soft device, which can tell:
+// when the reaper calls a QP safe, no completion of that QP can still
+// arrive (soft.QP.Outstanding is 0). QPs with their own receives drained
+// behind one drain WR break it under adversarial schedules: the batch's
+// drain WR proves nothing about the other QPs' receive queues, whose
+// flushes may come later (issue 9, "batching without proof"): seeds 1 and
+// 3-8 of the default 8 find QPs called safe with 1-4 receives still to be
+// flushed; the orderly schedule and seed 2 pass. Opt-in until issue 9's
+// per-queue proof lands:
+// QPDRAIN_EXPLORE_SAFE_INVARIANT=1 go test -run TestExploreSafeMeansNothingOutstanding ./drain
+func TestExploreSafeMeansNothingOutstanding(t *testing.T) {
+	if devtest.CurrentProvider() != devtest.ProviderSoft {
+		t.Skip("only the soft device can say what is still outstanding")
+	}
+	if os.Getenv(EnvSafeInvariant) == "" {
+		t.Skip("fails on the current reaper, which batches without a per-queue proof (issue 9); set " + EnvSafeInvariant + "=1 to run it")
+	}
+	devtest.Explore(t, func(t *testing.T) {
+		dev := devtest.Open(t)
+		r := newRig(t, dev, nil, 64)
+		qps := r.pairs(8, false)
+		for _, qp := range qps {
+			r.postRecvs(qp, 4)
+		}
+		rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+		var hs []*drain.Handle
+		for _, qp := range qps {
+			hs = append(hs, add(t, rp, qp, drain.AddOptions{}))
+		}
+		// The test is the poll loop, one completion at a time, and looks at
+		// every QP the moment its drain ends: nothing moves in between.
+		checked := make([]bool, len(hs))
+		wc := make([]ibv.WC, 1)
+		deadline := time.Now().Add(devtest.Timeout)
+		for rp.Stats().Pending > 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("drains pending after %v: %+v", devtest.Timeout, rp.Stats())
+			}
+			n, err := r.cq.Poll(wc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n == 0 {
+				rp.CQEmpty()
+				continue
+			}
+			rp.HandleWC(wc[0])
+			for i, h := range hs {
+				select {
+				case <-h.Done():
+				default:
+					continue
+				}
+				if checked[i] {
+					continue
+				}
+				checked[i] = true
+				if left := h.QP().(*soft.QP).Outstanding(); left != 0 {
+					rep, _ := h.Wait(context.Background())
+					t.Errorf("qpn %#x called %s with %d WRs still to complete:\n%s", h.QP().Num(), rep.Outcome, left, rep)
+				}
+			}
+		}
+	})
 }

@@ -290,3 +290,34 @@ func TestAdversarialQPNumbersAcrossDevices(t *testing.T) {
 		t.Errorf("QP numbers %v and %v: want overlapping numbers from different starts", nx, ny)
 	}
 }
+
+// Outstanding counts the WRs whose completions are still to come: with
+// deferred flushes it reaches 0 only when the last one was generated.
+func TestOutstanding(t *testing.T) {
+	for seed := uint64(0); seed <= 8; seed++ {
+		e := newEnv(t, soft.Config{Schedule: soft.Schedule{Seed: seed}})
+		cq := e.cq(64)
+		mr := e.mr(4096, ibv.AccessLocalWrite)
+		a, b := e.qp(cq, nil), e.qp(e.cq(4), nil)
+		connect(t, a, b, 1)
+		for i := range 4 {
+			postRecv(t, a, ibv.RecvWR{ID: uint64(i), SGL: sge(mr, 0, 64)})
+		}
+		if n := a.Outstanding(); n != 4 {
+			t.Fatalf("seed %d: %d outstanding, want 4 receives", seed, n)
+		}
+		toState(t, a, ibv.QPSErr)
+		got := 0
+		wcs := make([]ibv.WC, 1)
+		for a.Outstanding() > 0 {
+			n, err := cq.Poll(wcs)
+			if err != nil || n == 0 {
+				t.Fatalf("seed %d: %d outstanding, poll gave %d (%v)", seed, a.Outstanding(), n, err)
+			}
+			got += n
+		}
+		if got += len(pollAll(t, cq)); got != 4 {
+			t.Fatalf("seed %d: %d flushes once nothing was outstanding, want 4", seed, got)
+		}
+	}
+}

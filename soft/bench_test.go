@@ -12,41 +12,74 @@ import (
 
 // BenchmarkSendRecv measures the message rate between two QPs on two
 // devices of one fabric: 16 receives posted, 16 signaled 64-byte SENDs
-// posted, both CQs polled, per batch. msg/cpu-s divides by the CPU time the
+// posted, both CQs polled, per batch; on the orderly schedule and on an
+// adversarial one, side by side. msg/cpu-s divides by the CPU time the
 // process used instead of the wall time: run with -cpu 1 it is the rate of
 // one core even on a busy machine.
 func BenchmarkSendRecv(b *testing.B) {
-	const batch = 16
-	fab := soft.NewFabric()
-	x := newEnv(b, soft.Config{Name: "x", Fabric: fab})
-	y := newEnv(b, soft.Config{Name: "y", Fabric: fab})
-	p := newPair(b, x, y)
-	sends := make([]ibv.SendWR, batch)
-	recvs := make([]ibv.RecvWR, batch)
-	for i := range sends {
-		sends[i] = ibv.SendWR{ID: uint64(i), Opcode: ibv.WRSend, Flags: ibv.SendSignaled, SGL: sge(p.ma, 64*i, 64)}
-		recvs[i] = ibv.RecvWR{ID: uint64(i), SGL: sge(p.mb, 64*i, 64)}
-	}
-	wcs := make([]ibv.WC, batch)
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu := cpuTime()
-	for n := 0; n < b.N; n += batch {
-		if err := p.b.PostRecv(recvs); err != nil {
-			b.Fatal(err)
-		}
-		if err := p.a.PostSend(sends); err != nil {
-			b.Fatal(err)
-		}
-		for _, cq := range []ibv.CQ{p.cqa, p.cqb} {
-			if k, err := cq.Poll(wcs); k != batch || err != nil {
-				b.Fatalf("polled %d completions (%v), want %d", k, err, batch)
+	for _, sc := range []struct {
+		name  string
+		sched soft.Schedule
+	}{{"orderly", soft.Schedule{}}, {"adversarial", soft.Schedule{Seed: 1}}} {
+		b.Run(sc.name, func(b *testing.B) {
+			r := newSendRecvRig(b, sc.sched)
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu := cpuTime()
+			for n := 0; n < b.N; n += sendRecvBatch {
+				r.batch(b)
 			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msg/s")
+			if used := cpuTime() - cpu; used > 0 {
+				b.ReportMetric(float64(b.N)/used.Seconds(), "msg/cpu-s")
+			}
+		})
+	}
+}
+
+const sendRecvBatch = 16
+
+// sendRecvRig is BenchmarkSendRecv's pair with its WRs made once.
+type sendRecvRig struct {
+	p     *pair
+	sends []ibv.SendWR
+	recvs []ibv.RecvWR
+	wcs   []ibv.WC
+}
+
+func newSendRecvRig(tb testing.TB, sched soft.Schedule) *sendRecvRig {
+	fab := soft.NewFabric()
+	x := newEnv(tb, soft.Config{Name: "x", Fabric: fab, Schedule: sched})
+	y := newEnv(tb, soft.Config{Name: "y", Fabric: fab, Schedule: sched})
+	r := &sendRecvRig{p: newPair(tb, x, y), sends: make([]ibv.SendWR, sendRecvBatch),
+		recvs: make([]ibv.RecvWR, sendRecvBatch), wcs: make([]ibv.WC, sendRecvBatch)}
+	for i := range r.sends {
+		r.sends[i] = ibv.SendWR{ID: uint64(i), Opcode: ibv.WRSend, Flags: ibv.SendSignaled, SGL: sge(r.p.ma, 64*i, 64)}
+		r.recvs[i] = ibv.RecvWR{ID: uint64(i), SGL: sge(r.p.mb, 64*i, 64)}
+	}
+	return r
+}
+
+// batch posts 16 receives and 16 sends and polls their 32 completions.
+func (r *sendRecvRig) batch(tb testing.TB) {
+	if err := r.p.b.PostRecv(r.recvs); err != nil {
+		tb.Fatal(err)
+	}
+	if err := r.p.a.PostSend(r.sends); err != nil {
+		tb.Fatal(err)
+	}
+	for _, cq := range [2]ibv.CQ{r.p.cqa, r.p.cqb} {
+		if k, err := cq.Poll(r.wcs); k != sendRecvBatch || err != nil {
+			tb.Fatalf("polled %d completions (%v), want %d", k, err, sendRecvBatch)
 		}
 	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msg/s")
-	if used := cpuTime() - cpu; used > 0 {
-		b.ReportMetric(float64(b.N)/used.Seconds(), "msg/cpu-s")
+}
+
+// The orderly hot path (post, execute, complete, poll) allocates nothing.
+func TestHotPathAllocatesNothing(t *testing.T) {
+	r := newSendRecvRig(t, soft.Schedule{})
+	if n := testing.AllocsPerRun(100, func() { r.batch(t) }); n != 0 {
+		t.Errorf("%v allocations per batch of %d messages, want 0", n, sendRecvBatch)
 	}
 }
 

@@ -32,10 +32,23 @@ var _ ibv.CQ = (*CQ)(nil)
 // wcMeta says which QP a completion belongs to and how many of its work
 // queue slots polling it frees: a send completion frees its WR's slot and
 // those of the unsignaled WRs that completed silently before it on the
-// same send queue; a completion of the QP's own receive queue frees one.
+// same send queue; a receive completion frees one slot of the QP's own
+// receive queue or of its SRQ.
 type wcMeta struct {
 	qp     *QP
 	sq, rq uint32
+}
+
+// free returns the slots the completion held: to the QP's send queue, and
+// to its receive queue or its SRQ.
+func (m *wcMeta) free() {
+	q := m.qp
+	q.sqUsed -= m.sq
+	if q.srq != nil {
+		q.srq.used -= m.rq
+	} else {
+		q.rqUsed -= m.rq
+	}
 }
 
 // CreateCQ creates a CQ holding exactly cqe completions. With a non-nil
@@ -87,19 +100,21 @@ func (c *CQ) Poll(wcs []ibv.WC) (int, error) {
 	if c.closed {
 		return 0, fmt.Errorf("polling CQ %d: %w", c.id, ibv.ErrClosed)
 	}
-	c.dev.fab.tick()
-	if c.n == 0 && len(c.dev.fab.adv) > 0 {
-		// A poller that finds nothing lets deferred flushes move on.
-		c.dev.fab.idleSteps(func() bool { return c.n > 0 })
+	f := c.dev.fab
+	f.tickIdle()
+	if c.n == 0 {
+		// A poller that finds nothing lets deferred work move on.
+		f.idle(func() bool { return c.n > 0 })
+	}
+	if c.n > 0 {
+		f.busy()
 	}
 	k := 0
 	for k < len(wcs) && c.n > 0 {
 		wcs[k] = c.buf[c.head]
-		if m := &c.meta[c.head]; m.qp != nil {
-			m.qp.sqUsed -= m.sq
-			m.qp.rqUsed -= m.rq
-			*m = wcMeta{}
-		}
+		// m.qp stays behind until the entry is reused: clearing it would
+		// cost the hot path a store for what a closed QP's bytes weigh.
+		c.meta[c.head].free()
 		c.head++
 		if c.head == len(c.buf) {
 			c.head = 0
@@ -220,19 +235,21 @@ func (ch *CompChannel) WaitCQ(ctx context.Context) (ibv.CQ, error) {
 			mu.Unlock()
 			return nil, fmt.Errorf("waiting for a CQ event: %w", ibv.ErrClosed)
 		}
-		if ch.events.len() == 0 && len(ch.dev.fab.adv) > 0 {
-			// A waiting caller lets deferred flushes move on.
-			ch.dev.fab.idleSteps(func() bool { return ch.events.len() > 0 })
+		if ch.events.len() == 0 {
+			// A waiting caller lets deferred work move on.
+			ch.dev.fab.idle(func() bool { return ch.events.len() > 0 })
 		}
 		if ch.events.len() > 0 {
 			c := ch.events.pop()
 			mu.Unlock()
 			return c, nil
 		}
+		again := ch.dev.fab.idleWait()
 		mu.Unlock()
 		select {
 		case <-ch.wake:
 		case <-ch.done:
+		case <-after(again):
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -289,14 +306,12 @@ func (c *CQ) discard(q *QP) {
 	for i := 0; i < c.n; i++ {
 		j := (c.head + i) % len(c.buf)
 		if c.meta[j].qp == q {
+			c.meta[j].free()
 			continue
 		}
 		d := (c.head + k) % len(c.buf)
 		c.buf[d], c.meta[d] = c.buf[j], c.meta[j]
 		k++
-	}
-	for i := k; i < c.n; i++ {
-		c.meta[(c.head+i)%len(c.buf)] = wcMeta{}
 	}
 	c.n = k
 }

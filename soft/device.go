@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/objtrace"
@@ -212,6 +213,9 @@ func Open(cfg Config) (*Device, error) {
 // Name is the device name.
 func (d *Device) Name() string { return d.name }
 
+// Fabric is the fabric the device is on, whose clock its timers run on.
+func (d *Device) Fabric() *Fabric { return d.fab }
+
 // LID is the LID of the device's port 1; a QP addresses a peer on this
 // device with QPAttr.AH.DLID set to it.
 func (d *Device) LID() uint16 { return d.lid }
@@ -312,23 +316,35 @@ func (d *Device) NextAsyncEvent(ctx context.Context) (ibv.AsyncEvent, error) {
 			d.fab.mu.Unlock()
 			return ibv.AsyncEvent{}, fmt.Errorf("waiting for an async event of %s: %w", d.name, ibv.ErrClosed)
 		}
-		if d.events.len() == 0 && d.adv != nil {
-			// A waiting caller lets delayed events fall due.
-			d.fab.idleSteps(func() bool { return d.events.len() > 0 || !d.adv.eventsComing() })
+		if d.events.len() == 0 {
+			// A waiting caller lets delayed events fall due, and time pass.
+			d.fab.idle(func() bool {
+				return d.events.len() > 0 || d.adv != nil && !d.adv.eventsComing() && len(d.fab.clk.timers) == 0
+			})
 		}
 		if d.events.len() > 0 {
 			ev := d.events.pop()
 			d.fab.mu.Unlock()
 			return ev, nil
 		}
+		again := d.fab.idleWait()
 		d.fab.mu.Unlock()
 		select {
 		case <-d.evWake:
 		case <-d.done:
+		case <-after(again):
 		case <-ctx.Done():
 			return ibv.AsyncEvent{}, ctx.Err()
 		}
 	}
+}
+
+// after is time.After for a waiter, or nil (never) for 0.
+func after(d time.Duration) <-chan time.Time {
+	if d == 0 {
+		return nil
+	}
+	return time.After(d)
 }
 
 // raise queues an async event: for delivery now in orderly mode, after a

@@ -26,7 +26,9 @@
 // that failed or was flushed) is polled. Posting to a queue whose
 // Cap.MaxSendWR or Cap.MaxRecvWR slots are all held fails with
 // ErrQueueFull, whatever the device has executed. An SRQ's slot frees when
-// a QP takes the WQE.
+// the completion of its WQE is polled; the WQEs a QP took ahead and drops
+// at RESET or destroy give their slots back (their completions never
+// come).
 //
 // # Transport
 //
@@ -38,15 +40,35 @@
 // SigAll; errors always complete). With Fabric.SetAutoProgress(false) sends
 // stay outstanding until Fabric.Progress executes them in post order.
 //
-// A message that finds no receive WQE at the responder waits at the head
-// of its send queue when rnr_retry is 7 (infinite), and is retried when a
-// receive is posted; with a finite rnr_retry it fails at once with
-// RNR_RETRY_EXC_ERR. A request to a QP that does not exist, is not in
-// RTR/RTS/SQD, or is not connected back to the requester is never answered:
-// it fails with RETRY_EXC_ERR (the retries are modelled as exhausted at
-// once). Both requester errors move the requester to ERROR without an
-// async event. Local errors (bad lkey, access, bounds) give LOC_PROT_ERR,
+// A message that finds no receive WQE at the responder (an RNR NAK) waits
+// at the head of its send queue. With rnr_retry 7 (infinite) it is retried
+// when a receive is posted; with a finite rnr_retry the requester retries
+// it after the responder's min_rnr_timer (IBTA Table 45), rnr_retry times,
+// and the NAK of the last retry fails it with RNR_RETRY_EXC_ERR: a receive
+// posted before then lets the message through at the next retry. A request
+// to a QP that does not exist, is not in RTR/RTS/SQD, or is not connected
+// back to the requester is never answered: the requester waits its local
+// ACK timeout (4.096 µs * 2^timeout) for each of 1 + retry_cnt attempts
+// and then fails it with RETRY_EXC_ERR; timeout 0 waits forever. Both
+// requester errors move the requester to ERROR without an async event.
+//
+// Local errors (bad lkey, access, bounds) give LOC_PROT_ERR,
 // an atomic whose local buffer is not 8 bytes LOC_LEN_ERR.
+//
+// # Time
+//
+// Those timers run on the fabric's clock (Fabric.Now). It is virtual by
+// default, so tests never sleep: Fabric.Advance moves it, and when a
+// fabric with timers pending has seen only waiting calls (polls that find
+// nothing, NextAsyncEvent, WaitCQ) for a millisecond of real time, every
+// caller is waiting, and the clock jumps to the next timer, as simulation
+// testers do; a caller waiting in real time is never stranded.
+// Fabric.SetRealTime(true) makes it follow real time, for demos.
+//
+// A QP moved from RTS to SQD starts no more sends, but a send already in
+// flight (waiting for a receive or a retry timer) goes on and completes
+// normally; SQ_DRAINED (with EnSQDAsyncNotify) comes once none is in
+// flight.
 //
 // MRs may be any []byte. MR.Addr is the address of the buffer's first byte
 // and SGE.Addr is Addr()+offset; the device turns addresses into offsets
@@ -177,8 +199,8 @@
 //     random among those with flushes pending, so the send and receive
 //     queues of a QP, and the queues of QPs sharing a CQ, interleave in any
 //     way. Within one work queue the completions stay in order: the
-//     specification orders completions per work queue (C10-42), never
-//     across work queues.
+//     specification orders the completions of a work queue, never those
+//     of different work queues.
 //   - Event delays: an async event (Last WQE Reached, QP_FATAL, CQ_ERR,
 //     SRQ_ERR, SRQ_LIMIT_REACHED, SQ_DRAINED, the responder error events)
 //     becomes deliverable 0 to 6 device calls after its condition, in the

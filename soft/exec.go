@@ -2,6 +2,7 @@ package soft
 
 import (
 	"encoding/binary"
+	"time"
 
 	"github.com/qpdrain/qpdrain/ibv"
 )
@@ -32,26 +33,33 @@ func (q *QP) drive() {
 
 // execHead executes the oldest WR of the send queue, end to end: requester
 // checks, the responder's work and completions, the requester's completion.
+// In SQD only a WR already in flight when SQD began goes on, to completion.
 func (q *QP) execHead() execResult {
-	if q.state == ibv.QPSSQD && q.sq.len() > 0 {
+	if q.state == ibv.QPSSQD && q.sq.len() > 0 && !q.inFlight || q.timerWait {
 		return execWait
 	}
-	if q.state != ibv.QPSRTS || q.sq.len() == 0 {
+	if q.state != ibv.QPSRTS && q.state != ibv.QPSSQD || q.sq.len() == 0 {
 		return execIdle
 	}
 	w := q.sq.at(0)
 	f := q.dev.fab
+	state := q.state
 	status, n, wait := q.execute(w)
 	if wait {
-		f.block(q)
+		q.inFlight = true
+		if !q.timerWait {
+			f.block(q)
+		}
 		return execWait
 	}
-	if q.state != ibv.QPSRTS {
+	if q.state != state {
 		// The responder's completions overflowed a CQ this QP shares and
 		// moved it to ERROR: the WR was flushed with the rest.
 		f.pushHeld()
 		return execDone
 	}
+	drained := q.sqdNotify
+	q.headDone()
 	id, op, signaled := w.id, ibv.WROpcode(w.opcode), q.sigAll || ibv.SendFlags(w.flags)&ibv.SendSignaled != 0
 	q.sq.drop()
 	if status != ibv.WCSuccess {
@@ -66,6 +74,10 @@ func (q *QP) execHead() execResult {
 		q.sqUnsig++
 	}
 	f.pushHeld()
+	if drained {
+		// The WR in flight when SQD began has completed: SQD is drained.
+		q.dev.raise(ibv.AsyncEvent{Type: ibv.EventSQDrained, QP: q})
+	}
 	return execDone
 }
 
@@ -102,8 +114,7 @@ func (q *QP) execute(w *sendWQE) (status ibv.WCStatus, n uint32, wait bool) {
 	n = uint32(total)
 	p := q.responder()
 	if p == nil {
-		// Nobody answers: the requester's retries run out (modelled at once).
-		return ibv.WCRetryExcErr, 0, false
+		return q.noAck()
 	}
 	if need := remoteAccess(op); p.attr.AccessFlags&need != need {
 		// The responder QP does not enable the operation: rxe answers it
@@ -121,7 +132,7 @@ func (q *QP) execute(w *sendWQE) (status ibv.WCStatus, n uint32, wait bool) {
 	case ibv.WRSend, ibv.WRSendWithImm:
 		r, ok := p.takeRecv()
 		if !ok {
-			return q.rnr()
+			return q.rnr(p)
 		}
 		var rbuf [2][]byte
 		dst, room, ok := p.dev.resolve(p.pd, &r.wqeSGL, ibv.AccessLocalWrite, rbuf[:0])
@@ -153,7 +164,7 @@ func (q *QP) execute(w *sendWQE) (status ibv.WCStatus, n uint32, wait bool) {
 		var r recvWQE
 		if op == ibv.WRRDMAWriteWithImm {
 			if r, ok = p.takeRecv(); !ok {
-				return q.rnr()
+				return q.rnr(p)
 			}
 		}
 		scatter([][]byte{dst}, local)
@@ -201,13 +212,59 @@ func (q *QP) execute(w *sendWQE) (status ibv.WCStatus, n uint32, wait bool) {
 	}
 }
 
-// rnr handles a responder without a receive WQE: with infinite rnr_retry
-// the WR waits; otherwise its retries run out (modelled at once).
-func (q *QP) rnr() (ibv.WCStatus, uint32, bool) {
+// rnr handles an RNR NAK, a responder p without a receive WQE. With
+// rnr_retry 7 the WR waits until a receive is posted; otherwise the
+// requester retries after p's min_rnr_timer, rnr_retry times, and the NAK
+// of the last retry fails the WR with RNR_RETRY_EXC_ERR.
+func (q *QP) rnr(p *QP) (ibv.WCStatus, uint32, bool) {
 	if q.attr.RNRRetry == rnrRetryInfinite {
 		return 0, 0, true
 	}
-	return ibv.WCRNRRetryExcErr, 0, false
+	q.startRetry()
+	if q.rnrLeft == 0 {
+		return ibv.WCRNRRetryExcErr, 0, false
+	}
+	q.rnrLeft--
+	q.armTimer(rnrDelay(p.attr.MinRNRTimer))
+	return 0, 0, true
+}
+
+// noAck handles a request nobody answers: the requester waits its local
+// ACK timeout for each of 1 + retry_cnt attempts, then fails the WR with
+// RETRY_EXC_ERR; with timeout 0 it waits forever.
+func (q *QP) noAck() (ibv.WCStatus, uint32, bool) {
+	d, finite := ackTimeout(q.attr.Timeout)
+	if !finite {
+		q.armTimer(-1)
+		return 0, 0, true
+	}
+	fired := q.timerDue
+	q.startRetry()
+	if fired {
+		if q.ackLeft == 0 {
+			return ibv.WCRetryExcErr, 0, false
+		}
+		q.ackLeft--
+	}
+	q.armTimer(d)
+	return 0, 0, true
+}
+
+// startRetry starts the retry counters when the head WR first needs them.
+func (q *QP) startRetry() {
+	q.timerDue = false
+	if !q.retrying {
+		q.retrying, q.rnrLeft, q.ackLeft = true, q.attr.RNRRetry, q.attr.RetryCnt
+	}
+}
+
+// armTimer makes the head WR wait for a device timer d from now; a
+// negative d waits for none (only ERROR or RESET end the wait).
+func (q *QP) armTimer(d time.Duration) {
+	q.timerWait = true
+	if d >= 0 {
+		q.dev.fab.startTimer(q, d)
+	}
 }
 
 // responder returns the QP this QP's requests reach, or nil when none
@@ -292,7 +349,7 @@ func (p *QP) takeRecv() (recvWQE, bool) {
 // requester's is written (execHead): the two land in their CQs in either
 // order.
 func (p *QP) received(wc *ibv.WC, solicited bool) {
-	m := p.recvDone(p.srq == nil)
+	m := p.recvDone()
 	if a := p.dev.adv; a != nil && a.coin() {
 		p.dev.fab.held = heldWC{cq: p.recvCQ, wc: *wc, meta: m, solicited: solicited}
 	} else {
@@ -326,7 +383,7 @@ func (p *QP) responderError(ev ibv.EventType, r *recvWQE, st ibv.WCStatus) {
 	}
 	p.toErr(ev)
 	if r != nil {
-		p.recvCQ.push(&ibv.WC{ID: r.id, Status: st, QPNum: p.num}, false, p.recvDone(p.srq == nil))
+		p.recvCQ.push(&ibv.WC{ID: r.id, Status: st, QPNum: p.num}, false, p.recvDone())
 	}
 	p.flush()
 }
@@ -344,6 +401,7 @@ func (q *QP) moveToError(ev ibv.EventType) {
 // toErr switches the state to ERROR and raises ev.
 func (q *QP) toErr(ev ibv.EventType) {
 	q.epoch++
+	q.headDone()
 	q.dev.fab.unblock(q)
 	q.setState(ibv.QPSErr)
 	if ev != eventNone {
@@ -353,10 +411,9 @@ func (q *QP) toErr(ev ibv.EventType) {
 
 // flushRecvs completes every receive WQE of r with WR_FLUSH_ERR, in order.
 func (q *QP) flushRecvs(r *ring[recvWQE]) {
-	own := r == &q.rq
 	for r.len() > 0 {
 		w := r.pop()
-		q.recvCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false, q.recvDone(own))
+		q.recvCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false, q.recvDone())
 	}
 }
 

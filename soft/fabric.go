@@ -2,6 +2,7 @@ package soft
 
 import (
 	"sync"
+	"time"
 
 	"github.com/qpdrain/qpdrain/ibv"
 )
@@ -29,6 +30,8 @@ type Fabric struct {
 	// held is a responder completion the adversarial schedule delivers
 	// after the requester's (execHead).
 	held heldWC
+	// clk is the device time of every device on the fabric.
+	clk clock
 }
 
 // heldWC is a completion written to its CQ later in the same verb.
@@ -41,6 +44,12 @@ type heldWC struct {
 
 // tick runs the deferred work one device call does. Called with f.mu held.
 func (f *Fabric) tick() {
+	f.tickIdle()
+	f.busy()
+}
+
+// tickIdle is tick for a call that may turn out idle (a poll).
+func (f *Fabric) tickIdle() {
 	if len(f.adv) > 0 {
 		f.stepFabric()
 	}
@@ -48,11 +57,16 @@ func (f *Fabric) tick() {
 
 // pushHeld writes the held responder completion, if any.
 func (f *Fabric) pushHeld() {
-	if h := &f.held; h.cq != nil {
-		c := h.cq
-		h.cq = nil
-		c.push(&h.wc, h.solicited, h.meta)
+	if f.held.cq != nil {
+		f.pushHeldNow()
 	}
+}
+
+func (f *Fabric) pushHeldNow() {
+	h := &f.held
+	c := h.cq
+	h.cq = nil
+	c.push(&h.wc, h.solicited, h.meta)
 }
 
 // pendingSend is one queued send WR: the next unexecuted WR of qp, valid
@@ -63,7 +77,9 @@ type pendingSend struct {
 }
 
 // NewFabric returns an empty fabric with auto-progress on.
-func NewFabric() *Fabric { return &Fabric{gen: 1} } // gen 1: no QP has a cached responder yet
+func NewFabric() *Fabric {
+	return &Fabric{gen: 1, clk: clock{base: time.Now()}} // gen 1: no QP has a cached responder yet
+}
 
 // SetAutoProgress chooses when posted sends execute. On (the default), a
 // send executes synchronously inside PostSend, so a test sees its

@@ -45,6 +45,13 @@ type QP struct {
 	// yet generated, and whether Last WQE Reached waits for them.
 	flushS, flushR int
 	lwrDue         bool
+	// The head send in flight: started and not completed (waiting for a
+	// receive at the responder, or for a timer), with its retries left.
+	inFlight            bool
+	timerWait, timerDue bool // a timer is armed for it / has fired
+	retrying            bool // rnrLeft and ackLeft count for it
+	rnrLeft, ackLeft    uint8
+	sqdNotify           bool // SQ_DRAINED is due once the head completes in SQD
 }
 
 var _ ibv.QP = (*QP)(nil)
@@ -128,6 +135,17 @@ func (q *QP) SRQ() ibv.SRQ {
 	return q.srq
 }
 
+// Outstanding is how many WRs of the QP the device holds whose completions
+// it has not generated yet: queued and in-flight sends, receives of the
+// QP's own queue, WQEs it took from its SRQ. At 0 no completion of the QP
+// can still arrive until something is posted to it: the soft-only evidence
+// a test checks a drain's "safe" against (hardware cannot be asked).
+func (q *QP) Outstanding() int {
+	q.dev.fab.mu.Lock()
+	defer q.dev.fab.mu.Unlock()
+	return q.sq.len() + q.rq.len() + q.taken.len()
+}
+
 // Query returns all of the QP's attributes, whatever mask says, and the
 // attributes it was created with.
 func (q *QP) Query(mask ibv.QPAttrMask) (ibv.QPAttr, ibv.QPInitAttr, error) {
@@ -176,8 +194,20 @@ func (q *QP) dropQueues() {
 	q.dev.fab.unblock(q)
 	q.sq.reset()
 	q.rq.reset()
+	if q.srq != nil {
+		// WQEs taken and dropped without completions never come back to
+		// the SRQ's consumer (IBTA §10.3.1's leakage), but their slots do,
+		// or the SRQ would shrink with every such QP.
+		q.srq.used -= uint32(q.taken.len())
+	}
 	q.taken.reset()
 	q.flushS, q.flushR, q.lwrDue = 0, 0, false
+	q.headDone()
+}
+
+// headDone forgets the head send's flight: it completed or was dropped.
+func (q *QP) headDone() {
+	q.inFlight, q.timerWait, q.timerDue, q.retrying, q.sqdNotify = false, false, false, false, false
 }
 
 // sendDone is the slot accounting of a send completion being generated:
@@ -190,13 +220,8 @@ func (q *QP) sendDone() wcMeta {
 }
 
 // recvDone is the slot accounting of a receive completion: one slot of the
-// QP's own receive queue (own), or none (an SRQ WQE).
-func (q *QP) recvDone(own bool) wcMeta {
-	if own {
-		return wcMeta{qp: q, rq: 1}
-	}
-	return wcMeta{qp: q}
-}
+// QP's own receive queue or of its SRQ.
+func (q *QP) recvDone() wcMeta { return wcMeta{qp: q, rq: 1} }
 
 // holdsPostsInError reports whether WRs posted now, in ERROR, stay queued
 // instead of completing with a flush, by quirk.
@@ -239,6 +264,15 @@ func (q *QP) postSend(wrs []ibv.SendWR) error {
 		wr := &wrs[i]
 		if err := q.checkSend(wr); err != nil {
 			return &ibv.PostError{Index: i, Err: err}
+		}
+		if wr.Flags&ibv.SendInline == 0 && q.state != ibv.QPSErr {
+			// The common case, filled where it is queued.
+			q.sqUsed++
+			q.sq.alloc().fill(wr)
+			if q.dev.fab.manual {
+				q.dev.fab.pending.push(pendingSend{q, q.epoch})
+			}
+			continue
 		}
 		var w sendWQE
 		if wr.Flags&ibv.SendInline == 0 {
@@ -357,7 +391,7 @@ func (q *QP) postRecv(wrs []ibv.RecvWR) error {
 				q.scheduleFlush(q.flushS, q.flushR+1)
 				continue
 			}
-			q.recvCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false, q.recvDone(true))
+			q.recvCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false, q.recvDone())
 			continue
 		}
 		q.rq.push(w)
@@ -495,9 +529,13 @@ func (q *QP) Modify(attr ibv.QPAttr, mask ibv.QPAttrMask) error {
 			q.drive()
 		}
 	case next == ibv.QPSSQD && cur == ibv.QPSRTS && mask&ibv.QPAttrEnSQDAsyncNotify != 0 && attr.EnSQDAsyncNotify:
-		// Each soft WR executes atomically, so nothing is in flight: the
-		// send queue is drained the moment it stops starting WRs.
-		q.dev.raise(ibv.AsyncEvent{Type: ibv.EventSQDrained, QP: q})
+		// The send queue is drained once no WR is in flight: at once, or
+		// when the head WR that had started completes (execHead).
+		if q.inFlight {
+			q.sqdNotify = true
+		} else {
+			q.dev.raise(ibv.AsyncEvent{Type: ibv.EventSQDrained, QP: q})
+		}
 	}
 	return nil
 }

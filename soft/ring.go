@@ -18,6 +18,17 @@ func (r *ring[T]) push(v T) {
 	r.n++
 }
 
+// alloc appends a zero element and returns it, for the caller to fill in
+// place (a WQE is filled where it is queued, not copied there).
+func (r *ring[T]) alloc() *T {
+	if r.n == len(r.buf) {
+		r.grow()
+	}
+	v := &r.buf[(r.head+r.n)&(len(r.buf)-1)]
+	r.n++
+	return v
+}
+
 // pushFront puts v before every other element.
 func (r *ring[T]) pushFront(v T) {
 	if r.n == len(r.buf) {

@@ -25,11 +25,11 @@ func (s Schedule) Adversarial() bool { return s.Seed != 0 }
 // do, and how long an event may wait. Small numbers keep completions
 // trickling over many calls without making tests slow.
 const (
-	advMaxFlushPerStep = 2  // flush completions generated per device call: 0..this
-	advMaxEventDelay   = 6  // device calls an async event waits: 0..this
-	advQPNBaseSpread   = 16 // the first QP number is firstQPN + 0..this-1
-	advReuseOneIn      = 4  // a free QP number is not reused one time in this many
-	advIdleSteps       = 1 << 16
+	advMaxFlushPerStep = 2       // flush completions generated per device call: 0..this
+	advMaxEventDelay   = 6       // device calls an async event waits: 0..this
+	advQPNBaseSpread   = 16      // the first QP number is firstQPN + 0..this-1
+	advReuseOneIn      = 4       // a free QP number is not reused one time in this many
+	advIdleSteps       = 1 << 16 // steps one idle caller runs at most under the lock
 )
 
 // adversary is the state of an adversarial schedule. Guarded by fab.mu.
@@ -70,6 +70,11 @@ func (a *adversary) coin() bool { return a.rng.Uint64()&1 == 1 }
 func (d *Device) step() {
 	a := d.adv
 	a.steps++
+	if !a.pending() {
+		// Draw nothing: calls that find nothing to do (a poller waiting
+		// for a timer) do not change the choices of later calls.
+		return
+	}
 	for n := a.rng.IntN(advMaxFlushPerStep + 1); n > 0 && d.flushOne(); n-- {
 	}
 	d.deliverDue()
@@ -99,7 +104,7 @@ func (d *Device) flushOne() bool {
 				r = &q.rq
 			}
 			w := r.pop()
-			q.recvCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false, q.recvDone(r == &q.rq))
+			q.recvCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false, q.recvDone())
 			if q.flushR == 0 {
 				q.lastWQEReached()
 			}

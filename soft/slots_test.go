@@ -163,3 +163,36 @@ func TestResetDiscardsCompletions(t *testing.T) {
 		}
 	})
 }
+
+// An SRQ WQE keeps its slot until its completion is polled, not only until
+// a QP takes it; WQEs a QP took and dropped at RESET give their slots back.
+func TestSRQSlotFreesWhenPolled(t *testing.T) {
+	forSchedules(t, func(t *testing.T, sched soft.Schedule) {
+		e := newEnv(t, soft.Config{Schedule: sched, SRQPrefetch: 1})
+		cq := e.cq(16)
+		srq := e.srq(2, 0)
+		mr := e.mr(4096, ibv.AccessLocalWrite)
+		recv := func(id uint64) error { return srq.PostRecv([]ibv.RecvWR{{ID: id, SGL: sge(mr, 0, 64)}}) }
+		a, b := e.qp(e.cq(16), nil), e.qp(cq, srq)
+		connect(t, a, b, 1)
+		for id := uint64(1); id <= 2; id++ {
+			if err := recv(id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		post(t, a, ibv.SendWR{ID: 10, Opcode: ibv.WRSend, SGL: sge(mr, 64, 8)})
+		// WQE 1 is consumed, WQE 2 taken ahead by b: neither slot is free.
+		wantFull(t, recv(3), "a third receive on an SRQ of 2 with a completion unpolled")
+		if got := devPoll(t, cq, 1); got[0].ID != 1 {
+			t.Fatalf("polled %v, want receive 1", got)
+		}
+		if err := recv(3); err != nil {
+			t.Fatalf("a receive after the completion was polled: %v", err)
+		}
+		wantFull(t, recv(4), "a fourth receive")
+		toState(t, b, ibv.QPSReset) // drops WQE 2, which b had taken
+		if err := recv(4); err != nil {
+			t.Fatalf("a receive after RESET dropped the WQE b took: %v", err)
+		}
+	})
+}

@@ -15,6 +15,7 @@ type SRQ struct {
 	rec *objtrace.Record
 	// Guarded by dev.fab.mu.
 	q       ring[recvWQE]
+	used    uint32 // slots held: WQEs posted whose completions are not yet polled
 	maxWR   uint32
 	maxSGE  uint32
 	limit   uint32 // armed when non-zero
@@ -81,12 +82,13 @@ func (s *SRQ) postRecv(wrs []ibv.RecvWR) error {
 			err = fmt.Errorf("SRQ %d is in error: %w", s.id, ibv.ErrInvalidState)
 		case len(wr.SGL) > int(s.maxSGE):
 			err = fmt.Errorf("%d SGEs, SRQ %d takes %d: %w", len(wr.SGL), s.id, s.maxSGE, ibv.ErrInvalidArgument)
-		case s.q.len() >= int(s.maxWR):
-			err = fmt.Errorf("SRQ %d holds %d WRs: %w", s.id, s.maxWR, ibv.ErrQueueFull)
+		case s.used >= s.maxWR:
+			err = fmt.Errorf("SRQ %d holds %d WRs not yet completed and polled: %w", s.id, s.maxWR, ibv.ErrQueueFull)
 		}
 		if err != nil {
 			return &ibv.PostError{Index: i, Err: err}
 		}
+		s.used++
 		s.q.push(newRecvWQE(wr))
 	}
 	return nil
@@ -136,7 +138,7 @@ func (s *SRQ) Modify(attr ibv.SRQAttr, mask ibv.SRQAttrMask) error {
 	case s.errored:
 		return fmt.Errorf("modifying SRQ %d: in error: %w", s.id, ibv.ErrInvalidState)
 	case mask&^(ibv.SRQAttrMaxWR|ibv.SRQAttrLimit) != 0,
-		int(maxWR) < s.q.len() || maxWR == 0,
+		maxWR < s.used || maxWR == 0,
 		mask&ibv.SRQAttrLimit != 0 && attr.SRQLimit > maxWR:
 		return fmt.Errorf("modifying SRQ %d (mask %#x, max_wr %d, limit %d): %w", s.id, uint32(mask), attr.MaxWR, attr.SRQLimit, ibv.ErrInvalidArgument)
 	case int(maxWR) > s.dev.limits.MaxSRQWR:

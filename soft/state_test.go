@@ -2,6 +2,7 @@ package soft_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/qpdrain/qpdrain/ibv"
@@ -181,4 +182,24 @@ func TestSQD(t *testing.T) {
 	wantWCs(t, p.cqa) // sends wait in SQD
 	toState(t, p.a, ibv.QPSRTS)
 	wantWCs(t, p.cqa, ibv.WC{ID: 5, Opcode: ibv.WCSend, QPNum: p.a.Num()})
+}
+
+// SQ_DRAINED waits for the send in flight when SQD began: a send blocked
+// by RNR completes normally once a receive is posted, then the event
+// comes, and the sends behind it wait for RTS.
+func TestSQDWaitsForSendInFlight(t *testing.T) {
+	e := newEnv(t, soft.Config{})
+	p := newPair(t, e, e) // rnr_retry 7: the send waits for a receive
+	post(t, p.a, ibv.SendWR{ID: 1, Opcode: ibv.WRSend, Flags: ibv.SendSignaled},
+		ibv.SendWR{ID: 2, Opcode: ibv.WRSend, Flags: ibv.SendSignaled})
+	if err := p.a.Modify(ibv.QPAttr{State: ibv.QPSSQD, EnSQDAsyncNotify: true}, ibv.QPAttrState|ibv.QPAttrEnSQDAsyncNotify); err != nil {
+		t.Fatal(err)
+	}
+	wantEvents(t, e.dev) // WR 1 is in flight
+	postRecv(t, p.b, ibv.RecvWR{ID: 8}, ibv.RecvWR{ID: 9})
+	wantWCs(t, p.cqa, ibv.WC{ID: 1, Opcode: ibv.WCSend, QPNum: p.a.Num()})
+	wantEvents(t, e.dev, fmt.Sprintf("SQ_DRAINED qpn=%d", p.a.Num()))
+	wantWCs(t, p.cqa) // WR 2 had not started: it waits in SQD
+	toState(t, p.a, ibv.QPSRTS)
+	wantWCs(t, p.cqa, ibv.WC{ID: 2, Opcode: ibv.WCSend, QPNum: p.a.Num()})
 }

@@ -3,7 +3,10 @@ package soft_test
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/soft"
@@ -168,7 +171,8 @@ func TestRNR(t *testing.T) {
 	postRecv(t, p.b, ibv.RecvWR{ID: 9})
 	wantWCs(t, p.cqa, ibv.WC{ID: 2, Opcode: ibv.WCSend, QPNum: p.a.Num()})
 
-	// A finite rnr_retry runs out at once.
+	// A finite rnr_retry: retried after the responder's min_rnr_timer
+	// (12: 0.64 ms), rnr_retry times (timing: TestRNRRetryTiming).
 	if err := p.a.Modify(ibv.QPAttr{State: ibv.QPSSQD}, ibv.QPAttrState); err != nil {
 		t.Fatal(err)
 	}
@@ -178,6 +182,9 @@ func TestRNR(t *testing.T) {
 	toState(t, p.a, ibv.QPSRTS)
 	pollAll(t, p.cqb)
 	post(t, p.a, ibv.SendWR{ID: 3, Opcode: ibv.WRSend})
+	if err := e.dev.Fabric().Advance(3 * 640 * time.Microsecond); err != nil {
+		t.Fatal(err)
+	}
 	wantWCs(t, p.cqa, ibv.WC{ID: 3, Status: ibv.WCRNRRetryExcErr, QPNum: p.a.Num()})
 	if s := state(t, p.a); s != ibv.QPSErr {
 		t.Errorf("requester after RNR retries exhausted: %s, want ERR", s)
@@ -187,19 +194,151 @@ func TestRNR(t *testing.T) {
 	}
 }
 
+// waitOnClock polls cq, advancing the fabric's clock by step between polls,
+// until it has a completion, and checks that it came exactly when the
+// clock reached deadline: never before, never after.
+func waitOnClock(t *testing.T, fab *soft.Fabric, cq ibv.CQ, deadline, step time.Duration) []ibv.WC {
+	t.Helper()
+	for {
+		got := pollAll(t, cq)
+		now := fab.Now()
+		switch {
+		case len(got) > 0 && now < deadline:
+			t.Fatalf("completions %v at device time %v, before %v", got, now, deadline)
+		case len(got) > 0:
+			return got
+		case now >= deadline:
+			t.Fatalf("no completion at device time %v, due at %v", now, deadline)
+		}
+		if err := fab.Advance(step); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// An RNR NAK is retried rnr_retry times, each after the responder's
+// min_rnr_timer: a receive posted before the retries run out lets the
+// message through, and without one the last NAK fails the WR.
+func TestRNRRetryTiming(t *testing.T) {
+	const timer, retries = 640 * time.Microsecond, 3 // min_rnr_timer 12
+	for _, recvAt := range []time.Duration{0, 1000 * time.Microsecond, -1} {
+		t.Run(fmt.Sprintf("receive at %v", recvAt), func(t *testing.T) {
+			fab := soft.NewFabric()
+			e := newEnv(t, soft.Config{Fabric: fab})
+			p := newPair(t, e, e)
+			if err := p.a.Modify(ibv.QPAttr{State: ibv.QPSSQD}, ibv.QPAttrState); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.a.Modify(ibv.QPAttr{State: ibv.QPSSQD, RNRRetry: retries}, ibv.QPAttrState|ibv.QPAttrRNRRetry); err != nil {
+				t.Fatal(err)
+			}
+			toState(t, p.a, ibv.QPSRTS)
+			start := fab.Now()
+			post(t, p.a, ibv.SendWR{ID: 1, Opcode: ibv.WRSend, Flags: ibv.SendSignaled})
+			if recvAt < 0 {
+				got := waitOnClock(t, fab, p.cqa, start+retries*timer, 100*time.Microsecond)
+				if len(got) != 1 || got[0].Status != ibv.WCRNRRetryExcErr {
+					t.Fatalf("%v, want RNR_RETRY_EXC_ERR", got)
+				}
+				return
+			}
+			if err := fab.Advance(recvAt); err != nil {
+				t.Fatal(err)
+			}
+			postRecv(t, p.b, ibv.RecvWR{ID: 2})
+			// The message goes through at the next retry, not before.
+			next := start + (recvAt/timer+1)*timer
+			got := waitOnClock(t, fab, p.cqa, next, 100*time.Microsecond)
+			if len(got) != 1 || got[0].Status != ibv.WCSuccess {
+				t.Fatalf("%v, want the send to succeed", got)
+			}
+		})
+	}
+}
+
+// A request nobody answers fails with RETRY_EXC_ERR once the local ACK
+// timeout (timeout 14: 4.096 µs * 2^14) ran out for each of the 1 +
+// retry_cnt (7) attempts, on the fabric's clock.
 func TestUnreachablePeer(t *testing.T) {
-	e := newEnv(t, soft.Config{})
 	for name, prepare := range map[string]func(a, b *soft.QP){
 		"peer in ERR":   func(a, b *soft.QP) { toState(t, b, ibv.QPSErr) },
 		"peer closed":   func(a, b *soft.QP) { b.Close() },
 		"peer in RESET": func(a, b *soft.QP) { toState(t, b, ibv.QPSReset) },
 	} {
 		t.Run(name, func(t *testing.T) {
+			fab := soft.NewFabric()
+			e := newEnv(t, soft.Config{Fabric: fab})
 			p := newPair(t, e, e)
 			prepare(p.a, p.b)
+			start := fab.Now()
 			post(t, p.a, ibv.SendWR{ID: 1, Opcode: ibv.WRRDMAWrite}, ibv.SendWR{ID: 2, Opcode: ibv.WRSend})
-			wantWCs(t, p.cqa, ibv.WC{ID: 1, Status: ibv.WCRetryExcErr, QPNum: p.a.Num()}, flushed(2, p.a.Num()))
+			got := waitOnClock(t, fab, p.cqa, start+8*4096*(1<<14), 10*time.Millisecond)
+			want := []ibv.WC{{ID: 1, Status: ibv.WCRetryExcErr, QPNum: p.a.Num()}, flushed(2, p.a.Num())}
+			if !slices.Equal(got, want) {
+				t.Fatalf("%v, want %v", got, want)
+			}
 			wantEvents(t, e.dev) // a requester error raises no event
 		})
+	}
+}
+
+// Without explicit Advance, a caller waiting for the completion is never
+// stranded: once only waiting calls happen, the virtual clock jumps to the
+// next timer.
+func TestClockJumpsWhenCallersWait(t *testing.T) {
+	e := newEnv(t, soft.Config{})
+	p := newPair(t, e, e)
+	toState(t, p.b, ibv.QPSErr)
+	post(t, p.a, ibv.SendWR{ID: 1, Opcode: ibv.WRRDMAWrite})
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if got := pollAll(t, p.cqa); len(got) > 0 {
+			if got[0].Status != ibv.WCRetryExcErr {
+				t.Fatalf("%v, want RETRY_EXC_ERR", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no completion within 5 s: the clock never jumped")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	if now := e.dev.Fabric().Now(); now < 8*4096*(1<<14) {
+		t.Errorf("device time %v at the completion, want at least 8 ACK timeouts", now)
+	}
+}
+
+// On a real-time fabric the retry timers run on the wall clock.
+func TestRealTimeClock(t *testing.T) {
+	fab := soft.NewFabric()
+	fab.SetRealTime(true)
+	e := newEnv(t, soft.Config{Fabric: fab})
+	p := newPair(t, e, e)
+	// timeout 10: 4.2 ms per attempt; retry_cnt 7: 33.6 ms in all.
+	toState(t, p.a, ibv.QPSSQD)
+	if err := p.a.Modify(ibv.QPAttr{State: ibv.QPSSQD, Timeout: 10}, ibv.QPAttrState|ibv.QPAttrTimeout); err != nil {
+		t.Fatal(err)
+	}
+	toState(t, p.a, ibv.QPSRTS)
+	toState(t, p.b, ibv.QPSErr)
+	if err := fab.Advance(time.Second); err == nil {
+		t.Error("Advance on a real-time fabric succeeded")
+	}
+	start := time.Now()
+	post(t, p.a, ibv.SendWR{ID: 1, Opcode: ibv.WRRDMAWrite})
+	for {
+		if got := pollAll(t, p.cqa); len(got) > 0 {
+			if got[0].Status != ibv.WCRetryExcErr {
+				t.Fatalf("%v, want RETRY_EXC_ERR", got)
+			}
+			break
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("no completion within 5 s of real time")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if el := time.Since(start); el < 8*4096*(1<<10) {
+		t.Errorf("RETRY_EXC_ERR after %v of real time, want at least 8 ACK timeouts (33.6 ms)", el)
 	}
 }

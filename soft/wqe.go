@@ -68,22 +68,22 @@ type sendWQE struct {
 }
 
 func newSendWQE(wr *ibv.SendWR) sendWQE {
-	w := sendWQE{
-		id:         wr.ID,
-		remoteAddr: wr.RemoteAddr,
-		wqeSGL:     makeSGL(wr.SGL),
-		imm:        wr.ImmData,
-		rkey:       wr.RKey,
-		opcode:     uint8(wr.Opcode),
-		flags:      uint8(wr.Flags),
-	}
+	var w sendWQE
+	w.fill(wr)
+	return w
+}
+
+// fill copies wr into w.
+func (w *sendWQE) fill(wr *ibv.SendWR) {
+	w.id, w.remoteAddr = wr.ID, wr.RemoteAddr
+	w.wqeSGL = makeSGL(wr.SGL)
+	w.imm, w.rkey, w.opcode, w.flags = wr.ImmData, wr.RKey, uint8(wr.Opcode), uint8(wr.Flags)
 	if isAtomic(wr.Opcode) {
 		if w.ext == nil {
 			w.ext = &wqeExt{}
 		}
 		w.ext.compareAdd, w.ext.swap = wr.CompareAdd, wr.Swap
 	}
-	return w
 }
 
 // newInlineWQE makes the WQE of an inline send carrying data, which it

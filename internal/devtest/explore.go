@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -85,7 +86,7 @@ func Explore(t *testing.T, body func(t *testing.T)) {
 			defer seeds.Delete(t.Name())
 			t.Cleanup(func() {
 				if t.Failed() {
-					t.Logf("replay: %s=%d go test -run '%s' .", EnvSeed, seed, runPattern(parent))
+					t.Logf("replay: %s=%d go test -run '%s' %s", EnvSeed, seed, runPattern(parent), packageDir())
 				}
 			})
 			body(t)
@@ -140,6 +141,30 @@ func exploreSeeds(short bool) ([]uint64, error) {
 	return list, nil
 }
 
+// packageDir names the test's package directory (go test runs a test
+// binary there) relative to the module root, for replay commands; "." if
+// it cannot tell.
+func packageDir() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "."
+	}
+	for root := wd; ; {
+		if _, err := os.Stat(filepath.Join(root, "go.mod")); err == nil {
+			rel, err := filepath.Rel(root, wd)
+			if err != nil || rel == "." {
+				return "."
+			}
+			return "./" + filepath.ToSlash(rel)
+		}
+		up := filepath.Dir(root)
+		if up == root {
+			return "."
+		}
+		root = up
+	}
+}
+
 // runPattern is the -run pattern that selects exactly the test name.
 func runPattern(name string) string {
 	parts := strings.Split(name, "/")
@@ -178,7 +203,7 @@ func Schedule(t testing.TB) soft.Schedule {
 	t.Cleanup(func() {
 		seeds.Delete(t.Name())
 		if t.Failed() {
-			t.Logf("replay: %s=%s %s=%d go test -run '%s' .", EnvDevice, DeviceAdversarial, EnvSeed, seed, runPattern(t.Name()))
+			t.Logf("replay: %s=%s %s=%d go test -run '%s' %s", EnvDevice, DeviceAdversarial, EnvSeed, seed, runPattern(t.Name()), packageDir())
 		}
 	})
 	return soft.Schedule{Seed: seed}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/qpdrain/qpdrain/ibv"
 )
@@ -244,4 +245,34 @@ func TestAtomics(t *testing.T) {
 	if got := binary.NativeEndian.Uint64(remote); got != 7 {
 		t.Errorf("remote value after atomics = %d, want 7", got)
 	}
+}
+
+// Moving a QP to RESET with its completions unpolled: the soft device
+// discards them, as libmlx4 and libmlx5 do (mlx4_modify_qp, mlx5_modify_qp
+// clean the CQs); rxe_qp_reset leaves the CQ alone, so rxe keeps them
+// (docs/PROVIDERS.md).
+func TestResetWithCompletionsUnpolled(t *testing.T) {
+	l := newLoopback(t)
+	post(t, l.a, ibv.SendWR{ID: 1, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled, SGL: sge(l.mra, 0, 8),
+		RemoteAddr: l.mrb.Addr(), RKey: l.mrb.RKey()})
+	// rxe writes the completion from a kernel task: let it run first.
+	if CurrentProvider() == ProviderRXE {
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := l.a.Modify(ibv.QPAttr{State: ibv.QPSReset}, ibv.QPAttrState); err != nil {
+		t.Fatalf("moving QP %d to RESET: %v", l.a.Num(), err)
+	}
+	want := 0
+	if CurrentProvider() == ProviderRXE {
+		want = 1
+	}
+	batch := make([]ibv.WC, 4)
+	n, err := l.a.SendCQ().Poll(batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if CurrentProvider() != ProviderOther && n != want {
+		t.Errorf("%d completions after RESET (%v), want %d on %s", n, batch[:n], want, CurrentProvider())
+	}
+	t.Logf("%s: %d completions of QP %d after RESET", DeviceName(), n, l.a.Num())
 }
