@@ -162,7 +162,7 @@ func runChurn(cmd *cobra.Command, o *churnOptions) (*churn.Result, error) {
 			return nil, fmt.Errorf("opening the peers' soft device: %w", err)
 		}
 		closers = append(closers, peers)
-		cfg.Device, cfg.PeerDevice = rx, peers
+		cfg.Device, cfg.PeerDevice, cfg.DeviceClock = rx, peers, fab
 	} else {
 		if len(o.quirks) > 0 || o.maxQP != 0 || o.schedule != 0 {
 			return nil, fmt.Errorf("--quirk, --max-qp and --schedule-seed apply to the soft device only, not %s", o.device)

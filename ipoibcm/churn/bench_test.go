@@ -49,7 +49,7 @@ func benchChurn(b *testing.B, q soft.Quirks, p ipoibcm.Policy, noSRQ bool) {
 	for b.Loop() {
 		rx, peers := softPair(b, q, 0)
 		var err error
-		res, err = Run(context.Background(), Config{Seed: 1, Events: 100_000, Device: rx, PeerDevice: peers,
+		res, err = Run(context.Background(), Config{Seed: 1, Events: 100_000, Device: rx, PeerDevice: peers, DeviceClock: rx.Fabric(),
 			VanishFraction: DefaultVanishFraction, Manager: ipoibcm.Config{Policy: p, NoSRQ: noSRQ, RecvQueueSize: 16}})
 		if err != nil {
 			b.Fatal(err)

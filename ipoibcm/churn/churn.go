@@ -62,6 +62,10 @@ type Config struct {
 	// RealTime runs the schedule on the real clock instead of a virtual
 	// one, for real devices: events happen at their times.
 	RealTime bool
+	// DeviceClock, when set, is moved along with the virtual clock: the
+	// devices' own timers (a soft.Fabric's retry and RNR timers) then
+	// fire at the simulated times. Ignored with RealTime.
+	DeviceClock interface{ Advance(time.Duration) error }
 	// Progress, if set, is called with the events done so far, about a
 	// hundred times in a run.
 	Progress func(done, total int)
@@ -310,7 +314,16 @@ func (s *sim) timersUntil(ctx context.Context, t time.Time) error {
 
 func (s *sim) waitUntil(ctx context.Context, t time.Time) error {
 	if s.virtual != nil {
+		d := t.Sub(s.virtual.Now())
+		if d <= 0 {
+			return nil
+		}
 		s.virtual.Set(t)
+		if s.cfg.DeviceClock != nil {
+			if err := s.cfg.DeviceClock.Advance(d); err != nil {
+				return fmt.Errorf("advancing the device clock: %w", err)
+			}
+		}
 		return nil
 	}
 	// On a real device, service while waiting: completions and events

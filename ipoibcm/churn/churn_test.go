@@ -21,7 +21,7 @@ var update = flag.Bool("update", false, "rewrite the golden summaries in testdat
 
 // softPair opens two soft devices on one fabric, the Manager's (with
 // quirks and at most maxQP QPs, 0 for the default) and the peers'.
-func softPair(t testing.TB, q soft.Quirks, maxQP int) (rx, peers ibv.Context) {
+func softPair(t testing.TB, q soft.Quirks, maxQP int) (rx, peers *soft.Device) {
 	t.Helper()
 	fab := soft.NewFabric()
 	rxDev, err := soft.Open(soft.Config{Fabric: fab, Name: "soft0", Quirks: q, Limits: soft.Limits{MaxQP: maxQP}})
@@ -58,7 +58,11 @@ func goldenConfig(rx, peers ibv.Context, noSRQ bool, p ipoibcm.Policy, short boo
 	if short {
 		mc.UpdateTime, mc.Timeout, mc.Delay = 5*time.Second, 10*time.Second, 15*time.Second
 	}
-	return Config{Seed: 1, Events: 3000, Device: rx, PeerDevice: peers, Samples: 30, VanishFraction: 0.25, Manager: mc}
+	cfg := Config{Seed: 1, Events: 3000, Device: rx, PeerDevice: peers, Samples: 30, VanishFraction: 0.25, Manager: mc}
+	if d, ok := rx.(*soft.Device); ok {
+		cfg.DeviceClock = d.Fabric()
+	}
+	return cfg
 }
 
 func TestGolden(t *testing.T) {

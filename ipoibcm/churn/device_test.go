@@ -10,6 +10,7 @@ import (
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/devtest"
 	"github.com/qpdrain/qpdrain/ipoibcm"
+	"github.com/qpdrain/qpdrain/soft"
 )
 
 // deviceQPs counts the QPs of dev as the host sees them (`rdma resource
@@ -68,6 +69,9 @@ func TestChurnOnDevice(t *testing.T) {
 				mc.Drain.LastWQETimeout, mc.Drain.DrainTimeout = time.Second, time.Second
 				cfg := Config{Seed: 3, Events: 1700, Device: dev, Manager: mc, RealTime: real,
 					ConnectRate: 500, SendRate: 50, Lifetime: 20 * time.Millisecond, VanishFraction: 0.25, Samples: 10}
+				if d, ok := dev.(*soft.Device); ok {
+					cfg.DeviceClock = d.Fabric()
+				}
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 				defer cancel()
 				start := time.Now()
