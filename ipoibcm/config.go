@@ -25,9 +25,12 @@ const (
 	// Bounded is qpdrain's: the same lists, but the drain goes through a
 	// drain.Reaper whose every wait is bounded (Config.Drain), and a
 	// disconnect moves the QP to the error list at once, with a deadline
-	// for its Last WQE Reached. A stalled drain takes the reaper's policy:
-	// destroy once the CQ is proven empty (the default here), or keep it in
-	// a bounded, counted quarantine.
+	// for its Last WQE Reached. On the real clock a stalled drain takes the
+	// reaper's policy: destroyed once the CQ is proven empty (the default
+	// here), or kept in its bounded, counted quarantine
+	// (Config.QuarantinePolicy). On a virtual clock the Manager times the
+	// waits and gives a stalled QP up once the CQ is found empty
+	// (EventGivenUp).
 	Bounded
 )
 

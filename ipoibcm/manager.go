@@ -104,7 +104,11 @@ type Manager struct {
 	// headroom is the Bounded reaper's drain WRs outstanding at most.
 	headroom int
 	conns    map[uint32]*Conn
-	dead     map[uint32]struct{} // QP numbers destroyed, to count late completions
+	// dead holds the numbers of the last deadMax QPs destroyed, in deadRing,
+	// to count late completions.
+	dead     map[uint32]struct{}
+	deadRing []uint32
+	deadNext int
 	lists    [NumLists]connList
 	nonSRQ   int       // nonsrq_conn_qp
 	staleAt  time.Time // the stale task's next run; zero when not queued
@@ -293,7 +297,7 @@ func (m *Manager) Accept(peer uint32, route rcsetup.Route) (*Conn, error) {
 		c.recvCount = len(wrs)
 	}
 	m.conns[c.qpn] = c
-	delete(m.dead, c.qpn) // a reused number is the new QP's
+	delete(m.dead, c.qpn) // a reused number is the new QP's (its ring slot goes stale harmlessly)
 	m.stats.Accepted++
 	m.stats.MaxQPs = max(m.stats.MaxQPs, len(m.conns))
 	if m.staleAt.IsZero() {

@@ -404,3 +404,23 @@ func TestKernelLastWQEReachedTwice(t *testing.T) {
 		t.Errorf("stats %+v, want 1 drain WR posted, 1 refused, no late completion", st)
 	}
 }
+
+// A completion for a QP the Manager already destroyed is counted: it is the
+// evidence a "false safe" figure rests on.
+func TestLateCompletionCounted(t *testing.T) {
+	r := newRig(t, nil, Config{NoSRQ: true})
+	c, _ := r.connect()
+	if err := r.m.Disconnect(c); err != nil {
+		t.Fatal(err)
+	}
+	r.until("reaped", func() bool { return c.List() == ListNone })
+	r.m.mu.Lock()
+	err := r.m.handleWC(ibv.WC{ID: recvTag, QPNum: c.QPNum(), Status: ibv.WCWRFlushErr}, r.clock.Now())
+	r.m.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := r.m.Stats(); st.LateWCs != 1 {
+		t.Errorf("%d late completions counted, want 1", st.LateWCs)
+	}
+}

@@ -256,7 +256,7 @@ func (m *Manager) destroy(c *Conn, now time.Time) {
 		m.warn("destroying qp %#x: %v", c.qpn, err)
 	}
 	delete(m.conns, c.qpn)
-	m.dead[c.qpn] = struct{}{}
+	m.remember(c.qpn)
 	if c.nonSRQSlot {
 		m.nonSRQ--
 	}
@@ -350,4 +350,20 @@ func (m *Manager) QPs() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return len(m.conns)
+}
+
+// deadMax is how many destroyed QP numbers the Manager remembers.
+const deadMax = 4096
+
+// remember records a destroyed QP's number, forgetting the oldest past
+// deadMax so that a long-lived Manager stays bounded.
+func (m *Manager) remember(qpn uint32) {
+	if len(m.deadRing) < deadMax {
+		m.deadRing = append(m.deadRing, qpn)
+	} else {
+		delete(m.dead, m.deadRing[m.deadNext])
+		m.deadRing[m.deadNext] = qpn
+		m.deadNext = (m.deadNext + 1) % deadMax
+	}
+	m.dead[qpn] = struct{}{}
 }
