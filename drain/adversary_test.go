@@ -12,10 +12,10 @@ import (
 )
 
 // adversary stands between the reaper and a device and makes, against the
-// drain, choices the specification leaves open (REFERENCE §9 of the IBTA
-// ordering rules: completions are ordered within a work queue, not across
-// the work queues of one CQ; send slots return when their completions are
-// polled; events travel apart from completions):
+// drain, choices the specification leaves open (completions are ordered
+// within a work queue, not across the work queues of one CQ; send slots
+// return when their completions are polled, ibv_poll_cq(3); async events
+// travel apart from completions):
 //   - the completions of the work queues in hold reach the poller delay
 //     late, still in order within each queue;
 //   - a QP's send queue holds at most its MaxSendWR WRs until their
