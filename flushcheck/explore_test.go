@@ -1,9 +1,12 @@
 package flushcheck
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/qpdrain/qpdrain/internal/devtest"
+	"github.com/qpdrain/qpdrain/soft"
 )
 
 // TestExplore runs the probes' tests on the orderly schedule and
@@ -20,7 +23,25 @@ func TestExplore(t *testing.T) {
 		{"Device", TestDevice},
 		{"SoftPasses", TestSoftPasses},
 		{"SoftQuirks", TestSoftQuirks},
+		{"SoftPassesShortQuiet", softPassesShortQuiet},
 	} {
 		t.Run(b.name, func(t *testing.T) { devtest.Explore(t, b.body) })
+	}
+}
+
+// softPassesShortQuiet is TestSoftPasses with 2 ms quiet periods, so that
+// make soak gets through many seeds: what a probe watches for must not
+// happen, and on the soft device a waiting probe's calls run the device's
+// deferred work at once, so what could happen shows within them. The
+// timeout only bounds waits for what must come, which on soft comes at
+// once.
+func softPassesShortQuiet(t *testing.T) {
+	dev := openSoft(t, soft.Quirks{})
+	results := Run(context.Background(), dev, Options{Timeout: 2 * time.Second, Quiet: 2 * time.Millisecond})
+	if got := deviating(t, results); len(got) > 0 {
+		t.Errorf("deviations on the soft device without quirks: %v", got)
+	}
+	if p, _, _ := Counts(results); p != len(probes) {
+		t.Errorf("%d of %d probes passed", p, len(probes))
 	}
 }

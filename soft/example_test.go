@@ -75,3 +75,35 @@ func ExampleQuirks() {
 	// 1 WR_FLUSH_ERR
 	// context deadline exceeded
 }
+
+// An adversarial schedule: the flushes of a QP moved to ERROR come over
+// later calls, and Outstanding says how many are still to come.
+func ExampleSchedule() {
+	dev, _ := soft.Open(soft.Config{Schedule: soft.Schedule{Seed: 7}})
+	defer dev.Close()
+	pd, _ := dev.AllocPD()
+	defer pd.Close()
+	cq, _ := dev.CreateCQ(8, nil)
+	defer cq.Close()
+	caps := ibv.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}
+	a, _ := pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, Type: ibv.QPTRC, Cap: caps})
+	b, _ := pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, Type: ibv.QPTRC, Cap: caps})
+	defer b.Close()
+	defer a.Close()
+	if err := soft.Connect(a, b, 1); err != nil {
+		fmt.Println(err)
+		return
+	}
+	a.PostRecv([]ibv.RecvWR{{ID: 1}, {ID: 2}, {ID: 3}, {ID: 4}})
+	a.Modify(ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState)
+	fmt.Println("outstanding after the move to ERROR:", a.(*soft.QP).Outstanding())
+	wc := make([]ibv.WC, 4)
+	for a.(*soft.QP).Outstanding() > 0 {
+		n, _ := cq.Poll(wc)
+		fmt.Println("polled", n, "flushes,", a.(*soft.QP).Outstanding(), "to come")
+	}
+	// Output:
+	// outstanding after the move to ERROR: 4
+	// polled 2 flushes, 2 to come
+	// polled 2 flushes, 0 to come
+}

@@ -83,8 +83,8 @@ func Explore(t *testing.T, body func(t *testing.T)) {
 		}
 		ok := t.Run("seed="+strconv.FormatUint(seed, 10), func(t *testing.T) {
 			seeds.Store(t.Name(), seed)
-			defer seeds.Delete(t.Name())
 			t.Cleanup(func() {
+				seeds.Delete(t.Name()) // last: after the body's own cleanups and subtests
 				if t.Failed() {
 					t.Logf("replay: %s=%d go test -run '%s' %s", EnvSeed, seed, runPattern(parent), packageDir())
 				}
@@ -103,6 +103,9 @@ func Explore(t *testing.T, body func(t *testing.T)) {
 		t.Name(), passed, failed, el.Seconds(), float64(passed+failed)/el.Seconds())
 	if len(failing) > 0 {
 		summary += fmt.Sprintf("; failing seeds %v", failing)
+	}
+	if failed >= maxExploreFailures && passed+failed < len(list) {
+		summary += fmt.Sprintf("; stopped after %d failures", failed)
 	}
 	t.Log(summary)
 	if os.Getenv(EnvSeeds) != "" {
