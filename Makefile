@@ -33,7 +33,7 @@ unit:
 .PHONY: unit-adversarial soak
 unit-adversarial:
 	@echo "== go test -race, QPDRAIN_TEST_DEVICE=soft:adversarial"
-	QPDRAIN_TEST_DEVICE=soft:adversarial $(GO) test -race -count=1 ./internal/devtest ./drain ./flushcheck ./cmd/qpdrain
+	QPDRAIN_TEST_DEVICE=soft:adversarial $(GO) test -race -count=1 ./internal/devtest ./drain ./flushcheck ./cmd/qpdrain ./ipoibcm ./ipoibcm/churn
 
 ## soak: many adversarial seeds of the drain and flush-check bodies, bounded in time (SOAK_SEEDS, SOAK_TIME).
 soak:
@@ -46,12 +46,16 @@ test-rxe:
 	@scripts/rxe-test.sh
 
 ## demo: the main job — the provider flush check (the first RDMA device, or the soft device when
-## there is none), then the seed scenario on soft devices.
+## there is none), then the seed scenario on soft devices, then the IPoIB-CM churn of the eHCA case
+## under both drain policies, with its plots.
 ## Findings of the check (exit 1: the device deviates) are the demo's result, not its failure.
 demo: deps
 	$(GO) build -o .cache/qpdrain ./cmd/qpdrain
 	.cache/qpdrain check || [ $$? -eq 1 ]
 	.cache/qpdrain scenario srq-fault
+	.cache/qpdrain churn --quirk send-in-error-not-flushed --max-qp 128 --events 3000 --rows 10 --plot .cache/churn-kernel.png || [ $$? -eq 1 ]
+	.cache/qpdrain churn --quirk send-in-error-not-flushed --max-qp 128 --events 3000 --rows 10 --plot .cache/churn-bounded.png --policy bounded
+	@echo "churn plots: .cache/churn-kernel.png (ipoib_cm.c's policy: the eHCA leak), .cache/churn-bounded.png (qpdrain's)"
 
 ## bench: the benchmarks behind docs/BENCH.md.
 bench:

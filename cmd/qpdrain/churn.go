@@ -1,0 +1,179 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/ipoibcm"
+	"github.com/qpdrain/qpdrain/ipoibcm/churn"
+	"github.com/qpdrain/qpdrain/soft"
+)
+
+func init() { subcommands = append(subcommands, newChurnCmd) }
+
+// churnOptions are the flags of "qpdrain churn".
+type churnOptions struct {
+	device       string
+	quirks       []string
+	maxQP        int
+	schedule     uint64
+	seed         uint64
+	events       int
+	policy       string
+	quarantine   bool
+	noSRQ        bool
+	recvQueue    int
+	maxNonSRQ    int
+	update       time.Duration
+	timeout      time.Duration
+	delay        time.Duration
+	drainTimeout time.Duration
+	connectRate  float64
+	sendRate     float64
+	lifetime     time.Duration
+	vanish       float64
+	samples      int
+	rows         int
+	plot         string
+	realTime     bool
+}
+
+func newChurnCmd(opts *globalOptions) *cobra.Command {
+	o := &churnOptions{}
+	cmd := &cobra.Command{
+		Use:   "churn",
+		Short: "Simulate IPoIB connected-mode receive-side connection churn and show where its QPs go",
+		Long: "Run the IPoIB-CM receive lifecycle (ipoib_cm.c's passive_ids, rx_error_list, rx_flush_list,\n" +
+			"rx_drain_list, rx_reap_list) under seeded churn: peers connect, send, and disconnect with a DREQ or\n" +
+			"vanish, on a soft device with any provider quirk (peers on a second soft device) over virtual\n" +
+			"hours, or on a real device (--device) at its own pace. Prints the QPs on each list over time,\n" +
+			"rejected connections, leaked and quarantined QPs, stale-detection and reap times; -j prints JSON,\n" +
+			"--plot FILE.png|.svg draws the lists over time. --policy kernel is ipoib_cm.c's drain (no timeout\n" +
+			"on the drain WR); bounded is qpdrain's. Quirks: " + strings.Join(simQuirkNames(), ", ") + ".\n" +
+			"Exit status 1 when QPs leaked, a drain hung or a QP was destroyed too early.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			res, err := runChurn(cmd, o)
+			if err != nil {
+				return withExitCode(exitError, fmt.Errorf("churn: %w", err))
+			}
+			out := cmd.OutOrStdout()
+			if opts.json {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				err = enc.Encode(res)
+			} else {
+				err = res.WriteText(out, o.rows, true)
+			}
+			if err == nil && o.plot != "" {
+				if err = writeChurnPlot(o.plot, res, o.quirks); err == nil && !opts.json {
+					_, err = fmt.Fprintf(out, "plot: %s\n", o.plot)
+				}
+			}
+			if err != nil {
+				return withExitCode(exitError, err)
+			}
+			if res.Leaked > 0 || res.HungDrains > 0 || res.LateWCs > 0 {
+				return withExitCode(exitFindings, fmt.Errorf("%d QPs leaked, %d behind a hung drain, %d destroyed too early", res.Leaked, res.HungDrains, res.LateWCs))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.device, "device", softDeviceName, "device: soft (the built-in soft device, peers on a second one) or a libibverbs device, peers in loopback")
+	f.StringSliceVar(&o.quirks, "quirk", nil, "provider quirk of the soft device (repeatable): "+strings.Join(simQuirkNames(), ", "))
+	f.Uint64Var(&o.schedule, "schedule-seed", 0, "make the soft device adversarial with this schedule seed (0: orderly)")
+	f.IntVar(&o.maxQP, "max-qp", 0, "QPs the soft device creates at most (0: its default); past it connections are rejected")
+	f.Uint64Var(&o.seed, "seed", 1, "seed of the churn schedule")
+	f.IntVar(&o.events, "events", churn.DefaultEvents, "churn events to run (connects, sends, disconnects, vanishes)")
+	f.StringVar(&o.policy, "policy", ipoibcm.Kernel.String(), "drain policy: kernel (ipoib_cm.c) or bounded (qpdrain's)")
+	f.BoolVar(&o.quarantine, "quarantine", false, "bounded policy: keep stalled QPs in the quarantine instead of destroying them once the CQ is empty")
+	f.BoolVar(&o.noSRQ, "no-srq", false, "give each connection its own receive ring, as on devices without SRQs")
+	f.IntVar(&o.recvQueue, "recvq-size", 16, "receives in the SRQ, or per connection without one (ipoib_recvq_size)")
+	f.IntVar(&o.maxNonSRQ, "max-nonsrq-conn-qp", ipoibcm.DefaultMaxNonSRQConn, "connections at most without an SRQ (max_nonsrq_conn_qp)")
+	f.DurationVar(&o.update, "rx-update-time", ipoibcm.DefaultUpdateTime, "IPOIB_CM_RX_UPDATE_TIME: activity refreshes a connection at most this often")
+	f.DurationVar(&o.timeout, "rx-timeout", ipoibcm.DefaultTimeout, "IPOIB_CM_RX_TIMEOUT: idle this long, a connection is stale")
+	f.DurationVar(&o.delay, "rx-delay", ipoibcm.DefaultDelay, "IPOIB_CM_RX_DELAY: the stale task runs this often")
+	f.DurationVar(&o.drainTimeout, "drain-timeout", 5*time.Second, "bounded policy: wait for Last WQE Reached and for each drain WR")
+	f.Float64Var(&o.connectRate, "connect-rate", churn.DefaultConnectRate, "connection requests per second")
+	f.Float64Var(&o.sendRate, "send-rate", churn.DefaultSendRate, "messages per second per connection")
+	f.DurationVar(&o.lifetime, "lifetime", churn.DefaultLifetime, "mean connection lifetime")
+	f.Float64Var(&o.vanish, "vanish", churn.DefaultVanishFraction, "share of peers that vanish without a DREQ (0 to 1)")
+	f.IntVar(&o.samples, "samples", churn.DefaultSamples, "samples of the lists over the run")
+	f.IntVar(&o.rows, "rows", 24, "rows of the text table (0: every sample)")
+	f.StringVar(&o.plot, "plot", "", "write a plot of the lists over time to this .png or .svg file")
+	f.BoolVar(&o.realTime, "real-time", false, "run the schedule on the real clock (always on a real device)")
+	return cmd
+}
+
+func runChurn(cmd *cobra.Command, o *churnOptions) (*churn.Result, error) {
+	policy, err := ipoibcm.ParsePolicy(o.policy)
+	if err != nil {
+		return nil, fmt.Errorf("--policy: %w", err)
+	}
+	if o.plot != "" && !strings.HasSuffix(o.plot, ".png") && !strings.HasSuffix(o.plot, ".svg") {
+		return nil, fmt.Errorf("--plot %q: want a .png or .svg file name", o.plot)
+	}
+	if o.recvQueue < 1 || o.maxNonSRQ < 1 || o.maxNonSRQ > ipoibcm.MaxNonSRQConnLimit {
+		return nil, fmt.Errorf("--recvq-size %d, --max-nonsrq-conn-qp %d: want at least 1, and at most %d connections", o.recvQueue, o.maxNonSRQ, ipoibcm.MaxNonSRQConnLimit)
+	}
+	quirks, err := parseQuirks(o.quirks)
+	if err != nil {
+		return nil, err
+	}
+	cfg := churn.Config{Seed: o.seed, Events: o.events, ConnectRate: o.connectRate, SendRate: o.sendRate,
+		Lifetime: o.lifetime, VanishFraction: o.vanish, Samples: o.samples, RealTime: o.realTime,
+		Manager: ipoibcm.Config{Policy: policy, QuarantinePolicy: o.quarantine, NoSRQ: o.noSRQ,
+			RecvQueueSize: o.recvQueue, MaxNonSRQConn: o.maxNonSRQ,
+			UpdateTime: o.update, Timeout: o.timeout, Delay: o.delay}}
+	cfg.Manager.Drain.LastWQETimeout, cfg.Manager.Drain.DrainTimeout = o.drainTimeout, o.drainTimeout
+	stderr := cmd.ErrOrStderr()
+	cfg.Progress = func(done, total int) {
+		// Long runs say how far they are, every tenth, on stderr.
+		if total >= 50000 && done%max(1, total/10) == 0 {
+			fmt.Fprintf(stderr, "churn: %d of %d events\n", done, total)
+		}
+	}
+	var closers []io.Closer
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			if cerr := closers[i].Close(); cerr != nil {
+				err = errors.Join(err, cerr)
+			}
+		}
+	}()
+	if o.device == softDeviceName {
+		fab := soft.NewFabric()
+		rx, err := soft.Open(soft.Config{Fabric: fab, Name: "soft0", Quirks: quirks,
+			Limits: soft.Limits{MaxQP: o.maxQP}, Schedule: soft.Schedule{Seed: o.schedule}})
+		if err != nil {
+			return nil, fmt.Errorf("opening the soft device: %w", err)
+		}
+		closers = append(closers, rx)
+		peers, err := soft.Open(soft.Config{Fabric: fab, Name: "soft1"})
+		if err != nil {
+			return nil, fmt.Errorf("opening the peers' soft device: %w", err)
+		}
+		closers = append(closers, peers)
+		cfg.Device, cfg.PeerDevice, cfg.DeviceClock = rx, peers, fab
+	} else {
+		if len(o.quirks) > 0 || o.maxQP != 0 || o.schedule != 0 {
+			return nil, fmt.Errorf("--quirk, --max-qp and --schedule-seed apply to the soft device only, not %s", o.device)
+		}
+		dev, err := ibv.Open(o.device)
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, dev)
+		cfg.Device, cfg.RealTime = dev, true
+	}
+	res, err := churn.Run(cmd.Context(), cfg)
+	return res, err
+}

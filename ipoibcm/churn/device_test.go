@@ -1,0 +1,101 @@
+package churn
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/devtest"
+	"github.com/qpdrain/qpdrain/ipoibcm"
+	"github.com/qpdrain/qpdrain/soft"
+)
+
+// deviceQPs counts the QPs of dev as the host sees them (`rdma resource
+// show qp`, iproute2), or returns false when the device is not a kernel
+// device or the tool is missing.
+func deviceQPs(t *testing.T, dev ibv.Context) (int, bool) {
+	t.Helper()
+	if devtest.CurrentProvider() == devtest.ProviderSoft {
+		return 0, false
+	}
+	path, err := exec.LookPath("rdma")
+	if err != nil {
+		t.Logf("no rdma tool (%v): the QP count is the manager's own", err)
+		return 0, false
+	}
+	out, err := exec.Command(path, "-j", "resource", "show", "qp").Output()
+	if err != nil {
+		t.Fatalf("rdma resource show qp: %v", err)
+	}
+	var qps []struct {
+		IfName string `json:"ifname"`
+	}
+	if err := json.Unmarshal(out, &qps); err != nil {
+		t.Fatalf("parsing rdma resource show qp: %v\n%s", err, out)
+	}
+	n := 0
+	for _, q := range qps {
+		if q.IfName == dev.Name() {
+			n++
+		}
+	}
+	return n, true
+}
+
+// A churn of more than 1,000 connection events with real QPs on the test
+// device (peers in loopback): nothing leaks, nothing is destroyed early,
+// and the device's QP count is back where it started. On a real device the
+// schedule runs on the real clock with timers of milliseconds; on the soft
+// device it runs under every schedule devtest.Explore tries.
+func TestChurnOnDevice(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		noSRQ  bool
+		policy ipoibcm.Policy
+	}{
+		{"srq-bounded", false, ipoibcm.Bounded},
+		{"nonsrq-kernel", true, ipoibcm.Kernel},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			devtest.Explore(t, func(t *testing.T) {
+				dev := devtest.Open(t)
+				before, counted := deviceQPs(t, dev)
+				real := devtest.CurrentProvider() != devtest.ProviderSoft
+				mc := ipoibcm.Config{Policy: tc.policy, NoSRQ: tc.noSRQ, RecvQueueSize: 8,
+					UpdateTime: 20 * time.Millisecond, Timeout: 50 * time.Millisecond, Delay: 75 * time.Millisecond}
+				mc.Drain.LastWQETimeout, mc.Drain.DrainTimeout = time.Second, time.Second
+				cfg := Config{Seed: 3, Events: 1700, Device: dev, Manager: mc, RealTime: real,
+					ConnectRate: 500, SendRate: 50, Lifetime: 20 * time.Millisecond, VanishFraction: 0.25, Samples: 10}
+				if d, ok := dev.(*soft.Device); ok {
+					cfg.DeviceClock = d.Fabric()
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+				defer cancel()
+				start := time.Now()
+				res, err := Run(ctx, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				e := res.Events
+				conn := e.Connects + e.Disconnects + e.Vanishes
+				t.Logf("%s: %d events (%d connection events, %d sends), %d accepted, peak %d QPs, %d reaped, stop forced %d, in %v",
+					dev.Name(), e.Total(), conn, e.Sends, res.Accepted, res.PeakQPs, res.Reaped, res.StopForced, time.Since(start).Round(time.Millisecond))
+				if conn < 1000 {
+					t.Errorf("%d connection events, want at least 1000", conn)
+				}
+				if res.Leaked != 0 || res.HungDrains != 0 || res.LateWCs != 0 || res.StopForced != 0 {
+					t.Errorf("leaked %d, hung %d, false safe %d, forced at stop %d: want none", res.Leaked, res.HungDrains, res.LateWCs, res.StopForced)
+				}
+				if res.Reaped != res.Accepted {
+					t.Errorf("%d reaped of %d accepted", res.Reaped, res.Accepted)
+				}
+				if after, ok := deviceQPs(t, dev); counted && ok && after != before {
+					t.Errorf("device QPs %d after the churn, %d before", after, before)
+				}
+			})
+		})
+	}
+}

@@ -1,0 +1,183 @@
+package ipoibcm
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/ibv"
+)
+
+// Policy says how a Manager drains the QPs of closed connections.
+type Policy uint8
+
+// Policies.
+const (
+	// Kernel is ipoib_cm.c exactly: Last WQE Reached moves a QP to the
+	// flush list; one drain WR (IPOIB_CM_RX_DRAIN_WRID) at a time is posted
+	// on the first QP of the flush list, which then moves whole to the drain
+	// list; its completion moves the drain list to the reap list. Nothing
+	// times out: a provider that never completes the drain WR leaves the
+	// drain list, and every QP behind it, there for ever (the eHCA leak).
+	Kernel Policy = iota
+	// Bounded is qpdrain's: the same lists, but the drain goes through a
+	// drain.Reaper whose every wait is bounded (Config.Drain), and a
+	// disconnect moves the QP to the error list at once, with a deadline
+	// for its Last WQE Reached. On the real clock a stalled drain takes the
+	// reaper's policy: destroyed once the CQ is proven empty (the default
+	// here), or kept in its bounded, counted quarantine
+	// (Config.QuarantinePolicy). On a virtual clock the Manager times the
+	// waits and gives a stalled QP up once the CQ is found empty
+	// (EventGivenUp).
+	Bounded
+)
+
+// String names the policy ("kernel", "bounded").
+func (p Policy) String() string {
+	switch p {
+	case Kernel:
+		return "kernel"
+	case Bounded:
+		return "bounded"
+	}
+	return "Policy(?)"
+}
+
+// ParsePolicy is the inverse of Policy.String.
+func ParsePolicy(s string) (Policy, error) {
+	switch s {
+	case "kernel":
+		return Kernel, nil
+	case "bounded":
+		return Bounded, nil
+	}
+	return 0, fmt.Errorf("policy %q: want kernel or bounded", s)
+}
+
+// The kernel's timers (ipoib_cm.c, with HZ ticks as seconds) and limits.
+const (
+	DefaultUpdateTime    = 256 * time.Second // IPOIB_CM_RX_UPDATE_TIME
+	DefaultTimeout       = 2 * 256 * time.Second
+	DefaultDelay         = 3 * 256 * time.Second // IPOIB_CM_RX_DELAY
+	DefaultStopTimeout   = 5 * time.Second       // ipoib_cm_dev_stop's wait
+	DefaultMaxNonSRQConn = 128                   // max_nonsrq_conn_qp
+	MaxNonSRQConnLimit   = 4096                  // the module parameter's clamp
+	// DefaultRecvQueueSize is ipoib_recvq_size's default (IPOIB_RX_RING_SIZE).
+	DefaultRecvQueueSize = 256
+	// KernelDrainWRID is IPOIB_CM_RX_DRAIN_WRID, the Kernel policy's drain WR.
+	KernelDrainWRID uint64 = 0xffffffff
+	// UpdateMask is IPOIB_CM_RX_UPDATE_MASK: only receives whose ring index
+	// has these bits clear refresh a connection's time stamp.
+	UpdateMask uint64 = 0x3
+)
+
+// Config configures a Manager.
+type Config struct {
+	// Context is the device; the Manager reads its async events
+	// (Service). Required.
+	Context ibv.Context
+	// PD the QPs, SRQ and receive buffer are created in. Required.
+	PD ibv.PD
+	// NoSRQ gives each connection its own receive queue, as ipoib_cm.c does
+	// on devices without SRQs, instead of one shared SRQ.
+	NoSRQ bool
+	// RecvQueueSize is ipoib_recvq_size: the SRQ's depth, or each
+	// connection's receive ring without an SRQ (default
+	// DefaultRecvQueueSize).
+	RecvQueueSize int
+	// MaxNonSRQConn is max_nonsrq_conn_qp: without an SRQ, connections past
+	// it are rejected with RejNoQP (default 128, at most 4096).
+	MaxNonSRQConn int
+	// UpdateTime, Timeout and Delay are IPOIB_CM_RX_UPDATE_TIME,
+	// IPOIB_CM_RX_TIMEOUT and IPOIB_CM_RX_DELAY (defaults 256 s, 512 s,
+	// 768 s).
+	UpdateTime, Timeout, Delay time.Duration
+	// StopTimeout bounds Stop's wait for the drains (default 5 s).
+	StopTimeout time.Duration
+	// Policy is the drain policy (default Kernel).
+	Policy Policy
+	// Drain configures the Bounded policy's reaper. Its LastWQETimeout and
+	// DrainTimeout (default 5 s each) run on Clock; its Policy is
+	// drain.DestroyWhenEmpty unless QuarantinePolicy, and its Headroom
+	// defaults to 16.
+	Drain drain.Options
+	// QuarantinePolicy makes the Bounded policy keep a stalled QP in the
+	// reaper's quarantine (drain.Quarantine) instead of destroying it once
+	// the CQ is proven empty. It needs the real clock (see Bounded).
+	QuarantinePolicy bool
+	// Clock runs every timer (default RealClock).
+	Clock Clock
+	// Trace, if set, sees every transition, in order, under the Manager's
+	// lock: it must not call the Manager.
+	Trace func(Event)
+	// OnEvent receives the async events the Manager does not claim.
+	OnEvent func(ibv.AsyncEvent)
+	// Log receives warnings where ipoib_cm.c warns (ipoib_warn); nil logs
+	// nothing.
+	Log logrus.FieldLogger
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Context == nil || c.PD == nil {
+		return c, fmt.Errorf("config: Context and PD are required: %w", ibv.ErrInvalidArgument)
+	}
+	if c.RecvQueueSize == 0 {
+		c.RecvQueueSize = DefaultRecvQueueSize
+	}
+	if c.MaxNonSRQConn == 0 {
+		c.MaxNonSRQConn = DefaultMaxNonSRQConn
+	}
+	c.MaxNonSRQConn = min(c.MaxNonSRQConn, MaxNonSRQConnLimit)
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{
+		{&c.UpdateTime, DefaultUpdateTime}, {&c.Timeout, DefaultTimeout}, {&c.Delay, DefaultDelay},
+		{&c.StopTimeout, DefaultStopTimeout},
+		{&c.Drain.LastWQETimeout, drain.DefaultLastWQETimeout}, {&c.Drain.DrainTimeout, drain.DefaultDrainTimeout},
+	} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if c.Clock == nil {
+		c.Clock = RealClock{}
+	}
+	switch {
+	case c.RecvQueueSize < 1:
+		return c, fmt.Errorf("config: receive queue size %d: want at least 1: %w", c.RecvQueueSize, ibv.ErrInvalidArgument)
+	case c.MaxNonSRQConn < 1:
+		return c, fmt.Errorf("config: max_nonsrq_conn_qp %d: want at least 1: %w", c.MaxNonSRQConn, ibv.ErrInvalidArgument)
+	case c.UpdateTime < 0 || c.Timeout < 0 || c.Delay <= 0 || c.StopTimeout < 0 || c.Drain.LastWQETimeout < 0 || c.Drain.DrainTimeout < 0:
+		return c, fmt.Errorf("config: a negative timer, or a zero stale-task delay: %w", ibv.ErrInvalidArgument)
+	case c.Policy == Bounded && c.QuarantinePolicy && !isReal(c.Clock):
+		// A round of the reaper ends by Shutdown (see bounded.go); a kept
+		// QP's drain WR completing later could be taken for one of the
+		// next round's, whose IDs start again.
+		return c, fmt.Errorf("config: the quarantine policy needs the real clock: %w", ibv.ErrInvalidArgument)
+	case c.Policy != Kernel && c.Policy != Bounded:
+		return c, fmt.Errorf("config: %s: %w", c.Policy, ibv.ErrInvalidArgument)
+	}
+	return c, nil
+}
+
+func isReal(c Clock) bool {
+	_, real := c.(RealClock)
+	return real
+}
+
+// cqe is the shared CQ's depth: every receive that can be outstanding, one
+// spare slot for the drain WR (ipoib_cm.c reserves exactly one), and the
+// Bounded policy's headroom.
+func (c Config) cqe() int {
+	spare := 1
+	if c.Policy == Bounded {
+		spare = max(c.Drain.Headroom, boundedHeadroom)
+	}
+	if c.NoSRQ {
+		return c.MaxNonSRQConn*c.RecvQueueSize + spare
+	}
+	return 2*c.RecvQueueSize + spare
+}
