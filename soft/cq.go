@@ -135,6 +135,10 @@ func (c *CQ) push(wc *ibv.WC, solicited bool) {
 	if c.errored {
 		return
 	}
+	if c.n == len(c.buf) && c.dev.quirks.CQOverrunKeepsQPs {
+		c.dev.raise(ibv.AsyncEvent{Type: ibv.EventCQErr, CQ: c})
+		return
+	}
 	if c.n == len(c.buf) {
 		c.errored = true
 		c.dev.raise(ibv.AsyncEvent{Type: ibv.EventCQErr, CQ: c})

@@ -119,6 +119,16 @@ type Quirks struct {
 	// ERROR without QP_ACCESS_ERR or QP_REQ_ERR (rxe on Linux 6.1 and
 	// 6.12, docs/PROVIDERS.md).
 	NoResponderErrorEvent bool
+	// LastWQEReachedAgain: an SRQ QP in ERROR that has raised Last WQE
+	// Reached raises it again on every later modify to ERROR and every
+	// send posted (rxe on Linux 6.12, flushcheck's last-wqe-repeat,
+	// docs/PROVIDERS.md).
+	LastWQEReachedAgain bool
+	// CQOverrunKeepsQPs: a full CQ raises CQ_ERR for each completion it
+	// loses and keeps working; its QPs stay in their state without
+	// QP_FATAL (rxe on Linux 6.1 and 6.12, rxe_cq_post; flushcheck's
+	// cq-overrun, docs/PROVIDERS.md).
+	CQOverrunKeepsQPs bool
 }
 
 // Device is an open soft RDMA device; it implements ibv.Context. Its single

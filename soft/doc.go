@@ -169,4 +169,12 @@
 //   - NoResponderErrorEvent: a responder error moves the responder to ERROR
 //     and flushes it, but raises neither QP_ACCESS_ERR nor QP_REQ_ERR. rxe
 //     on Linux 6.1 and 6.12 (docs/PROVIDERS.md).
+//   - LastWQEReachedAgain: an SRQ QP in ERROR raises Last WQE Reached again
+//     on each later modify to ERROR and each send posted to it. rxe on
+//     Linux 6.12 (flushcheck's last-wqe-repeat, docs/PROVIDERS.md).
+//   - CQOverrunKeepsQPs: a full CQ raises CQ_ERR for every completion it
+//     loses, takes completions again once polled, and moves no QP to ERROR
+//     (no QP_FATAL). rxe on Linux 6.1 and 6.12: rxe_cq_post in
+//     drivers/infiniband/sw/rxe/rxe_cq.c logs "queue full" and raises
+//     IB_EVENT_CQ_ERR (flushcheck's cq-overrun, docs/PROVIDERS.md).
 package soft

@@ -183,6 +183,14 @@ func (q *QP) flushDeferred() {
 	}
 }
 
+// lastWQEAgain raises Last WQE Reached once more for quirk
+// LastWQEReachedAgain, on a QP that has raised it in this ERROR.
+func (q *QP) lastWQEAgain() {
+	if k := q.dev.quirks; k.LastWQEReachedAgain && !k.NoLastWQEReached && q.lastWQE {
+		q.dev.raise(ibv.AsyncEvent{Type: ibv.EventQPLastWQEReached, QP: q})
+	}
+}
+
 // PostSend posts send WRs. A send needs the QP in RTS, SQD or ERR (in ERR
 // it completes at once with WR_FLUSH_ERR); with auto-progress on, it
 // executes before PostSend returns. On failure it returns a *ibv.PostError
@@ -193,6 +201,9 @@ func (q *QP) PostSend(wrs []ibv.SendWR) error {
 	defer f.mu.Unlock()
 	q.flushDeferred()
 	err := q.postSend(wrs)
+	if q.state == ibv.QPSErr && len(wrs) > 0 {
+		q.lastWQEAgain()
+	}
 	if !f.manual {
 		q.drive()
 	}
@@ -429,6 +440,9 @@ func (q *QP) Modify(attr ibv.QPAttr, mask ibv.QPAttrMask) error {
 		return fmt.Errorf("modifying QP %d from %s to %s: %w", q.num, cur, next, err)
 	}
 	q.flushDeferred()
+	if cur == ibv.QPSErr && next == ibv.QPSErr {
+		q.lastWQEAgain()
+	}
 	q.setAttrs(&attr, mask)
 	q.dev.fab.gen++
 	switch next {

@@ -30,6 +30,8 @@ var simQuirks = map[string]func(*soft.Quirks){
 	"drain-needs-rts":              func(q *soft.Quirks) { q.DrainNeedsRTS = true },
 	"recv-in-error-not-flushed":    func(q *soft.Quirks) { q.RecvInErrorNotFlushed = true },
 	"no-responder-error-event":     func(q *soft.Quirks) { q.NoResponderErrorEvent = true },
+	"last-wqe-reached-again":       func(q *soft.Quirks) { q.LastWQEReachedAgain = true },
+	"cq-overrun-keeps-qps":         func(q *soft.Quirks) { q.CQOverrunKeepsQPs = true },
 }
 
 // parseQuirks turns --quirk names into the soft device's switches.
