@@ -146,7 +146,7 @@ func flushOrder(e *env) (verdict, error) {
 			return deviation("round %d: %d of %d completions within %v of ERROR (%s), so the order cannot be judged: the barrier never completed",
 				round+1, len(wcs), 2*n+1, e.o.Timeout, wcList(wcs, qa.Num())), nil
 		case aAfter > 0:
-			late = append(late, fmt.Sprintf("round %d: %d of QP %d's flushes after QP %d's barrier (%s)",
+			late = append(late, fmt.Sprintf("round %d: %d of qpn %d's flushes after qpn %d's barrier (%s)",
 				round+1, aAfter, qa.Num(), qb.Num(), wcList(wcs, qa.Num())))
 		}
 	}

@@ -83,11 +83,11 @@ func destroyOutstanding(e *env) (verdict, error) {
 	}
 	aNum, sNum := a.Num(), s.Num()
 	var obs []string
-	tookA, err := e.closeBounded(fmt.Sprintf("QP %d", aNum), a)
+	tookA, err := e.closeBounded(fmt.Sprintf("qpn %d", aNum), a)
 	if err != nil {
 		return verdict{}, err
 	}
-	tookS, err := e.closeBounded(fmt.Sprintf("QP %d", sNum), s)
+	tookS, err := e.closeBounded(fmt.Sprintf("qpn %d", sNum), s)
 	if err != nil {
 		return verdict{}, err
 	}
@@ -95,7 +95,7 @@ func destroyOutstanding(e *env) (verdict, error) {
 	if err != nil {
 		return verdict{}, err
 	}
-	obs = append(obs, fmt.Sprintf("QP %d destroyed in RTS with %d of 3 sends completed before (%s) in %v",
+	obs = append(obs, fmt.Sprintf("qpn %d destroyed in RTS with %d of 3 sends completed before (%s) in %v",
 		aNum, len(early), wcList(early, aNum), tookA))
 	e.mark()
 	late, err := e.poll(a.SendCQ(), 3, e.o.Quiet)
@@ -114,7 +114,7 @@ func destroyOutstanding(e *env) (verdict, error) {
 	if len(names) > 0 {
 		unread = fmt.Sprintf("their events read after the destroy: %s", strings.Join(names, ", "))
 	}
-	obs = append(obs, fmt.Sprintf("SRQ QP %d destroyed in ERR in %v and its SRQ in %v before the probe read any event (%s)", sNum, tookS, tookSRQ, unread))
+	obs = append(obs, fmt.Sprintf("SRQ qpn %d destroyed in ERR in %v and its SRQ in %v before the probe read any event (%s)", sNum, tookS, tookSRQ, unread))
 	bound := e.o.Timeout
 	switch {
 	case len(late) > 0:
@@ -122,7 +122,7 @@ func destroyOutstanding(e *env) (verdict, error) {
 	case tookS > bound || tookSRQ > bound || tookA > bound:
 		return deviation("%s; a destroy took longer than %v", strings.Join(obs, "; "), bound), nil
 	}
-	return pass("%s; nothing of QP %d on its CQ within %v after", strings.Join(obs, "; "), aNum, e.o.Quiet), nil
+	return pass("%s; nothing of qpn %d on its CQ within %v after", strings.Join(obs, "; "), aNum, e.o.Quiet), nil
 }
 
 // resetReuse: a QP with two receives and two RNR-waiting sends enters
@@ -267,7 +267,7 @@ func hasEvent(evs []event, match func(ibv.AsyncEvent) bool) bool {
 	return false
 }
 
-// eventList formats events as "[SQ_DRAINED qpn=5 at +1ms]".
+// eventList formats events as "[SQ_DRAINED qpn=5 at +1ms], as ibv.AsyncEvent prints them".
 func eventList(evs []event) string {
 	if len(evs) == 0 {
 		return "no event"

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -360,7 +362,7 @@ func (r *simResult) format(w io.Writer, details bool) error {
 		if rep.Stall != nil {
 			stalled = rep.Stall.Error()
 		}
-		fmt.Fprintf(tw, "%#x\t%s\t%v\t%d\t%d\t%d\t%s\n", rep.QPNum, rep.Outcome, rep.Duration().Round(time.Microsecond),
+		fmt.Fprintf(tw, "%d\t%s\t%v\t%d\t%d\t%d\t%s\n", rep.QPNum, rep.Outcome, rep.Duration().Round(time.Microsecond),
 			rep.Batch, rep.Flushed[drain.QueueRecv].Flushed, rep.Flushed[drain.QueueSend].Flushed, stalled)
 	}
 	if err := tw.Flush(); err != nil {
@@ -392,12 +394,41 @@ type simQPJSON struct {
 }
 
 type simJSON struct {
-	QPs   []simQPJSON `json:"qps"`
-	Stats drain.Stats `json:"stats"`
+	QPs   []simQPJSON    `json:"qps"`
+	Stats map[string]any `json:"stats"` // drain.Stats, snakeJSON
+}
+
+// snakeCase turns a Go field name into a JSON key as every other key of
+// the CLI is written: "RecvDrainWRs" -> "recv_drain_wrs", "AfterEmptyCQ" ->
+// "after_empty_cq".
+func snakeCase(name string) string {
+	var b strings.Builder
+	rs := []rune(name)
+	for i, r := range rs {
+		upper := unicode.IsUpper(r)
+		if upper && i > 0 && (!unicode.IsUpper(rs[i-1]) || i+1 < len(rs) && unicode.IsLower(rs[i+1]) && rs[i+1] != 's') {
+			b.WriteByte('_')
+		}
+		b.WriteRune(unicode.ToLower(r))
+	}
+	return b.String()
+}
+
+// snakeJSON is a flat struct of numbers as a JSON object with snake_case
+// keys, so that drain.Stats is printed whole however its fields change.
+func snakeJSON(v any) map[string]any {
+	rv := reflect.ValueOf(v)
+	out := make(map[string]any, rv.NumField())
+	for i := range rv.NumField() {
+		if f := rv.Type().Field(i); f.IsExported() {
+			out[snakeCase(f.Name)] = rv.Field(i).Interface()
+		}
+	}
+	return out
 }
 
 func (r *simResult) jsonView() simJSON {
-	out := simJSON{Stats: r.stats}
+	out := simJSON{Stats: snakeJSON(r.stats)}
 	for _, rep := range r.reports {
 		q := simQPJSON{LQPN: rep.QPNum, Outcome: rep.Outcome.String(), DurationUS: rep.Duration().Microseconds(), Batch: rep.Batch,
 			RecvFlushed: rep.Flushed[drain.QueueRecv].Flushed, SendFlushed: rep.Flushed[drain.QueueSend].Flushed}
