@@ -73,6 +73,13 @@ func TestDevice(t *testing.T) {
 	for _, r := range results {
 		t.Logf("%s %-22s %-9s %8v  %s", dev.Name(), r.Name, r.Outcome, roundDur(r.Duration), r.Observed)
 	}
+	// Draining with the settings the findings imply neither stalls nor
+	// calls a QP safe before its last completion.
+	o, settings := Settings(results)
+	for _, s := range settings {
+		t.Logf("%s setting %-16s %-18s %s", dev.Name(), s.Name, s.Value, s.Reason)
+	}
+	drainWithSettings(t, dev, o, false)
 	got := deviating(t, results)
 	want, known := expectedDeviations()
 	if !known {

@@ -117,7 +117,7 @@ func notProven(by map[string]Result, names ...string) string {
 			return "never completed here"
 		}
 	}
-	return "was not seen to complete"
+	return "is not proven to complete: " + strings.Join(names, " or ") + " did not run to a verdict"
 }
 
 // took is the reason of a timeout setting: the default, and how long the

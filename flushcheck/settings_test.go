@@ -1,0 +1,180 @@
+package flushcheck
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/devtest"
+	"github.com/qpdrain/qpdrain/soft"
+)
+
+// TestSettingsPerQuirk: the settings follow from what each quirk breaks,
+// and draining with them ends every drain safe, with nothing of a QP
+// completing after it was called safe.
+func TestSettingsPerQuirk(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		quirk     soft.Quirks
+		recvDrain bool
+		maxBatch  int
+		policy    drain.Policy
+		lines     []string // Setting names beyond the five options
+		stalls    bool     // the drains end quarantined: nothing proves them
+	}{
+		{"none", soft.Quirks{}, true, 0, drain.Quarantine, []string{"CQ headroom"}, false},
+		{"SendInErrorNotFlushed", soft.Quirks{SendInErrorNotFlushed: true}, true, 1, drain.Quarantine, []string{"via RTS", "CQ headroom"}, true},
+		{"RecvInErrorNotFlushed", soft.Quirks{RecvInErrorNotFlushed: true}, false, 0, drain.Quarantine, []string{"CQ headroom"}, false},
+		{"RecvInErrorFlushDeferred", soft.Quirks{RecvInErrorFlushDeferred: true}, false, 0, drain.Quarantine, []string{"CQ headroom"}, false},
+		{"NoLastWQEReached", soft.Quirks{NoLastWQEReached: true}, true, 0, drain.DestroyWhenEmpty, []string{"CQ headroom"}, false},
+		{"LastWQEReachedTwice", soft.Quirks{LastWQEReachedTwice: true}, true, 0, drain.DestroyWhenEmpty, []string{"CQ headroom"}, false},
+		{"LastWQEReachedAgain", soft.Quirks{LastWQEReachedAgain: true}, true, 0, drain.Quarantine, []string{"repeated Last WQE Reached", "CQ headroom"}, false},
+		{"DrainNeedsRTS", soft.Quirks{DrainNeedsRTS: true}, true, 0, drain.Quarantine, []string{"via RTS", "CQ headroom"}, false},
+		{"NoResponderErrorEvent", soft.Quirks{NoResponderErrorEvent: true}, true, 0, drain.Quarantine, []string{"CQ headroom"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dev := openSoft(t, tc.quirk)
+			o, settings := Settings(Run(context.Background(), dev, quick))
+			if o.RecvDrain != tc.recvDrain || o.MaxBatch != tc.maxBatch || o.Policy != tc.policy {
+				t.Errorf("options RecvDrain %v MaxBatch %d Policy %s; want %v %d %s", o.RecvDrain, o.MaxBatch, o.Policy, tc.recvDrain, tc.maxBatch, tc.policy)
+			}
+			var names []string
+			for _, s := range settings {
+				names = append(names, s.Name)
+				if s.Value == "" || s.Reason == "" {
+					t.Errorf("setting %+v without a value or reason", s)
+				}
+			}
+			if want := append([]string{"RecvDrain", "MaxBatch", "Policy", "LastWQETimeout", "DrainTimeout"}, tc.lines...); !slices.Equal(names, want) {
+				t.Errorf("settings %v, want %v", names, want)
+			}
+			// Short bounds: the soft device answers at once.
+			o.LastWQETimeout, o.DrainTimeout = 50*time.Millisecond, 50*time.Millisecond
+			drainWithSettings(t, dev, o, tc.stalls)
+		})
+	}
+}
+
+// A probe that did not run leaves its setting at the choice safe
+// everywhere, and says so.
+func TestSettingsUnknown(t *testing.T) {
+	o, settings := Settings([]Result{{Name: "flush-order", Outcome: Error}})
+	if o.RecvDrain || o.MaxBatch != 1 || o.Policy != drain.Quarantine {
+		t.Errorf("options without findings: %+v", o)
+	}
+	for _, s := range settings[:3] {
+		if !strings.Contains(s.Reason, "did not run to a verdict") {
+			t.Errorf("%s: reason %q does not say the probe did not run", s.Name, s.Reason)
+		}
+	}
+}
+
+// drainWithSettings drains, with o, QPs in the states a drain meets:
+// four on an SRQ and four with their own receive queue (two receives
+// each), all on one CQ, each with a send waiting on an RNR. Every drain
+// must end, within its bounds, safe to destroy (or, with stalls,
+// quarantined), and no completion of a QP may come after it was called
+// safe, nor be missing then.
+func drainWithSettings(t *testing.T, dev ibv.Context, o drain.Options, stalls bool) {
+	t.Helper()
+	pd := devtest.NewPD(t, dev)
+	cq := devtest.NewCQ(t, dev, 256)
+	srq := devtest.NewSRQ(t, pd, ibv.SRQAttr{MaxWR: 32, MaxSGE: 1})
+	if err := srq.PostRecv(recvs(recvBase+0x40, 8)); err != nil {
+		t.Fatal(err)
+	}
+	type qpInfo struct {
+		qp     ibv.QP
+		posted int // WRs of ours that must complete before the QP is safe
+	}
+	var qps []qpInfo
+	for i := range 8 {
+		var s ibv.SRQ
+		if i < 4 {
+			s = srq
+		}
+		qp := devtest.NewRC(t, pd, devtest.RCConfig{SRQ: s, SendCQ: cq})
+		devtest.Connect(t, dev, qp, devtest.NewRC(t, pd, devtest.RCConfig{}))
+		posted := 1
+		if s == nil {
+			if err := qp.PostRecv(recvs(recvBase, 2)); err != nil {
+				t.Fatal(err)
+			}
+			posted += 2
+		}
+		// The peer has no receive: the send waits on an RNR (rnr_retry 7).
+		if err := qp.PostSend(sends(sendBase, 1)); err != nil {
+			t.Fatal(err)
+		}
+		qps = append(qps, qpInfo{qp, posted})
+	}
+	var mu sync.Mutex
+	seen := make(map[uint32]int) // completions of each QP that the caller got
+	o.Queue = drain.QueueByIDPrefix(8, recvBase, sendBase)
+	o.Events = dev
+	o.OnWC = func(wc ibv.WC) {
+		mu.Lock()
+		seen[wc.QPNum]++
+		mu.Unlock()
+	}
+	r := drain.NewReaper(cq, o)
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- r.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-runDone
+	}()
+	var handles []*drain.Handle
+	for _, q := range qps {
+		h, err := r.Add(q.qp, drain.AddOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		handles = append(handles, h)
+	}
+	// A drain is bounded by its two timeouts; twice that and a second
+	// of scheduling is a stall.
+	bound := 2*(o.LastWQETimeout+o.DrainTimeout) + time.Second
+	wctx, wcancel := context.WithTimeout(context.Background(), bound)
+	defer wcancel()
+	counted := make(map[uint32]int) // completions each drain saw before its outcome
+	for i, h := range handles {
+		rep, err := h.Wait(wctx)
+		if rep == nil {
+			t.Fatalf("qpn %d: no report after %v: %v", qps[i].qp.Num(), bound, err)
+		}
+		if stalls {
+			if rep.Outcome != drain.Quarantined {
+				t.Errorf("qpn %d: %s (%v), want quarantined: nothing proves it finished", rep.QPNum, rep.Outcome, err)
+			}
+			continue
+		}
+		if err != nil || !rep.Outcome.SafeToDestroy() {
+			t.Errorf("qpn %d: %s, %v; want safe to destroy\n%s", rep.QPNum, rep.Outcome, err, rep)
+			continue
+		}
+		for _, f := range rep.Flushed {
+			counted[rep.QPNum] += f.Flushed + f.Other
+		}
+	}
+	// A completion after the outcome would come within milliseconds; the
+	// reaper passes it to OnWC without counting it in the report.
+	time.Sleep(100 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, q := range qps {
+		n, safe := counted[q.qp.Num()]
+		if !safe {
+			continue
+		}
+		if n != q.posted || seen[q.qp.Num()] != q.posted {
+			t.Errorf("false safe: qpn %d called safe having seen %d of its %d completions; %d came in all", q.qp.Num(), n, q.posted, seen[q.qp.Num()])
+		}
+	}
+}
