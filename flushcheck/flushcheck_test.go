@@ -103,6 +103,9 @@ func TestSoftQuirks(t *testing.T) {
 		{"LastWQEReachedAgain", soft.Quirks{LastWQEReachedAgain: true}, []string{"last-wqe-repeat"}, "again after a second modify to ERROR (1, "},
 		{"NoResponderErrorEvent", soft.Quirks{NoResponderErrorEvent: true}, []string{"responder-access-error"}, "responder: no async event"},
 		{"DrainNeedsRTS", soft.Quirks{DrainNeedsRTS: true}, []string{"flush-before-rts"}, "never completed"},
+		// hns: flushes come when the CQ is polled, so one QP's after
+		// another's later completion, and Last WQE Reached with them.
+		{"FlushDeferred", soft.Quirks{FlushDeferred: true}, []string{"last-wqe-reached", "last-wqe-repeat", "flush-order"}, ""},
 		// Passes: the rule asks only for CQ_ERR; the observation differs.
 		{"CQOverrunKeepsQPs", soft.Quirks{CQOverrunKeepsQPs: true}, nil, ""},
 	} {

@@ -36,6 +36,8 @@ func TestSettingsPerQuirk(t *testing.T) {
 		{"LastWQEReachedAgain", soft.Quirks{LastWQEReachedAgain: true}, true, 0, drain.Quarantine, []string{"repeated Last WQE Reached", "CQ headroom"}, false},
 		{"DrainNeedsRTS", soft.Quirks{DrainNeedsRTS: true}, true, 0, drain.Quarantine, []string{"via RTS", "CQ headroom"}, false},
 		{"NoResponderErrorEvent", soft.Quirks{NoResponderErrorEvent: true}, true, 0, drain.Quarantine, []string{"CQ headroom"}, false},
+		{"FlushDeferred", soft.Quirks{FlushDeferred: true}, true, 1, drain.DestroyWhenEmpty, []string{"CQ headroom"}, false},
+		{"CQOverrunKeepsQPs", soft.Quirks{CQOverrunKeepsQPs: true}, true, 0, drain.Quarantine, []string{"CQ headroom"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dev := openSoft(t, tc.quirk)

@@ -77,6 +77,11 @@ func (c *CQ) Poll(wcs []ibv.WC) (int, error) {
 	if c.closed {
 		return 0, fmt.Errorf("polling CQ %d: %w", c.id, ibv.ErrClosed)
 	}
+	for _, q := range sortedQPs(c.qps) {
+		if q.flushPending {
+			q.flushDeferred()
+		}
+	}
 	k := 0
 	for k < len(wcs) && c.n > 0 {
 		wcs[k] = c.buf[c.head]

@@ -129,6 +129,13 @@ type Quirks struct {
 	// QP_FATAL (rxe on Linux 6.1 and 6.12, rxe_cq_post; flushcheck's
 	// cq-overrun, docs/PROVIDERS.md).
 	CQOverrunKeepsQPs bool
+	// FlushDeferred: a QP moved to ERROR by Modify generates its flushes
+	// (and Last WQE Reached) later, when its CQ is next polled or the QP
+	// is next posted to or modified, as hns does from a workqueue
+	// (init_flush_work in drivers/infiniband/hw/hns). Flushes of QPs
+	// sharing a CQ then come in the order the CQ is polled, not the order
+	// the QPs entered ERROR (flushcheck's flush-order).
+	FlushDeferred bool
 }
 
 // Device is an open soft RDMA device; it implements ibv.Context. Its single

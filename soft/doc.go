@@ -172,6 +172,13 @@
 //   - LastWQEReachedAgain: an SRQ QP in ERROR raises Last WQE Reached again
 //     on each later modify to ERROR and each send posted to it. rxe on
 //     Linux 6.12 (flushcheck's last-wqe-repeat, docs/PROVIDERS.md).
+//   - FlushDeferred: a QP moved to ERROR by Modify generates its flushes,
+//     and Last WQE Reached, only when its CQ is next polled or the QP is
+//     next posted to or modified. hns moves a QP to ERROR through a
+//     mailbox and flushes from a workqueue (init_flush_work and
+//     flush_work_handle in drivers/infiniband/hw/hns), so a flush can
+//     reach a shared CQ after another QP's later completion
+//     (flushcheck's flush-order).
 //   - CQOverrunKeepsQPs: a full CQ raises CQ_ERR for every completion it
 //     loses, takes completions again once polled, and moves no QP to ERROR
 //     (no QP_FATAL). rxe on Linux 6.1 and 6.12: rxe_cq_post in

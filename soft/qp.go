@@ -34,8 +34,10 @@ type QP struct {
 	inBlocked  bool          // listed in fab.blocked
 	reachedRTS bool          // was in RTS since the last RESET (quirk DrainNeedsRTS)
 	lastWQE    bool          // Last WQE Reached raised in this ERROR episode
-	peer       *QP           // cached responder, valid while peerGen == fab.gen
-	peerGen    uint64
+	// flushPending: in ERROR, the flush not yet run (Quirks.FlushDeferred).
+	flushPending bool
+	peer         *QP // cached responder, valid while peerGen == fab.gen
+	peerGen      uint64
 }
 
 var _ ibv.QP = (*QP)(nil)
@@ -178,6 +180,10 @@ func (q *QP) holdsPostsInError(send bool) bool {
 // flushDeferred flushes the receives that quirk RecvInErrorFlushDeferred
 // held back, now that something else happens on the QP.
 func (q *QP) flushDeferred() {
+	if q.flushPending {
+		q.flushPending = false
+		q.flush()
+	}
 	if q.state == ibv.QPSErr && q.dev.quirks.RecvInErrorFlushDeferred && !q.holdsPostsInError(false) {
 		q.flushRecvs(&q.rq)
 	}
@@ -449,6 +455,11 @@ func (q *QP) Modify(attr ibv.QPAttr, mask ibv.QPAttrMask) error {
 	case ibv.QPSReset:
 		q.reset()
 	case ibv.QPSErr:
+		if q.dev.quirks.FlushDeferred && cur != ibv.QPSErr {
+			q.toErr(eventNone)
+			q.flushPending = true
+			break
+		}
 		q.moveToError(eventNone)
 	default:
 		q.setState(next)
@@ -512,4 +523,5 @@ func (q *QP) reset() {
 	q.attr = ibv.QPAttr{}
 	q.reachedRTS = false
 	q.lastWQE = false
+	q.flushPending = false
 }

@@ -34,6 +34,7 @@ var simQuirks = map[string]func(*soft.Quirks){
 	"no-responder-error-event":     func(q *soft.Quirks) { q.NoResponderErrorEvent = true },
 	"last-wqe-reached-again":       func(q *soft.Quirks) { q.LastWQEReachedAgain = true },
 	"cq-overrun-keeps-qps":         func(q *soft.Quirks) { q.CQOverrunKeepsQPs = true },
+	"flush-deferred":               func(q *soft.Quirks) { q.FlushDeferred = true },
 }
 
 // parseQuirks turns --quirk names into the soft device's switches.
