@@ -134,7 +134,8 @@ func (c *CQ) Close() error {
 // push adds a completion. A full CQ overflows instead: it raises CQ_ERR
 // once, drops this and every later completion, and moves each QP that
 // completes into it to ERROR with QP_FATAL, because their completions can no
-// longer be delivered (REFERENCE.md §1, the seed chapter). Called with
+// longer be delivered, as an SRQ error does (IBTA Table 58, class A), unless
+// Quirks.CQOverrunKeepsQPs. Called with
 // fab.mu held.
 func (c *CQ) push(wc *ibv.WC, solicited bool) {
 	if c.errored {
