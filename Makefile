@@ -6,8 +6,8 @@ GO ?= go
 
 all: build
 
-## test: every test — vet, both builds, unit tests with -race, then the rxe stage.
-test: deps vet build unit test-rxe
+## test: every test — vet, both builds, unit tests with -race (soft device orderly, then adversarial), then the rxe stage.
+test: deps vet build unit unit-adversarial test-rxe
 
 ## deps: install the Debian packages the build and tests need, when missing.
 deps:
@@ -26,6 +26,16 @@ build:
 unit:
 	@echo "== go test -race"
 	$(GO) test -race -count=1 ./...
+
+## unit-adversarial: the device tests again on adversarial soft devices, one seed per test (devtest).
+.PHONY: unit-adversarial soak
+unit-adversarial:
+	@echo "== go test -race, QPDRAIN_TEST_DEVICE=soft:adversarial"
+	QPDRAIN_TEST_DEVICE=soft:adversarial $(GO) test -race -count=1 ./internal/devtest ./drain ./flushcheck ./cmd/qpdrain
+
+## soak: many adversarial seeds of the drain and flush-check bodies, bounded in time (SOAK_SEEDS, SOAK_TIME).
+soak:
+	@GO=$(GO) scripts/soak.sh
 
 ## test-rxe: the Go tests against real Soft-RoCE (kernel rdma_rxe) in qemu, on every kernel of the
 ## matrix (docs/TESTING.md). Outside CI it is skipped, loudly, when it cannot run on this machine.

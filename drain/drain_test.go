@@ -76,16 +76,20 @@ func TestDrainQPWithSRQ(t *testing.T) {
 }
 
 // A QP with its own receive queue never waits for Last WQE Reached: with a
-// 1 ms bound on that wait, a drain that waited would stall.
+// 1 ms bound on that wait, a drain that waited would stall. Its 3
+// receives, counted by the caller, prove the receive queue; its own drain
+// WR the send queue.
 func TestDrainQPWithoutSRQ(t *testing.T) {
 	dev := devtest.Open(t)
 	r := newRig(t, dev, nil, 64)
 	qp := r.pair(false)
 	r.postRecvs(qp, 3)
-	rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: dev, LastWQETimeout: time.Millisecond, DrainTimeout: devtest.Timeout})
+	rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: dev, LastWQETimeout: time.Millisecond, DrainTimeout: devtest.Timeout,
+		Queue: queueOf, Add: drain.AddOptions{CountRecvs: true, Recvs: 3}})
 	if err != nil {
 		t.Fatalf("drain.QP: %v\n%s", err, rep)
 	}
+	checkProof(t, rep)
 	if has(rep, drain.StepEvent) || rep.Stall != nil || has(rep, drain.StepRecvDrainPosted) {
 		t.Errorf("a non-SRQ QP waited for an event, stalled or got a receive drain WR:\n%s", rep)
 	}
@@ -93,11 +97,15 @@ func TestDrainQPWithoutSRQ(t *testing.T) {
 	if !inOrder(kinds(rep), want) {
 		t.Errorf("steps: want %v in order:\n%s", want, rep)
 	}
+	if rep.Recv.By != drain.ProofRecvCount || rep.Recv.Count != 3 || rep.Send.By != drain.ProofSendDrainWR {
+		t.Errorf("proofs %v, %v: want 3 receives counted back and its own drain WR\n%s", rep.Recv, rep.Send, rep)
+	}
 }
 
-// With RecvDrain, a receive drain WR proves the receive queue flushed too:
+// Without a count, a receive drain WR proves the receive queue flushed:
 // the caller's flushed receives all come back to it before the QP is
-// released, counted in the report.
+// released, counted in the report. Headroom 2 posts the send drain WR
+// right behind it, which rxe 6.12 needs to flush it (docs/PROVIDERS.md).
 func TestDrainQPRecvDrain(t *testing.T) {
 	if noLastWQE() {
 		t.Skip("rxe before Linux 6.12 never completes a receive posted in ERROR (docs/PROVIDERS.md)")
@@ -109,7 +117,7 @@ func TestDrainQPRecvDrain(t *testing.T) {
 	var mu sync.Mutex
 	var kept []ibv.WC
 	rep, err := drain.QP(testCtx(t), qp, drain.Options{
-		Events: dev, RecvDrain: true, DrainTimeout: devtest.Timeout, Queue: queueOf,
+		Events: dev, Headroom: 2, DrainTimeout: devtest.Timeout, Queue: queueOf,
 		OnWC: func(wc ibv.WC) { mu.Lock(); kept = append(kept, wc); mu.Unlock() },
 	})
 	if err != nil {
@@ -121,6 +129,10 @@ func TestDrainQPRecvDrain(t *testing.T) {
 	}
 	if got := rep.Flushed[drain.QueueRecv].Flushed; got != 3 {
 		t.Errorf("report counts %d flushed receives, want 3\n%s", got, rep)
+	}
+	checkProof(t, rep)
+	if rep.Recv.By != drain.ProofRecvDrainWR {
+		t.Errorf("receive queue proven by %v, want the receive drain WR", rep.Recv)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -170,17 +182,12 @@ func TestDrainQPPastLastWQE(t *testing.T) {
 	}
 }
 
-// Many QPs on one CQ: the first QP ready gets its own drain WR, every QP
-// ready while it is outstanding waits on the flush list and goes behind
-// the next one, as in IPoIB-CM. The caller's completions all come back to
-// it; only the drain WRs are claimed.
-//
-// The QPs with their own receive queue get receive drain WRs only where
-// the device flushes them by itself (recvInErrorFlushed). On rxe 6.12 the
-// receive drain WRs of the 6 QPs that carry no send drain WR complete only
-// if they win a race with the move to ERROR, and otherwise stall, as
-// TestQuirkRecvInErrorFlushDeferred shows on the soft device; this test
-// failed that way on rxe in 2 runs of 3 (docs/PROVIDERS.md).
+// Many QPs on one CQ. The SRQ QPs have no sends (IPoIB-CM's receive QPs):
+// only their SRQ side is open, and it shares a barrier: the first QP ready
+// gets its own, every QP ready while it is outstanding goes behind the
+// next one. The QPs with their own receive queue have their receives
+// counted back and need no drain WR at all. The caller's completions all
+// come back to it; only the drain WRs are claimed.
 func TestReaperBatches(t *testing.T) {
 	skipWithoutLastWQE(t)
 	dev := devtest.Open(t)
@@ -190,41 +197,39 @@ func TestReaperBatches(t *testing.T) {
 	for _, qp := range ownQPs {
 		r.postRecvs(qp, 2)
 	}
-	recvDrain := recvInErrorFlushed()
-	rp := drain.NewReaper(r.cq, drain.Options{RecvDrain: recvDrain, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	var hs []*drain.Handle
-	for _, qp := range append(srqQPs, ownQPs...) {
-		hs = append(hs, add(t, rp, qp, drain.AddOptions{}))
+	for _, qp := range srqQPs {
+		hs = append(hs, add(t, rp, qp, drain.AddOptions{NoSends: true}))
+	}
+	for _, qp := range ownQPs {
+		hs = append(hs, add(t, rp, qp, drain.AddOptions{NoSends: true, CountRecvs: true, Recvs: 2}))
 	}
 	if kept := handEvents(t, rp, dev, len(srqQPs)); len(kept) != 0 {
 		t.Fatalf("reaper left events of QPs it drains: %v", kept)
 	}
 	// The test is the caller's poll loop, so nothing completes before
-	// every QP is on the flush list.
+	// every QP is on the barrier list.
 	kept, claimed := pollUntilDone(t, rp, r.cq)
-	recvDrains := 0
-	if recvDrain {
-		recvDrains = len(ownQPs)
-	} else if len(kept) < 16 {
-		// Without receive drain WRs the batch's barrier does not order the
-		// receive flushes of the QPs that do not carry it (doc.go), and an
-		// asynchronous device may still be generating them.
-		kept = append(kept, devtest.Poll(t, r.cq, 16-len(kept))...)
-	}
 	reps := waitAll(t, hs)
 	st := rp.Stats()
-	if st.DrainWRs != 2 || st.Safe != 32 || st.RecvDrainWRs != recvDrains {
-		t.Errorf("stats %+v: want 2 drain WRs (a batch of 1, then of 31), %d receive drain WRs, 32 safe", st, recvDrains)
+	if st.DrainWRs != 2 || st.Safe != 32 || st.RecvDrainWRs != 0 || st.MaxInFlight != 1 {
+		t.Errorf("stats %+v: want 2 drain WRs (a batch of 1, then of 23) never more than 1 outstanding, no receive drain WR, 32 safe", st)
 	}
 	batches := map[int]int{}
 	for _, rep := range reps {
 		batches[rep.Batch]++
 	}
-	if batches[1] != 1 || batches[31] != 31 {
-		t.Errorf("batch sizes %v, want one QP alone and 31 together", batches)
+	if batches[1] != 1 || batches[23] != 23 || batches[0] != 8 {
+		t.Errorf("batch sizes %v, want one QP alone, 23 together and 8 proven by their counts", batches)
 	}
-	if claimed != 2+recvDrains {
-		t.Errorf("reaper claimed %d completions, want its 2 drain WRs and %d receive drain WRs", claimed, recvDrains)
+	for _, rep := range reps[:24] {
+		if rep.Recv.By != drain.ProofBarrier || rep.Send.By != drain.ProofNoSends {
+			t.Errorf("qpn %#x: proofs %v, %v; want a barrier and the caller's statement", rep.QPNum, rep.Recv, rep.Send)
+		}
+	}
+	if claimed != 2 {
+		t.Errorf("reaper claimed %d completions, want its 2 drain WRs", claimed)
 	}
 	if len(kept) != 16 {
 		t.Errorf("caller kept %d completions, want its 16 flushed receives: %v", len(kept), kept)
@@ -242,11 +247,11 @@ func TestReaperOneAtATime(t *testing.T) {
 	dev := devtest.Open(t)
 	r := newRig(t, dev, nil, 64)
 	qps := r.pairs(6, !noLastWQE())
-	rp := drain.NewReaper(r.cq, drain.Options{MaxBatch: 1, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
+	rp := drain.NewReaper(r.cq, drain.Options{MaxBatch: 1, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	startCaller(t, rp, r.cq, dev)
 	var hs []*drain.Handle
 	for _, qp := range qps {
-		hs = append(hs, add(t, rp, qp, drain.AddOptions{}))
+		hs = append(hs, add(t, rp, qp, drain.AddOptions{NoSends: true, CountRecvs: true}))
 	}
 	for _, rep := range waitAll(t, hs) {
 		for _, s := range rep.Steps {
@@ -260,12 +265,12 @@ func TestReaperOneAtATime(t *testing.T) {
 	}
 }
 
-// RecvDrain with MaxBatch 1 is the fallback for a device that flushes a
+// With Headroom 2 a QP's receive drain WR and its send drain WR go out
+// together, receive first: the send is what a device that flushes a
 // receive posted in ERROR only when something else happens on the QP
-// (rxe 6.12, docs/PROVIDERS.md): each QP's own send drain WR, posted after
-// its receive drain WR, is that something, so every QP is released with
-// both drain WRs completed and its receives flushed.
-func TestRecvDrainOneAtATime(t *testing.T) {
+// (rxe 6.12, docs/PROVIDERS.md) needs. Every QP is released with both
+// drain WRs completed and its receives flushed.
+func TestRecvDrainThenSend(t *testing.T) {
 	if noLastWQE() {
 		t.Skip("rxe before Linux 6.12 never completes a receive posted in ERROR (docs/PROVIDERS.md)")
 	}
@@ -275,19 +280,20 @@ func TestRecvDrainOneAtATime(t *testing.T) {
 	for _, qp := range qps {
 		r.postRecvs(qp, 2)
 	}
-	rp := drain.NewReaper(r.cq, drain.Options{MaxBatch: 1, RecvDrain: true, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := drain.NewReaper(r.cq, drain.Options{Headroom: 2, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	var hs []*drain.Handle
 	for _, qp := range qps {
 		hs = append(hs, add(t, rp, qp, drain.AddOptions{}))
 	}
 	kept, claimed := pollUntilDone(t, rp, r.cq)
 	for _, rep := range waitAll(t, hs) {
-		if !has(rep, drain.StepRecvDrainDone) || rep.Flushed[drain.QueueRecv].Flushed != 2 {
-			t.Errorf("want the receive drain WR completed and 2 flushed receives counted:\n%s", rep)
+		if !inOrder(kinds(rep), []drain.StepKind{drain.StepRecvDrainPosted, drain.StepDrainPosted}) || !has(rep, drain.StepRecvDrainDone) ||
+			rep.Flushed[drain.QueueRecv].Flushed != 2 {
+			t.Errorf("want the receive drain WR posted first and completed, and 2 flushed receives counted:\n%s", rep)
 		}
 	}
-	if st := rp.Stats(); st.DrainWRs != len(qps) || st.RecvDrainWRs != len(qps) {
-		t.Errorf("stats %+v: want one drain WR and one receive drain WR per QP", st)
+	if st := rp.Stats(); st.DrainWRs != len(qps) || st.RecvDrainWRs != len(qps) || st.MaxInFlight > 2 {
+		t.Errorf("stats %+v: want one drain WR and one receive drain WR per QP, at most 2 outstanding", st)
 	}
 	if claimed != 2*len(qps) || len(kept) != 2*len(qps) {
 		t.Errorf("reaper claimed %d, caller kept %d: want the %d drain WRs and the %d flushed receives", claimed, len(kept), 2*len(qps), 2*len(qps))
@@ -315,13 +321,13 @@ func TestReaperRun(t *testing.T) {
 			devtest.Close(t, cq)
 			r := newRig(t, dev, cq, 64)
 			qps := append(r.pairs(6, !noLastWQE()), r.pairs(2, false)...)
-			rp := drain.NewReaper(cq, drain.Options{Channel: ch, Events: dev, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
+			rp := drain.NewReaper(cq, drain.Options{Channel: ch, Events: dev, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() { done <- rp.Run(ctx) }()
 			var hs []*drain.Handle
 			for _, qp := range qps {
-				hs = append(hs, add(t, rp, qp, drain.AddOptions{}))
+				hs = append(hs, add(t, rp, qp, counted))
 			}
 			waitAll(t, hs)
 			cancel()
@@ -397,12 +403,15 @@ func TestAddRejects(t *testing.T) {
 	dev := devtest.Open(t)
 	r := newRig(t, dev, nil, 64)
 	other := devtest.NewRC(t, r.pd, devtest.RCConfig{Cap: qpCap})
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout})
+	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, Queue: queueOf})
 	if _, err := rp.Add(other, drain.AddOptions{}); !errorsIs(err, drain.ErrUnsupportedQP) {
 		t.Errorf("Add of a QP on another CQ: %v, want ErrUnsupportedQP", err)
 	}
 	qp := r.pair(false)
-	add(t, rp, qp, drain.AddOptions{})
+	if _, err := drain.NewReaper(r.cq, drain.Options{}).Add(qp, counted); !errorsIs(err, ibv.ErrInvalidArgument) {
+		t.Errorf("Add counting receives without Options.Queue: %v, want ErrInvalidArgument", err)
+	}
+	add(t, rp, qp, counted)
 	if _, err := rp.Add(qp, drain.AddOptions{}); !errorsIs(err, ibv.ErrBusy) {
 		t.Errorf("second Add: %v, want ErrBusy", err)
 	}
@@ -425,7 +434,7 @@ func TestConcurrentDrains(t *testing.T) {
 			r.postRecvs(qp, 4)
 		}
 	}
-	rp := drain.NewReaper(r.cq, drain.Options{Events: dev, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
+	rp := drain.NewReaper(r.cq, drain.Options{Events: dev, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	ctx, cancel := context.WithCancel(context.Background())
 	var run sync.WaitGroup
 	run.Go(func() { _ = rp.Run(ctx) })
@@ -433,8 +442,12 @@ func TestConcurrentDrains(t *testing.T) {
 	errs := make(chan error, workers*perWorker)
 	for w := range workers {
 		wg.Go(func() {
-			for _, qp := range qps[w] {
-				h, err := rp.Add(qp, drain.AddOptions{})
+			for i, qp := range qps[w] {
+				o := drain.AddOptions{}
+				if i >= perWorker-2 {
+					o = drain.AddOptions{CountRecvs: true, Recvs: 4}
+				}
+				h, err := rp.Add(qp, o)
 				if err == nil {
 					_, err = h.Wait(testCtx(t))
 				}
@@ -462,13 +475,14 @@ func TestReportString(t *testing.T) {
 	r := newRig(t, dev, nil, 64)
 	qp := r.pair(false)
 	r.postRecvs(qp, 2)
-	rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: dev, RecvDrain: true, Queue: queueOf})
+	rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: dev, Queue: queueOf})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := rep.String()
 	for _, want := range []string{"(no SRQ): safe after", "state RTS -> ERR", "receive drain WR", "first flushed completion on recv queue",
-		"drain WR 0xd7a1", "status=WR_FLUSH_ERR", "recv queue: 2 flushed, 0 other"} {
+		"drain WR 0xd7a1", "status=WR_FLUSH_ERR", "recv queue: 2 flushed, 0 other",
+		"receive queue: receive drain WR 0xd7a1000000000001", "send queue: drain WR on its own send queue 0xd7a1000000000002 on qpn"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("report lacks %q:\n%s", want, s)
 		}

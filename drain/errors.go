@@ -16,6 +16,14 @@ var (
 	// ErrDrainNotFlushed: a drain WR was posted but its completion was not
 	// polled within Options.DrainTimeout.
 	ErrDrainNotFlushed = errors.New("drain WR never completed")
+	// ErrNoHeadroom: the QP's drain WR could not be posted within
+	// Options.DrainTimeout because the drain WRs already outstanding held
+	// the whole Options.Headroom.
+	ErrNoHeadroom = errors.New("no headroom for a drain WR")
+	// ErrRecvsMissing: fewer of the receives the caller counted
+	// (AddOptions.CountRecvs) came back than it said were outstanding,
+	// within Options.DrainTimeout.
+	ErrRecvsMissing = errors.New("counted receives did not all come back")
 	// ErrCQError: the CQ the QP completes into went into error
 	// (EventCQErr); nothing more can be learned from it.
 	ErrCQError = errors.New("cq went into error")

@@ -32,14 +32,15 @@ func Example() {
 	// state RTS -> ERR
 	// event QP_LAST_WQE_REACHED
 	// drain WR 0xd7a1000000000001 posted on qpn 0x11 for a batch of 1
-	// drain WR 0xd7a1000000000001 completed status=WR_FLUSH_ERR
+	// drain WR 0xd7a1000000000001 on qpn 0x11 completed status=WR_FLUSH_ERR
 	// safe
 	// cq still usable: true
 }
 
 // A caller that polls its own CQ hands every completion and every async
-// event to the reaper, which claims only its own, and batches the QPs
-// behind one drain WR at a time.
+// event to the reaper, which claims only its own. The QPs post no sends
+// (IPoIB-CM's receive QPs): only their SRQ side is open, so they share
+// barrier drain WRs, one outstanding at a time.
 func ExampleReaper() {
 	dev, cq, qps, closeAll := exampleSetup(4)
 	defer closeAll()
@@ -47,7 +48,7 @@ func ExampleReaper() {
 	reaper := drain.NewReaper(cq, drain.Options{})
 	var handles []*drain.Handle
 	for _, qp := range qps {
-		h, err := reaper.Add(qp, drain.AddOptions{})
+		h, err := reaper.Add(qp, drain.AddOptions{NoSends: true})
 		if err != nil {
 			fmt.Println(err)
 			return

@@ -92,6 +92,12 @@ const (
 	DefaultLastWQETimeout = 5 * time.Second
 	DefaultDrainTimeout   = 5 * time.Second
 	DefaultMaxQuarantine  = 64
+	// DefaultHeadroom is IPoIB-CM's one spare CQ slot: one drain WR
+	// outstanding at a time.
+	DefaultHeadroom = 1
+	// DefaultEventHistory is how many Last WQE Reached events of QPs not
+	// yet added a reaper remembers.
+	DefaultEventHistory = 1024
 )
 
 // Options configure a Reaper. The zero value is usable.
@@ -103,37 +109,52 @@ type Options struct {
 	// LastWQETimeout bounds the wait for Last WQE Reached on an
 	// SRQ-attached QP (default DefaultLastWQETimeout).
 	LastWQETimeout time.Duration
-	// DrainTimeout bounds the wait for a drain WR's completion (default
-	// DefaultDrainTimeout).
+	// DrainTimeout bounds, for each QP, the time from the moment it is
+	// ready for its drain WRs (in ERROR, and past Last WQE Reached when it
+	// has an SRQ) until every one of its queues is proven finished
+	// (default DefaultDrainTimeout). The time spent waiting for headroom
+	// counts, so the QPs of one reaper time out together, not one after
+	// another.
 	DrainTimeout time.Duration
-	// MaxBatch caps how many QPs one drain WR releases; 0 means no cap (all
-	// QPs on the flush list, as IPoIB-CM does). 1 gives every QP its own
-	// drain WR posted on its own send queue, as ib_drain_qp does.
+	// Headroom is the number of drain WRs, send and receive, the reaper
+	// may have outstanding on its CQ at once: the CQ slots the caller
+	// reserved for them (default DefaultHeadroom). A drain WR counts until
+	// its completion is polled, or until its QP has been given up, handed
+	// back to the caller who may destroy it (Failed, DestroyedAfterEmptyCQ,
+	// or returned by Shutdown), and a poll after that found the CQ empty.
+	// A quarantined QP is kept, so its drain WR counts until it completes:
+	// with a provider that never completes one, Headroom such QPs hold the
+	// whole headroom and later drains stall with ErrNoHeadroom.
+	Headroom int
+	// MaxBatch caps how many QPs one drain WR's completion releases; 0
+	// means no cap. 1 gives every QP its own drain WR posted on its own
+	// send queue, as ib_drain_qp does, even a QP whose only open queue is
+	// its SRQ side.
 	MaxBatch int
-	// RecvDrain also posts a receive drain WR on every QP without an SRQ,
-	// as ib_drain_rq does, and holds the QP until it completes too. The
-	// specification orders a QP's flushes per queue, not between its
-	// queues, so only this proves that every receive of such a QP was
-	// flushed before it is released. It needs the provider to flush a
-	// receive posted in ERROR, which rxe before Linux 6.12 never does and
-	// rxe 6.12 reliably does only once a send is posted on the QP after it
-	// (docs/PROVIDERS.md; soft Quirks.RecvInErrorFlushDeferred). With such
-	// a provider only the QP carrying a batch's send drain WR is released;
-	// set MaxBatch to 1 so that every QP carries its own. Off by default:
-	// the send drain WR alone is the barrier, which every provider seen so
-	// far honours.
-	RecvDrain bool
-	// Queue tells which queue a completion of a drained QP belongs to, for
-	// the report's per-queue flush counts. Nil counts them as QueueUnknown.
+	// Queue tells which queue a completion of a drained QP belongs to. It
+	// feeds the report's per-queue counts and AddOptions.CountRecvs, which
+	// needs it. Nil counts every completion as QueueUnknown.
 	Queue func(wc ibv.WC) Queue
+	// ViaRTS takes a QP found in RTR through RTS before ERROR: some
+	// Mellanox firmware completes WRs posted in ERROR only on a QP that
+	// was in RTS (ipoib_cm.c; qpdrain check's flush-before-rts probe).
+	ViaRTS bool
+	// EventHistory bounds how many Last WQE Reached events of QPs not
+	// being drained HandleEvent remembers, so that Add of such a QP, found
+	// in ERROR, need not wait for an event that came first (default
+	// DefaultEventHistory; negative: none). The oldest is dropped first.
+	EventHistory int
+	// Add is what QP and DrainAll state about every QP they drain.
+	Add AddOptions
 
 	// Channel makes Run event-driven: the reaper's CQ must have been
 	// created on this completion channel, and no other CQ may use it. Nil
 	// makes Run poll.
 	Channel ibv.CompChannel
-	// Events makes Run read the device's async events itself and hand them
-	// to HandleEvent. Only for callers that give the reaper the device's
-	// event stream; others call HandleEvent from their own event loop.
+	// Events makes Run (and so QP and DrainAll) read the device's async
+	// events itself and hand them to HandleEvent. Only for callers that
+	// give the reaper the device's event stream; others call HandleEvent
+	// from their own event loop.
 	Events ibv.Context
 	// OnWC receives, in Poll and Run, every completion that is not the
 	// reaper's. Nil drops them (they are counted in Stats.ForeignWCs).
@@ -156,13 +177,37 @@ func (o Options) withDefaults() Options {
 	if o.DrainTimeout <= 0 {
 		o.DrainTimeout = DefaultDrainTimeout
 	}
+	if o.Headroom <= 0 {
+		o.Headroom = DefaultHeadroom
+	}
+	if o.EventHistory == 0 {
+		o.EventHistory = DefaultEventHistory
+	}
 	return o
 }
 
-// AddOptions describe one QP handed to Reaper.Add.
+// AddOptions are what the caller states about one QP handed to Reaper.Add.
+// Each statement replaces a proof the reaper would otherwise need, so it
+// must be true: the report records it as the caller's (ProofLastWQESeen,
+// ProofNoSends, ProofRecvCount).
 type AddOptions struct {
 	// LastWQESeen says the caller already saw this QP's Last WQE Reached
 	// (for example before handing the QP over), so the reaper must not
-	// wait for it.
+	// wait for it. The SRQ side still needs a barrier drain WR posted
+	// after Add.
 	LastWQESeen bool
+	// NoSends says the QP has no send WR whose completion the caller has
+	// not polled, so its send queue needs no drain WR. An SRQ-attached QP
+	// with NoSends has only its SRQ side open and shares a barrier drain
+	// WR with the others (IPoIB-CM's receive QPs).
+	NoSends bool
+	// CountRecvs says Recvs is the number of receives posted on the QP's
+	// own receive queue whose completions the caller has not polled: the
+	// receive queue is proven finished once that many of the QP's
+	// completions that Options.Queue calls QueueRecv have come back, as
+	// IPoIB-CM's non-SRQ mode counts them. Without it a QP with its own
+	// receive queue gets a receive drain WR, as ib_drain_rq does. Ignored
+	// for an SRQ-attached QP.
+	CountRecvs bool
+	Recvs      int
 }

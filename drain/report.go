@@ -15,11 +15,14 @@ type Outcome uint8
 const (
 	// Pending: the drain has not ended.
 	Pending Outcome = iota
-	// Safe: the drain WR's completion was polled (and, for an SRQ QP, Last
-	// WQE Reached was seen first): the QP may be destroyed.
+	// Safe: every queue of the QP is proven finished (Report.Recv and
+	// Report.Send say how): the QP may be destroyed. No other path leads
+	// to it.
 	Safe
 	// DestroyedAfterEmptyCQ: a step stalled, and under DestroyWhenEmpty the
-	// CQ was then proven empty: the QP may be destroyed.
+	// CQ was then polled empty: the policy lets the QP be destroyed
+	// although at least one queue is unproven (its QueueProof says which
+	// and what was missing).
 	DestroyedAfterEmptyCQ
 	// Quarantined: a step stalled and the reaper keeps the QP.
 	Quarantined
@@ -59,7 +62,8 @@ const (
 	// StepDrainPosted: the drain WR (WRID) was posted on the send queue of
 	// QP Carrier, for a batch of Count QPs.
 	StepDrainPosted
-	// StepDrainDone: the drain WR's completion (WRID, Status) was polled.
+	// StepDrainDone: the completion (WRID, Status) of a drain WR posted on
+	// QP Carrier, this QP's own or a barrier it shares, was polled.
 	StepDrainDone
 	// StepRecvDrainPosted: a receive drain WR (WRID) was posted on a
 	// non-SRQ QP's receive queue.
@@ -72,6 +76,13 @@ const (
 	StepCQEmpty
 	// StepOutcome: the drain ended (Outcome, Err).
 	StepOutcome
+	// StepPostRetry: the drain WR (WRID) found the send queue full; it is
+	// posted again after the next poll, which may free a slot.
+	StepPostRetry
+	// StepLastWQEStated: the caller stated that Last WQE Reached came
+	// before Add (AddOptions.LastWQESeen), or the reaper's event history
+	// had it (Count 1).
+	StepLastWQEStated
 )
 
 // Step is one entry of a Report. Only the fields its Kind names are set.
@@ -107,6 +118,9 @@ func (s Step) String() string {
 	case StepDrainPosted:
 		return fmt.Sprintf("drain WR %#x posted on qpn %#x for a batch of %d", s.WRID, s.Carrier, s.Count)
 	case StepDrainDone:
+		if s.Carrier != 0 {
+			return fmt.Sprintf("drain WR %#x on qpn %#x completed status=%s", s.WRID, s.Carrier, s.Status)
+		}
 		return fmt.Sprintf("drain WR %#x completed status=%s", s.WRID, s.Status)
 	case StepRecvDrainPosted:
 		return fmt.Sprintf("receive drain WR %#x posted", s.WRID)
@@ -116,6 +130,13 @@ func (s Step) String() string {
 		return fmt.Sprintf("stalled: %v", s.Err)
 	case StepCQEmpty:
 		return "cq polled empty"
+	case StepPostRetry:
+		return fmt.Sprintf("drain WR %#x: send queue full, retrying after a poll", s.WRID)
+	case StepLastWQEStated:
+		if s.Count != 0 {
+			return "event QP_LAST_WQE_REACHED before Add (event history)"
+		}
+		return "event QP_LAST_WQE_REACHED before Add (stated by the caller)"
 	case StepOutcome:
 		if s.Err != nil {
 			return fmt.Sprintf("%s: %v", s.Outcome, s.Err)
@@ -128,9 +149,131 @@ func (s Step) String() string {
 // Flushed counts the completions polled for one queue of the QP while it
 // drained.
 type Flushed struct {
-	Flushed     int // status WR_FLUSH_ERR
-	Other       int // any other status, success included
-	First, Last time.Time
+	Flushed int // status WR_FLUSH_ERR
+	Other   int // any other status, success included
+	// First and Last are when the first and the last were polled, from
+	// Report.Start.
+	First, Last time.Duration
+}
+
+// Proof is what proved one queue of a QP finished: no completion of it can
+// still arrive and, for the SRQ side, the QP holds no WQE of the SRQ. The
+// specification orders completions within a work queue, not across work
+// queues sharing a CQ, so each queue needs its own.
+type Proof uint8
+
+// Proofs.
+const (
+	// ProofNone: nothing proved the queue finished; QueueProof.Missing
+	// says what was lacking.
+	ProofNone Proof = iota
+	// ProofBarrier, the SRQ side: Last WQE Reached, then the completion
+	// of a drain WR posted after it on the reaper's CQ (WRID, on QP
+	// Carrier, which may be another QP). o11-5.2.5 puts the CQE of the
+	// last SRQ WQE the QP took before the event, and the drain WR's CQE
+	// after it on the same CQ, so polling the latter means the former
+	// was polled.
+	ProofBarrier
+	// ProofRecvDrainWR, an own receive queue: the receive drain WR (WRID)
+	// posted behind its receives completed (ib_drain_rq).
+	ProofRecvDrainWR
+	// ProofRecvCount, an own receive queue: the Count receives the caller
+	// said were outstanding (AddOptions.CountRecvs) all came back.
+	ProofRecvCount
+	// ProofSendDrainWR, the send queue: a drain WR (WRID) posted on this
+	// QP's own send queue completed (ib_drain_sq).
+	ProofSendDrainWR
+	// ProofNoSends, the send queue: the caller stated it had no send
+	// outstanding (AddOptions.NoSends).
+	ProofNoSends
+)
+
+var proofNames = [...]string{"none", "Last WQE Reached and a barrier drain WR", "receive drain WR",
+	"receives counted back", "drain WR on its own send queue", "no sends outstanding (stated by the caller)"}
+
+// String names the proof.
+func (p Proof) String() string {
+	if int(p) < len(proofNames) {
+		return proofNames[p]
+	}
+	return fmt.Sprintf("Proof(%d)", uint8(p))
+}
+
+// Missing says what an unproven queue still lacked when its drain ended.
+type Missing uint8
+
+// What can be missing.
+const (
+	// MissingNothing: the queue is proven, or the drain has not ended.
+	MissingNothing Missing = iota
+	// MissingLastWQE: no Last WQE Reached (SRQ side).
+	MissingLastWQE
+	// MissingBarrier: Last WQE Reached, but no drain WR posted after it
+	// completed (SRQ side).
+	MissingBarrier
+	// MissingRecvDrainWR: the receive drain WR was not posted or never
+	// completed.
+	MissingRecvDrainWR
+	// MissingRecvs: fewer of the counted receives came back.
+	MissingRecvs
+	// MissingSendDrainWR: the send drain WR was not posted or never
+	// completed.
+	MissingSendDrainWR
+)
+
+var missingNames = [...]string{"nothing", "no Last WQE Reached", "no barrier completion after Last WQE Reached",
+	"receive drain WR not completed", "counted receives not all back", "drain WR not completed"}
+
+// String says what was missing.
+func (m Missing) String() string {
+	if int(m) < len(missingNames) {
+		return missingNames[m]
+	}
+	return fmt.Sprintf("Missing(%d)", uint8(m))
+}
+
+// QueueProof is the evidence for one queue of a QP.
+type QueueProof struct {
+	// By is what proved the queue finished, ProofNone if nothing did.
+	By Proof
+	// Missing, once the drain ended unproven, says what was lacking.
+	Missing Missing
+	// Stated: for ProofBarrier, Last WQE Reached was stated by the caller
+	// or found in the event history rather than seen after Add.
+	Stated bool
+	// Carrier is the QP whose send queue carried the drain WR (ProofBarrier,
+	// ProofSendDrainWR) or this QP (ProofRecvDrainWR).
+	Carrier uint32
+	// WRID is the drain WR whose completion proved the queue.
+	WRID uint64
+	// Count is, for ProofRecvCount and MissingRecvs, how many of the
+	// counted receives came back.
+	Count int
+}
+
+// String says what proved the queue, or what was missing.
+func (p QueueProof) String() string {
+	switch p.By {
+	case ProofNone:
+		if p.Missing == MissingNothing {
+			return "not proven yet"
+		}
+		if p.Missing == MissingRecvs {
+			return fmt.Sprintf("unproven: %s (%d back)", p.Missing, p.Count)
+		}
+		return "unproven: " + p.Missing.String()
+	case ProofBarrier, ProofSendDrainWR:
+		how := p.By.String()
+		if p.Stated {
+			how = "Last WQE Reached (before Add) and a barrier drain WR"
+		}
+		return fmt.Sprintf("%s %#x on qpn %#x", how, p.WRID, p.Carrier)
+	case ProofRecvDrainWR:
+		return fmt.Sprintf("%s %#x", p.By, p.WRID)
+	case ProofRecvCount:
+		return fmt.Sprintf("%d %s", p.Count, p.By)
+	}
+	return p.By.String()
 }
 
 // Report is what one QP's drain saw, in order, with times.
@@ -144,6 +287,11 @@ type Report struct {
 	Steps []Step
 	// Flushed counts completions per queue, indexed by Queue.
 	Flushed [3]Flushed
+	// Recv is the proof for the receive side: the SRQ side of an
+	// SRQ-attached QP, its own receive queue otherwise.
+	Recv QueueProof
+	// Send is the proof for the send queue.
+	Send QueueProof
 	// Batch is how many QPs the last drain WR posted for this QP covered.
 	Batch int
 	// Stall is the step that ran out of time, if any (one of the sentinel
@@ -153,6 +301,10 @@ type Report struct {
 	// Err is what Wait returned: nil when the QP is safe to destroy.
 	Err error
 }
+
+// Proven reports whether every queue of the QP has a proof. A Safe
+// outcome implies it.
+func (r *Report) Proven() bool { return r.Recv.By != ProofNone && r.Send.By != ProofNone }
 
 // Duration is the time from the start of the drain to its outcome (or to
 // its last step while pending).
@@ -179,7 +331,12 @@ func (r *Report) String() string {
 			continue
 		}
 		fmt.Fprintf(&b, "  %s queue: %d flushed, %d other, between +%v and +%v\n",
-			Queue(q), f.Flushed, f.Other, f.First.Sub(r.Start), f.Last.Sub(r.Start))
+			Queue(q), f.Flushed, f.Other, f.First, f.Last)
 	}
+	recv := "receive queue"
+	if r.SRQ {
+		recv = "SRQ side"
+	}
+	fmt.Fprintf(&b, "  %s: %s\n  send queue: %s\n", recv, r.Recv, r.Send)
 	return b.String()
 }

@@ -163,18 +163,53 @@ func (r *Reaper) runChannel(ctx context.Context) error {
 	return nil
 }
 
-// QP drains one QP for a caller that owns its CQ (the QP's send and receive
-// CQ) and, when the QP is attached to an SRQ, lends the device's event
-// stream through opts.Events for the duration: it runs a private Reaper
-// (Run) until the QP has an outcome or ctx ends, and returns the report.
-// The error is nil exactly when the QP may be destroyed. Completions of
-// other QPs on the CQ go to opts.OnWC, unclaimed events to opts.OnEvent.
+// DrainAll adds every QP of qps with o and waits until each has an
+// outcome or ctx ends. It returns one report per QP, in the order of qps
+// (a QP that Add refused gets a Failed report with Add's error), and an
+// error joining those of the QPs that are not safe to destroy, nil when
+// all are. The caller's poll loop, or Run, must feed the reaper meanwhile.
+func (r *Reaper) DrainAll(ctx context.Context, qps []ibv.QP, o AddOptions) ([]*Report, error) {
+	hs := make([]*Handle, len(qps))
+	reps := make([]*Report, len(qps))
+	var errs []error
+	for i, qp := range qps {
+		h, err := r.Add(qp, o)
+		if err != nil {
+			reps[i] = &Report{QPNum: qp.Num(), SRQ: qp.SRQ() != nil, Start: time.Now(), Outcome: Failed, Err: err}
+			errs = append(errs, err)
+			continue
+		}
+		hs[i] = h
+	}
+	for i, h := range hs {
+		if h == nil {
+			continue
+		}
+		rep, err := h.Wait(ctx)
+		reps[i] = rep
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return reps, errors.Join(errs...)
+}
+
+// DrainAll drains qps, which must all complete into one CQ that the caller
+// owns, for a caller that needs no more than their outcomes: it runs a
+// private Reaper on that CQ (Run, reading the device's events when
+// opts.Events is set) until every QP has an outcome or ctx ends, with
+// opts.Add stating what the caller knows of each QP. Its results are
+// Reaper.DrainAll's. Completions of other QPs on the CQ go to opts.OnWC,
+// unclaimed events to opts.OnEvent.
 //
 // A quarantined QP (ErrQuarantined) is the caller's to keep: the private
-// reaper's quarantine ends with the call. Callers draining many QPs use a
-// shared Reaper, whose quarantine is bounded and counted.
-func QP(ctx context.Context, qp ibv.QP, opts Options) (*Report, error) {
-	r := NewReaper(qp.SendCQ(), opts)
+// reaper's quarantine ends with the call. Callers draining QPs over time
+// use a shared Reaper, whose quarantine is bounded and counted.
+func DrainAll(ctx context.Context, qps []ibv.QP, opts Options) ([]*Report, error) {
+	if len(qps) == 0 {
+		return nil, nil
+	}
+	r := NewReaper(qps[0].SendCQ(), opts)
 	runCtx, cancel := context.WithCancelCause(ctx)
 	runDone := make(chan struct{})
 	go func() {
@@ -187,9 +222,19 @@ func QP(ctx context.Context, qp ibv.QP, opts Options) (*Report, error) {
 		cancel(nil)
 		<-runDone
 	}()
-	h, err := r.Add(qp, AddOptions{})
-	if err != nil {
-		return nil, err
+	return r.DrainAll(runCtx, qps, opts.Add)
+}
+
+// QP drains one QP for a caller that owns its CQ (the QP's send and receive
+// CQ): DrainAll of qp alone. The error is nil exactly when the QP may be
+// destroyed; it is Add's, with a nil report, when the reaper refused the
+// QP. An SRQ-attached QP needs its Last WQE Reached: lend the device's
+// event stream through opts.Events for the duration, or the drain stalls
+// and its error says that no event was delivered.
+func QP(ctx context.Context, qp ibv.QP, opts Options) (*Report, error) {
+	reps, err := DrainAll(ctx, []ibv.QP{qp}, opts)
+	if len(reps[0].Steps) == 0 {
+		return nil, err // refused by Add
 	}
-	return h.Wait(runCtx)
+	return reps[0], err
 }

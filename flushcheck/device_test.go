@@ -69,17 +69,21 @@ func TestDevice(t *testing.T) {
 	// and rxe deviates three times on 6.1. Every answer seen on rxe under
 	// qemu came within milliseconds, so 3 s still separates "slow" from
 	// "never" by three orders of magnitude.
-	results := Run(context.Background(), dev, Options{Timeout: 3 * time.Second})
+	o := Options{Timeout: 3 * time.Second}
+	if devtest.CurrentProvider() == devtest.ProviderSoft {
+		o = quick // the soft device answers at once
+	}
+	results := Run(context.Background(), dev, o)
 	for _, r := range results {
 		t.Logf("%s %-22s %-9s %8v  %s", dev.Name(), r.Name, r.Outcome, roundDur(r.Duration), r.Observed)
 	}
 	// Draining with the settings the findings imply neither stalls nor
 	// calls a QP safe before its last completion.
-	o, settings := Settings(results)
-	for _, s := range settings {
+	rec := Settings(results)
+	for _, s := range rec.Settings {
 		t.Logf("%s setting %-16s %-18s %s", dev.Name(), s.Name, s.Value, s.Reason)
 	}
-	drainWithSettings(t, dev, o, false)
+	drainWithSettings(t, dev, rec, false)
 	got := deviating(t, results)
 	want, known := expectedDeviations()
 	if !known {
@@ -94,7 +98,7 @@ func TestDevice(t *testing.T) {
 			t.Errorf("%s on %s (%s, Linux %d.%d): %s, want the recorded deviation (%q)", r.Name, devtest.DeviceName(), devtest.CurrentProvider(), major, minor, r.Outcome, says)
 		case deviates && !strings.Contains(r.Observed, says):
 			t.Errorf("%s on %s (Linux %d.%d) observed %q, want it to say %q", r.Name, devtest.DeviceName(), major, minor, r.Observed, says)
-		case !deviates && r.Outcome != Pass:
+		case !deviates && r.Outcome != Pass && !allowed(t, r):
 			t.Errorf("%s on %s (%s, Linux %d.%d): %s, want pass", r.Name, devtest.DeviceName(), devtest.CurrentProvider(), major, minor, r.Outcome)
 		}
 	}

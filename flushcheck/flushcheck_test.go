@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/devtest"
 	"github.com/qpdrain/qpdrain/soft"
 )
 
@@ -19,7 +20,7 @@ var quick = Options{Timeout: MinTimeout, Quiet: 20 * time.Millisecond}
 
 func openSoft(t *testing.T, q soft.Quirks) ibv.Context {
 	t.Helper()
-	dev, err := soft.Open(soft.Config{Quirks: q})
+	dev, err := soft.Open(soft.Config{Quirks: q, Schedule: devtest.Schedule(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,6 +60,28 @@ var softLimitations = map[string]string{
 	"sqd":           "SQ_DRAINED already raised while a send was in progress",
 }
 
+// scheduleMay are the probes an adversarial schedule of the soft device
+// (devtest.Explore, soft:adversarial) may make deviate, and what they then
+// observe: it interleaves the flushes of work queues sharing a CQ, as the
+// specification allows.
+var scheduleMay = map[string]string{
+	"flush-order": "a barrier on one QP does not cover another's flushes here",
+}
+
+// allowed reports whether probe r may deviate on t's schedule without the
+// quirks that make it, and fails t if its observation says otherwise.
+func allowed(t *testing.T, r Result) bool {
+	t.Helper()
+	says, ok := scheduleMay[r.Name]
+	if !ok || devtest.Schedule(t).Seed == 0 || r.Outcome != Deviation {
+		return false
+	}
+	if !strings.Contains(r.Observed, says) {
+		t.Errorf("%s observed %q on seed %d, want it to say %q", r.Name, r.Observed, devtest.Schedule(t).Seed, says)
+	}
+	return true
+}
+
 func TestSoftPasses(t *testing.T) {
 	dev := openSoft(t, soft.Quirks{})
 	results := Run(context.Background(), dev, quick)
@@ -74,11 +97,14 @@ func TestSoftPasses(t *testing.T) {
 			t.Errorf("%s observed %q, want it to say %q", r.Name, r.Observed, says)
 		}
 	}
-	got := deviating(t, results)
+	got := slices.DeleteFunc(deviating(t, results), func(name string) bool {
+		r, _ := lookupResult(results, name)
+		return allowed(t, r)
+	})
 	if want := slices.Sorted(maps.Keys(softLimitations)); !slices.Equal(slices.Sorted(slices.Values(got)), want) {
 		t.Errorf("deviations on the soft device without quirks: %v, want its limitations %v", got, want)
 	}
-	if p, d, e := Counts(results); p != len(probes)-len(softLimitations) || d != len(softLimitations) || e != 0 {
+	if p, d, e := Counts(results); p+d != len(probes) || d-len(got) > len(scheduleMay) || e != 0 {
 		t.Errorf("Counts = %d, %d, %d; want %d, %d, 0", p, d, e, len(probes)-len(softLimitations), len(softLimitations))
 	}
 }
@@ -125,7 +151,11 @@ func TestSoftQuirks(t *testing.T) {
 					t.Errorf("%s observed %q, want it to say %q", r.Name, r.Observed, tc.says)
 				}
 			}
-			if got := deviating(t, results); !slices.Equal(got, want) {
+			got := slices.DeleteFunc(deviating(t, results), func(name string) bool {
+				r, _ := lookupResult(results, name)
+				return !slices.Contains(want, name) && allowed(t, r)
+			})
+			if !slices.Equal(got, want) {
 				t.Errorf("deviations %v, want %v", got, want)
 			}
 		})
@@ -206,4 +236,13 @@ func TestBadInput(t *testing.T) {
 	if s := Outcome(9).String(); s != "Outcome(9)" {
 		t.Errorf("Outcome(9).String() = %q", s)
 	}
+}
+
+func lookupResult(results []Result, name string) (Result, bool) {
+	for _, r := range results {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return Result{}, false
 }

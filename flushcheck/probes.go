@@ -451,6 +451,10 @@ func drainWR(e *env) (verdict, error) {
 		LastWQETimeout: e.o.Timeout,
 		DrainTimeout:   e.o.Timeout,
 		Queue:          drain.QueueByIDPrefix(8, recvBase, sendBase),
+		// The two receives are counted back: the probe is about the send
+		// drain WR, and a receive drain WR needs a receive posted in ERROR
+		// flushed, which is the recv-in-error probe's finding.
+		Add: drain.AddOptions{CountRecvs: true, Recvs: 2},
 	})
 	if rep == nil {
 		if err == nil {

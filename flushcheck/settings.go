@@ -19,12 +19,25 @@ type Setting struct {
 	Reason string
 }
 
-// Settings turns a check's results into the drain.Options that drain
+// Recommendation is how to drain a device, from a check's results.
+type Recommendation struct {
+	// Options are the drain.Options to drain the device with.
+	Options drain.Options
+	// CountRecvs says a receive drain WR does not complete on this device
+	// by itself, so each QP with its own receive queue must be added with
+	// AddOptions.CountRecvs and the number of its receives not yet polled,
+	// or its drain stalls.
+	CountRecvs bool
+	// Settings are the choices, each with its reason, in the order printed.
+	Settings []Setting
+}
+
+// Settings turns a check's results into the drain options that drain
 // this device without a stall and without calling a QP safe too early,
 // and says why, one Setting per choice. A probe that did not run to a
 // verdict (or is missing from results) leaves its setting at the choice
 // that is safe on every device, and its reason says so.
-func Settings(results []Result) (drain.Options, []Setting) {
+func Settings(results []Result) Recommendation {
 	by := make(map[string]Result, len(results))
 	for _, r := range results {
 		by[r.Name] = r
@@ -40,15 +53,16 @@ func Settings(results []Result) (drain.Options, []Setting) {
 	}
 	unknown := func(probe string) string { return probe + " did not run to a verdict" }
 	var o drain.Options
+	countRecvs := true
 
 	switch ran, ok := known("recv-in-error"); {
 	case ok:
-		o.RecvDrain = true
-		add("RecvDrain", "true", "recv-in-error: a receive posted in ERROR is flushed, so a receive drain WR proves each receive queue finished, as ib_drain_rq does")
+		countRecvs = false
+		add("receive drain WR", "yes", "recv-in-error: a receive posted in ERROR is flushed, so the receive drain WR drain posts on a QP's own receive queue proves it finished, as ib_drain_rq does")
 	case ran:
-		add("RecvDrain", "false", "recv-in-error: a receive posted in ERROR is not flushed by itself here, so a receive drain WR would stall; the send drain WR is the barrier")
+		add("receive drain WR", "no: CountRecvs", "recv-in-error: a receive posted in ERROR is not flushed by itself here, so a receive drain WR would stall: add each QP with its own receive queue with AddOptions.CountRecvs and its receives not yet polled")
 	default:
-		add("RecvDrain", "false", "%s; the send drain WR is the barrier", unknown("recv-in-error"))
+		add("receive drain WR", "no: CountRecvs", "%s: add each QP with its own receive queue with AddOptions.CountRecvs and its receives not yet polled", unknown("recv-in-error"))
 	}
 
 	switch ran, ok := known("flush-order"); {
@@ -84,12 +98,16 @@ func Settings(results []Result) (drain.Options, []Setting) {
 	add("LastWQETimeout", o.LastWQETimeout.String(), "%s", took(by, "last-wqe-reached", "Last WQE Reached"))
 	add("DrainTimeout", o.DrainTimeout.String(), "%s", took(by, "drain-wr", "the drain WR"))
 
-	if ran, ok := known("flush-before-rts"); !ok {
+	switch ran, ok := known("flush-before-rts"); {
+	case ok:
+		add("ViaRTS", "false", "flush-before-rts: a send posted in ERROR is flushed also on a QP that never reached RTS")
+	default:
+		o.ViaRTS = true
 		why := unknown("flush-before-rts")
 		if ran {
 			why = "flush-before-rts: a send posted in ERROR is not flushed on a QP that never reached RTS"
 		}
-		add("via RTS", "true", "%s: take a QP to RTS before moving it to ERROR, as ipoib_cm.c does for such firmware (drain.Options has no field for it)", why)
+		add("ViaRTS", "true", "%s: take a QP found in RTR through RTS before ERROR, as ipoib_cm.c does for such firmware", why)
 	}
 	if ran, ok := known("last-wqe-repeat"); ran && !ok && lwOK {
 		add("repeated Last WQE Reached", "tolerated", "last-wqe-repeat: %s; drain counts repeats and ignores them", firstClause(by["last-wqe-repeat"].Observed))
@@ -99,7 +117,8 @@ func Settings(results []Result) (drain.Options, []Setting) {
 		if r.Outcome == Deviation {
 			what = "raises no CQ_ERR, so a lost drain completion looks like a stall"
 		}
-		add("CQ headroom", "1 per drain WR", "cq-overrun: an overrun loses completions and %s: size the CQ for every WR plus one entry per outstanding drain WR", what)
+		o.Headroom = drain.DefaultHeadroom
+		add("Headroom", fmt.Sprint(o.Headroom), "cq-overrun: an overrun loses completions and %s: size the CQ for every WR plus Headroom entries for drain WRs", what)
 	}
 	if ran, ok := known("destroy-outstanding"); ran && !ok {
 		add("destroy", "after a drain", "destroy-outstanding: completions of a destroyed QP still reached its CQ: drain before destroying, and match completions by QP object, not number")
@@ -107,7 +126,7 @@ func Settings(results []Result) (drain.Options, []Setting) {
 	if ran, ok := known("reset-reuse"); ran && !ok {
 		add("reuse after RESET", "no", "reset-reuse: completions of a QP's old life appeared after RESET: destroy drained QPs instead of reusing them")
 	}
-	return o, out
+	return Recommendation{Options: o, CountRecvs: countRecvs, Settings: out}
 }
 
 // notProven names what the failing probes among names saw.

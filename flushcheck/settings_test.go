@@ -19,45 +19,52 @@ import (
 // completing after it was called safe.
 func TestSettingsPerQuirk(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		quirk     soft.Quirks
-		recvDrain bool
-		maxBatch  int
-		policy    drain.Policy
-		lines     []string // Setting names beyond the five options
-		stalls    bool     // the drains end quarantined: nothing proves them
+		name       string
+		quirk      soft.Quirks
+		countRecvs bool
+		maxBatch   int
+		policy     drain.Policy
+		viaRTS     bool
+		repeats    bool // a "repeated Last WQE Reached" line
+		stalls     bool // the drains end quarantined: nothing proves them
 	}{
-		{"none", soft.Quirks{}, true, 0, drain.Quarantine, []string{"CQ headroom"}, false},
-		{"SendInErrorNotFlushed", soft.Quirks{SendInErrorNotFlushed: true}, true, 1, drain.Quarantine, []string{"via RTS", "CQ headroom"}, true},
-		{"RecvInErrorNotFlushed", soft.Quirks{RecvInErrorNotFlushed: true}, false, 0, drain.Quarantine, []string{"CQ headroom"}, false},
-		{"RecvInErrorFlushDeferred", soft.Quirks{RecvInErrorFlushDeferred: true}, false, 0, drain.Quarantine, []string{"CQ headroom"}, false},
-		{"NoLastWQEReached", soft.Quirks{NoLastWQEReached: true}, true, 0, drain.DestroyWhenEmpty, []string{"CQ headroom"}, false},
-		{"LastWQEReachedTwice", soft.Quirks{LastWQEReachedTwice: true}, true, 0, drain.DestroyWhenEmpty, []string{"CQ headroom"}, false},
-		{"LastWQEReachedAgain", soft.Quirks{LastWQEReachedAgain: true}, true, 0, drain.Quarantine, []string{"repeated Last WQE Reached", "CQ headroom"}, false},
-		{"DrainNeedsRTS", soft.Quirks{DrainNeedsRTS: true}, true, 0, drain.Quarantine, []string{"via RTS", "CQ headroom"}, false},
-		{"NoResponderErrorEvent", soft.Quirks{NoResponderErrorEvent: true}, true, 0, drain.Quarantine, []string{"CQ headroom"}, false},
-		{"FlushDeferred", soft.Quirks{FlushDeferred: true}, true, 1, drain.DestroyWhenEmpty, []string{"CQ headroom"}, false},
-		{"CQOverrunKeepsQPs", soft.Quirks{CQOverrunKeepsQPs: true}, true, 0, drain.Quarantine, []string{"CQ headroom"}, false},
+		{"none", soft.Quirks{}, false, 0, drain.Quarantine, false, false, false},
+		{"SendInErrorNotFlushed", soft.Quirks{SendInErrorNotFlushed: true}, false, 1, drain.Quarantine, true, false, true},
+		{"RecvInErrorNotFlushed", soft.Quirks{RecvInErrorNotFlushed: true}, true, 0, drain.Quarantine, false, false, false},
+		{"RecvInErrorFlushDeferred", soft.Quirks{RecvInErrorFlushDeferred: true}, true, 0, drain.Quarantine, false, false, false},
+		{"NoLastWQEReached", soft.Quirks{NoLastWQEReached: true}, false, 0, drain.DestroyWhenEmpty, false, false, false},
+		{"LastWQEReachedTwice", soft.Quirks{LastWQEReachedTwice: true}, false, 0, drain.DestroyWhenEmpty, false, false, false},
+		{"LastWQEReachedAgain", soft.Quirks{LastWQEReachedAgain: true}, false, 0, drain.Quarantine, false, true, false},
+		{"DrainNeedsRTS", soft.Quirks{DrainNeedsRTS: true}, false, 0, drain.Quarantine, true, false, false},
+		{"NoResponderErrorEvent", soft.Quirks{NoResponderErrorEvent: true}, false, 0, drain.Quarantine, false, false, false},
+		{"FlushDeferred", soft.Quirks{FlushDeferred: true}, false, 1, drain.DestroyWhenEmpty, false, false, false},
+		{"CQOverrunKeepsQPs", soft.Quirks{CQOverrunKeepsQPs: true}, false, 0, drain.Quarantine, false, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dev := openSoft(t, tc.quirk)
-			o, settings := Settings(Run(context.Background(), dev, quick))
-			if o.RecvDrain != tc.recvDrain || o.MaxBatch != tc.maxBatch || o.Policy != tc.policy {
-				t.Errorf("options RecvDrain %v MaxBatch %d Policy %s; want %v %d %s", o.RecvDrain, o.MaxBatch, o.Policy, tc.recvDrain, tc.maxBatch, tc.policy)
+			rec := Settings(Run(context.Background(), dev, quick))
+			o := rec.Options
+			if rec.CountRecvs != tc.countRecvs || o.MaxBatch != tc.maxBatch || o.Policy != tc.policy || o.ViaRTS != tc.viaRTS {
+				t.Errorf("CountRecvs %v MaxBatch %d Policy %s ViaRTS %v; want %v %d %s %v",
+					rec.CountRecvs, o.MaxBatch, o.Policy, o.ViaRTS, tc.countRecvs, tc.maxBatch, tc.policy, tc.viaRTS)
 			}
 			var names []string
-			for _, s := range settings {
+			for _, s := range rec.Settings {
 				names = append(names, s.Name)
 				if s.Value == "" || s.Reason == "" {
 					t.Errorf("setting %+v without a value or reason", s)
 				}
 			}
-			if want := append([]string{"RecvDrain", "MaxBatch", "Policy", "LastWQETimeout", "DrainTimeout"}, tc.lines...); !slices.Equal(names, want) {
+			want := []string{"receive drain WR", "MaxBatch", "Policy", "LastWQETimeout", "DrainTimeout", "ViaRTS"}
+			if tc.repeats {
+				want = append(want, "repeated Last WQE Reached")
+			}
+			if want = append(want, "Headroom"); !slices.Equal(names, want) {
 				t.Errorf("settings %v, want %v", names, want)
 			}
 			// Short bounds: the soft device answers at once.
-			o.LastWQETimeout, o.DrainTimeout = 50*time.Millisecond, 50*time.Millisecond
-			drainWithSettings(t, dev, o, tc.stalls)
+			rec.Options.LastWQETimeout, rec.Options.DrainTimeout = 50*time.Millisecond, 50*time.Millisecond
+			drainWithSettings(t, dev, rec, tc.stalls)
 		})
 	}
 }
@@ -65,11 +72,11 @@ func TestSettingsPerQuirk(t *testing.T) {
 // A probe that did not run leaves its setting at the choice safe
 // everywhere, and says so.
 func TestSettingsUnknown(t *testing.T) {
-	o, settings := Settings([]Result{{Name: "flush-order", Outcome: Error}})
-	if o.RecvDrain || o.MaxBatch != 1 || o.Policy != drain.Quarantine {
-		t.Errorf("options without findings: %+v", o)
+	rec := Settings([]Result{{Name: "flush-order", Outcome: Error}})
+	if o := rec.Options; !rec.CountRecvs || o.MaxBatch != 1 || o.Policy != drain.Quarantine || !o.ViaRTS {
+		t.Errorf("options without findings: %+v, CountRecvs %v", o, rec.CountRecvs)
 	}
-	for _, s := range settings[:3] {
+	for _, s := range rec.Settings[:3] {
 		if !strings.Contains(s.Reason, "did not run to a verdict") {
 			t.Errorf("%s: reason %q does not say the probe did not run", s.Name, s.Reason)
 		}
@@ -82,8 +89,9 @@ func TestSettingsUnknown(t *testing.T) {
 // must end, within its bounds, safe to destroy (or, with stalls,
 // quarantined), and no completion of a QP may come after it was called
 // safe, nor be missing then.
-func drainWithSettings(t *testing.T, dev ibv.Context, o drain.Options, stalls bool) {
+func drainWithSettings(t *testing.T, dev ibv.Context, rec Recommendation, stalls bool) {
 	t.Helper()
+	o := rec.Options
 	pd := devtest.NewPD(t, dev)
 	cq := devtest.NewCQ(t, dev, 256)
 	srq := devtest.NewSRQ(t, pd, ibv.SRQAttr{MaxWR: 32, MaxSGE: 1})
@@ -134,7 +142,11 @@ func drainWithSettings(t *testing.T, dev ibv.Context, o drain.Options, stalls bo
 	}()
 	var handles []*drain.Handle
 	for _, q := range qps {
-		h, err := r.Add(q.qp, drain.AddOptions{})
+		var add drain.AddOptions
+		if rec.CountRecvs && q.qp.SRQ() == nil {
+			add = drain.AddOptions{CountRecvs: true, Recvs: 2}
+		}
+		h, err := r.Add(q.qp, add)
 		if err != nil {
 			t.Fatal(err)
 		}

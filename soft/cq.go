@@ -18,6 +18,7 @@ type CQ struct {
 	rec   *objtrace.Record
 	// Guarded by dev.fab.mu.
 	buf           []ibv.WC
+	meta          []wcMeta // per entry of buf: the slots its poll frees
 	head, n       int
 	qps           map[*QP]struct{} // QPs completing into this CQ
 	armed         bool
@@ -27,6 +28,15 @@ type CQ struct {
 }
 
 var _ ibv.CQ = (*CQ)(nil)
+
+// wcMeta says which QP a completion belongs to and how many of its work
+// queue slots polling it frees: a send completion frees its WR's slot and
+// those of the unsignaled WRs that completed silently before it on the
+// same send queue; a completion of the QP's own receive queue frees one.
+type wcMeta struct {
+	qp     *QP
+	sq, rq uint32
+}
 
 // CreateCQ creates a CQ holding exactly cqe completions. With a non-nil
 // channel (from this device), ReqNotify arms it to signal that channel.
@@ -55,7 +65,7 @@ func (d *Device) CreateCQ(cqe int, channel ibv.CompChannel) (ibv.CQ, error) {
 	}
 	d.nCQ++
 	d.nextID++
-	c := &CQ{dev: d, id: d.nextID, depth: cqe, ch: ch, buf: make([]ibv.WC, cqe), qps: map[*QP]struct{}{}}
+	c := &CQ{dev: d, id: d.nextID, depth: cqe, ch: ch, buf: make([]ibv.WC, cqe), meta: make([]wcMeta, cqe), qps: map[*QP]struct{}{}}
 	c.rec = objtrace.Track(fmt.Sprintf("soft CQ %d on %s", c.id, d.name))
 	if ch != nil {
 		ch.nCQ++
@@ -77,14 +87,24 @@ func (c *CQ) Poll(wcs []ibv.WC) (int, error) {
 	if c.closed {
 		return 0, fmt.Errorf("polling CQ %d: %w", c.id, ibv.ErrClosed)
 	}
+	c.dev.fab.tick()
 	for _, q := range sortedQPs(c.qps) {
 		if q.flushPending {
 			q.flushDeferred()
 		}
 	}
+	if c.n == 0 && len(c.dev.fab.adv) > 0 {
+		// A poller that finds nothing lets deferred flushes move on.
+		c.dev.fab.idleSteps(func() bool { return c.n > 0 })
+	}
 	k := 0
 	for k < len(wcs) && c.n > 0 {
 		wcs[k] = c.buf[c.head]
+		if m := &c.meta[c.head]; m.qp != nil {
+			m.qp.sqUsed -= m.sq
+			m.qp.rqUsed -= m.rq
+			*m = wcMeta{}
+		}
 		c.head++
 		if c.head == len(c.buf) {
 			c.head = 0
@@ -122,7 +142,7 @@ func (c *CQ) Close() error {
 		return fmt.Errorf("closing CQ %d used by %d QPs: %w", c.id, len(c.qps), ibv.ErrBusy)
 	}
 	c.closed = true
-	c.buf = nil
+	c.buf, c.meta = nil, nil
 	c.dev.nCQ--
 	if c.ch != nil {
 		c.ch.forget(c)
@@ -137,7 +157,7 @@ func (c *CQ) Close() error {
 // longer be delivered, as an SRQ error does (IBTA Table 58, class A), unless
 // Quirks.CQOverrunKeepsQPs. Called with
 // fab.mu held.
-func (c *CQ) push(wc *ibv.WC, solicited bool) {
+func (c *CQ) push(wc *ibv.WC, solicited bool, m wcMeta) {
 	if c.errored {
 		return
 	}
@@ -158,6 +178,7 @@ func (c *CQ) push(wc *ibv.WC, solicited bool) {
 		i -= len(c.buf)
 	}
 	c.buf[i] = *wc
+	c.meta[i] = m
 	c.n++
 	if c.dev.trace != nil { // checked here so the hot path builds no entry
 		c.dev.emit(TraceEntry{Kind: TraceCompletion, CQ: c.id, QPNum: wc.QPNum, WC: *wc})
@@ -209,6 +230,10 @@ func (ch *CompChannel) WaitCQ(ctx context.Context) (ibv.CQ, error) {
 			mu.Unlock()
 			return nil, fmt.Errorf("waiting for a CQ event: %w", ibv.ErrClosed)
 		}
+		if ch.events.len() == 0 && len(ch.dev.fab.adv) > 0 {
+			// A waiting caller lets deferred flushes move on.
+			ch.dev.fab.idleSteps(func() bool { return ch.events.len() > 0 })
+		}
 		if ch.events.len() > 0 {
 			c := ch.events.pop()
 			mu.Unlock()
@@ -244,6 +269,11 @@ func (ch *CompChannel) Close() error {
 // signal queues a CQ event. Called with fab.mu held.
 func (ch *CompChannel) signal(c *CQ) {
 	ch.events.push(c)
+	ch.wakeUp()
+}
+
+// wakeUp wakes a caller waiting in WaitCQ.
+func (ch *CompChannel) wakeUp() {
 	select {
 	case ch.wake <- struct{}{}:
 	default:
@@ -259,4 +289,24 @@ func (ch *CompChannel) forget(c *CQ) {
 			ch.events.push(e)
 		}
 	}
+}
+
+// discard removes every completion of q still in the CQ, keeping the order
+// of the others, as a provider's modify to RESET does (mlx4, mlx5: see the
+// package documentation). Called with fab.mu held.
+func (c *CQ) discard(q *QP) {
+	k := 0
+	for i := 0; i < c.n; i++ {
+		j := (c.head + i) % len(c.buf)
+		if c.meta[j].qp == q {
+			continue
+		}
+		d := (c.head + k) % len(c.buf)
+		c.buf[d], c.meta[d] = c.buf[j], c.meta[j]
+		k++
+	}
+	for i := k; i < c.n; i++ {
+		c.meta[(c.head+i)%len(c.buf)] = wcMeta{}
+	}
+	c.n = k
 }

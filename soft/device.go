@@ -25,6 +25,10 @@ type Config struct {
 	// from its SRQ once in RTR: the soft device's model of WQEs "taken but
 	// not yet completed". 0 takes none ahead.
 	SRQPrefetch int
+	// Schedule makes the device adversarial when its Seed is non-zero
+	// (package documentation, "Adversarial schedules"); the zero value is
+	// orderly.
+	Schedule Schedule
 	// Trace, when set, is called for every state change, completion, async
 	// event and SRQ take of the device, in the order they happen. It runs
 	// with the fabric's lock held: it must not call back into the device.
@@ -149,6 +153,7 @@ type Device struct {
 	pref   int
 	trace  func(TraceEntry)
 	rec    *objtrace.Record
+	adv    *adversary // nil in orderly mode
 
 	// Everything below is guarded by fab.mu.
 	closed   bool
@@ -200,6 +205,11 @@ func Open(cfg Config) (*Device, error) {
 		qps:     map[uint32]*QP{},
 		nextQPN: firstQPN,
 	}
+	if cfg.Schedule.Adversarial() {
+		d.adv = newAdversary(cfg.Schedule.Seed, cfg.Name)
+		// Devices hand out overlapping numbers, not from one base.
+		d.nextQPN += uint32(d.adv.rng.IntN(advQPNBaseSpread))
+	}
 	fab.mu.Lock()
 	defer fab.mu.Unlock()
 	for _, o := range fab.devices {
@@ -208,6 +218,9 @@ func Open(cfg Config) (*Device, error) {
 		}
 	}
 	fab.devices = append(fab.devices, d)
+	if d.adv != nil {
+		fab.adv = append(fab.adv, d)
+	}
 	d.lid = uint16(len(fab.devices))
 	d.rec = objtrace.Track("soft device " + d.name)
 	return d, nil
@@ -316,6 +329,10 @@ func (d *Device) NextAsyncEvent(ctx context.Context) (ibv.AsyncEvent, error) {
 			d.fab.mu.Unlock()
 			return ibv.AsyncEvent{}, fmt.Errorf("waiting for an async event of %s: %w", d.name, ibv.ErrClosed)
 		}
+		if d.events.len() == 0 && d.adv != nil {
+			// A waiting caller lets delayed events fall due.
+			d.fab.idleSteps(func() bool { return d.events.len() > 0 || !d.adv.eventsComing() })
+		}
 		if d.events.len() > 0 {
 			ev := d.events.pop()
 			d.fab.mu.Unlock()
@@ -331,10 +348,28 @@ func (d *Device) NextAsyncEvent(ctx context.Context) (ibv.AsyncEvent, error) {
 	}
 }
 
-// raise queues an async event. Called with fab.mu held.
+// raise queues an async event: for delivery now in orderly mode, after a
+// few device calls in adversarial mode. Called with fab.mu held.
 func (d *Device) raise(ev ibv.AsyncEvent) {
+	if a := d.adv; a != nil {
+		if delay := a.rng.IntN(advMaxEventDelay + 1); delay > 0 || a.delayed.len() > 0 {
+			a.delayed.push(delayedEvent{ev: ev, due: a.steps + uint64(delay)})
+			d.wakeEvents()
+			return
+		}
+	}
+	d.deliver(ev)
+}
+
+// deliver makes ev the newest event NextAsyncEvent returns.
+func (d *Device) deliver(ev ibv.AsyncEvent) {
 	d.events.push(ev)
 	d.emit(TraceEntry{Kind: TraceEvent, Event: ev})
+	d.wakeEvents()
+}
+
+// wakeEvents wakes a caller waiting in NextAsyncEvent.
+func (d *Device) wakeEvents() {
 	select {
 	case d.evWake <- struct{}{}:
 	default:

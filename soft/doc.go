@@ -15,7 +15,19 @@
 // One mutex per fabric guards every device on it. Each verb runs to
 // completion under it, so the device is safe for concurrent callers, and
 // the same sequence of calls gives the same completions and events in the
-// same order. No goroutine is started.
+// same order, in either schedule (see Adversarial schedules). No goroutine
+// is started.
+//
+// # Work queue slots
+//
+// A WR holds a slot of its queue from its post until its completion is
+// polled, as on hardware, where the provider learns that a slot is free
+// from the consumer's poll: an unsignaled send's slot frees when the
+// completion of a later signaled send of the same queue (or of a later WR
+// that failed or was flushed) is polled. Posting to a queue whose
+// Cap.MaxSendWR or Cap.MaxRecvWR slots are all held fails with
+// ErrQueueFull, whatever the device has executed. An SRQ's slot frees when
+// a QP takes the WQE.
 //
 // # Transport
 //
@@ -60,8 +72,9 @@
 // A QP in ERROR completes every outstanding WR in order with WR_FLUSH_ERR
 // (the send queue, then receive WQEs taken from the SRQ, then its own
 // receive queue); the WR that failed first completes with its own status.
-// WRs posted in ERROR complete at once with WR_FLUSH_ERR, sends and receives
-// alike (C10-42, C10-97.2.1, and the seed thread). On every completion whose
+// WRs posted in ERROR complete with WR_FLUSH_ERR, sends and receives alike
+// (C10-42, C10-97.2.1, and the seed thread): at once in the orderly
+// schedule, over later calls in the adversarial one. On every completion whose
 // status is not SUCCESS only ID, Status, QPNum and VendorErr are set (the
 // rest is zero, as ibv_poll_cq(3) says only they are valid); VendorErr is
 // always 0.
@@ -136,9 +149,60 @@
 // or RESET with STATE alone. A transition not in the table, a missing
 // required attribute or an attribute not allowed fails with an error
 // wrapping ibv.ErrInvalidState and changes nothing. RESET empties every
-// queue without completions; a QP is reusable after ERR -> RESET. Sends may
+// queue without completions and discards the QP's completions still in
+// its CQs, as libmlx4 and libmlx5 do (mlx4_modify_qp and mlx5_modify_qp
+// clean both CQs on a move to RESET, and so does hns), while rxe does not
+// (rxe_qp_reset empties the queues and leaves the CQs alone); a QP is
+// reusable after ERR -> RESET. Sends may
 // be posted in RTS, SQD (they wait) and ERR; receives in any state but
 // RESET. RC QPs never enter SQE.
+//
+// # Adversarial schedules
+//
+// The IBTA specification leaves many choices to the device, and a test
+// device for error paths must be able to make each of them the hostile
+// way. Config.Schedule with a non-zero Seed makes every choice below
+// pseudo-randomly from the seed (mixed with the device's name, so two
+// devices of one seed differ); the same seed and the same calls give the
+// same trace. The zero Schedule is orderly, the behaviour the rest of this
+// documentation describes, and stays the default.
+//
+//   - Flush timing: entering ERROR, and a WR posted in ERROR, generate no
+//     completion by themselves; each later call into the device (a poll, a
+//     post, a modify, Progress, a wait in NextAsyncEvent or WaitCQ)
+//     generates 0 to 2 of the pending flush completions. The specification
+//     requires the flush (C10-42, C10-97.2.1) but sets no time for it, and
+//     hns generates its flushes from a work item after the modify returns
+//     (init_flush_work, drivers/infiniband/hw/hns/hns_roce_qp.c).
+//   - Flush interleaving: each completion comes from a work queue chosen at
+//     random among those with flushes pending, so the send and receive
+//     queues of a QP, and the queues of QPs sharing a CQ, interleave in any
+//     way. Within one work queue the completions stay in order: the
+//     specification orders completions per work queue (C10-42), never
+//     across work queues.
+//   - Event delays: an async event (Last WQE Reached, QP_FATAL, CQ_ERR,
+//     SRQ_ERR, SRQ_LIMIT_REACHED, SQ_DRAINED, the responder error events)
+//     becomes deliverable 0 to 6 device calls after its condition, in the
+//     order raised. Events and completions are separate channels with no
+//     order between them except the one o11-5.2.5 states: Last WQE Reached
+//     follows the CQE of the last WQE the QP took from its SRQ, so the
+//     device raises it only once that flush completion has been generated.
+//   - Responder and requester order: the responder's receive completion of
+//     a SEND (or RDMA WRITE with immediate) and the requester's completion
+//     of the same message land in their CQs in either order: they belong to
+//     different work queues, which nothing orders.
+//   - QP numbers: the first QP number of each device is 17 plus 0 to 15, so
+//     devices hand out overlapping numbers from different starts, and three
+//     times in four a new QP gets the number of a destroyed one, as
+//     hardware reuses numbers. ibv_create_qp(3) promises only a number
+//     unique among live QPs, so a number alone never identifies a QP over
+//     time; async events name the QP object, which is never reused.
+//
+// A caller that finds nothing (a Poll returning no completion, a wait in
+// NextAsyncEvent or WaitCQ) runs the device's deferred work forward until
+// it finds something or none is left, as a real device keeps working while
+// its consumer waits, and deferring work wakes the waiters: the schedule
+// never strands a caller.
 //
 // # Quirks
 //

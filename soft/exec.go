@@ -40,27 +40,32 @@ func (q *QP) execHead() execResult {
 		return execIdle
 	}
 	w := q.sq.at(0)
+	f := q.dev.fab
 	status, n, wait := q.execute(w)
 	if wait {
-		q.dev.fab.block(q)
+		f.block(q)
 		return execWait
 	}
 	if q.state != ibv.QPSRTS {
 		// The responder's completions overflowed a CQ this QP shares and
 		// moved it to ERROR: the WR was flushed with the rest.
+		f.pushHeld()
 		return execDone
 	}
 	id, op, signaled := w.id, ibv.WROpcode(w.opcode), q.sigAll || ibv.SendFlags(w.flags)&ibv.SendSignaled != 0
 	q.sq.drop()
 	if status != ibv.WCSuccess {
 		q.toErr(eventNone)
-		q.sendCQ.push(&ibv.WC{ID: id, Status: status, QPNum: q.num}, false)
+		q.sendCQ.push(&ibv.WC{ID: id, Status: status, QPNum: q.num}, false, q.sendDone())
 		q.flush()
 		return execDone
 	}
 	if signaled {
-		q.sendCQ.push(&ibv.WC{ID: id, Status: ibv.WCSuccess, Opcode: wcOpcode(op), ByteLen: n, QPNum: q.num}, false)
+		q.sendCQ.push(&ibv.WC{ID: id, Status: ibv.WCSuccess, Opcode: wcOpcode(op), ByteLen: n, QPNum: q.num}, false, q.sendDone())
+	} else {
+		q.sqUnsig++
 	}
+	f.pushHeld()
 	return execDone
 }
 
@@ -284,8 +289,16 @@ func (p *QP) takeRecv() (recvWQE, bool) {
 }
 
 // received completes a consumed receive WQE and takes the next one ahead.
+// The adversarial schedule may hold the completion back until the
+// requester's is written (execHead): the two land in their CQs in either
+// order.
 func (p *QP) received(wc *ibv.WC, solicited bool) {
-	p.recvCQ.push(wc, solicited)
+	m := p.recvDone(p.srq == nil)
+	if a := p.dev.adv; a != nil && a.coin() {
+		p.dev.fab.held = heldWC{cq: p.recvCQ, wc: *wc, meta: m, solicited: solicited}
+	} else {
+		p.recvCQ.push(wc, solicited, m)
+	}
 	p.prefetch()
 }
 
@@ -314,7 +327,7 @@ func (p *QP) responderError(ev ibv.EventType, r *recvWQE, st ibv.WCStatus) {
 	}
 	p.toErr(ev)
 	if r != nil {
-		p.recvCQ.push(&ibv.WC{ID: r.id, Status: st, QPNum: p.num}, false)
+		p.recvCQ.push(&ibv.WC{ID: r.id, Status: st, QPNum: p.num}, false, p.recvDone(p.srq == nil))
 	}
 	p.flush()
 }
@@ -341,9 +354,10 @@ func (q *QP) toErr(ev ibv.EventType) {
 
 // flushRecvs completes every receive WQE of r with WR_FLUSH_ERR, in order.
 func (q *QP) flushRecvs(r *ring[recvWQE]) {
+	own := r == &q.rq
 	for r.len() > 0 {
 		w := r.pop()
-		q.recvCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false)
+		q.recvCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false, q.recvDone(own))
 	}
 }
 
@@ -351,17 +365,37 @@ func (q *QP) flushRecvs(r *ring[recvWQE]) {
 // send queue, then the receive WQEs taken from the SRQ, then the own
 // receive queue. An SRQ-attached QP then raises Last WQE Reached: it will
 // take no more WQEs (o11-5.2.5), so it raises it exactly once per ERROR.
+// The adversarial schedule generates the same completions over later
+// device calls instead, and raises Last WQE Reached once the last receive
+// flush is generated.
 func (q *QP) flush() {
+	arm := q.srq != nil && !q.lastWQE
+	if arm {
+		q.lastWQE, q.lwrDue = true, true
+	}
+	if q.dev.adv != nil {
+		q.scheduleFlush(q.sq.len(), q.taken.len()+q.rq.len())
+		if q.flushR == 0 {
+			q.lastWQEReached()
+		}
+		return
+	}
 	for q.sq.len() > 0 {
 		w := q.sq.pop()
-		q.sendCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false)
+		q.sendCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false, q.sendDone())
 	}
 	q.flushRecvs(&q.taken)
 	q.flushRecvs(&q.rq)
-	if q.srq == nil || q.lastWQE {
+	q.lastWQEReached()
+}
+
+// lastWQEReached raises Last WQE Reached if it is due: the QP is in ERROR
+// and the completions of every receive WQE it took are generated.
+func (q *QP) lastWQEReached() {
+	if !q.lwrDue {
 		return
 	}
-	q.lastWQE = true
+	q.lwrDue = false
 	k := q.dev.quirks
 	if k.NoLastWQEReached {
 		return

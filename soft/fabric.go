@@ -23,6 +23,36 @@ type Fabric struct {
 	// gen changes with every QP state or attribute change, QP close and
 	// device close: a QP's cached responder is valid while gen is unchanged.
 	gen uint64
+	// adv lists the devices with an adversarial schedule; every device
+	// call steps them.
+	adv []*Device
+	// held is a responder completion the adversarial schedule delivers
+	// after the requester's (execHead).
+	held heldWC
+}
+
+// heldWC is a completion written to its CQ later in the same verb.
+type heldWC struct {
+	cq        *CQ
+	wc        ibv.WC
+	meta      wcMeta
+	solicited bool
+}
+
+// tick runs the deferred work one device call does. Called with f.mu held.
+func (f *Fabric) tick() {
+	if len(f.adv) > 0 {
+		f.stepFabric()
+	}
+}
+
+// pushHeld writes the held responder completion, if any.
+func (f *Fabric) pushHeld() {
+	if h := &f.held; h.cq != nil {
+		c := h.cq
+		h.cq = nil
+		c.push(&h.wc, h.solicited, h.meta)
+	}
 }
 
 // pendingSend is one queued send WR: the next unexecuted WR of qp, valid
@@ -81,6 +111,7 @@ func (f *Fabric) SetAutoProgress(on bool) {
 func (f *Fabric) Progress(max int) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.tick()
 	return f.progress(max)
 }
 

@@ -38,6 +38,15 @@ type QP struct {
 	flushPending bool
 	peer         *QP // cached responder, valid while peerGen == fab.gen
 	peerGen      uint64
+	// Slots in use: a WR holds one from its post until its completion, or
+	// the later completion that covers it (unsignaled sends), is polled.
+	sqUsed, rqUsed uint32
+	sqUnsig        uint32 // sends completed silently since the last send completion
+	// Adversarial schedule: how many WQEs at the head of the send queue
+	// and of the receive side (taken, then own) are due for a flush not
+	// yet generated, and whether Last WQE Reached waits for them.
+	flushS, flushR int
+	lwrDue         bool
 }
 
 var _ ibv.QP = (*QP)(nil)
@@ -89,8 +98,7 @@ func (p *PD) CreateQP(attr ibv.QPInitAttr) (ibv.QP, error) {
 		return nil, fmt.Errorf("creating a QP on %s (max %d): %w", d.name, l.MaxQP, ibv.ErrResourceLimit)
 	}
 	d.nextSeq++
-	q := &QP{dev: d, pd: p, num: d.nextQPN, seq: d.nextSeq, sendCQ: scq, recvCQ: rcq, srq: srq, cap: c, sigAll: attr.SigAll}
-	d.nextQPN++ // QP numbers are never reused, so a stale peer reference can be detected
+	q := &QP{dev: d, pd: p, num: d.allocQPN(), seq: d.nextSeq, sendCQ: scq, recvCQ: rcq, srq: srq, cap: c, sigAll: attr.SigAll}
 	q.rec = objtrace.Track(fmt.Sprintf("soft QP %d on %s", q.num, d.name))
 	d.qps[q.num] = q
 	p.nQP++
@@ -157,6 +165,9 @@ func (q *QP) Close() error {
 		q.srq.qps = slices.DeleteFunc(q.srq.qps, func(o *QP) bool { return o == q })
 	}
 	q.pd.nQP--
+	if d.adv != nil {
+		d.adv.freeQPN = append(d.adv.freeQPN, q.num)
+	}
 	q.rec.Release()
 	return nil
 }
@@ -168,6 +179,25 @@ func (q *QP) dropQueues() {
 	q.sq.reset()
 	q.rq.reset()
 	q.taken.reset()
+	q.flushS, q.flushR, q.lwrDue = 0, 0, false
+}
+
+// sendDone is the slot accounting of a send completion being generated:
+// polling it frees its WR's slot and those of the sends that completed
+// silently before it.
+func (q *QP) sendDone() wcMeta {
+	m := wcMeta{qp: q, sq: 1 + q.sqUnsig}
+	q.sqUnsig = 0
+	return m
+}
+
+// recvDone is the slot accounting of a receive completion: one slot of the
+// QP's own receive queue (own), or none (an SRQ WQE).
+func (q *QP) recvDone(own bool) wcMeta {
+	if own {
+		return wcMeta{qp: q, rq: 1}
+	}
+	return wcMeta{qp: q}
 }
 
 // holdsPostsInError reports whether WRs posted now, in ERROR, stay queued
@@ -185,6 +215,10 @@ func (q *QP) flushDeferred() {
 		q.flush()
 	}
 	if q.state == ibv.QPSErr && q.dev.quirks.RecvInErrorFlushDeferred && !q.holdsPostsInError(false) {
+		if q.dev.adv != nil {
+			q.scheduleFlush(q.flushS, q.taken.len()+q.rq.len())
+			return
+		}
 		q.flushRecvs(&q.rq)
 	}
 }
@@ -205,6 +239,7 @@ func (q *QP) PostSend(wrs []ibv.SendWR) error {
 	f := q.dev.fab
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.tick()
 	q.flushDeferred()
 	err := q.postSend(wrs)
 	if q.state == ibv.QPSErr && len(wrs) > 0 {
@@ -232,6 +267,7 @@ func (q *QP) postSend(wrs []ibv.SendWR) error {
 			}
 			w = newInlineWQE(wr, data)
 		}
+		q.sqUsed++
 		switch {
 		case q.state != ibv.QPSErr:
 			q.sq.push(w)
@@ -240,8 +276,11 @@ func (q *QP) postSend(wrs []ibv.SendWR) error {
 			}
 		case q.holdsPostsInError(true):
 			q.sq.push(w)
+		case q.dev.adv != nil:
+			q.sq.push(w)
+			q.scheduleFlush(q.flushS+1, q.flushR)
 		default:
-			q.sendCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false)
+			q.sendCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false, q.sendDone())
 		}
 	}
 	return nil
@@ -261,8 +300,8 @@ func (q *QP) checkSend(wr *ibv.SendWR) error {
 		return fmt.Errorf("%d SGEs, QP %d takes %d: %w", len(wr.SGL), q.num, q.cap.MaxSendSGE, ibv.ErrInvalidArgument)
 	case wr.Flags&ibv.SendInline != 0 && !inlineOpcode(wr.Opcode):
 		return fmt.Errorf("inline data with opcode %s: %w", wr.Opcode, ibv.ErrInvalidArgument)
-	case q.sq.len() >= int(q.cap.MaxSendWR):
-		return fmt.Errorf("send queue of QP %d holds %d WRs: %w", q.num, q.cap.MaxSendWR, ibv.ErrQueueFull)
+	case q.sqUsed >= q.cap.MaxSendWR:
+		return fmt.Errorf("send queue of QP %d holds %d WRs not yet completed and polled: %w", q.num, q.cap.MaxSendWR, ibv.ErrQueueFull)
 	}
 	return nil
 }
@@ -300,6 +339,7 @@ func (q *QP) PostRecv(wrs []ibv.RecvWR) error {
 	f := q.dev.fab
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.tick()
 	q.flushDeferred()
 	err := q.postRecv(wrs)
 	f.receivesPosted()
@@ -320,15 +360,21 @@ func (q *QP) postRecv(wrs []ibv.RecvWR) error {
 			err = fmt.Errorf("QP %d is in RESET: %w", q.num, ibv.ErrInvalidState)
 		case len(wr.SGL) > int(q.cap.MaxRecvSGE):
 			err = fmt.Errorf("%d SGEs, QP %d takes %d: %w", len(wr.SGL), q.num, q.cap.MaxRecvSGE, ibv.ErrInvalidArgument)
-		case q.rq.len() >= int(q.cap.MaxRecvWR):
-			err = fmt.Errorf("receive queue of QP %d holds %d WRs: %w", q.num, q.cap.MaxRecvWR, ibv.ErrQueueFull)
+		case q.rqUsed >= q.cap.MaxRecvWR:
+			err = fmt.Errorf("receive queue of QP %d holds %d WRs not yet completed and polled: %w", q.num, q.cap.MaxRecvWR, ibv.ErrQueueFull)
 		}
 		if err != nil {
 			return &ibv.PostError{Index: i, Err: err}
 		}
 		w := newRecvWQE(wr)
+		q.rqUsed++
 		if q.state == ibv.QPSErr && !q.holdsPostsInError(false) && !k.RecvInErrorFlushDeferred {
-			q.recvCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false)
+			if q.dev.adv != nil {
+				q.rq.push(w)
+				q.scheduleFlush(q.flushS, q.flushR+1)
+				continue
+			}
+			q.recvCQ.push(&ibv.WC{ID: w.id, Status: ibv.WCWRFlushErr, QPNum: q.num}, false, q.recvDone(true))
 			continue
 		}
 		q.rq.push(w)
@@ -435,6 +481,7 @@ func (q *QP) Modify(attr ibv.QPAttr, mask ibv.QPAttrMask) error {
 	if q.closed {
 		return fmt.Errorf("modifying QP %d: %w", q.num, ibv.ErrClosed)
 	}
+	q.dev.fab.tick()
 	cur, next := q.state, q.state
 	if mask&ibv.QPAttrState != 0 {
 		next = attr.State
@@ -515,10 +562,16 @@ func (q *QP) setState(next ibv.QPState) {
 	q.dev.fab.gen++
 }
 
-// reset moves the QP to RESET: queues emptied without completions,
-// attributes cleared, ready for reuse.
+// reset moves the QP to RESET: queues emptied without completions, its
+// completions still in its CQs discarded (as mlx4 and mlx5 do), attributes
+// cleared, ready for reuse.
 func (q *QP) reset() {
 	q.dropQueues()
+	q.sendCQ.discard(q)
+	if q.recvCQ != q.sendCQ {
+		q.recvCQ.discard(q)
+	}
+	q.sqUsed, q.rqUsed, q.sqUnsig = 0, 0, 0
 	q.setState(ibv.QPSReset)
 	q.attr = ibv.QPAttr{}
 	q.reachedRTS = false

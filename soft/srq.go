@@ -57,6 +57,7 @@ func (s *SRQ) PostRecv(wrs []ibv.RecvWR) error {
 	f := s.dev.fab
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.tick()
 	err := s.postRecv(wrs)
 	if len(wrs) > 0 {
 		if s.dev.pref > 0 {

@@ -269,10 +269,9 @@ func (r *checkResult) formatTail(w io.Writer, details bool) error {
 			fmt.Fprintf(w, "  %s checks %s\n", res.Name, res.Rule)
 		}
 	}
-	_, settings := flushcheck.Settings(r.results)
 	fmt.Fprintf(w, "drain settings for %s (flushcheck.Settings):\n", r.device)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	for _, s := range settings {
+	for _, s := range flushcheck.Settings(r.results).Settings {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\n", s.Name, s.Value, s.Reason)
 	}
 	return tw.Flush()
@@ -308,11 +307,15 @@ type checkJSON struct {
 // drainOptionsJSON is the part of drain.Options that flushcheck.Settings
 // chooses.
 type drainOptionsJSON struct {
-	RecvDrain        bool   `json:"recv_drain"`
 	MaxBatch         int    `json:"max_batch"`
 	Policy           string `json:"policy"`
 	LastWQETimeoutMS int64  `json:"last_wqe_timeout_ms"`
 	DrainTimeoutMS   int64  `json:"drain_timeout_ms"`
+	ViaRTS           bool   `json:"via_rts"`
+	Headroom         int    `json:"headroom"`
+	// CountRecvs: add QPs with their own receive queue with
+	// drain.AddOptions.CountRecvs (flushcheck.Recommendation).
+	CountRecvs bool `json:"count_recvs"`
 }
 
 type settingJSON struct {
@@ -332,11 +335,12 @@ func (r *checkResult) jsonView() checkJSON {
 			Observed: res.Observed, DurationUS: res.Duration.Microseconds()})
 	}
 	out.Pass, out.Deviations, out.Errors = flushcheck.Counts(r.results)
-	do, settings := flushcheck.Settings(r.results)
-	out.DrainOptions = drainOptionsJSON{RecvDrain: do.RecvDrain, MaxBatch: do.MaxBatch, Policy: do.Policy.String(),
-		LastWQETimeoutMS: do.LastWQETimeout.Milliseconds(), DrainTimeoutMS: do.DrainTimeout.Milliseconds()}
+	rec := flushcheck.Settings(r.results)
+	do := rec.Options
+	out.DrainOptions = drainOptionsJSON{MaxBatch: do.MaxBatch, Policy: do.Policy.String(), LastWQETimeoutMS: do.LastWQETimeout.Milliseconds(),
+		DrainTimeoutMS: do.DrainTimeout.Milliseconds(), ViaRTS: do.ViaRTS, Headroom: do.Headroom, CountRecvs: rec.CountRecvs}
 	out.Settings = []settingJSON{}
-	for _, s := range settings {
+	for _, s := range rec.Settings {
 		out.Settings = append(out.Settings, settingJSON(s))
 	}
 	return out

@@ -69,9 +69,9 @@ func TestCheckSoft(t *testing.T) {
 		for _, want := range []string{
 			"\n15 probes: 12 pass, 3 deviations, 0 errors\n",
 			"\ndrain settings for soft0 (flushcheck.Settings):\n",
-			"\n  RecvDrain       true            recv-in-error: ",
-			"\n  MaxBatch        0               flush-order: ",
-			"\n  Policy          quarantine      last-wqe-reached, drain-wr: ",
+			"\n  receive drain WR  yes         recv-in-error: ",
+			"\n  MaxBatch          0           flush-order: ",
+			"\n  Policy            quarantine  last-wqe-reached, drain-wr: ",
 		} {
 			if !strings.Contains(out, want) {
 				t.Errorf("output lacks %q:\n%s", want, out)
@@ -159,7 +159,7 @@ func TestCheckQuirkFindings(t *testing.T) {
 		"  last-wqe-reached deviates from o11-5.2.5: ",
 		"  last-wqe-repeat deviates from o11-5.2.5: ",
 		"  responder-access-error deviates from IBTA Table 58",
-		"  Policy          destroy-when-empty  last-wqe-reached: no Last WQE Reached within 100ms of ERROR; an SRQ QP waits LastWQETimeout",
+		"  Policy            destroy-when-empty  last-wqe-reached: no Last WQE Reached within 100ms of ERROR; an SRQ QP waits LastWQETimeout",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -197,13 +197,13 @@ func TestCheckJSON(t *testing.T) {
 		t.Errorf("counts %d/%d/%d, want 8/7/0", got.Pass, got.Deviations, got.Errors)
 	}
 	// A drain WR that never comes proves nothing: quarantine, one per QP.
-	if want := (drainOptionsJSON{RecvDrain: true, MaxBatch: 1, Policy: "quarantine", LastWQETimeoutMS: 5000, DrainTimeoutMS: 5000}); got.DrainOptions != want {
+	if want := (drainOptionsJSON{MaxBatch: 1, Policy: "quarantine", LastWQETimeoutMS: 5000, DrainTimeoutMS: 5000, ViaRTS: true, Headroom: 1}); got.DrainOptions != want {
 		t.Errorf("drain_options %+v, want %+v", got.DrainOptions, want)
 	}
-	if len(got.Settings) == 0 || got.Settings[0].Name != "RecvDrain" || got.Settings[0].Reason == "" {
+	if len(got.Settings) == 0 || got.Settings[0].Name != "receive drain WR" || got.Settings[0].Reason == "" {
 		t.Errorf("settings %+v", got.Settings)
 	}
-	for _, key := range []string{`"drain_options": {`, `"recv_drain": true`, `"max_batch": 1`, `"settings": [`, `"reason": "`} {
+	for _, key := range []string{`"drain_options": {`, `"count_recvs": false`, `"max_batch": 1`, `"via_rts": true`, `"settings": [`, `"reason": "`} {
 		if !strings.Contains(out, key) {
 			t.Errorf("-j output lacks %s", key)
 		}
@@ -256,6 +256,9 @@ func TestCheckVerdict(t *testing.T) {
 // findings, which flushcheck's TestDevice asserts probe by probe.
 func TestCheckTestDevice(t *testing.T) {
 	name := devtest.DeviceName()
+	if devtest.CurrentProvider() == devtest.ProviderSoft {
+		name = softDeviceName // the CLI has the orderly soft device only
+	}
 	// 2 s per wait: rxe answers in milliseconds, and a deviation costs its
 	// whole timeout (flushcheck's TestDevice has the same reasoning).
 	out, err := runCheckCmd(t, "--device", name, "--timeout", "2s")

@@ -115,7 +115,7 @@ func newSimulateCmd(opts *globalOptions) *cobra.Command {
 	f.StringVar(&o.policy, "policy", drain.Quarantine.String(), "policy for stalled drains: quarantine or destroy-when-empty")
 	f.IntVar(&o.maxBatch, "max-batch", 0, "QPs per drain WR, 0 for no cap, 1 for one at a time as ib_drain_qp")
 	f.IntVar(&o.maxQuarantine, "max-quarantine", drain.DefaultMaxQuarantine, "QPs the quarantine holds at most")
-	f.BoolVar(&o.recvDrain, "recv-drain", false, "also post a receive drain WR on QPs without an SRQ")
+	f.BoolVar(&o.recvDrain, "recv-drain", false, "prove an own receive queue by a receive drain WR instead of counting its receives back")
 	f.DurationVar(&o.timeout, "timeout", 200*time.Millisecond, "bound on the wait for Last WQE Reached and for each drain WR")
 	return cmd
 }
@@ -273,7 +273,7 @@ func simulate(ctx context.Context, o *simulateOptions, g *globalOptions) (res *s
 	}
 
 	rp := drain.NewReaper(cq, drain.Options{
-		Policy: policy, MaxQuarantine: o.maxQuarantine, MaxBatch: o.maxBatch, RecvDrain: o.recvDrain,
+		Policy: policy, MaxQuarantine: o.maxQuarantine, MaxBatch: o.maxBatch,
 		LastWQETimeout: o.timeout, DrainTimeout: o.timeout, Queue: simQueue,
 		Channel: ch, Events: dev, Log: g.log,
 	})
@@ -283,7 +283,10 @@ func simulate(ctx context.Context, o *simulateOptions, g *globalOptions) (res *s
 	// depend on how the scheduler interleaves them.
 	hs := make([]*drain.Handle, len(qps))
 	for i, qp := range qps {
-		if hs[i], err = rp.Add(qp, drain.AddOptions{}); err != nil {
+		// The simulator knows what it posted: no sends means a QP with an
+		// SRQ shares the barrier; its own receives can be counted back.
+		add := drain.AddOptions{NoSends: o.sends == 0, CountRecvs: o.noSRQ && !o.recvDrain, Recvs: o.taken}
+		if hs[i], err = rp.Add(qp, add); err != nil {
 			return nil, err
 		}
 	}

@@ -17,18 +17,27 @@ func runSimulate(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
+// QPs with sends outstanding need a drain WR each on their own send
+// queue; without sends, only their SRQ side is open and they share
+// barriers: the first QP alone, the other four behind the second.
 func TestSimulateHealthy(t *testing.T) {
-	out, err := runSimulate(t, "--qps", "5")
-	if err != nil {
-		t.Fatalf("qpdrain simulate: %v\n%s", err, out)
-	}
-	if !strings.Contains(out, "5 safe, 0 destroyed after an empty CQ, 0 quarantined, 0 failed; 2 drain WRs") {
-		t.Errorf("want 5 safe QPs behind 2 drain WRs:\n%s", out)
+	for _, tc := range []struct {
+		sends, drainWRs string
+	}{{"2", "5"}, {"0", "2"}} {
+		out, err := runSimulate(t, "--qps", "5", "--sends", tc.sends)
+		if err != nil {
+			t.Fatalf("qpdrain simulate: %v\n%s", err, out)
+		}
+		if !strings.Contains(out, "5 safe, 0 destroyed after an empty CQ, 0 quarantined, 0 failed; "+tc.drainWRs+" drain WRs") {
+			t.Errorf("--sends %s: want 5 safe QPs behind %s drain WRs:\n%s", tc.sends, tc.drainWRs, out)
+		}
 	}
 }
 
 // A provider that never completes the drain WR: every QP is quarantined and
-// the exit status says there are findings.
+// the exit status says there are findings. The second QP times out
+// waiting for the headroom the first one's drain WR holds, at the same
+// time as the first.
 func TestSimulateQuirkFindings(t *testing.T) {
 	out, err := runSimulate(t, "--qps", "2", "--quirk", "send-in-error-not-flushed", "--timeout", "20ms", "-j")
 	var ec *exitCodeError
@@ -43,7 +52,8 @@ func TestSimulateQuirkFindings(t *testing.T) {
 		t.Fatalf("want 2 QPs, both quarantined: %+v", got)
 	}
 	for _, q := range got.QPs {
-		if q.Outcome != "quarantined" || !strings.Contains(q.Stalled, "drain WR never completed") || q.RecvFlushed != 4 || q.SendFlushed != 2 {
+		stalled := strings.Contains(q.Stalled, "drain WR never completed") || strings.Contains(q.Stalled, "no headroom for a drain WR")
+		if q.Outcome != "quarantined" || !stalled || q.RecvFlushed != 4 || q.SendFlushed != 2 {
 			t.Errorf("qp %+v: want quarantined after the drain WR stalled, 4 receives and 2 sends flushed", q)
 		}
 	}

@@ -5,9 +5,18 @@
 // # Device selection
 //
 // The environment variable QPDRAIN_TEST_DEVICE names the device. Unset or
-// "soft", the tests run on a fresh soft device (package soft). Set to a
-// libibverbs device name ("rxe0"), they run on that device, and a test that
-// cannot open it fails: a missing device must never turn a suite green.
+// "soft", the tests run on a fresh soft device (package soft);
+// "soft:adversarial", on soft devices with adversarial schedules (Schedule).
+// Set to a libibverbs device name ("rxe0"), they run on that device, and a
+// test that cannot open it fails: a missing device must never turn a suite
+// green.
+//
+// # Exploration
+//
+// Explore runs a test body under the orderly schedule and many
+// adversarial seeds of the soft device; QPDRAIN_SOFT_SEEDS sets how many,
+// QPDRAIN_SOFT_SEED replays one, and a failing seed prints the command
+// that replays it.
 package devtest
 
 import (
@@ -57,7 +66,7 @@ func DeviceName() string {
 // ProviderOf says which implementation DeviceName is.
 func ProviderOf(name string) Provider {
 	switch {
-	case name == string(ProviderSoft):
+	case name == string(ProviderSoft), name == DeviceAdversarial:
 		return ProviderSoft
 	case strings.HasPrefix(name, "rxe"):
 		return ProviderRXE
@@ -92,7 +101,7 @@ func Open(t testing.TB) ibv.Context {
 		err error
 	)
 	if ProviderOf(name) == ProviderSoft {
-		ctx, err = soft.Open(soft.Config{})
+		ctx, err = soft.Open(soft.Config{Schedule: Schedule(t)})
 	} else {
 		ctx, err = ibv.Open(name)
 	}

@@ -1,0 +1,292 @@
+package soft_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/soft"
+)
+
+// seeds is how many adversarial seeds the tests of a choice explore: enough
+// that each branch of every choice is taken.
+const seeds = 64
+
+// recorder collects a device's trace as lines.
+type recorder struct{ lines []string }
+
+func (r *recorder) add(e soft.TraceEntry) { r.lines = append(r.lines, e.String()) }
+
+// flushScenario moves a connected QP with sends held in flight and own
+// receives to ERROR and polls its CQ one completion at a time, returning
+// the trace and the completions in the order polled.
+func flushScenario(t *testing.T, seed uint64) ([]string, []ibv.WC) {
+	t.Helper()
+	rec := &recorder{}
+	fab := soft.NewFabric()
+	e := newEnv(t, soft.Config{Fabric: fab, Schedule: soft.Schedule{Seed: seed}, Trace: rec.add})
+	cq := e.cq(64)
+	mr := e.mr(4096, ibv.AccessLocalWrite)
+	a, b := e.qp(cq, nil), e.qp(e.cq(64), nil)
+	connect(t, a, b, 1)
+	fab.SetAutoProgress(false)
+	for i := range 4 {
+		postRecv(t, a, ibv.RecvWR{ID: 100 + uint64(i), SGL: sge(mr, 0, 64)})
+		post(t, a, ibv.SendWR{ID: 200 + uint64(i), Opcode: ibv.WRSend, Flags: ibv.SendSignaled, SGL: sge(mr, 0, 8)})
+	}
+	toState(t, a, ibv.QPSErr)
+	var got []ibv.WC
+	wc := make([]ibv.WC, 1)
+	for len(got) < 8 {
+		n, err := cq.Poll(wc)
+		if err != nil || n == 0 {
+			t.Fatalf("seed %d: poll %d: %d completions (%v), want 1", seed, len(got), n, err)
+		}
+		got = append(got, wc[0])
+	}
+	fab.SetAutoProgress(true)
+	return rec.lines, got
+}
+
+// The adversarial schedule flushes each work queue in order and
+// interleaves the send and receive queues, over later calls.
+func TestAdversarialFlushInterleaved(t *testing.T) {
+	orders := map[string]bool{}
+	for seed := uint64(1); seed <= seeds; seed++ {
+		_, got := flushScenario(t, seed)
+		var ids []string
+		var sends, recvs []uint64
+		for _, wc := range got {
+			if wc.Status != ibv.WCWRFlushErr {
+				t.Fatalf("seed %d: %v, want a flush", seed, wc)
+			}
+			ids = append(ids, fmt.Sprint(wc.ID))
+			if wc.ID >= 200 {
+				sends = append(sends, wc.ID)
+			} else {
+				recvs = append(recvs, wc.ID)
+			}
+		}
+		if !slices.IsSorted(sends) || !slices.IsSorted(recvs) {
+			t.Fatalf("seed %d: completions %v out of order within a work queue", seed, ids)
+		}
+		orders[strings.Join(ids, " ")] = true
+	}
+	if orders["200 201 202 203 100 101 102 103"] && len(orders) == 1 || len(orders) < 4 {
+		t.Errorf("%d seeds gave %d flush orders, want the queues interleaved in many ways: %v", seeds, len(orders), orders)
+	}
+}
+
+// A move to ERROR generates no flush by itself: the flushes come with later
+// calls, a few at a time.
+func TestAdversarialFlushDeferred(t *testing.T) {
+	for seed := uint64(1); seed <= seeds; seed++ {
+		e := newEnv(t, soft.Config{Schedule: soft.Schedule{Seed: seed}})
+		cq := e.cq(64)
+		mr := e.mr(4096, ibv.AccessLocalWrite)
+		a, b := e.qp(cq, nil), e.qp(e.cq(4), nil)
+		connect(t, a, b, 1)
+		for i := range 16 {
+			postRecv(t, a, ibv.RecvWR{ID: uint64(i), SGL: sge(mr, 0, 64)})
+		}
+		toState(t, a, ibv.QPSErr)
+		wcs := make([]ibv.WC, 32)
+		n, err := cq.Poll(wcs)
+		if err != nil || n == 0 || n > 4 {
+			t.Fatalf("seed %d: first poll after ERROR got %d completions (%v), want 1..4 of 16", seed, n, err)
+		}
+		total := n
+		for polls := 0; total < 16; polls++ {
+			if polls > 100 {
+				t.Fatalf("seed %d: %d of 16 flushes after 100 polls", seed, total)
+			}
+			n, err := cq.Poll(wcs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			total += n
+		}
+	}
+}
+
+// lastWQEScenario flushes an SRQ QP holding WQEs taken ahead and returns
+// its trace.
+func lastWQEScenario(t *testing.T, seed uint64) []string {
+	t.Helper()
+	rec := &recorder{}
+	e := newEnv(t, soft.Config{SRQPrefetch: 4, Schedule: soft.Schedule{Seed: seed}, Trace: rec.add})
+	cq := e.cq(64)
+	srq := e.srq(16, 0)
+	mr := e.mr(4096, ibv.AccessLocalWrite)
+	for i := range 8 {
+		if err := srq.PostRecv([]ibv.RecvWR{{ID: uint64(i), SGL: sge(mr, 0, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := e.qp(cq, srq), e.qp(e.cq(64), nil)
+	connect(t, a, b, 1)
+	toState(t, a, ibv.QPSErr)
+	if ev := waitEvent(t, e.dev); ev.Type != ibv.EventQPLastWQEReached || ev.QP != a {
+		t.Fatalf("seed %d: event %v, want Last WQE Reached of QP %d", seed, ev, a.Num())
+	}
+	pollAll(t, cq)
+	return rec.lines
+}
+
+// Last WQE Reached comes only after the flush of every WQE the QP took from
+// the SRQ has been generated, however late the flushes come.
+func TestAdversarialLastWQEAfterFlush(t *testing.T) {
+	for seed := uint64(1); seed <= seeds; seed++ {
+		lines := lastWQEScenario(t, seed)
+		event, flushes := -1, []int{}
+		for i, l := range lines {
+			switch {
+			case strings.Contains(l, "QP_LAST_WQE_REACHED"):
+				event = i
+			case strings.Contains(l, "WR_FLUSH_ERR"):
+				flushes = append(flushes, i)
+			}
+		}
+		if len(flushes) != 4 || event < 0 {
+			t.Fatalf("seed %d: %d flushes, event at %d, want 4 and the event:\n%s", seed, len(flushes), event, strings.Join(lines, "\n"))
+		}
+		if event < flushes[3] {
+			t.Fatalf("seed %d: Last WQE Reached before the flush of the last WQE taken:\n%s", seed, strings.Join(lines, "\n"))
+		}
+	}
+}
+
+// Async events wait a few device calls after their condition.
+func TestAdversarialEventDelayed(t *testing.T) {
+	delayed := 0
+	for seed := uint64(1); seed <= seeds; seed++ {
+		rec := &recorder{}
+		e := newEnv(t, soft.Config{Schedule: soft.Schedule{Seed: seed}, Trace: rec.add})
+		srq := e.srq(16, 0)
+		if err := e.dev.InjectSRQError(srq); err != nil {
+			t.Fatal(err)
+		}
+		// The trace records an event when it becomes deliverable.
+		if !slices.ContainsFunc(rec.lines, func(l string) bool { return strings.Contains(l, "SRQ_ERR") }) {
+			delayed++
+		}
+		if ev := waitEvent(t, e.dev); ev.Type != ibv.EventSRQErr {
+			t.Fatalf("seed %d: event %v, want SRQ_ERR", seed, ev)
+		}
+	}
+	if delayed == 0 || delayed == seeds {
+		t.Errorf("%d of %d seeds delayed SRQ_ERR, want some and not all", delayed, seeds)
+	}
+}
+
+// waitEvent returns dev's next async event, failing the test after a second.
+func waitEvent(t testing.TB, dev *soft.Device) ibv.AsyncEvent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	ev, err := dev.NextAsyncEvent(ctx)
+	if err != nil {
+		t.Fatalf("waiting for an async event: %v", err)
+	}
+	return ev
+}
+
+// The responder's and the requester's completions of one SEND land in
+// either order.
+func TestAdversarialResponderRequesterOrder(t *testing.T) {
+	first := map[string]int{}
+	for seed := uint64(1); seed <= seeds; seed++ {
+		rec := &recorder{}
+		e := newEnv(t, soft.Config{Schedule: soft.Schedule{Seed: seed}, Trace: rec.add})
+		cq := e.cq(64)
+		mr := e.mr(4096, ibv.AccessLocalWrite)
+		a, b := e.qp(cq, nil), e.qp(cq, nil)
+		connect(t, a, b, 1)
+		postRecv(t, b, ibv.RecvWR{ID: 1, SGL: sge(mr, 0, 64)})
+		rec.lines = nil
+		post(t, a, ibv.SendWR{ID: 2, Opcode: ibv.WRSend, Flags: ibv.SendSignaled, SGL: sge(mr, 64, 8)})
+		got := pollAll(t, cq)
+		if len(got) != 2 {
+			t.Fatalf("seed %d: %v, want two completions", seed, got)
+		}
+		first[got[0].Opcode.String()]++
+	}
+	if len(first) != 2 {
+		t.Errorf("first completion by opcode over %d seeds: %v, want both orders", seeds, first)
+	}
+}
+
+// The same seed and the same calls give the same trace; other seeds give
+// other traces.
+func TestAdversarialReproducible(t *testing.T) {
+	traces := map[string]bool{}
+	for seed := uint64(1); seed <= 8; seed++ {
+		x, _ := flushScenario(t, seed)
+		y, _ := flushScenario(t, seed)
+		if !slices.Equal(x, y) {
+			t.Fatalf("seed %d gave two traces:\n%s\n---\n%s", seed, strings.Join(x, "\n"), strings.Join(y, "\n"))
+		}
+		traces[strings.Join(x, "\n")] = true
+	}
+	if len(traces) < 2 {
+		t.Errorf("8 seeds gave %d traces, want different ones", len(traces))
+	}
+}
+
+// QP numbers of destroyed QPs come back, as on hardware, and an event of
+// the destroyed QP still names the destroyed QP object, not the new QP that
+// has its number.
+func TestAdversarialQPNumberReuse(t *testing.T) {
+	reused := 0
+	for seed := uint64(1); seed <= seeds; seed++ {
+		e := newEnv(t, soft.Config{Schedule: soft.Schedule{Seed: seed}})
+		cq := e.cq(16)
+		srq := e.srq(4, 0)
+		old, err := e.pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, SRQ: srq, Type: ibv.QPTRC, Cap: ibv.QPCap{MaxSendWR: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		toState(t, old, ibv.QPSErr) // raises Last WQE Reached, maybe later
+		if err := old.Close(); err != nil {
+			t.Fatal(err)
+		}
+		q := e.qp(cq, nil)
+		if q.Num() != old.Num() {
+			continue
+		}
+		reused++
+		if ev := waitEvent(t, e.dev); ev.QP != old || ev.QP == ibv.QP(q) {
+			t.Fatalf("seed %d: event %v names QP object %p, want the destroyed QP %p", seed, ev, ev.QP, old)
+		}
+	}
+	if reused == 0 {
+		t.Errorf("no seed of %d reused a QP number", seeds)
+	}
+}
+
+// Devices of one seed start their QP numbers at different places, so
+// numbers overlap without lining up.
+func TestAdversarialQPNumbersAcrossDevices(t *testing.T) {
+	fab := soft.NewFabric()
+	sched := soft.Schedule{Seed: 7}
+	x := newEnv(t, soft.Config{Name: "x", Fabric: fab, Schedule: sched})
+	y := newEnv(t, soft.Config{Name: "y", Fabric: fab, Schedule: sched})
+	var nx, ny []uint32
+	for range 16 {
+		nx = append(nx, x.qp(x.cq(4), nil).Num())
+		ny = append(ny, y.qp(y.cq(4), nil).Num())
+	}
+	common := 0
+	for _, n := range nx {
+		if slices.Contains(ny, n) {
+			common++
+		}
+	}
+	if common == 0 || nx[0] == ny[0] {
+		t.Errorf("QP numbers %v and %v: want overlapping numbers from different starts", nx, ny)
+	}
+}
