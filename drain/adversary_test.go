@@ -12,10 +12,10 @@ import (
 )
 
 // adversary stands between the reaper and a device and makes, against the
-// drain, choices the specification leaves open (REFERENCE §9 of the IBTA
-// ordering rules: completions are ordered within a work queue, not across
-// the work queues of one CQ; send slots return when their completions are
-// polled; events travel apart from completions):
+// drain, choices the specification leaves open (completions are ordered
+// within a work queue, not across the work queues of one CQ; send slots
+// return when their completions are polled, ibv_poll_cq(3); async events
+// travel apart from completions):
 //   - the completions of the work queues in hold reach the poller delay
 //     late, still in order within each queue;
 //   - a QP's send queue holds at most its MaxSendWR WRs until their
@@ -176,20 +176,31 @@ func (c *advCQ) Poll(wcs []ibv.WC) (int, error) {
 	}
 	k := copy(wcs, a.ready)
 	a.ready = a.ready[k:]
-	for _, wc := range wcs[:k] {
-		q := a.queueOf(wc)
-		if q == drain.QueueSend {
+	watched := make([]*drain.Handle, k)
+	for i, wc := range wcs[:k] {
+		if a.queueOf(wc) == drain.QueueSend {
 			a.sqUsed[wc.QPNum]--
 		}
 		if drain.IsDrainWRID(wc.ID) {
 			a.inFlight--
 		}
-		if h := a.handles[wc.QPNum]; h != nil {
-			if rep := h.Report(); rep.Outcome == drain.Safe {
-				a.falseSafe = append(a.falseSafe, fmt.Sprintf("qpn %#x: %s completion wr_id %#x polled after it was declared safe\n%s", wc.QPNum, q, wc.ID, rep))
-			}
+		watched[i] = a.handles[wc.QPNum]
+	}
+	a.mu.Unlock()
+	// Outside a.mu: the reaper posts, through the adversary, under its own
+	// lock. Only the caller hands completions over, after Poll returns, so
+	// no outcome can change meanwhile to Safe.
+	var found []string
+	for i, h := range watched {
+		if h == nil {
+			continue
+		}
+		if rep := h.Report(); rep.Outcome == drain.Safe {
+			found = append(found, fmt.Sprintf("qpn %#x: completion wr_id %#x polled after it was declared safe\n%s", wcs[i].QPNum, wcs[i].ID, rep))
 		}
 	}
+	a.mu.Lock()
+	a.falseSafe = append(a.falseSafe, found...)
 	return k, err
 }
 

@@ -1,51 +1,94 @@
 // Package drain tears down RDMA queue pairs the way the InfiniBand
 // specification asks (IBTA §10.3.1, o11-5.2.5) and IPoIB connected mode
-// does it: ERROR, Last WQE Reached, drain WR, destroy. It speaks only the
-// ibv API, so it runs unchanged on the soft device and on rdma-core
-// devices.
+// does it, and declares a QP safe to destroy only with a proof for each of
+// its queues. It speaks only the ibv API, so it runs unchanged on the soft
+// device and on rdma-core devices.
+//
+// # Safe means proven
+//
+// The specification orders the completions of one work queue, not those
+// of different work queues sharing a CQ: a provider may generate one QP's
+// flushes after another QP's drain WR, or a QP's receive flushes after its
+// own send drain WR. So each queue of a QP needs its own proof that no
+// completion of it can still arrive, and a Report carries them (Report.Recv,
+// Report.Send, each a QueueProof):
+//
+//   - The SRQ side of an SRQ-attached QP: Last WQE Reached (seen by
+//     HandleEvent; stated with AddOptions.LastWQESeen; or remembered from
+//     before Add, Options.EventHistory), then the completion of a drain WR
+//     posted after it on the reaper's CQ, on any QP (ProofBarrier). The
+//     event comes after the CQE of the last SRQ WQE the QP took was
+//     generated; the drain WR's CQE is generated after the event; the CQ
+//     hands out its CQEs in order, so once the latter is polled so was the
+//     former.
+//   - An own receive queue: the completion of a receive drain WR posted
+//     behind its receives, as ib_drain_rq does (ProofRecvDrainWR), or the
+//     caller's count of outstanding receives (AddOptions.CountRecvs) all
+//     come back, as IPoIB-CM's non-SRQ mode counts them (ProofRecvCount).
+//   - The send queue: the completion of a drain WR on that QP's own send
+//     queue, as ib_drain_sq does (ProofSendDrainWR), or the caller's
+//     statement that it has no sends outstanding (AddOptions.NoSends,
+//     ProofNoSends).
+//
+// Outcome Safe is given only when both queues have a proof; the code that
+// sets outcomes refuses it otherwise, so a safe report without proof
+// cannot be produced. Where no proof can come (a provider that never
+// completes a drain WR, never raises Last WQE Reached, or never flushes a
+// receive posted in ERROR), the drain stalls, the policy decides, and the
+// QueueProof of each unproven queue says what was missing (Missing).
+//
+// QPs whose only open queue is their SRQ side (SRQ-attached, NoSends:
+// IPoIB-CM's receive QPs) share barriers: one drain WR, posted on the first
+// of them, releases every such QP that became ready before it was posted
+// (up to Options.MaxBatch), and any other drain WR serves as well. Every
+// other QP gets its own drain WRs, because only they prove its queues.
+//
+// Events and completions belong to a drain only if they come from the QP
+// being drained: an event must carry that very QP object (a QP of another
+// device with the same number, or a destroyed QP whose number was reused,
+// is not it), and completions are matched by number on the reaper's own
+// CQ, where a number names one QP at a time; a drain WR is matched by its
+// ID. Add of a QP whose number a quarantined, destroyed QP had is a new
+// drain.
 //
 // # The steps, for one QP
 //
-//  1. Move the QP to ERROR unless it is there already. Every outstanding WR
-//     then completes with WR_FLUSH_ERR (failure: ErrModifyToError).
-//  2. If the QP receives from an SRQ, wait for its Last WQE Reached event:
-//     it says the QP will take no more WQEs from the SRQ and that the
-//     completion of the last one it took has been generated. A repeated
-//     event is counted and ignored. A QP that has already had the event
-//     before it was handed over says so (AddOptions.LastWQESeen); otherwise
-//     the wait ends after Options.LastWQETimeout (ErrNoLastWQE) and the
-//     policy applies. A QP with its own receive queue never gets the event
-//     and does not wait for it; with Options.RecvDrain a receive drain WR
-//     is posted behind its receives instead, as ib_drain_rq does.
-//  3. Post one drain WR, a signaled zero-length SEND, on the send queue.
-//     In ERROR it completes with WR_FLUSH_ERR behind every completion the
-//     QP generated before, on the same CQ: a barrier.
-//  4. Wait until the drain WR's completion is polled (ErrDrainNotFlushed
-//     after Options.DrainTimeout). The QP may now be destroyed.
+//  1. Move the QP to ERROR unless it is there already (through RTS first
+//     for a QP in RTR with Options.ViaRTS: some Mellanox firmware completes
+//     WRs posted in ERROR only on a QP that was in RTS). Every outstanding
+//     WR then completes with WR_FLUSH_ERR (failure: ErrModifyToError).
+//  2. If the QP receives from an SRQ, wait for its Last WQE Reached (a
+//     repeat is counted and ignored), at most Options.LastWQETimeout
+//     (ErrNoLastWQE; the error says so when no event at all was delivered).
+//  3. Post the drain WRs its queues need, a receive drain WR first, then a
+//     signaled zero-length SEND on its send queue; a QP with only its SRQ
+//     side open waits for a barrier instead. At most Options.Headroom drain
+//     WRs are outstanding on the CQ at once (ErrNoHeadroom if none frees in
+//     time); a send queue found full is retried after the next poll, since
+//     providers return send slots when completions are polled.
+//  4. Wait until every queue is proven, at most Options.DrainTimeout from
+//     step 3 on (ErrDrainNotFlushed, ErrRecvsMissing). The QP may now be
+//     destroyed.
 //
-// The drain needs room: one more WR in the send queue and one more
-// completion in the CQ for each outstanding drain WR (one per Reaper), and,
-// with Options.RecvDrain, one more receive WR and one more completion per
-// QP without an SRQ. Every QP handed to a Reaper must use the Reaper's CQ as both its send
-// and receive CQ (IPoIB-CM gives its receive QPs the receive CQ as send CQ
-// for this reason). The caller must not post to a QP being drained.
+// The timeouts of different QPs run together: N QPs whose drain WRs never
+// complete all stall after about one DrainTimeout, the later ones waiting
+// for the headroom the first ones hold.
 //
-// # Many QPs on one CQ
-//
-// A Reaper batches, as ipoib_cm.c does: QPs waiting for Last WQE Reached
-// sit on the error list; once it is seen they move to the flush list;
-// whenever no drain WR is outstanding, one is posted on the first QP of the
-// flush list and the whole flush list (up to Options.MaxBatch QPs) moves to
-// the drain list behind it; when that WR's completion is polled every QP of
-// the batch is safe to destroy and the next drain starts. The cost of the
-// barrier is paid per batch, not per QP. The barrier orders the receive
-// side of every QP in the batch (its last receive completion was generated
-// before Last WQE Reached, hence before the drain WR was posted) and the
-// send queue of the QP that carries it. Providers generate a QP's send
-// flushes when it enters ERROR, but the specification does not order them
-// against another QP's WR; a caller that needs that guarantee for QPs that
-// still have sends outstanding sets MaxBatch to 1, which gives each QP its
-// own drain WR on its own send queue, like ib_drain_qp.
+// The drain needs room, which the caller reserves: Options.Headroom slots
+// in the CQ for drain WRs (default 1, the IPoIB-CM spare slot), one slot in
+// each QP's send queue, and one in the receive queue of each QP with its
+// own receive queue and no count. A drain WR counts against the headroom
+// until its completion is polled, or until its QP was handed back to the
+// caller (failed, released by DestroyWhenEmpty, returned by Shutdown) and a
+// later poll found the CQ empty. A quarantined QP is kept, so its drain WR
+// counts until it completes. Every QP handed to a Reaper must use the
+// Reaper's CQ as both its send and receive CQ (IPoIB-CM gives its receive
+// QPs the receive CQ as send CQ for this reason). The caller must not post
+// to a QP being drained. On rxe 6.12, which flushes a receive posted in
+// ERROR only once a later send reaches the QP, a receive drain WR needs
+// Headroom 2 so that the send drain WR follows it at once; rxe 6.1 never
+// flushes it, so there only a count proves an own receive queue
+// (docs/PROVIDERS.md).
 //
 // # Integrating with a poll loop
 //
@@ -54,9 +97,10 @@
 // WRs (IDs in the reserved range WRIDTag/WRIDMask, see IsDrainWRID); the
 // caller processes everything else as before, flushed completions
 // included. Likewise every async event goes to HandleEvent, which claims
-// the events of QPs being drained and a CQ error on its CQ. When a poll
-// finds the CQ empty the caller calls CQEmpty, which lets stall timeouts
-// fire without a waiter and proves the CQ empty for DestroyWhenEmpty:
+// the events of QPs being drained and a CQ error on its CQ, and remembers
+// the Last WQE Reached of QPs not added yet. When a poll finds the CQ empty
+// the caller calls CQEmpty, which lets stall timeouts fire without a
+// waiter and proves the CQ empty for DestroyWhenEmpty and the headroom:
 //
 //	for {
 //		n, _ := cq.Poll(wcs)
@@ -71,11 +115,12 @@
 //	}
 //
 // Add starts a QP's drain; the Handle's Done channel closes, and Wait
-// returns, when the drain has an outcome. A caller that owns the CQ lets
-// the Reaper poll it instead: Poll once, or Run until its context ends,
-// event-driven through a completion channel (Options.Channel) or by
-// polling, and reading the device's async events (Options.Events).
-// QP does all of it for one QP.
+// returns, when the drain has an outcome; Reaper.DrainAll adds a set and
+// waits for all of them. A caller that owns the CQ lets the Reaper poll it
+// instead: Poll once, or Run until its context ends, event-driven through
+// a completion channel (Options.Channel) or by polling, and reading the
+// device's async events (Options.Events). The package functions DrainAll
+// and QP do all of it for a set of QPs, or one.
 //
 // # Bounds and the policy for providers that never flush
 //
@@ -84,23 +129,25 @@
 //
 //   - Quarantine (the default) keeps the QP: not destroyed, listed by
 //     Quarantined, counted in Stats, its report and error saying which step
-//     stalled (ErrQuarantined wrapping ErrNoLastWQE or ErrDrainNotFlushed).
-//     The quarantine holds at most Options.MaxQuarantine QPs; past that a
-//     stalled drain fails with ErrQuarantineFull and the caller gets the QP
-//     back. Nothing hangs, nothing is destroyed that may still own SRQ
-//     WQEs, and the leak is bounded and visible. This is the answer to the
-//     IBM eHCA case, where a send posted in ERROR never completed and
-//     IPoIB-CM's drain list, and every QP behind it, never emptied.
-//   - DestroyWhenEmpty declares the QP safe once a poll after the stall
-//     found the CQ empty; a QP without Last WQE Reached still gets the
-//     drain WR first. This is what the kernel's __ib_drain_srq does after
-//     its 60 s wait, and what IPoIB-CM does at device stop.
+//     stalled (ErrQuarantined wrapping the step's sentinel). The quarantine
+//     holds at most Options.MaxQuarantine QPs; past that a stalled drain
+//     fails with ErrQuarantineFull and the caller gets the QP back. Nothing
+//     hangs, nothing is destroyed that may still own SRQ WQEs, and the leak
+//     is bounded and visible. This is the answer to the IBM eHCA case,
+//     where a send posted in ERROR never completed and IPoIB-CM's drain
+//     list, and every QP behind it, never emptied.
+//   - DestroyWhenEmpty lets the QP be destroyed once a poll after the
+//     stall found the CQ empty (outcome DestroyedAfterEmptyCQ, not Safe:
+//     its unproven queues say what was missing); a QP without Last WQE
+//     Reached still gets its drain WRs first. This is what the kernel's
+//     __ib_drain_srq does after its 60 s wait, and what IPoIB-CM does at
+//     device stop.
 //
 // A CQ error (EventCQErr) fails every pending drain with ErrCQError: the
 // CQ can prove nothing any more. Each drain has a Report: the state it
 // found, the events, the first flushed completion and the counts per queue,
-// the drain WRs and their completions, stalls and the outcome, in order,
-// with times.
+// the drain WRs and their completions, stalls, the proof per queue and the
+// outcome, in order, with times.
 //
 // Logging goes to Options.Log (a logrus.FieldLogger) at debug level, for
 // stalls and outcomes other than Safe; by default nothing is logged.
