@@ -53,32 +53,32 @@ var probes = []Probe{
 	},
 	{
 		Name: "recv-in-error",
-		Rule: "C10-42, C10-97.2.1: a receive posted in ERROR completes with WR_FLUSH_ERR",
+		Rule: "IBTA vol. 1 C10-42, C10-97.2.1: a receive posted in ERROR completes with WR_FLUSH_ERR",
 		run:  recvInError,
 	},
 	{
 		Name: "flush-before-rts",
-		Rule: "IBTA error state: a send posted in ERROR completes with WR_FLUSH_ERR also on a QP that never reached RTS (ipoib_cm.c goes to RTS first for firmware that did not)",
+		Rule: "IBTA vol. 1 §10.3.1 (QP error state): a send posted in ERROR completes with WR_FLUSH_ERR also on a QP that never reached RTS (ipoib_cm.c goes to RTS first for firmware that did not)",
 		run:  flushBeforeRTS,
 	},
 	{
 		Name: "last-wqe-reached",
-		Rule: "o11-5.2.5: an SRQ-attached QP entering ERROR raises IBV_EVENT_QP_LAST_WQE_REACHED once, and only that QP does",
+		Rule: "IBTA vol. 1 o11-5.2.5: an SRQ-attached QP entering ERROR raises IBV_EVENT_QP_LAST_WQE_REACHED once, and only that QP does",
 		run:  lastWQEReached,
 	},
 	{
 		Name: "last-wqe-repeat",
-		Rule: "o11-5.2.5: Last WQE Reached is raised once per entry to ERROR; a second modify to ERROR, a send posted in ERROR or a receive posted to the SRQ meanwhile raise it again only on a provider that repeats it (which ib_drain_qp and drain must tolerate)",
+		Rule: "IBTA vol. 1 o11-5.2.5: Last WQE Reached is raised once per entry to ERROR; a second modify to ERROR, a send posted in ERROR or a receive posted to the SRQ meanwhile raise it again only on a provider that repeats it (which ib_drain_qp and drain must tolerate)",
 		run:  lastWQERepeat,
 	},
 	{
 		Name: "drain-wr",
-		Rule: "IBTA §10.3.1 (drain package, one QP): the drain WR posted in ERROR completes behind the QP's flushes, so the QP is safe to destroy",
+		Rule: "IBTA vol. 1 §10.3.1 (drain package, one QP): the drain WR posted in ERROR completes behind the QP's flushes, so the QP is safe to destroy",
 		run:  drainWR,
 	},
 	{
 		Name: "responder-access-error",
-		Rule: "IBTA Table 58, class C: an access violation at the responder (RDMA WRITE, bad rkey) raises IBV_EVENT_QP_ACCESS_ERR there and moves it to ERROR",
+		Rule: "IBTA vol. 1 Table 58, class C: an access violation at the responder (RDMA WRITE, bad rkey) raises IBV_EVENT_QP_ACCESS_ERR there and moves it to ERROR",
 		run:  responderAccessError,
 	},
 	{
