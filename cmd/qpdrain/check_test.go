@@ -261,8 +261,9 @@ func TestCheckTestDevice(t *testing.T) {
 	}
 	// 2 s per wait: rxe answers in milliseconds, and a deviation costs its
 	// whole timeout (flushcheck's TestDevice has the same reasoning).
+	start := time.Now()
 	out, err := runCheckCmd(t, "--device", name, "--timeout", "2s")
-	t.Logf("qpdrain check --device %s:\n%s", name, out)
+	t.Logf("qpdrain check --device %s --timeout 2s (wall time %v):\n%s", name, time.Since(start).Round(10*time.Millisecond), out)
 	// Findings on every device seen: rxe raises no responder event, soft
 	// has its limitations (docs/PROVIDERS.md).
 	want := exitFindings
