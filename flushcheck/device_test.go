@@ -20,6 +20,17 @@ func rxeBefore612() bool {
 	return major < 6 || major == 6 && minor < 12
 }
 
+// mayDeviate are the probes the test device may or may not fail, and what
+// a deviation must say: rxe flushes each QP from its own tasks, so on 6.12
+// one QP's flushes reached the CQ after another QP's later completion in
+// 1 of 3 runs (never in 3 runs on 6.1; both allowed, docs/PROVIDERS.md).
+func mayDeviate() map[string]string {
+	if devtest.CurrentProvider() == devtest.ProviderRXE {
+		return map[string]string{"flush-order": "a barrier on one QP does not cover another's flushes here"}
+	}
+	return nil
+}
+
 // expectedDeviations maps each probe the test device is known to fail to
 // what its observation must say; ok is false for a device the project has
 // no record of.
@@ -98,6 +109,10 @@ func TestDevice(t *testing.T) {
 			t.Errorf("%s on %s (%s, Linux %d.%d): %s, want the recorded deviation (%q)", r.Name, devtest.DeviceName(), devtest.CurrentProvider(), major, minor, r.Outcome, says)
 		case deviates && !strings.Contains(r.Observed, says):
 			t.Errorf("%s on %s (Linux %d.%d) observed %q, want it to say %q", r.Name, devtest.DeviceName(), major, minor, r.Observed, says)
+		case !deviates && r.Outcome == Deviation && mayDeviate()[r.Name] != "":
+			if says := mayDeviate()[r.Name]; !strings.Contains(r.Observed, says) {
+				t.Errorf("%s on %s (Linux %d.%d) observed %q, want it to say %q", r.Name, devtest.DeviceName(), major, minor, r.Observed, says)
+			}
 		case !deviates && r.Outcome != Pass && !allowed(t, r):
 			t.Errorf("%s on %s (%s, Linux %d.%d): %s, want pass", r.Name, devtest.DeviceName(), devtest.CurrentProvider(), major, minor, r.Outcome)
 		}

@@ -110,7 +110,13 @@ func Settings(results []Result) Recommendation {
 		add("ViaRTS", "true", "%s: take a QP found in RTR through RTS before ERROR, as ipoib_cm.c does for such firmware", why)
 	}
 	if ran, ok := known("last-wqe-repeat"); ran && !ok && lwOK {
-		add("repeated Last WQE Reached", "tolerated", "last-wqe-repeat: %s; drain counts repeats and ignores them", firstClause(by["last-wqe-repeat"].Observed))
+		var again []string
+		for _, c := range strings.Split(by["last-wqe-repeat"].Observed, "; ") {
+			if strings.HasPrefix(c, "again ") {
+				again = append(again, c)
+			}
+		}
+		add("repeated Last WQE Reached", "tolerated", "last-wqe-repeat: raised %s; drain counts repeats and ignores them", strings.Join(again, ", "))
 	}
 	if r, ok := by["cq-overrun"]; ok && r.Outcome != Error {
 		what := "raises CQ_ERR, which fails every drain pending on the CQ (drain.ErrCQError)"

@@ -22,12 +22,13 @@ var rnrTimers = [32]int64{655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 48
 
 func rnrTimer(code uint8) time.Duration { return time.Duration(rnrTimers[code&31]) * time.Microsecond }
 
-// The retry budgets of peer-gone and rnr-exhausted: short enough to be
-// observed within MinTimeout, long enough (several jiffies) that a
+// The retry budgets of peer-gone (12.6 ms) and rnr-exhausted (15.4 ms):
+// short enough to be observed within MinTimeout, long enough (several
+// jiffies, and more than a loaded machine's scheduling delay) that a
 // provider that does not wait them out shows it.
 var (
 	peerGoneRetry = rcsetup.Retry{Timeout: 10, RetryCnt: 2, RNRRetry: 7, MinRNRTimer: 12}
-	rnrRetry      = rcsetup.Retry{Timeout: 14, RetryCnt: 7, RNRRetry: 2, MinRNRTimer: 14}
+	rnrRetry      = rcsetup.Retry{Timeout: 14, RetryCnt: 7, RNRRetry: 3, MinRNRTimer: 18}
 )
 
 // requesterError posts three sends on a connected QP whose peer will not
