@@ -251,7 +251,7 @@ func TestReaperOneAtATime(t *testing.T) {
 	startCaller(t, rp, r.cq, dev)
 	var hs []*drain.Handle
 	for _, qp := range qps {
-		hs = append(hs, add(t, rp, qp, drain.AddOptions{NoSends: true, CountRecvs: true}))
+		hs = append(hs, add(t, rp, qp, counted))
 	}
 	for _, rep := range waitAll(t, hs) {
 		for _, s := range rep.Steps {
@@ -443,7 +443,7 @@ func TestConcurrentDrains(t *testing.T) {
 	for w := range workers {
 		wg.Go(func() {
 			for i, qp := range qps[w] {
-				o := drain.AddOptions{}
+				o := counted // no receives on the QPs standing in for SRQ ones without Last WQE Reached
 				if i >= perWorker-2 {
 					o = drain.AddOptions{CountRecvs: true, Recvs: 4}
 				}

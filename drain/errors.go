@@ -10,8 +10,9 @@ var (
 	// ErrNoLastWQE: an SRQ-attached QP in ERROR raised no Last WQE Reached
 	// within Options.LastWQETimeout.
 	ErrNoLastWQE = errors.New("no Last WQE Reached")
-	// ErrPostDrain: the drain WR could not be posted (no room in the queue,
-	// or the provider refused it).
+	// ErrPostDrain: the drain WR could not be posted: the provider refused
+	// it, or its queue stayed full (ibv.ErrQueueFull) through every poll
+	// within Options.DrainTimeout.
 	ErrPostDrain = errors.New("drain WR could not be posted")
 	// ErrDrainNotFlushed: a drain WR was posted but its completion was not
 	// polled within Options.DrainTimeout.

@@ -33,18 +33,6 @@ func noLastWQE() bool {
 	return major < 6 || major == 6 && minor < 12
 }
 
-// recvInErrorFlushed reports whether the test device flushes a receive
-// posted in ERROR by itself, as Options.RecvDrain needs for every QP of a
-// batch. rxe does not (docs/PROVIDERS.md): before Linux 6.12 it never
-// does; on 6.12 librxe posts receives without entering the kernel, so one
-// is flushed only if the QP's receive task runs after it: the task the
-// move to ERROR scheduled, if it runs late enough (a race), or the one a
-// send posted on the same QP afterwards schedules, always. That is soft's
-// Quirks.RecvInErrorFlushDeferred with an early flush left to chance.
-func recvInErrorFlushed() bool {
-	return devtest.CurrentProvider() != devtest.ProviderRXE
-}
-
 func skipWithoutLastWQE(t *testing.T) {
 	t.Helper()
 	if noLastWQE() {

@@ -22,11 +22,12 @@ const (
 	// the default: it never hangs and never destroys a QP that may still
 	// own SRQ WQEs, and the leak it accepts is bounded and visible.
 	Quarantine Policy = iota
-	// DestroyWhenEmpty declares a stalled QP safe to destroy once the CQ has
-	// been proven empty after the stall: a poll that found no completion
+	// DestroyWhenEmpty lets a stalled QP be destroyed once the CQ has been
+	// polled empty after the stall: a poll that found no completion
 	// (Reaper.CQEmpty, or an empty Reaper.Poll). A QP without Last WQE
-	// Reached still gets the drain WR barrier first. Wait returns nil; the
-	// report's Outcome is DestroyedAfterEmptyCQ and Stall names the step.
+	// Reached still gets its drain WRs first. Wait returns nil; the
+	// report's Outcome is DestroyedAfterEmptyCQ, not Safe, Stall names the
+	// step and each unproven queue what it lacked.
 	// This is the kernel's choice in __ib_drain_srq (wait, then poll the CQ
 	// empty) and IPoIB-CM's at device stop; it trades the quarantine's
 	// bounded leak for the risk the IBTA warns of (WQE leakage on a QP that
@@ -206,8 +207,11 @@ type AddOptions struct {
 	// receive queue is proven finished once that many of the QP's
 	// completions that Options.Queue calls QueueRecv have come back, as
 	// IPoIB-CM's non-SRQ mode counts them. Without it a QP with its own
-	// receive queue gets a receive drain WR, as ib_drain_rq does. Ignored
-	// for an SRQ-attached QP.
+	// receive queue gets a receive drain WR, as ib_drain_rq does. A
+	// completion polled before Add is not counted, so the count must be
+	// taken when no poller can take the QP's completions before Add (for
+	// example before the QP is moved to ERROR, which Add then does).
+	// Ignored for an SRQ-attached QP.
 	CountRecvs bool
 	Recvs      int
 }

@@ -292,7 +292,8 @@ type Report struct {
 	Recv QueueProof
 	// Send is the proof for the send queue.
 	Send QueueProof
-	// Batch is how many QPs the last drain WR posted for this QP covered.
+	// Batch is how many QPs the drain WR completion that ended this QP's
+	// wait released, this one included (0 when no drain WR did).
 	Batch int
 	// Stall is the step that ran out of time, if any (one of the sentinel
 	// errors), also under DestroyWhenEmpty where the drain still ended well.
