@@ -23,7 +23,7 @@ func rxeBefore612() bool {
 // mayDeviate are the probes the test device may or may not fail, and what
 // a deviation must say: rxe flushes each QP from its own tasks, so on 6.12
 // one QP's flushes reached the CQ after another QP's later completion in
-// 1 of 4 runs (never in 4 runs on 6.1; both allowed, docs/PROVIDERS.md).
+// 1 of 5 runs (never in 5 runs on 6.1; both allowed, docs/PROVIDERS.md).
 func mayDeviate() map[string]string {
 	if devtest.CurrentProvider() == devtest.ProviderRXE {
 		return map[string]string{"flush-order": "a barrier on one QP does not cover another's flushes here"}
