@@ -20,13 +20,24 @@ func rxeBefore612() bool {
 	return major < 6 || major == 6 && minor < 12
 }
 
+// mayDeviate are the probes the test device may or may not fail, and what
+// a deviation must say: rxe flushes each QP from its own tasks, so on 6.12
+// one QP's flushes reached the CQ after another QP's later completion in
+// 1 of 5 runs (never in 5 runs on 6.1; both allowed, docs/PROVIDERS.md).
+func mayDeviate() map[string]string {
+	if devtest.CurrentProvider() == devtest.ProviderRXE {
+		return map[string]string{"flush-order": "a barrier on one QP does not cover another's flushes here"}
+	}
+	return nil
+}
+
 // expectedDeviations maps each probe the test device is known to fail to
 // what its observation must say; ok is false for a device the project has
 // no record of.
 func expectedDeviations() (want map[string]string, ok bool) {
 	switch devtest.CurrentProvider() {
 	case devtest.ProviderSoft:
-		return map[string]string{}, true
+		return nil, true
 	case devtest.ProviderRXE:
 		if rxeBefore612() {
 			// Linux 6.1 (docs/PROVIDERS.md): a receive posted in ERROR never
@@ -35,7 +46,11 @@ func expectedDeviations() (want map[string]string, ok bool) {
 			return map[string]string{
 				"recv-in-error":          "never completed",
 				"last-wqe-reached":       "no Last WQE Reached",
+				"last-wqe-repeat":        "no Last WQE Reached",
 				"responder-access-error": "responder: no async event",
+				// SQ_DRAINED comes while a send waits on an RNR, and the
+				// send never completes in SQD once the peer has receives.
+				"sqd": "SQ_DRAINED already raised while a send was in progress",
 			}, true
 		}
 		// Linux 6.12: no responder event; and a receive posted in ERROR
@@ -43,9 +58,13 @@ func expectedDeviations() (want map[string]string, ok bool) {
 		// else is posted to the QP (soft's RecvInErrorFlushDeferred). One
 		// posted at once, racing the flush that entering ERROR starts, is
 		// flushed about half of the time: the probe lets the QP settle.
+		// Last WQE Reached comes again after a second modify to ERROR and
+		// after a send posted in ERROR; SQD as on 6.1.
 		return map[string]string{
 			"recv-in-error":          deferredFlush,
+			"last-wqe-repeat":        "again after a second modify to ERROR (1, ",
 			"responder-access-error": "responder: no async event",
+			"sqd":                    "SQ_DRAINED already raised while a send was in progress",
 		}, true
 	}
 	return nil, false
@@ -57,14 +76,26 @@ func expectedDeviations() (want map[string]string, ok bool) {
 // open.
 func TestDevice(t *testing.T) {
 	dev := devtest.Open(t)
+	onRealTime(dev)
 	// A deviation costs a probe its whole timeout (twice for recv-in-error),
 	// and rxe deviates three times on 6.1. Every answer seen on rxe under
 	// qemu came within milliseconds, so 3 s still separates "slow" from
 	// "never" by three orders of magnitude.
-	results := Run(context.Background(), dev, Options{Timeout: 3 * time.Second})
+	o := Options{Timeout: 3 * time.Second}
+	if devtest.CurrentProvider() == devtest.ProviderSoft {
+		o = quick // the soft device answers at once
+	}
+	results := Run(context.Background(), dev, o)
 	for _, r := range results {
 		t.Logf("%s %-22s %-9s %8v  %s", dev.Name(), r.Name, r.Outcome, roundDur(r.Duration), r.Observed)
 	}
+	// Draining with the settings the findings imply neither stalls nor
+	// calls a QP safe before its last completion.
+	rec := Settings(results)
+	for _, s := range rec.Settings {
+		t.Logf("%s setting %-16s %-18s %s", dev.Name(), s.Name, s.Value, s.Reason)
+	}
+	drainWithSettings(t, dev, rec, false)
 	got := deviating(t, results)
 	want, known := expectedDeviations()
 	if !known {
@@ -79,7 +110,11 @@ func TestDevice(t *testing.T) {
 			t.Errorf("%s on %s (%s, Linux %d.%d): %s, want the recorded deviation (%q)", r.Name, devtest.DeviceName(), devtest.CurrentProvider(), major, minor, r.Outcome, says)
 		case deviates && !strings.Contains(r.Observed, says):
 			t.Errorf("%s on %s (Linux %d.%d) observed %q, want it to say %q", r.Name, devtest.DeviceName(), major, minor, r.Observed, says)
-		case !deviates && r.Outcome != Pass:
+		case !deviates && r.Outcome == Deviation && mayDeviate()[r.Name] != "":
+			if says := mayDeviate()[r.Name]; !strings.Contains(r.Observed, says) {
+				t.Errorf("%s on %s (Linux %d.%d) observed %q, want it to say %q", r.Name, devtest.DeviceName(), major, minor, r.Observed, says)
+			}
+		case !deviates && r.Outcome != Pass && !allowed(t, r):
 			t.Errorf("%s on %s (%s, Linux %d.%d): %s, want pass", r.Name, devtest.DeviceName(), devtest.CurrentProvider(), major, minor, r.Outcome)
 		}
 	}

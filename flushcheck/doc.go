@@ -1,29 +1,26 @@
 // Package flushcheck probes how an RDMA device behaves on the error path
-// that drains depend on: whether a QP in ERROR flushes what it holds and
-// what is posted to it, whether an SRQ-attached QP raises Last WQE Reached
-// exactly once, whether the drain package's drain WR comes back, and
-// whether a responder error raises its async event. It speaks only the ibv
+// that drains depend on, and says how to drain it. It speaks only the ibv
 // API, so the same probes run on the soft device (with or without its
 // provider quirks) and on rdma-core devices.
 //
-// Each Probe checks one rule of the specification (REFERENCE.md §1, §3,
-// §5). It creates its own objects on the given ibv.Context (RC QPs
-// connected to each other over one port of that device, as rc_pingpong's
-// loopback does; RoCE ports use a RoCE v2 GID), runs bounded by its
-// context and by Options.Timeout, closes every object it created and
-// returns a Result: Pass, Deviation (the device does not do what the rule
-// says: a finding about the device, not a failure of the check) or Error
-// (the probe could not run to a verdict: a verb failed or the context
-// ended).
+// Each Probe checks one rule, cited by its source: the IBTA specification
+// (vol. 1), a libibverbs man page or a kernel source file. It creates its
+// own objects on the given ibv.Context (RC QPs connected to each other over
+// one port of that device, as rc_pingpong's loopback does; RoCE ports use a
+// RoCE v2 GID), runs bounded by its context and by Options.Timeout, closes
+// every object it created and returns a Result: Pass, Deviation (the device
+// does not do what the rule says: a finding about the device, not a failure
+// of the check) or Error (the probe could not run to a verdict: a verb
+// failed or the context ended).
 //
-// A missing completion or event is judged after Options.Timeout; a repeated
-// event after a further Options.Quiet. Before posting to a QP it has moved
-// to ERROR a probe lets the device settle for Options.Quiet/5, so that the
-// post does not race the provider's own flush of the QP (rxe on Linux 6.12
-// flushes a receive posted in that window, and later ones only when
-// something else is posted). A receive posted in ERROR that does not
-// complete is given a send posted behind it, which tells a deferred flush
-// from none. The probes read the device's async
+// A missing completion or event is judged after Options.Timeout (at least
+// MinTimeout); a repeated event after a further Options.Quiet. Before
+// posting to a QP it has moved to ERROR a probe lets the device settle for
+// Options.Quiet/5, so that the post does not race the provider's own flush
+// of the QP (rxe on Linux 6.12 flushes a receive posted in that window, and
+// later ones only when something else is posted). A receive posted in
+// ERROR that does not complete is given a send posted behind it, which
+// tells a deferred flush from none. The probes read the device's async
 // event stream while they run and ignore events of objects that are not
 // theirs, so run them on a context no one else reads events from, one
 // probe at a time.
@@ -35,11 +32,30 @@
 //	recv-in-error           a receive posted in ERROR is flushed (C10-42; rxe on Linux 6.1 never does)
 //	flush-before-rts        a send posted in ERROR is flushed on a QP that never reached RTS
 //	last-wqe-reached        an SRQ QP in ERROR raises Last WQE Reached exactly once, on itself only
+//	last-wqe-repeat         ... and not again after a second modify to ERROR, a send posted, a receive posted to the SRQ
 //	drain-wr                drain.QP's drain WR completes and the QP is safe to destroy
 //	responder-access-error  an access violation raises QP_ACCESS_ERR on the responder (rxe does not)
+//	cq-overrun              more completions than the CQ holds raise CQ_ERR; QP state, events and losses observed
+//	peer-gone               a send no one answers fails RETRY_EXC_ERR after its retry budget, the rest flushed
+//	rnr-exhausted           a finite rnr_retry without a receive fails RNR_RETRY_EXC_ERR after its budget, the rest flushed
+//	destroy-outstanding     a QP destroyed with WRs outstanding completes none of them; destroy with unread events returns
+//	reset-reuse             ERR -> RESET leaves no completion of the QP's old life, and the QP works again
+//	flush-order             one QP's flushes come before another QP's later completion on a shared CQ
+//	sqd                     SQ_DRAINED comes only once no message is in progress
 //
 // A provider bug usually shows in more than one probe when the probes
 // depend on the same behaviour: a device that never completes a send posted
-// in ERROR fails send-in-error, flush-before-rts and drain-wr, because the
-// drain WR is such a send.
+// in ERROR fails send-in-error, flush-before-rts, drain-wr and flush-order,
+// because the drain WR and flush-order's barrier are such sends.
+//
+// Settings turns the results into the drain.Options the device needs
+// (receive drain WR or not, batch size, the policy for stalls, the
+// timeouts) and the practices drain.Options has no field for (the RTS
+// workaround, CQ headroom, not reusing QPs), each with a one-line reason,
+// so that a program can run the check once at start-up and drain
+// accordingly:
+//
+//	results := flushcheck.Run(ctx, dev, flushcheck.Options{})
+//	opts, _ := flushcheck.Settings(results)
+//	reaper := drain.NewReaper(cq, opts)
 package flushcheck

@@ -91,9 +91,15 @@ func (e *env) rc(pd ibv.PD, srq ibv.SRQ) (ibv.QP, error) {
 	if err != nil {
 		return nil, err
 	}
+	return e.rcOn(pd, srq, cq, 16)
+}
+
+// rcOn creates an RC QP in RESET that completes its sends and receives on
+// cq, with room for maxSend sends.
+func (e *env) rcOn(pd ibv.PD, srq ibv.SRQ, cq ibv.CQ, maxSend int) (ibv.QP, error) {
 	qp, err := pd.CreateQP(ibv.QPInitAttr{
 		SendCQ: cq, RecvCQ: cq, SRQ: srq, Type: ibv.QPTRC,
-		Cap: ibv.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1},
+		Cap: ibv.QPCap{MaxSendWR: uint32(maxSend), MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating an RC QP: %w", err)
@@ -101,6 +107,17 @@ func (e *env) rc(pd ibv.PD, srq ibv.SRQ) (ibv.QP, error) {
 	e.objs.Add(qp)
 	e.qps = append(e.qps, qp)
 	return qp, nil
+}
+
+// connect brings a and b, two RC QPs in RESET, to RTS connected to each
+// other with the retry attributes rt.
+func (e *env) connect(a, b ibv.QP, rt rcsetup.Retry) error {
+	r, err := e.loopback()
+	if err != nil {
+		return err
+	}
+	r.Retry = &rt
+	return r.Connect(a, b)
 }
 
 // pair creates two RC QPs, the first taking its receives from srq when not

@@ -56,6 +56,11 @@ type Result struct {
 // qemu without KVM in milliseconds); 5 s separates "slow" from "never", as
 // the drain package's defaults do.
 const (
+	// MinTimeout is the shortest Options.Timeout the probes accept: the
+	// longest retry budget a probe waits out (peer-gone's 12.6 ms, which
+	// rxe under qemu takes 20-35 ms for) several times over. Shorter,
+	// slow answers would be reported as missing.
+	MinTimeout     = 100 * time.Millisecond
 	DefaultTimeout = 5 * time.Second
 	DefaultQuiet   = 500 * time.Millisecond
 	DefaultPort    = 1
@@ -66,8 +71,9 @@ type Options struct {
 	// Port is the device port the probes' QPs use (default 1).
 	Port uint8
 	// Timeout bounds each wait for a completion or event the rule says
-	// must come (default DefaultTimeout); when it passes, the probe
-	// reports a deviation.
+	// must come (default DefaultTimeout, at least MinTimeout: a probe run
+	// with less reports Error); when it passes, the probe reports a
+	// deviation.
 	Timeout time.Duration
 	// Quiet is how long a probe watches for something the rule says must
 	// not happen, such as a second Last WQE Reached (default DefaultQuiet).
@@ -95,6 +101,10 @@ func (o Options) settle() time.Duration { return o.Quiet / 5 }
 // timeouts and one quiet period, so the budget only ends a probe that is
 // itself stuck.
 func (o Options) budget() time.Duration { return 4*o.Timeout + 2*o.Quiet + 10*time.Second }
+
+// ErrTimeoutTooShort is the error of a probe run with an Options.Timeout
+// below MinTimeout.
+var ErrTimeoutTooShort = errors.New("timeout too short to observe the device")
 
 // Probe is one check of a device's error-path behaviour.
 type Probe struct {
@@ -163,6 +173,8 @@ func (p Probe) Run(ctx context.Context, dev ibv.Context, o Options) Result {
 		return fail(fmt.Errorf("not run: unknown probe %q", p.Name))
 	case ctx.Err() != nil:
 		return fail(fmt.Errorf("not run: %w", context.Cause(ctx)))
+	case o.Timeout < MinTimeout:
+		return fail(fmt.Errorf("not run: timeout %v is below the minimum %v: %w", o.Timeout, MinTimeout, ErrTimeoutTooShort))
 	}
 	pctx, cancel := context.WithTimeoutCause(ctx, o.budget(), fmt.Errorf("probe %s exceeded its budget of %v", p.Name, o.budget()))
 	defer cancel()

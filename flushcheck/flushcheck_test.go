@@ -15,7 +15,15 @@ import (
 
 // quick are bounds for the soft device, which answers at once: a missing
 // completion or event is certain after a few milliseconds.
-var quick = Options{Timeout: 50 * time.Millisecond, Quiet: 20 * time.Millisecond}
+var quick = Options{Timeout: MinTimeout, Quiet: 20 * time.Millisecond}
+
+// onRealTime puts a soft device's clock on real time: the probes judge
+// retry budgets by the time they see pass, as on hardware.
+func onRealTime(dev ibv.Context) {
+	if d, ok := dev.(*soft.Device); ok {
+		d.Fabric().SetRealTime(true)
+	}
+}
 
 func openSoft(t *testing.T, q soft.Quirks) ibv.Context {
 	t.Helper()
@@ -23,6 +31,7 @@ func openSoft(t *testing.T, q soft.Quirks) ibv.Context {
 	if err != nil {
 		t.Fatal(err)
 	}
+	onRealTime(dev)
 	t.Cleanup(func() {
 		// Fails with ErrBusy if a probe left an object open.
 		if err := dev.Close(); err != nil {
@@ -49,6 +58,28 @@ func deviating(t *testing.T, results []Result) []string {
 	return names
 }
 
+// scheduleMay are the probes an adversarial schedule of the soft device
+// (devtest.Explore, soft:adversarial) may make deviate, and what they then
+// observe: it interleaves the flushes of work queues sharing a CQ, as the
+// specification allows.
+var scheduleMay = map[string]string{
+	"flush-order": "a barrier on one QP does not cover another's flushes here",
+}
+
+// allowed reports whether probe r may deviate on t's schedule without the
+// quirks that make it, and fails t if its observation says otherwise.
+func allowed(t *testing.T, r Result) bool {
+	t.Helper()
+	says, ok := scheduleMay[r.Name]
+	if !ok || devtest.Schedule(t).Seed == 0 || r.Outcome != Deviation {
+		return false
+	}
+	if !strings.Contains(r.Observed, says) {
+		t.Errorf("%s observed %q on seed %d, want it to say %q", r.Name, r.Observed, devtest.Schedule(t).Seed, says)
+	}
+	return true
+}
+
 func TestSoftPasses(t *testing.T) {
 	dev := openSoft(t, soft.Quirks{})
 	results := Run(context.Background(), dev, quick)
@@ -61,10 +92,14 @@ func TestSoftPasses(t *testing.T) {
 			t.Errorf("result %d is %s, want %s", i, r.Name, probes[i].Name)
 		}
 	}
-	if got := deviating(t, results); len(got) > 0 {
-		t.Errorf("deviations on the soft device without quirks: %v", got)
+	got := slices.DeleteFunc(deviating(t, results), func(name string) bool {
+		r, _ := lookupResult(results, name)
+		return allowed(t, r)
+	})
+	if len(got) > 0 {
+		t.Errorf("deviations on the soft device without quirks: %v, want none", got)
 	}
-	if p, d, e := Counts(results); p != len(probes) || d != 0 || e != 0 {
+	if p, d, e := Counts(results); p+d != len(probes) || d > len(scheduleMay) || e != 0 {
 		t.Errorf("Counts = %d, %d, %d; want %d, 0, 0", p, d, e, len(probes))
 	}
 }
@@ -78,38 +113,71 @@ func TestSoftQuirks(t *testing.T) {
 		want  []string
 		says  string // in what each deviating probe observed
 	}{
-		// The eHCA bug: the drain WR is a send posted in ERROR.
-		{"SendInErrorNotFlushed", soft.Quirks{SendInErrorNotFlushed: true}, []string{"send-in-error", "flush-before-rts", "drain-wr"}, "never completed"},
+		// The eHCA bug: the drain WR, and flush-order's barrier, is a send
+		// posted in ERROR.
+		{"SendInErrorNotFlushed", soft.Quirks{SendInErrorNotFlushed: true}, []string{"send-in-error", "flush-before-rts", "drain-wr", "flush-order"}, "never"},
 		{"RecvInErrorNotFlushed", soft.Quirks{RecvInErrorNotFlushed: true}, []string{"recv-in-error"}, "never completed"},
 		{"RecvInErrorFlushDeferred", soft.Quirks{RecvInErrorFlushDeferred: true}, []string{"recv-in-error"}, deferredFlush},
-		{"NoLastWQEReached", soft.Quirks{NoLastWQEReached: true}, []string{"last-wqe-reached"}, "no Last WQE Reached"},
-		{"LastWQEReachedTwice", soft.Quirks{LastWQEReachedTwice: true}, []string{"last-wqe-reached"}, "on the QP 2 times"},
+		{"NoLastWQEReached", soft.Quirks{NoLastWQEReached: true}, []string{"last-wqe-reached", "last-wqe-repeat"}, "no Last WQE Reached"},
+		{"LastWQEReachedTwice", soft.Quirks{LastWQEReachedTwice: true}, []string{"last-wqe-reached", "last-wqe-repeat"}, "Last WQE Reached"},
+		{"LastWQEReachedAgain", soft.Quirks{LastWQEReachedAgain: true}, []string{"last-wqe-repeat"}, "again after a second modify to ERROR (1, "},
 		{"NoResponderErrorEvent", soft.Quirks{NoResponderErrorEvent: true}, []string{"responder-access-error"}, "responder: no async event"},
 		{"DrainNeedsRTS", soft.Quirks{DrainNeedsRTS: true}, []string{"flush-before-rts"}, "never completed"},
+		// hns: flushes come when the CQ is polled, so one QP's after
+		// another's later completion, and Last WQE Reached with them.
+		{"FlushDeferred", soft.Quirks{FlushDeferred: true}, []string{"last-wqe-reached", "last-wqe-repeat", "flush-order"}, ""},
+		// Passes: the rule asks only for CQ_ERR; the observation differs.
+		{"CQOverrunKeepsQPs", soft.Quirks{CQOverrunKeepsQPs: true}, nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dev := openSoft(t, tc.quirk)
 			results := Run(context.Background(), dev, quick)
+			var want []string
 			for _, r := range results {
 				if r.Outcome != Pass {
 					t.Logf("%s: %s: %s", r.Name, r.Outcome, r.Observed)
 				}
-				if r.Outcome == Deviation && !strings.Contains(r.Observed, tc.says) {
+				if slices.Contains(tc.want, r.Name) {
+					want = append(want, r.Name)
+				}
+				if r.Outcome == Deviation && slices.Contains(tc.want, r.Name) && !strings.Contains(r.Observed, tc.says) {
 					t.Errorf("%s observed %q, want it to say %q", r.Name, r.Observed, tc.says)
 				}
 			}
-			if got := deviating(t, results); !slices.Equal(got, tc.want) {
-				t.Errorf("deviations %v, want %v", got, tc.want)
+			got := slices.DeleteFunc(deviating(t, results), func(name string) bool {
+				r, _ := lookupResult(results, name)
+				return !slices.Contains(want, name) && allowed(t, r)
+			})
+			if !slices.Equal(got, want) {
+				t.Errorf("deviations %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// CQOverrunKeepsQPs shows in what cq-overrun observes: a CQ_ERR per lost
+// completion and the QP still in RTS, as on rxe.
+func TestCQOverrunObserved(t *testing.T) {
+	p, _ := Lookup("cq-overrun")
+	for _, tc := range []struct {
+		quirk soft.Quirks
+		says  string
+	}{
+		{soft.Quirks{}, "events [CQ_ERR cq at +"},
+		{soft.Quirks{CQOverrunKeepsQPs: true}, "QP RTS; 4 completions polled (4 SUCCESS), 2 lost"},
+	} {
+		r := p.Run(context.Background(), openSoft(t, tc.quirk), quick)
+		if r.Outcome != Pass || !strings.Contains(r.Observed, tc.says) {
+			t.Errorf("cq-overrun with %+v: %s, %q; want pass saying %q", tc.quirk, r.Outcome, r.Observed, tc.says)
+		}
 	}
 }
 
 func TestObserved(t *testing.T) {
 	dev := openSoft(t, soft.Quirks{NoLastWQEReached: true, NoResponderErrorEvent: true})
 	for name, want := range map[string]string{
-		"last-wqe-reached":       "no Last WQE Reached within 50ms of ERROR",
-		"responder-access-error": "requester: REM_ACCESS_ERR; responder: no async event within 50ms, state ERR, 2 of 2 receives flushed",
+		"last-wqe-reached":       "no Last WQE Reached within 100ms of ERROR",
+		"responder-access-error": "requester: REM_ACCESS_ERR; responder: no async event within 100ms, state ERR, 2 of 2 receives flushed",
 		"recv-in-error":          "the receive posted in ERROR completed with WR_FLUSH_ERR ",
 	} {
 		p, ok := Lookup(name)
@@ -161,4 +229,13 @@ func TestBadInput(t *testing.T) {
 	if s := Outcome(9).String(); s != "Outcome(9)" {
 		t.Errorf("Outcome(9).String() = %q", s)
 	}
+}
+
+func lookupResult(results []Result, name string) (Result, bool) {
+	for _, r := range results {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return Result{}, false
 }

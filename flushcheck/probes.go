@@ -43,38 +43,78 @@ func recvs(base uint64, n int) []ibv.RecvWR {
 var probes = []Probe{
 	{
 		Name: "flush-outstanding",
-		Rule: "IBTA error state (REFERENCE.md §1): WRs outstanding when a QP enters ERROR complete in order, each queue, with WR_FLUSH_ERR",
+		Rule: "IBTA vol. 1 §10.3.1 (QP error state): WRs outstanding when a QP enters ERROR complete in order, each queue, with WR_FLUSH_ERR",
 		run:  flushOutstanding,
 	},
 	{
 		Name: "send-in-error",
-		Rule: "IBTA (Dreier, eHCA thread; REFERENCE.md §1, §5): a send posted in ERROR completes with WR_FLUSH_ERR",
+		Rule: "IBTA vol. 1 §10.3.1 (QP error state; Roland Dreier on the ofa-general thread about IBM eHCA and IPoIB-CM's Last WQE handling): a send posted in ERROR completes with WR_FLUSH_ERR",
 		run:  sendInError,
 	},
 	{
 		Name: "recv-in-error",
-		Rule: "C10-42, C10-97.2.1: a receive posted in ERROR completes with WR_FLUSH_ERR",
+		Rule: "IBTA vol. 1 C10-42, C10-97.2.1: a receive posted in ERROR completes with WR_FLUSH_ERR",
 		run:  recvInError,
 	},
 	{
 		Name: "flush-before-rts",
-		Rule: "IBTA error state: a send posted in ERROR completes with WR_FLUSH_ERR also on a QP that never reached RTS (ipoib_cm.c goes to RTS first for firmware that did not)",
+		Rule: "IBTA vol. 1 §10.3.1 (QP error state): a send posted in ERROR completes with WR_FLUSH_ERR also on a QP that never reached RTS (ipoib_cm.c goes to RTS first for firmware that did not)",
 		run:  flushBeforeRTS,
 	},
 	{
 		Name: "last-wqe-reached",
-		Rule: "o11-5.2.5: an SRQ-attached QP entering ERROR raises IBV_EVENT_QP_LAST_WQE_REACHED once, and only that QP does",
+		Rule: "IBTA vol. 1 o11-5.2.5: an SRQ-attached QP entering ERROR raises IBV_EVENT_QP_LAST_WQE_REACHED once, and only that QP does",
 		run:  lastWQEReached,
 	},
 	{
+		Name: "last-wqe-repeat",
+		Rule: "IBTA vol. 1 o11-5.2.5: Last WQE Reached is raised once per entry to ERROR; a second modify to ERROR, a send posted in ERROR or a receive posted to the SRQ meanwhile raise it again only on a provider that repeats it (which ib_drain_qp and drain must tolerate)",
+		run:  lastWQERepeat,
+	},
+	{
 		Name: "drain-wr",
-		Rule: "IBTA §10.3.1 (drain package, one QP): the drain WR posted in ERROR completes behind the QP's flushes, so the QP is safe to destroy",
+		Rule: "IBTA vol. 1 §10.3.1 (drain package, one QP): the drain WR posted in ERROR completes behind the QP's flushes, so the QP is safe to destroy",
 		run:  drainWR,
 	},
 	{
 		Name: "responder-access-error",
-		Rule: "IBTA Table 58, class C: an access violation at the responder (RDMA WRITE, bad rkey) raises IBV_EVENT_QP_ACCESS_ERR there and moves it to ERROR",
+		Rule: "IBTA vol. 1 Table 58, class C: an access violation at the responder (RDMA WRITE, bad rkey) raises IBV_EVENT_QP_ACCESS_ERR there and moves it to ERROR",
 		run:  responderAccessError,
+	},
+	{
+		Name: "cq-overrun",
+		Rule: "ibv_get_async_event(3) (IBV_EVENT_CQ_ERR: \"CQ is in error (CQ overrun)\"): more completions than the CQ holds raise IBV_EVENT_CQ_ERR; what happens to the QPs and the completions is the provider's, and observed",
+		run:  cqOverrun,
+	},
+	{
+		Name: "peer-gone",
+		Rule: "IBTA vol. 1 ch. 9.7 (transport timer, retry_cnt; ibv_modify_qp(3) timeout and retry_cnt): a send no one answers completes RETRY_EXC_ERR after retry_cnt + 1 local ACK timeouts of 4.096 µs × 2^timeout, the sends behind it WR_FLUSH_ERR, the QP in ERROR",
+		run:  peerGone,
+	},
+	{
+		Name: "rnr-exhausted",
+		Rule: "IBTA vol. 1 ch. 9.7 (RNR NAK, rnr_retry; ibv_modify_qp(3)): a send the responder has no receive for completes RNR_RETRY_EXC_ERR after rnr_retry RNR NAK timers when rnr_retry is finite, the sends behind it WR_FLUSH_ERR, the QP in ERROR",
+		run:  rnrExhausted,
+	},
+	{
+		Name: "destroy-outstanding",
+		Rule: "ibv_destroy_qp(3), ibv_get_async_event(3): a QP destroyed with WRs outstanding releases them without completions, and destroying a QP or SRQ waits only for its unacknowledged events (the ibv package acknowledges each event as it reads it, so the destroy returns)",
+		run:  destroyOutstanding,
+	},
+	{
+		Name: "reset-reuse",
+		Rule: "IBTA vol. 1 §10.3.1 (RESET empties the work queues without completions; a QP in RESET can be taken through INIT, RTR, RTS again): no completion of the QP's old life after RESET, and the reused QP works",
+		run:  resetReuse,
+	},
+	{
+		Name: "flush-order",
+		Rule: "IBTA vol. 1 ch. 10 (completions are ordered within a work queue, not between work queues sharing a CQ): whether one QP's flushes reach a shared CQ after another QP's later completion, the assumption a drain barrier batched across QPs would rest on",
+		run:  flushOrder,
+	},
+	{
+		Name: "sqd",
+		Rule: "ibv_get_async_event(3) (IBV_EVENT_SQ_DRAINED: the send queue was drained of outstanding messages in progress), IBTA vol. 1 §10.3.1 (SQD): SQ_DRAINED is raised only once no message is in progress",
+		run:  sqd,
 	},
 }
 
@@ -322,6 +362,76 @@ func lastWQEReached(e *env) (verdict, error) {
 		return pass("%s", b.String()), nil
 	}
 	return deviation("%s", b.String()), nil
+}
+
+// lastWQERepeat: an SRQ QP in ERROR, once its Last WQE Reached has come,
+// is moved to ERROR again, gets a send posted, and its SRQ a receive.
+func lastWQERepeat(e *env) (verdict, error) {
+	pd, err := e.pd()
+	if err != nil {
+		return verdict{}, err
+	}
+	srq, err := e.srq(pd)
+	if err != nil {
+		return verdict{}, err
+	}
+	a, _, err := e.pair(pd, srq)
+	if err != nil {
+		return verdict{}, err
+	}
+	if err := srq.PostRecv(recvs(recvBase, 2)); err != nil {
+		return verdict{}, fmt.Errorf("posting receives to the SRQ: %w", err)
+	}
+	if err := e.toError(a); err != nil {
+		return verdict{}, err
+	}
+	isLast := func(ev ibv.AsyncEvent) bool { return ev.Type == ibv.EventQPLastWQEReached && ev.QP == a }
+	first, err := e.events(e.o.Timeout, isLast)
+	if err != nil {
+		return verdict{}, err
+	}
+	if !hasEvent(first, isLast) {
+		return deviation("no Last WQE Reached within %v of ERROR, so no repeat can be observed", e.o.Timeout), nil
+	}
+	at := first[len(first)-1].at
+	steps := []struct {
+		what string
+		do   func() error
+	}{
+		{"by itself", func() error { return nil }},
+		{"after a second modify to ERROR", func() error { return a.Modify(ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState) }},
+		{"after a send posted in ERROR", func() error { return a.PostSend(sends(sendBase, 1)) }},
+		{"after a receive posted to the SRQ", func() error { return srq.PostRecv(recvs(recvBase+2, 1)) }},
+	}
+	repeats := 0
+	parts := []string{fmt.Sprintf("Last WQE Reached %v after ERROR", at)}
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			return verdict{}, fmt.Errorf("QP %d in ERROR %s: %w", a.Num(), s.what, err)
+		}
+		e.mark()
+		evs, err := e.events(e.o.Quiet, nil)
+		if err != nil {
+			return verdict{}, err
+		}
+		k := 0
+		for _, ev := range evs {
+			if isLast(ev.AsyncEvent) {
+				k++
+			}
+		}
+		repeats += k
+		if k > 0 {
+			parts = append(parts, fmt.Sprintf("again %s (%d, first +%v)", s.what, k, evs[0].at))
+		} else {
+			parts = append(parts, fmt.Sprintf("not again %s", s.what))
+		}
+	}
+	obs := strings.Join(parts, "; ") + fmt.Sprintf(" (each watched %v)", e.o.Quiet)
+	if repeats > 0 {
+		return deviation("%s", obs), nil
+	}
+	return pass("%s", obs), nil
 }
 
 // drainWR: drain.QP on a connected QP with two receives outstanding.

@@ -26,7 +26,20 @@ type Route struct {
 	Port uint8
 	AH   ibv.AHAttr
 	MTU  ibv.MTU
+	// Retry, when not nil, replaces Bring's retry attributes.
+	Retry *Retry
 }
+
+// Retry are the RC retry attributes of ibv_modify_qp(3): the requester's
+// local ACK timeout (4.096 µs × 2^Timeout), retry count and RNR retry
+// count (7: infinite), and the responder's RNR NAK timer code.
+type Retry struct {
+	Timeout, RetryCnt, RNRRetry, MinRNRTimer uint8
+}
+
+// DefaultRetry is what Bring uses without Route.Retry: timeout 14 (67 ms),
+// 7 retries, infinite RNR retries, RNR NAK timer 12 (0.64 ms).
+var DefaultRetry = Retry{Timeout: 14, RetryCnt: 7, RNRRetry: 7, MinRNRTimer: 12}
 
 // Loopback returns the route from port to itself. The port must be ACTIVE.
 // RoCE ports need a GRH with a GID from the GID table; RoCE v2 is preferred,
@@ -78,22 +91,26 @@ func (r Route) Connect(a, b ibv.QP) error {
 
 // Bring moves qp, an RC QP in RESET, through INIT and RTR towards the QP
 // numbered peer, stopping at state to (INIT, RTR or RTS). Connections use
-// RNR retry 7 (infinite), retry count 7, one outstanding RDMA READ or
-// atomic each way, and AllAccess.
+// the route's Retry (DefaultRetry without one), one outstanding RDMA READ
+// or atomic each way, and AllAccess.
 func (r Route) Bring(qp ibv.QP, peer uint32, to ibv.QPState) error {
 	if to != ibv.QPSInit && to != ibv.QPSRTR && to != ibv.QPSRTS {
 		return fmt.Errorf("bringing QP %d to %s: want INIT, RTR or RTS: %w", qp.Num(), to, ibv.ErrInvalidArgument)
 	}
 	const rdAtom = 1
+	rt := DefaultRetry
+	if r.Retry != nil {
+		rt = *r.Retry
+	}
 	steps := []struct {
 		attr ibv.QPAttr
 		mask ibv.QPAttrMask
 	}{
 		{ibv.QPAttr{State: ibv.QPSInit, PKeyIndex: 0, PortNum: r.Port, AccessFlags: AllAccess},
 			ibv.QPAttrState | ibv.QPAttrPKeyIndex | ibv.QPAttrPort | ibv.QPAttrAccessFlags},
-		{ibv.QPAttr{State: ibv.QPSRTR, PathMTU: r.MTU, DestQPNum: peer, RQPSN: 0, MaxDestRdAtomic: rdAtom, MinRNRTimer: 12, AH: r.AH},
+		{ibv.QPAttr{State: ibv.QPSRTR, PathMTU: r.MTU, DestQPNum: peer, RQPSN: 0, MaxDestRdAtomic: rdAtom, MinRNRTimer: rt.MinRNRTimer, AH: r.AH},
 			ibv.QPAttrState | ibv.QPAttrAV | ibv.QPAttrPathMTU | ibv.QPAttrDestQPN | ibv.QPAttrRQPSN | ibv.QPAttrMaxDestRdAtomic | ibv.QPAttrMinRNRTimer},
-		{ibv.QPAttr{State: ibv.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: 0, MaxRdAtomic: rdAtom},
+		{ibv.QPAttr{State: ibv.QPSRTS, Timeout: rt.Timeout, RetryCnt: rt.RetryCnt, RNRRetry: rt.RNRRetry, SQPSN: 0, MaxRdAtomic: rdAtom},
 			ibv.QPAttrState | ibv.QPAttrTimeout | ibv.QPAttrRetryCnt | ibv.QPAttrRNRRetry | ibv.QPAttrSQPSN | ibv.QPAttrMaxQPRdAtomic},
 	}
 	for _, s := range steps {

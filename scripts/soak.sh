@@ -20,14 +20,14 @@ for pkg in drain flushcheck; do
 		"$dir/$pkg.test" -test.run '^TestExplore$' -test.timeout 0) | tee "$dir/$pkg.out" | grep -E '^explore |^(--- )?FAIL|^ok|^PASS' || true
 	[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 done
-# Summary lines: "explore NAME: P passed, F failed in S.SSSs (R seeds/s)".
+# Summary lines: "explore NAME: P passed, F failed in S.SSSs (R seeds a second)".
 awk -v status="$status" '
 	/^explore / {
 		p += $3; f += $5; sec = $8; sub(/s$/, "", sec)
 		if (FILENAME ~ /drain[.]out$/) { dn += $3 + $5; dt += sec }
 	}
 	END {
-		if (dt > 0) printf "soak: drain bodies: %d seeds in %.1f s, %.0f seeds/s\n", dn, dt, dn / dt
+		if (dt > 0) printf "soak: drain bodies: %d seeds in %.1f s, %.0f seeds a second\n", dn, dt, dn / dt
 		printf "soak: %d passed, %d failed\n", p, f
 		exit (f > 0 || status != 0)
 	}' "$dir/drain.out" "$dir/flushcheck.out"

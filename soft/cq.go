@@ -102,6 +102,13 @@ func (c *CQ) Poll(wcs []ibv.WC) (int, error) {
 	}
 	f := c.dev.fab
 	f.tickIdle()
+	if c.dev.quirks.FlushDeferred {
+		for _, q := range sortedQPs(c.qps) {
+			if q.flushPending {
+				q.flushDeferred()
+			}
+		}
+	}
 	if c.n == 0 {
 		// A poller that finds nothing lets deferred work move on.
 		f.idle(func() bool { return c.n > 0 })
@@ -164,10 +171,15 @@ func (c *CQ) Close() error {
 // push adds a completion. A full CQ overflows instead: it raises CQ_ERR
 // once, drops this and every later completion, and moves each QP that
 // completes into it to ERROR with QP_FATAL, because their completions can no
-// longer be delivered (REFERENCE.md §1, the seed chapter). Called with
+// longer be delivered, as an SRQ error does (IBTA Table 58, class A), unless
+// Quirks.CQOverrunKeepsQPs. Called with
 // fab.mu held.
 func (c *CQ) push(wc *ibv.WC, solicited bool, m wcMeta) {
 	if c.errored {
+		return
+	}
+	if c.n == len(c.buf) && c.dev.quirks.CQOverrunKeepsQPs {
+		c.dev.raise(ibv.AsyncEvent{Type: ibv.EventCQErr, CQ: c})
 		return
 	}
 	if c.n == len(c.buf) {

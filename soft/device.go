@@ -124,6 +124,23 @@ type Quirks struct {
 	// ERROR without QP_ACCESS_ERR or QP_REQ_ERR (rxe on Linux 6.1 and
 	// 6.12, docs/PROVIDERS.md).
 	NoResponderErrorEvent bool
+	// LastWQEReachedAgain: an SRQ QP in ERROR that has raised Last WQE
+	// Reached raises it again on every later modify to ERROR and every
+	// send posted (rxe on Linux 6.12, flushcheck's last-wqe-repeat,
+	// docs/PROVIDERS.md).
+	LastWQEReachedAgain bool
+	// CQOverrunKeepsQPs: a full CQ raises CQ_ERR for each completion it
+	// loses and keeps working; its QPs stay in their state without
+	// QP_FATAL (rxe on Linux 6.1 and 6.12, rxe_cq_post; flushcheck's
+	// cq-overrun, docs/PROVIDERS.md).
+	CQOverrunKeepsQPs bool
+	// FlushDeferred: a QP moved to ERROR by Modify generates its flushes
+	// (and Last WQE Reached) later, when its CQ is next polled or the QP
+	// is next posted to or modified, as hns does from a workqueue
+	// (init_flush_work in drivers/infiniband/hw/hns). Flushes of QPs
+	// sharing a CQ then come in the order the CQ is polled, not the order
+	// the QPs entered ERROR (flushcheck's flush-order).
+	FlushDeferred bool
 }
 
 // Device is an open soft RDMA device; it implements ibv.Context. Its single

@@ -1,6 +1,7 @@
 // Package soft is a software RDMA device in pure Go. It implements every
 // ibv interface (Context, PD, MR, CompChannel, CQ, SRQ, QP) for RC queue
-// pairs with the IBTA semantics of REFERENCE.md, so that drain, flushcheck and
+// pairs with the semantics of the IBTA specification (vol. 1 §10.3.1, o11-5.2.5,
+// Table 58), so that drain, flushcheck and
 // the CLI can be tested without hardware, including every failure path a
 // real provider can produce (see Quirks).
 //
@@ -114,7 +115,7 @@
 //	receive WQE with a bad lkey                REM_OP_ERR         none (the receive: LOC_PROT_ERR)
 //
 // The requester statuses are those rxe's responder NAKs produce
-// (drivers/infiniband/sw/rxe/rxe_resp.c); the events follow REFERENCE.md §1
+// (drivers/infiniband/sw/rxe/rxe_resp.c); the events are ibv_get_async_event(3)'s
 // (rxe raises none: see Quirks.NoResponderErrorEvent). "Outstanding" RDMA READ
 // and atomic requests are modelled as the requester pipelining the READ and
 // atomic WRs queued behind the one executing, up to its own max_rd_atomic:
@@ -231,10 +232,10 @@
 //
 //   - SendInErrorNotFlushed: a send posted in ERROR never completes; it
 //     stays queued until RESET. IBM eHCA on the ofa-general thread "Quetions
-//     about IPOIB handle last WQE event" (seeds/002; REFERENCE.md §5), where
+//     about IPOIB handle last WQE event", where
 //     IPoIB-CM's drain WR never came back and QPs leaked.
 //   - NoLastWQEReached: Last WQE Reached is never raised. cxgb4 until its
-//     January 2025 fix (REFERENCE.md §3, §5), which made ib_drain_qp wait
+//     January 2025 fix (commit 079231902768), which made ib_drain_qp wait
 //     60 s per QP.
 //   - LastWQEReachedTwice: the event is raised twice per ERROR; drain must
 //     tolerate repeats. rxe on Linux 6.12 raises it again when a send is
@@ -244,15 +245,30 @@
 //     might do the same.
 //   - RecvInErrorFlushDeferred: a receive posted in ERROR is flushed only
 //     when something else happens on the QP (its next post or Modify), as
-//     providers that flush from a deferred worker do (hns, REFERENCE.md §5;
+//     providers that flush from a deferred worker do (hns, init_flush_work;
 //     rxe on Linux 6.12 once a send follows, docs/PROVIDERS.md).
 //   - DrainNeedsRTS: WRs posted in ERROR are flushed only if the QP was in
 //     RTS before ERROR; otherwise they stay queued until RESET. Mellanox
 //     firmware, per the comment in ipoib_cm.c that moves RX QPs to RTS for
-//     this reason (REFERENCE.md §4).
+//     this reason (drivers/infiniband/ulp/ipoib/ipoib_cm.c).
 //   - RecvInErrorNotFlushed: a receive posted in ERROR never completes; it
 //     stays queued until RESET. rxe on Linux 6.1 (docs/PROVIDERS.md).
 //   - NoResponderErrorEvent: a responder error moves the responder to ERROR
 //     and flushes it, but raises neither QP_ACCESS_ERR nor QP_REQ_ERR. rxe
 //     on Linux 6.1 and 6.12 (docs/PROVIDERS.md).
+//   - LastWQEReachedAgain: an SRQ QP in ERROR raises Last WQE Reached again
+//     on each later modify to ERROR and each send posted to it. rxe on
+//     Linux 6.12 (flushcheck's last-wqe-repeat, docs/PROVIDERS.md).
+//   - FlushDeferred: a QP moved to ERROR by Modify generates its flushes,
+//     and Last WQE Reached, only when its CQ is next polled or the QP is
+//     next posted to or modified. hns moves a QP to ERROR through a
+//     mailbox and flushes from a workqueue (init_flush_work and
+//     flush_work_handle in drivers/infiniband/hw/hns), so a flush can
+//     reach a shared CQ after another QP's later completion
+//     (flushcheck's flush-order).
+//   - CQOverrunKeepsQPs: a full CQ raises CQ_ERR for every completion it
+//     loses, takes completions again once polled, and moves no QP to ERROR
+//     (no QP_FATAL). rxe on Linux 6.1 and 6.12: rxe_cq_post in
+//     drivers/infiniband/sw/rxe/rxe_cq.c logs "queue full" and raises
+//     IB_EVENT_CQ_ERR (flushcheck's cq-overrun, docs/PROVIDERS.md).
 package soft

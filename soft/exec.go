@@ -84,7 +84,8 @@ func (q *QP) execHead() execResult {
 // execute performs w against the responder and returns the requester's
 // status and byte count, or wait when the responder has no receive WQE and
 // rnr_retry is infinite. Responder errors (IBTA Table 58, class C) move the
-// responder to ERROR here, with the async event REFERENCE.md §1 names; the
+// responder to ERROR here, with the async event ibv_get_async_event(3) names
+// for it (QP_REQ_ERR or QP_ACCESS_ERR); the
 // requester status is the NAK's, as rxe reports it.
 func (q *QP) execute(w *sendWQE) (status ibv.WCStatus, n uint32, wait bool) {
 	op := ibv.WROpcode(w.opcode)

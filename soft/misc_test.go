@@ -125,13 +125,13 @@ func TestTrace(t *testing.T) {
 		t.Fatal(err) // a's CQ of 1 overflows
 	}
 	want := []string{
-		"soft0 qp 17: RESET -> INIT", "soft0 qp 17: INIT -> RTR", "soft0 qp 17: took wr_id=5 from srq 2",
-		"soft0 qp 17: RTR -> RTS",
-		"soft0 qp 18: RESET -> INIT", "soft0 qp 18: INIT -> RTR", "soft0 qp 18: RTR -> RTS",
+		"soft0 qpn 17: RESET -> INIT", "soft0 qpn 17: INIT -> RTR", "soft0 qpn 17: took wr_id=5 from srq 2",
+		"soft0 qpn 17: RTR -> RTS",
+		"soft0 qpn 18: RESET -> INIT", "soft0 qpn 18: INIT -> RTR", "soft0 qpn 18: RTR -> RTS",
 		"soft0 cq 1: wr_id=5 qpn=17 status=SUCCESS opcode=RECV byte_len=0",
-		"soft0 qp 17: took wr_id=8 from srq 2", // consumed at once by the waiting SEND 7 ...
-		"soft0 event CQ_ERR cq 1",              // ... whose completion overflows the CQ
-		"soft0 qp 17: RTS -> ERR", "soft0 event QP_FATAL qpn=17",
+		"soft0 qpn 17: took wr_id=8 from srq 2", // consumed at once by the waiting SEND 7 ...
+		"soft0 event CQ_ERR cq 1",               // ... whose completion overflows the CQ
+		"soft0 qpn 17: RTS -> ERR", "soft0 event QP_FATAL qpn=17",
 		"soft0 event QP_LAST_WQE_REACHED qpn=17",
 	}
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {

@@ -34,8 +34,10 @@ type QP struct {
 	inBlocked  bool          // listed in fab.blocked
 	reachedRTS bool          // was in RTS since the last RESET (quirk DrainNeedsRTS)
 	lastWQE    bool          // Last WQE Reached raised in this ERROR episode
-	peer       *QP           // cached responder, valid while peerGen == fab.gen
-	peerGen    uint64
+	// flushPending: in ERROR, the flush not yet run (Quirks.FlushDeferred).
+	flushPending bool
+	peer         *QP // cached responder, valid while peerGen == fab.gen
+	peerGen      uint64
 	// Slots in use: a WR holds one from its post until its completion, or
 	// the later completion that covers it (unsignaled sends), is polled.
 	sqUsed, rqUsed uint32
@@ -233,12 +235,24 @@ func (q *QP) holdsPostsInError(send bool) bool {
 // flushDeferred flushes the receives that quirk RecvInErrorFlushDeferred
 // held back, now that something else happens on the QP.
 func (q *QP) flushDeferred() {
+	if q.flushPending {
+		q.flushPending = false
+		q.flush()
+	}
 	if q.state == ibv.QPSErr && q.dev.quirks.RecvInErrorFlushDeferred && !q.holdsPostsInError(false) {
 		if q.dev.adv != nil {
 			q.scheduleFlush(q.flushS, q.taken.len()+q.rq.len())
 			return
 		}
 		q.flushRecvs(&q.rq)
+	}
+}
+
+// lastWQEAgain raises Last WQE Reached once more for quirk
+// LastWQEReachedAgain, on a QP that has raised it in this ERROR.
+func (q *QP) lastWQEAgain() {
+	if k := q.dev.quirks; k.LastWQEReachedAgain && !k.NoLastWQEReached && q.lastWQE {
+		q.dev.raise(ibv.AsyncEvent{Type: ibv.EventQPLastWQEReached, QP: q})
 	}
 }
 
@@ -253,6 +267,9 @@ func (q *QP) PostSend(wrs []ibv.SendWR) error {
 	f.tick()
 	q.flushDeferred()
 	err := q.postSend(wrs)
+	if q.state == ibv.QPSErr && len(wrs) > 0 {
+		q.lastWQEAgain()
+	}
 	if !f.manual {
 		q.drive()
 	}
@@ -513,12 +530,20 @@ func (q *QP) Modify(attr ibv.QPAttr, mask ibv.QPAttrMask) error {
 		return fmt.Errorf("modifying QP %d from %s to %s: %w", q.num, cur, next, err)
 	}
 	q.flushDeferred()
+	if cur == ibv.QPSErr && next == ibv.QPSErr {
+		q.lastWQEAgain()
+	}
 	q.setAttrs(&attr, mask)
 	q.dev.fab.gen++
 	switch next {
 	case ibv.QPSReset:
 		q.reset()
 	case ibv.QPSErr:
+		if q.dev.quirks.FlushDeferred && cur != ibv.QPSErr {
+			q.toErr(eventNone)
+			q.flushPending = true
+			break
+		}
 		q.moveToError(eventNone)
 	default:
 		q.setState(next)
@@ -592,4 +617,5 @@ func (q *QP) reset() {
 	q.attr = ibv.QPAttr{}
 	q.reachedRTS = false
 	q.lastWQE = false
+	q.flushPending = false
 }

@@ -40,11 +40,11 @@ type TraceEntry struct {
 func (e TraceEntry) String() string {
 	switch e.Kind {
 	case TraceState:
-		return fmt.Sprintf("%s qp %d: %s -> %s", e.Device, e.QPNum, e.From, e.To)
+		return fmt.Sprintf("%s qpn %d: %s -> %s", e.Device, e.QPNum, e.From, e.To)
 	case TraceCompletion:
 		return fmt.Sprintf("%s cq %d: %s", e.Device, e.CQ, e.WC)
 	case TraceSRQTake:
-		return fmt.Sprintf("%s qp %d: took wr_id=%d from srq %d", e.Device, e.QPNum, e.WRID, e.SRQ)
+		return fmt.Sprintf("%s qpn %d: took wr_id=%d from srq %d", e.Device, e.QPNum, e.WRID, e.SRQ)
 	case TraceEvent:
 		if c, ok := e.Event.CQ.(*CQ); ok && c != nil && e.Event.QP == nil {
 			return fmt.Sprintf("%s event %s cq %d", e.Device, e.Event.Type, c.id)

@@ -22,8 +22,13 @@ import (
 
 func init() { subcommands = append(subcommands, newCheckCmd) }
 
-// softDeviceName selects the built-in soft device with --device.
-const softDeviceName = "soft"
+// softDeviceName selects the built-in soft device with --device, as does
+// softDefaultName, the name it is opened with and prints (soft.Config.Name's
+// default).
+const (
+	softDeviceName  = "soft"
+	softDefaultName = "soft0"
+)
 
 // checkOptions are the flags of "qpdrain check".
 type checkOptions struct {
@@ -40,13 +45,16 @@ func newCheckCmd(opts *globalOptions) *cobra.Command {
 	}
 	cmd := &cobra.Command{
 		Use:   "check",
-		Short: "Probe whether an RDMA device flushes the way drains need",
+		Short: "Probe whether an RDMA device flushes the way drains need, and how to drain it",
 		Long: "Run the provider flush check on one RDMA device: each probe sets up its own RC QPs (loopback\n" +
 			"on the device), drives them into ERROR and checks one rule of the specification: " + strings.Join(names, ", ") + ".\n" +
+			"Each probe's line is printed as it finishes; the check ends with the drain settings its findings\n" +
+			"imply (flushcheck.Settings), one reason each.\n" +
 			"Without --device it checks the first device libibverbs lists, or the built-in soft device when\n" +
-			"there is none (and says so). --soft-quirk switches on a provider bug of the soft device, to see\n" +
-			"what the check reports for it; quirks: " + strings.Join(simQuirkNames(), ", ") + ".\n" +
-			"Exit status 0 when every probe passes, 1 when the device deviates, 2 when a probe could not run.",
+			"there is none (and says so); --device soft (or soft0) picks the soft device. --soft-quirk switches\n" +
+			"on a provider bug of the soft device, to see what the check reports for it; quirks: " + strings.Join(simQuirkNames(), ", ") + ".\n" +
+			"Exit status 0 when every probe passes, 1 when the device deviates, 2 when a probe could not run,\n" +
+			"3 when the device does not exist here.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -55,18 +63,27 @@ func newCheckCmd(opts *globalOptions) *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			res, err := runCheck(ctx, o)
+			w := cmd.OutOrStdout()
+			var each func(*checkResult, flushcheck.Result)
+			if !opts.json {
+				each = func(r *checkResult, res flushcheck.Result) { r.formatProbe(w, res) }
+			}
+			res, err := runCheck(ctx, o, func(r *checkResult) {
+				if !opts.json {
+					r.formatHead(w)
+				}
+			}, each)
 			if err != nil {
-				return withExitCode(exitError, fmt.Errorf("check: %w", err))
+				return err
 			}
 			opts.log.WithField("device", res.device).WithField("probes", len(res.results)).Debug("flush check ran")
 			if opts.json {
-				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc := json.NewEncoder(w)
 				enc.SetIndent("", "  ")
 				enc.SetEscapeHTML(false) // observations contain "->"
 				err = enc.Encode(res.jsonView())
 			} else {
-				err = res.format(cmd.OutOrStdout(), opts.details)
+				err = res.formatTail(w, opts.details)
 			}
 			if err != nil {
 				return withExitCode(exitError, err)
@@ -77,7 +94,7 @@ func newCheckCmd(opts *globalOptions) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.device, "device", "", `RDMA device to check (default: the first one libibverbs lists, else "soft", the built-in soft device)`)
 	f.StringSliceVar(&o.quirks, "soft-quirk", nil, "provider quirk of the soft device (repeatable): "+strings.Join(simQuirkNames(), ", "))
-	f.DurationVar(&o.timeout, "timeout", flushcheck.DefaultTimeout, "how long each probe waits for a completion or event the specification says must come")
+	f.DurationVar(&o.timeout, "timeout", flushcheck.DefaultTimeout, fmt.Sprintf("how long each probe waits for a completion or event the specification says must come (at least %v)", flushcheck.MinTimeout))
 	return cmd
 }
 
@@ -91,31 +108,49 @@ type checkResult struct {
 	results []flushcheck.Result
 }
 
-// runCheck opens the device, runs every probe and closes the device.
-func runCheck(ctx context.Context, o *checkOptions) (res *checkResult, err error) {
-	if o.timeout <= 0 {
-		return nil, errors.New("--timeout must be positive")
+// runCheck opens the device, calls head once it is open, runs every probe,
+// calling each (if not nil) as each one finishes, and closes the device.
+// Its errors carry their exit code.
+func runCheck(ctx context.Context, o *checkOptions, head func(*checkResult), each func(*checkResult, flushcheck.Result)) (res *checkResult, err error) {
+	if o.timeout < flushcheck.MinTimeout {
+		return nil, withExitCode(exitError, fmt.Errorf("check: --timeout %v is too short to observe a completion or event: the minimum is %v", o.timeout, flushcheck.MinTimeout))
 	}
 	quirks, err := parseQuirks(o.quirks)
 	if err != nil {
-		return nil, err
+		return nil, withExitCode(exitError, fmt.Errorf("check: %w", err))
 	}
 	dev, res, err := openCheckDevice(o, quirks)
-	if err != nil {
-		return nil, err
+	switch {
+	case errors.Is(err, ibv.ErrNoDevice):
+		return nil, withExitCode(exitUnsupported, fmt.Errorf("check: no such RDMA device %q here (%q is the built-in soft device)", o.device, softDeviceName))
+	case errors.Is(err, ibv.ErrNotSupported):
+		return nil, withExitCode(exitUnsupported, fmt.Errorf("check: %s: this build has no libibverbs (%q is the built-in soft device)", o.device, softDeviceName))
+	case err != nil:
+		return nil, withExitCode(exitError, fmt.Errorf("check: %w", err))
 	}
 	defer func() {
 		if cerr := dev.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("closing %s: %w", res.device, cerr)
+			err = withExitCode(exitError, fmt.Errorf("check: closing %s: %w", res.device, cerr))
 		}
 	}()
 	res.timeout = o.timeout
-	res.results = flushcheck.Run(ctx, dev, flushcheck.Options{
-		Timeout: o.timeout,
-		Quiet:   min(flushcheck.DefaultQuiet, o.timeout/4),
-	})
+	if head != nil {
+		head(res)
+	}
+	po := flushcheck.Options{Timeout: o.timeout, Quiet: min(flushcheck.DefaultQuiet, o.timeout/4)}
+	for _, p := range flushcheck.Probes() {
+		r := p.Run(ctx, dev, po)
+		res.results = append(res.results, r)
+		if each != nil {
+			each(res, r)
+		}
+	}
 	return res, nil
 }
+
+// isSoftDevice reports whether name picks the built-in soft device: "soft",
+// or the name it prints for itself.
+func isSoftDevice(name string) bool { return name == softDeviceName || name == softDefaultName }
 
 // openCheckDevice opens the device --device names; without one, the first
 // device libibverbs lists, or the soft device when there is none, when the
@@ -139,7 +174,7 @@ func openCheckDevice(o *checkOptions, quirks soft.Quirks) (ibv.Context, *checkRe
 			name = infos[0].Name
 		}
 	}
-	if name != softDeviceName {
+	if !isSoftDevice(name) {
 		if len(o.quirks) > 0 {
 			return nil, nil, fmt.Errorf("--soft-quirk applies to the soft device only, not %s", name)
 		}
@@ -154,6 +189,8 @@ func openCheckDevice(o *checkOptions, quirks soft.Quirks) (ibv.Context, *checkRe
 	if err != nil {
 		return nil, nil, fmt.Errorf("opening the soft device: %w", err)
 	}
+	// The probes judge retry budgets by the time they see pass.
+	dev.Fabric().SetRealTime(true)
 	res.device, res.soft = dev.Name(), true
 	return dev, res, nil
 }
@@ -190,16 +227,38 @@ func (r *checkResult) header() string {
 	return b.String()
 }
 
-func (r *checkResult) format(w io.Writer, details bool) error {
+// probeWidth is the width of the probe column: the longest probe name.
+var probeWidth = func() int {
+	n := len("probe")
+	for _, p := range flushcheck.Probes() {
+		n = max(n, len(p.Name))
+	}
+	return n
+}()
+
+// formatHead prints the header and the table's column names, before any
+// probe has run.
+func (r *checkResult) formatHead(w io.Writer) {
 	fmt.Fprintln(w, r.header())
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "probe\toutcome\ttime\tobserved")
-	for _, res := range r.results {
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", res.Name, res.Outcome, res.Duration.Round(time.Microsecond), res.Observed)
+	fmt.Fprintf(w, "%-*s  %-9s  %9s  %s\n", probeWidth, "probe", "outcome", "time", "observed")
+}
+
+// formatProbe prints one probe's line of the table.
+func (r *checkResult) formatProbe(w io.Writer, res flushcheck.Result) {
+	fmt.Fprintf(w, "%-*s  %-9s  %9v  %s\n", probeWidth, res.Name, res.Outcome, roundProbe(res.Duration), res.Observed)
+}
+
+// roundProbe rounds a probe's duration for the table.
+func roundProbe(d time.Duration) time.Duration {
+	if d >= time.Second {
+		return d.Round(10 * time.Millisecond)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
+	return d.Round(10 * time.Microsecond)
+}
+
+// formatTail prints the summary, the rules deviated from (every rule with
+// details) and the drain settings.
+func (r *checkResult) formatTail(w io.Writer, details bool) error {
 	pass, deviations, errs := flushcheck.Counts(r.results)
 	fmt.Fprintf(w, "%d probes: %d pass, %d deviations, %d errors\n", len(r.results), pass, deviations, errs)
 	for _, res := range r.results {
@@ -212,7 +271,12 @@ func (r *checkResult) format(w io.Writer, details bool) error {
 			fmt.Fprintf(w, "  %s checks %s\n", res.Name, res.Rule)
 		}
 	}
-	return nil
+	fmt.Fprintf(w, "drain settings for %s (flushcheck.Settings):\n", r.device)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, s := range flushcheck.Settings(r.results).Settings {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", s.Name, s.Value, s.Reason)
+	}
+	return tw.Flush()
 }
 
 // checkProbeJSON is one probe in -j output.
@@ -236,6 +300,30 @@ type checkJSON struct {
 	Pass       int              `json:"pass"`
 	Deviations int              `json:"deviations"`
 	Errors     int              `json:"errors"`
+	// DrainOptions are the drain.Options the findings imply, Settings
+	// each choice with its reason.
+	DrainOptions drainOptionsJSON `json:"drain_options"`
+	Settings     []settingJSON    `json:"settings"`
+}
+
+// drainOptionsJSON is the part of drain.Options that flushcheck.Settings
+// chooses.
+type drainOptionsJSON struct {
+	MaxBatch         int    `json:"max_batch"`
+	Policy           string `json:"policy"`
+	LastWQETimeoutMS int64  `json:"last_wqe_timeout_ms"`
+	DrainTimeoutMS   int64  `json:"drain_timeout_ms"`
+	ViaRTS           bool   `json:"via_rts"`
+	Headroom         int    `json:"headroom"`
+	// CountRecvs: add QPs with their own receive queue with
+	// drain.AddOptions.CountRecvs (flushcheck.Recommendation).
+	CountRecvs bool `json:"count_recvs"`
+}
+
+type settingJSON struct {
+	Name   string `json:"name"`
+	Value  string `json:"value"`
+	Reason string `json:"reason"`
 }
 
 func (r *checkResult) jsonView() checkJSON {
@@ -249,5 +337,13 @@ func (r *checkResult) jsonView() checkJSON {
 			Observed: res.Observed, DurationUS: res.Duration.Microseconds()})
 	}
 	out.Pass, out.Deviations, out.Errors = flushcheck.Counts(r.results)
+	rec := flushcheck.Settings(r.results)
+	do := rec.Options
+	out.DrainOptions = drainOptionsJSON{MaxBatch: do.MaxBatch, Policy: do.Policy.String(), LastWQETimeoutMS: do.LastWQETimeout.Milliseconds(),
+		DrainTimeoutMS: do.DrainTimeout.Milliseconds(), ViaRTS: do.ViaRTS, Headroom: do.Headroom, CountRecvs: rec.CountRecvs}
+	out.Settings = []settingJSON{}
+	for _, s := range rec.Settings {
+		out.Settings = append(out.Settings, settingJSON(s))
+	}
 	return out
 }

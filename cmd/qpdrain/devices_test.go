@@ -29,6 +29,13 @@ func TestDevices(t *testing.T) {
 		if !errors.As(err, &ec) || ec.code != exitUnsupported || err.Error() != want {
 			t.Fatalf("devices without RDMA: err %v, want %q with exit code %d", err, want, exitUnsupported)
 		}
+		stdout.Reset()
+		cmd = newRootCmd(&stdout, &stderr)
+		cmd.SetArgs([]string{"devices", "-j"})
+		err = cmd.Execute()
+		if !errors.As(err, &ec) || ec.code != exitUnsupported || stdout.String() != "[]\n" {
+			t.Errorf("devices -j without RDMA: printed %q, err %v; want [] and exit code %d", stdout.String(), err, exitUnsupported)
+		}
 		return
 	}
 	if err != nil {

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -30,6 +32,9 @@ var simQuirks = map[string]func(*soft.Quirks){
 	"drain-needs-rts":              func(q *soft.Quirks) { q.DrainNeedsRTS = true },
 	"recv-in-error-not-flushed":    func(q *soft.Quirks) { q.RecvInErrorNotFlushed = true },
 	"no-responder-error-event":     func(q *soft.Quirks) { q.NoResponderErrorEvent = true },
+	"last-wqe-reached-again":       func(q *soft.Quirks) { q.LastWQEReachedAgain = true },
+	"cq-overrun-keeps-qps":         func(q *soft.Quirks) { q.CQOverrunKeepsQPs = true },
+	"flush-deferred":               func(q *soft.Quirks) { q.FlushDeferred = true },
 }
 
 // parseQuirks turns --quirk names into the soft device's switches.
@@ -365,7 +370,7 @@ func (r *simResult) format(w io.Writer, details bool) error {
 		if rep.Stall != nil {
 			stalled = rep.Stall.Error()
 		}
-		fmt.Fprintf(tw, "%#x\t%s\t%v\t%d\t%d\t%d\t%s\n", rep.QPNum, rep.Outcome, rep.Duration().Round(time.Microsecond),
+		fmt.Fprintf(tw, "%d\t%s\t%v\t%d\t%d\t%d\t%s\n", rep.QPNum, rep.Outcome, rep.Duration().Round(time.Microsecond),
 			rep.Batch, rep.Flushed[drain.QueueRecv].Flushed, rep.Flushed[drain.QueueSend].Flushed, stalled)
 	}
 	if err := tw.Flush(); err != nil {
@@ -397,13 +402,42 @@ type simQPJSON struct {
 }
 
 type simJSON struct {
-	Note  string      `json:"note,omitempty"` // why there is no libibverbs
-	QPs   []simQPJSON `json:"qps"`
-	Stats drain.Stats `json:"stats"`
+	Note  string         `json:"note,omitempty"` // why there is no libibverbs
+	QPs   []simQPJSON    `json:"qps"`
+	Stats map[string]any `json:"stats"` // drain.Stats, snakeJSON
+}
+
+// snakeCase turns a Go field name into a JSON key as every other key of
+// the CLI is written: "RecvDrainWRs" -> "recv_drain_wrs", "AfterEmptyCQ" ->
+// "after_empty_cq".
+func snakeCase(name string) string {
+	var b strings.Builder
+	rs := []rune(name)
+	for i, r := range rs {
+		upper := unicode.IsUpper(r)
+		if upper && i > 0 && (!unicode.IsUpper(rs[i-1]) || i+1 < len(rs) && unicode.IsLower(rs[i+1]) && rs[i+1] != 's') {
+			b.WriteByte('_')
+		}
+		b.WriteRune(unicode.ToLower(r))
+	}
+	return b.String()
+}
+
+// snakeJSON is a flat struct of numbers as a JSON object with snake_case
+// keys, so that drain.Stats is printed whole however its fields change.
+func snakeJSON(v any) map[string]any {
+	rv := reflect.ValueOf(v)
+	out := make(map[string]any, rv.NumField())
+	for i := range rv.NumField() {
+		if f := rv.Type().Field(i); f.IsExported() {
+			out[snakeCase(f.Name)] = rv.Field(i).Interface()
+		}
+	}
+	return out
 }
 
 func (r *simResult) jsonView() simJSON {
-	out := simJSON{Note: r.note, Stats: r.stats}
+	out := simJSON{Note: r.note, Stats: snakeJSON(r.stats)}
 	for _, rep := range r.reports {
 		q := simQPJSON{LQPN: rep.QPNum, Outcome: rep.Outcome.String(), DurationUS: rep.Duration().Microseconds(), Batch: rep.Batch,
 			RecvFlushed: rep.Flushed[drain.QueueRecv].Flushed, SendFlushed: rep.Flushed[drain.QueueSend].Flushed}

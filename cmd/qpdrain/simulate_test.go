@@ -48,7 +48,7 @@ func TestSimulateQuirkFindings(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("-j output is not JSON: %v\n%s", err, out)
 	}
-	if len(got.QPs) != 2 || got.Stats.Quarantined != 2 {
+	if len(got.QPs) != 2 || got.Stats["quarantined"] != 2.0 {
 		t.Fatalf("want 2 QPs, both quarantined: %+v", got)
 	}
 	for _, q := range got.QPs {
@@ -88,5 +88,40 @@ func TestSimulateRejects(t *testing.T) {
 		if !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("simulate %v: %q, want it to name %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// Every JSON key is snake_case, drain.Stats' included, and QP numbers are
+// printed in decimal, as check and scenario print them.
+func TestSimulateKeys(t *testing.T) {
+	for name, want := range map[string]string{
+		"Added": "added", "AfterEmptyCQ": "after_empty_cq", "DrainWRs": "drain_wrs", "RecvDrainWRs": "recv_drain_wrs",
+		"RepeatedLastWQE": "repeated_last_wqe", "LateDrainWCs": "late_drain_wcs", "QPState": "qp_state",
+	} {
+		if got := snakeCase(name); got != want {
+			t.Errorf("snakeCase(%q) = %q, want %q", name, got, want)
+		}
+	}
+	out, err := runSimulate(t, "--qps", "2", "-j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw struct {
+		Stats map[string]any `json:"stats"`
+	}
+	if err := json.Unmarshal([]byte(out), &raw); err != nil || len(raw.Stats) == 0 {
+		t.Fatalf("stats %v (%v)", raw.Stats, err)
+	}
+	for k := range raw.Stats {
+		if k != strings.ToLower(k) {
+			t.Errorf("stats key %q is not snake_case", k)
+		}
+	}
+	text, err := runSimulate(t, "--qps", "2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(text, "\n0x") {
+		t.Errorf("QP numbers in hex:\n%s", text)
 	}
 }

@@ -127,7 +127,8 @@ func observeResponder(t *testing.T, ctx ibv.Context, qp ibv.QP) responderOutcome
 
 // TestPostInError: WRs outstanding when a QP enters ERROR, and WRs posted
 // while it is in ERROR, all complete with WR_FLUSH_ERR (C10-42, C10-97.2.1,
-// and the send-side requirement quoted in REFERENCE.md).
+// and the send-side requirement Roland Dreier stated on the ofa-general
+// thread about IBM eHCA and IPoIB-CM's Last WQE handling).
 func TestPostInError(t *testing.T) {
 	l := newLoopback(t)
 	postRecv(t, l.a, ibv.RecvWR{ID: 40, SGL: sge(l.mra, 0, 64)})

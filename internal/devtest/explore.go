@@ -99,7 +99,7 @@ func Explore(t *testing.T, body func(t *testing.T)) {
 		}
 	}
 	el := time.Since(start)
-	summary := fmt.Sprintf("explore %s: %d passed, %d failed in %.3fs (%.0f seeds/s)",
+	summary := fmt.Sprintf("explore %s: %d passed, %d failed in %.3fs (%.0f seeds a second)",
 		t.Name(), passed, failed, el.Seconds(), float64(passed+failed)/el.Seconds())
 	if len(failing) > 0 {
 		summary += fmt.Sprintf("; failing seeds %v", failing)

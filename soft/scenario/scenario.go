@@ -207,7 +207,7 @@ func SRQFault() (steps []Step, err error) {
 		if i >= len(qps) {
 			dev = "soft1"
 		}
-		final = append(final, fmt.Sprintf("%s qp %d: %s", dev, q.Num(), a.State))
+		final = append(final, fmt.Sprintf("%s qpn %d: %s", dev, q.Num(), a.State))
 	}
 	wcs := make([]ibv.WC, 16)
 	for _, cq := range cqs {

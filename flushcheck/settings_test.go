@@ -1,0 +1,198 @@
+package flushcheck
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/devtest"
+	"github.com/qpdrain/qpdrain/soft"
+)
+
+// TestSettingsPerQuirk: the settings follow from what each quirk breaks,
+// and draining with them ends every drain safe, with nothing of a QP
+// completing after it was called safe.
+func TestSettingsPerQuirk(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		quirk      soft.Quirks
+		countRecvs bool
+		maxBatch   int
+		policy     drain.Policy
+		viaRTS     bool
+		repeats    bool // a "repeated Last WQE Reached" line
+		stalls     bool // the drains end quarantined: nothing proves them
+	}{
+		{"none", soft.Quirks{}, false, 0, drain.Quarantine, false, false, false},
+		{"SendInErrorNotFlushed", soft.Quirks{SendInErrorNotFlushed: true}, false, 1, drain.Quarantine, true, false, true},
+		{"RecvInErrorNotFlushed", soft.Quirks{RecvInErrorNotFlushed: true}, true, 0, drain.Quarantine, false, false, false},
+		{"RecvInErrorFlushDeferred", soft.Quirks{RecvInErrorFlushDeferred: true}, true, 0, drain.Quarantine, false, false, false},
+		{"NoLastWQEReached", soft.Quirks{NoLastWQEReached: true}, false, 0, drain.DestroyWhenEmpty, false, false, false},
+		{"LastWQEReachedTwice", soft.Quirks{LastWQEReachedTwice: true}, false, 0, drain.DestroyWhenEmpty, false, false, false},
+		{"LastWQEReachedAgain", soft.Quirks{LastWQEReachedAgain: true}, false, 0, drain.Quarantine, false, true, false},
+		{"DrainNeedsRTS", soft.Quirks{DrainNeedsRTS: true}, false, 0, drain.Quarantine, true, false, false},
+		{"NoResponderErrorEvent", soft.Quirks{NoResponderErrorEvent: true}, false, 0, drain.Quarantine, false, false, false},
+		{"FlushDeferred", soft.Quirks{FlushDeferred: true}, false, 1, drain.DestroyWhenEmpty, false, false, false},
+		{"CQOverrunKeepsQPs", soft.Quirks{CQOverrunKeepsQPs: true}, false, 0, drain.Quarantine, false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dev := openSoft(t, tc.quirk)
+			results := Run(context.Background(), dev, quick)
+			rec := Settings(results)
+			o := rec.Options
+			if r, _ := lookupResult(results, "flush-order"); tc.maxBatch == 0 && allowed(t, r) {
+				tc.maxBatch = 1 // an adversarial schedule interleaved the flushes
+			}
+			if rec.CountRecvs != tc.countRecvs || o.MaxBatch != tc.maxBatch || o.Policy != tc.policy || o.ViaRTS != tc.viaRTS {
+				t.Errorf("CountRecvs %v MaxBatch %d Policy %s ViaRTS %v; want %v %d %s %v",
+					rec.CountRecvs, o.MaxBatch, o.Policy, o.ViaRTS, tc.countRecvs, tc.maxBatch, tc.policy, tc.viaRTS)
+			}
+			var names []string
+			for _, s := range rec.Settings {
+				names = append(names, s.Name)
+				if s.Value == "" || s.Reason == "" {
+					t.Errorf("setting %+v without a value or reason", s)
+				}
+			}
+			want := []string{"receive drain WR", "MaxBatch", "Policy", "LastWQETimeout", "DrainTimeout", "ViaRTS"}
+			if tc.repeats {
+				want = append(want, "repeated Last WQE Reached")
+			}
+			if want = append(want, "Headroom"); !slices.Equal(names, want) {
+				t.Errorf("settings %v, want %v", names, want)
+			}
+			// Short bounds: the soft device answers at once.
+			rec.Options.LastWQETimeout, rec.Options.DrainTimeout = 50*time.Millisecond, 50*time.Millisecond
+			drainWithSettings(t, dev, rec, tc.stalls)
+		})
+	}
+}
+
+// A probe that did not run leaves its setting at the choice safe
+// everywhere, and says so.
+func TestSettingsUnknown(t *testing.T) {
+	rec := Settings([]Result{{Name: "flush-order", Outcome: Error}})
+	if o := rec.Options; !rec.CountRecvs || o.MaxBatch != 1 || o.Policy != drain.Quarantine || !o.ViaRTS {
+		t.Errorf("options without findings: %+v, CountRecvs %v", o, rec.CountRecvs)
+	}
+	for _, s := range rec.Settings[:3] {
+		if !strings.Contains(s.Reason, "did not run to a verdict") {
+			t.Errorf("%s: reason %q does not say the probe did not run", s.Name, s.Reason)
+		}
+	}
+}
+
+// drainWithSettings drains, with o, QPs in the states a drain meets:
+// four on an SRQ and four with their own receive queue (two receives
+// each), all on one CQ, each with a send waiting on an RNR. Every drain
+// must end, within its bounds, safe to destroy (or, with stalls,
+// quarantined), and no completion of a QP may come after it was called
+// safe, nor be missing then.
+func drainWithSettings(t *testing.T, dev ibv.Context, rec Recommendation, stalls bool) {
+	t.Helper()
+	o := rec.Options
+	pd := devtest.NewPD(t, dev)
+	cq := devtest.NewCQ(t, dev, 256)
+	srq := devtest.NewSRQ(t, pd, ibv.SRQAttr{MaxWR: 32, MaxSGE: 1})
+	if err := srq.PostRecv(recvs(recvBase+0x40, 8)); err != nil {
+		t.Fatal(err)
+	}
+	type qpInfo struct {
+		qp     ibv.QP
+		posted int // WRs of ours that must complete before the QP is safe
+	}
+	var qps []qpInfo
+	for i := range 8 {
+		var s ibv.SRQ
+		if i < 4 {
+			s = srq
+		}
+		qp := devtest.NewRC(t, pd, devtest.RCConfig{SRQ: s, SendCQ: cq})
+		devtest.Connect(t, dev, qp, devtest.NewRC(t, pd, devtest.RCConfig{}))
+		posted := 1
+		if s == nil {
+			if err := qp.PostRecv(recvs(recvBase, 2)); err != nil {
+				t.Fatal(err)
+			}
+			posted += 2
+		}
+		// The peer has no receive: the send waits on an RNR (rnr_retry 7).
+		if err := qp.PostSend(sends(sendBase, 1)); err != nil {
+			t.Fatal(err)
+		}
+		qps = append(qps, qpInfo{qp, posted})
+	}
+	var mu sync.Mutex
+	seen := make(map[uint32]int) // completions of each QP that the caller got
+	o.Queue = drain.QueueByIDPrefix(8, recvBase, sendBase)
+	o.Events = dev
+	o.OnWC = func(wc ibv.WC) {
+		mu.Lock()
+		seen[wc.QPNum]++
+		mu.Unlock()
+	}
+	r := drain.NewReaper(cq, o)
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- r.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-runDone
+	}()
+	var handles []*drain.Handle
+	for _, q := range qps {
+		var add drain.AddOptions
+		if rec.CountRecvs && q.qp.SRQ() == nil {
+			add = drain.AddOptions{CountRecvs: true, Recvs: 2}
+		}
+		h, err := r.Add(q.qp, add)
+		if err != nil {
+			t.Fatal(err)
+		}
+		handles = append(handles, h)
+	}
+	// A drain is bounded by its two timeouts; twice that and a second
+	// of scheduling is a stall.
+	bound := 2*(o.LastWQETimeout+o.DrainTimeout) + time.Second
+	wctx, wcancel := context.WithTimeout(context.Background(), bound)
+	defer wcancel()
+	counted := make(map[uint32]int) // completions each drain saw before its outcome
+	for i, h := range handles {
+		rep, err := h.Wait(wctx)
+		if rep == nil {
+			t.Fatalf("qpn %d: no report after %v: %v", qps[i].qp.Num(), bound, err)
+		}
+		if stalls {
+			if rep.Outcome != drain.Quarantined {
+				t.Errorf("qpn %d: %s (%v), want quarantined: nothing proves it finished", rep.QPNum, rep.Outcome, err)
+			}
+			continue
+		}
+		if err != nil || !rep.Outcome.SafeToDestroy() {
+			t.Errorf("qpn %d: %s, %v; want safe to destroy\n%s", rep.QPNum, rep.Outcome, err, rep)
+			continue
+		}
+		for _, f := range rep.Flushed {
+			counted[rep.QPNum] += f.Flushed + f.Other
+		}
+	}
+	// A completion after the outcome would come within milliseconds; the
+	// reaper passes it to OnWC without counting it in the report.
+	time.Sleep(100 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, q := range qps {
+		n, safe := counted[q.qp.Num()]
+		if !safe {
+			continue
+		}
+		if n != q.posted || seen[q.qp.Num()] != q.posted {
+			t.Errorf("false safe: qpn %d called safe having seen %d of its %d completions; %d came in all", q.qp.Num(), n, q.posted, seen[q.qp.Num()])
+		}
+	}
+}
