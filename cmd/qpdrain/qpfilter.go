@@ -1,0 +1,182 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/qpdrain/qpdrain/rdmanl"
+	"github.com/qpdrain/qpdrain/rdmanl/inventory"
+)
+
+// qpFilter is the filter syntax of `rdma resource show qp`: NAME VALUE
+// pairs, where VALUE is a comma-separated list of numbers and ranges
+// (lqpn 5-9,12) or of words (state RTS,ERR), and link is DEV or DEV/PORT
+// (DEV/- for QPs without a port). A QP passes when it matches every filter;
+// a QP without the filtered attribute (no rqpn on a UD QP, no pid on a
+// kernel QP) does not match, as in iproute2.
+type qpFilter struct {
+	dev      string
+	port     uint32
+	hasPort  bool
+	portNone bool
+	nums     map[string][][2]uint32
+	words    map[string][]string
+}
+
+// Filter names, as rdma spells them.
+var (
+	numericQPFilters = []string{"lqpn", "rqpn", "pdn", "pid", "sq-psn", "rq-psn"}
+	wordQPFilters    = []string{"type", "state", "path-mig-state"}
+)
+
+func parseQPFilter(args []string) (qpFilter, error) {
+	f := qpFilter{nums: map[string][][2]uint32{}, words: map[string][]string{}}
+	known := "link, " + strings.Join(numericQPFilters, ", ") + ", " + strings.Join(wordQPFilters, ", ")
+	for i := 0; i < len(args); i += 2 {
+		name := args[i]
+		if i+1 >= len(args) {
+			return f, fmt.Errorf("filter %q has no value", name)
+		}
+		val := args[i+1]
+		switch {
+		case name == "link":
+			if err := f.parseLink(val); err != nil {
+				return f, err
+			}
+		case contains(numericQPFilters, name):
+			rs, err := parseRanges(name, val)
+			if err != nil {
+				return f, err
+			}
+			f.nums[name] = append(f.nums[name], rs...)
+		case contains(wordQPFilters, name):
+			for _, w := range strings.Split(val, ",") {
+				if w == "" {
+					return f, fmt.Errorf("filter %s %q: empty word in the list", name, val)
+				}
+				f.words[name] = append(f.words[name], strings.ToUpper(w))
+			}
+		default:
+			return f, fmt.Errorf("unknown filter %q: want one of %s", name, known)
+		}
+	}
+	return f, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, l := range list {
+		if l == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (f *qpFilter) parseLink(val string) error {
+	dev, port, hasPort := strings.Cut(val, "/")
+	if dev == "" {
+		return fmt.Errorf("filter link %q: want DEV or DEV/PORT", val)
+	}
+	f.dev = dev
+	if !hasPort {
+		return nil
+	}
+	if port == "-" {
+		f.portNone = true
+		return nil
+	}
+	n, err := strconv.ParseUint(port, 10, 32)
+	if err != nil || n == 0 {
+		return fmt.Errorf("filter link %q: port %q is not a port number (1, 2, ... or -)", val, port)
+	}
+	f.port, f.hasPort = uint32(n), true
+	return nil
+}
+
+// parseRanges reads "5", "5-9", "1,3,7-9".
+func parseRanges(name, val string) ([][2]uint32, error) {
+	var out [][2]uint32
+	for _, part := range strings.Split(val, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.ParseUint(lo, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("filter %s %q: %q is not a number or a range N-M", name, val, part)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.ParseUint(hi, 10, 32); err != nil {
+				return nil, fmt.Errorf("filter %s %q: %q is not a number or a range N-M", name, val, part)
+			}
+			if b < a {
+				return nil, fmt.Errorf("filter %s %q: range %q ends before it starts", name, val, part)
+			}
+		}
+		out = append(out, [2]uint32{uint32(a), uint32(b)})
+	}
+	return out, nil
+}
+
+// value returns a QP's numeric attribute by filter name, and whether the QP
+// has it.
+func qpNumber(q *inventory.QP, name string) (uint32, bool) {
+	switch name {
+	case "lqpn":
+		return q.LQPN, true
+	case "rqpn":
+		return q.RQPN, q.Has&rdmanl.HasRQPN != 0
+	case "pdn":
+		return q.PDN, q.Has&rdmanl.HasPDN != 0
+	case "pid":
+		return q.PID, q.Has&rdmanl.HasPID != 0
+	case "sq-psn":
+		return q.SQPSN, q.Has&rdmanl.HasSQPSN != 0
+	case "rq-psn":
+		return q.RQPSN, q.Has&rdmanl.HasRQPSN != 0
+	}
+	return 0, false
+}
+
+func qpWord(q *inventory.QP, name string) (string, bool) {
+	switch name {
+	case "type":
+		return q.Type.String(), true
+	case "state":
+		return q.State.String(), true
+	case "path-mig-state":
+		return q.PathMigState.String(), q.Has&rdmanl.HasPathMigState != 0
+	}
+	return "", false
+}
+
+func (f *qpFilter) match(q *inventory.QP) bool {
+	if f.dev != "" && q.DeviceName != f.dev {
+		return false
+	}
+	hasPort := q.Has&rdmanl.HasPort != 0
+	if f.portNone && hasPort || f.hasPort && (!hasPort || q.Port != f.port) {
+		return false
+	}
+	for name, ranges := range f.nums {
+		v, ok := qpNumber(q, name)
+		if !ok || !inRanges(v, ranges) {
+			return false
+		}
+	}
+	for name, words := range f.words {
+		v, ok := qpWord(q, name)
+		if !ok || !contains(words, v) {
+			return false
+		}
+	}
+	return true
+}
+
+func inRanges(v uint32, ranges [][2]uint32) bool {
+	for _, r := range ranges {
+		if v >= r[0] && v <= r[1] {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,375 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/rdmanl"
+	"github.com/qpdrain/qpdrain/rdmanl/inventory"
+)
+
+func init() { subcommands = append(subcommands, newQPsCmd) }
+
+// hostOptions are the /proc and sysfs roots the host-view commands read
+// (hidden flags: tests point them at recorded trees).
+type hostOptions struct {
+	proc, sys, dev string
+	timeout        time.Duration
+}
+
+func (h *hostOptions) flags(cmd *cobra.Command, timeout time.Duration) {
+	f := cmd.Flags()
+	f.StringVar(&h.proc, "proc", "/proc", "the /proc tree to read")
+	f.StringVar(&h.sys, "sysfs", "/sys", "the sysfs tree to read")
+	f.StringVar(&h.dev, "devdir", "/dev", "where char devices live")
+	for _, n := range []string{"proc", "sysfs", "devdir"} {
+		_ = f.MarkHidden(n)
+	}
+	f.DurationVar(&h.timeout, "timeout", timeout, "give up when the kernel has not answered by then")
+}
+
+// dialRDMA opens RDMA netlink; a host without it (no ib_core, not Linux)
+// has no RDMA devices (exit 3).
+func dialRDMA() (*rdmanl.Conn, error) {
+	c, err := rdmanl.Dial()
+	if err != nil {
+		if errors.Is(err, unix.EPROTONOSUPPORT) || errors.Is(err, unix.EAFNOSUPPORT) || !isLinux {
+			return nil, withExitCode(exitUnsupported, fmt.Errorf("%w (RDMA netlink is not available: %v)", inventory.ErrNoDevices, err))
+		}
+		return nil, withExitCode(exitError, err)
+	}
+	return c, nil
+}
+
+func newQPsCmd(opts *globalOptions) *cobra.Command {
+	var host hostOptions
+	var summary bool
+	cmd := &cobra.Command{
+		Use:   "qps [link DEV[/PORT]] [lqpn N] [state S] [type T] [pid P] ...",
+		Short: "List every QP on the host, with its owner and the processes that hold it, as `rdma resource show qp`",
+		Long: `List the QPs of every RDMA device on the host through RDMA netlink, as
+"rdma resource show qp" does, with its filters (link DEV[/PORT], lqpn, rqpn,
+pdn, pid, sq-psn, rq-psn, type, state, path-mig-state; values are lists such
+as "RTS,ERR" or "1-9,12") and its words. Beyond rdma, each QP gets its owner:
+the process of the thread the kernel names, else the process the QP's PD or
+device context names (the creating thread may have exited), and the
+processes that hold its device's uverbs file open or mapped (a forked child,
+a process the fd was passed to). With -j, objects carry rdma's keys plus
+"owner", "creator_gone" and "holders"; -d adds owners and holders to text.
+--summary counts QPs per device by type and state, next to the device's
+max_qp. Exits 3 when the host has no RDMA devices, 2 on errors.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := parseQPFilter(args)
+			if err != nil {
+				return withExitCode(exitError, err)
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), host.timeout)
+			defer cancel()
+			conn, err := dialRDMA()
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			iopts := inventory.Options{
+				Proc:   inventory.Proc{Root: host.proc},
+				Sys:    inventory.Sys{Root: host.sys},
+				DevDir: host.dev,
+				Progress: func(dev string, n int) {
+					opts.log.WithField("device", dev).WithField("qps", n).Info("read the QP table")
+				},
+			}
+			if f.dev != "" {
+				iopts.Devices = []string{f.dev}
+			}
+			snap, err := inventory.Take(ctx, conn, iopts)
+			switch {
+			case errors.Is(err, inventory.ErrNoDevices):
+				return withExitCode(exitUnsupported, err)
+			case err != nil:
+				return withExitCode(exitError, err)
+			}
+			w := bufio.NewWriterSize(cmd.OutOrStdout(), 64<<10)
+			if summary {
+				err = printQPSummary(w, snap, &f, opts.json, maxQPs)
+			} else {
+				err = printQPs(w, snap, &f, opts.json, opts.details)
+			}
+			if ferr := w.Flush(); err == nil {
+				err = ferr
+			}
+			if err != nil {
+				return withExitCode(exitError, err)
+			}
+			return nil
+		},
+	}
+	host.flags(cmd, 2*time.Minute)
+	cmd.Flags().BoolVar(&summary, "summary", false, "count QPs per device by type and state, next to max_qp")
+	return cmd
+}
+
+// qpJSON is one QP in -j output: iproute2's keys in iproute2's order
+// (rdma/res-qp.c), each present exactly when rdma prints it, then
+// qpdrain's own.
+type qpJSON struct {
+	IfIndex      uint32             `json:"ifindex"`
+	Port         *uint32            `json:"port,omitempty"`
+	IfName       string             `json:"ifname"`
+	LQPN         uint32             `json:"lqpn"`
+	RQPN         *uint32            `json:"rqpn,omitempty"`
+	Type         string             `json:"type"`
+	Subtype      string             `json:"subtype,omitempty"`
+	State        string             `json:"state"`
+	RQPSN        *uint32            `json:"rq-psn,omitempty"`
+	SQPSN        *uint32            `json:"sq-psn,omitempty"`
+	PathMigState string             `json:"path-mig-state,omitempty"`
+	PDN          *uint32            `json:"pdn,omitempty"`
+	PID          *uint32            `json:"pid,omitempty"`
+	Comm         string             `json:"comm,omitempty"`
+	Owner        *inventory.Owner   `json:"owner"`
+	CreatorGone  bool               `json:"creator_gone"`
+	Holders      []inventory.Holder `json:"holders"`
+}
+
+func opt(v uint32, ok bool) *uint32 {
+	if !ok {
+		return nil
+	}
+	return &v
+}
+
+func toQPJSON(q *inventory.QP) qpJSON {
+	j := qpJSON{
+		IfIndex: q.Device, IfName: q.DeviceName, LQPN: q.LQPN,
+		Port:    opt(q.Port, q.Has&rdmanl.HasPort != 0),
+		RQPN:    opt(q.RQPN, q.Has&rdmanl.HasRQPN != 0),
+		Type:    q.Type.String(), Subtype: q.Subtype, State: q.State.String(),
+		RQPSN:   opt(q.RQPSN, q.Has&rdmanl.HasRQPSN != 0),
+		SQPSN:   opt(q.SQPSN, q.Has&rdmanl.HasSQPSN != 0),
+		PDN:     opt(q.PDN, q.Has&rdmanl.HasPDN != 0),
+		PID:     opt(q.PID, q.Has&rdmanl.HasPID != 0),
+		Comm:    q.Comm, Owner: q.Owner, CreatorGone: q.CreatorGone, Holders: q.Holders,
+	}
+	if q.Has&rdmanl.HasPathMigState != 0 {
+		j.PathMigState = q.PathMigState.String()
+	}
+	if j.Holders == nil {
+		j.Holders = []inventory.Holder{}
+	}
+	return j
+}
+
+// printQPs writes the QPs that pass f, grouped by device and port as rdma
+// lists them (QPs without a port first), in table order within a port: text
+// lines as rdma's, or one JSON array streamed element by element.
+func printQPs(w io.Writer, snap *inventory.Snapshot, f *qpFilter, asJSON, details bool) error {
+	qps := make([]*inventory.QP, 0, len(snap.QPs))
+	for i := range snap.QPs {
+		if f.match(&snap.QPs[i]) {
+			qps = append(qps, &snap.QPs[i])
+		}
+	}
+	sort.SliceStable(qps, func(i, j int) bool {
+		if qps[i].Device != qps[j].Device {
+			return qps[i].Device < qps[j].Device
+		}
+		return qps[i].Port < qps[j].Port
+	})
+	if asJSON {
+		enc := json.NewEncoder(w)
+		if _, err := io.WriteString(w, "["); err != nil {
+			return err
+		}
+		for i, q := range qps {
+			if i > 0 {
+				if _, err := io.WriteString(w, ","); err != nil {
+					return err
+				}
+			}
+			if err := enc.Encode(toQPJSON(q)); err != nil {
+				return err
+			}
+		}
+		_, err := io.WriteString(w, "]\n")
+		return err
+	}
+	var b []byte
+	for _, q := range qps {
+		b = appendQPLine(b[:0], q, details)
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// appendQPLine formats one QP as rdma's text output does (without its
+// trailing space), plus owner and holders with details.
+func appendQPLine(b []byte, q *inventory.QP, details bool) []byte {
+	num := func(name string, v uint32) {
+		b = append(b, ' ')
+		b = append(b, name...)
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, uint64(v), 10)
+	}
+	word := func(name, v string) {
+		b = append(b, ' ')
+		b = append(b, name...)
+		b = append(b, ' ')
+		b = append(b, v...)
+	}
+	b = append(b, "link "...)
+	b = append(b, q.DeviceName...)
+	if q.Has&rdmanl.HasPort != 0 {
+		b = append(b, '/')
+		b = strconv.AppendUint(b, uint64(q.Port), 10)
+	} else {
+		b = append(b, "/-"...)
+	}
+	num("lqpn", q.LQPN)
+	if q.Has&rdmanl.HasRQPN != 0 {
+		num("rqpn", q.RQPN)
+	}
+	word("type", q.Type.String())
+	if q.Subtype != "" {
+		word("subtype", q.Subtype)
+	}
+	word("state", q.State.String())
+	if q.Has&rdmanl.HasRQPSN != 0 {
+		num("rq-psn", q.RQPSN)
+	}
+	if q.Has&rdmanl.HasSQPSN != 0 {
+		num("sq-psn", q.SQPSN)
+	}
+	if q.Has&rdmanl.HasPathMigState != 0 {
+		word("path-mig-state", q.PathMigState.String())
+	}
+	if q.Has&rdmanl.HasPDN != 0 {
+		num("pdn", q.PDN)
+	}
+	if q.Has&rdmanl.HasPID != 0 {
+		num("pid", q.PID)
+	}
+	switch {
+	case q.Has&rdmanl.HasPID == 0 && q.Comm != "":
+		word("comm", "["+q.Comm+"]")
+	case q.Comm != "":
+		word("comm", q.Comm)
+	}
+	if details {
+		b = appendOwner(b, q)
+	}
+	return append(b, '\n')
+}
+
+func appendOwner(b []byte, q *inventory.QP) []byte {
+	switch {
+	case q.Owner != nil && q.Owner.Via != inventory.FromKernel:
+		b = fmt.Appendf(b, " owner %d/%s via %s", q.Owner.PID, q.Owner.Comm, q.Owner.Via)
+		if q.Owner.Zombie {
+			b = append(b, " (zombie)"...)
+		}
+	case q.CreatorGone:
+		b = append(b, " owner - (creator gone)"...)
+	}
+	if q.Owner != nil && q.Owner.Via == inventory.FromKernel {
+		return b
+	}
+	if len(q.Holders) == 0 {
+		return append(b, " holders -"...)
+	}
+	b = append(b, " holders "...)
+	for i, h := range q.Holders {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = fmt.Appendf(b, "%d/%s", h.PID, h.Comm)
+	}
+	return b
+}
+
+// maxQPs asks the verbs API for a device's max_qp; false when it cannot
+// (no libibverbs, a CGO_ENABLED=0 build, a device it cannot open).
+func maxQPs(dev string) (int, bool) {
+	c, err := ibv.Open(dev)
+	if err != nil {
+		return 0, false
+	}
+	defer c.Close()
+	a, err := c.QueryDevice()
+	if err != nil {
+		return 0, false
+	}
+	return a.MaxQP, true
+}
+
+// qpSummaryJSON is one device of --summary -j.
+type qpSummaryJSON struct {
+	IfIndex uint32         `json:"ifindex"`
+	IfName  string         `json:"ifname"`
+	MaxQP   *int           `json:"max_qp,omitempty"`
+	QPs     int            `json:"qp"`
+	Types   map[string]int `json:"types"`
+	States  map[string]int `json:"states"`
+}
+
+func printQPSummary(w io.Writer, snap *inventory.Snapshot, f *qpFilter, asJSON bool, maxQP func(string) (int, bool)) error {
+	rows := make([]qpSummaryJSON, 0, len(snap.Devices))
+	at := map[uint32]int{}
+	for _, d := range snap.Devices {
+		at[d.Index] = len(rows)
+		r := qpSummaryJSON{IfIndex: d.Index, IfName: d.Name, Types: map[string]int{}, States: map[string]int{}}
+		if n, ok := maxQP(d.Name); ok {
+			r.MaxQP = &n
+		}
+		rows = append(rows, r)
+	}
+	for i := range snap.QPs {
+		q := &snap.QPs[i]
+		if !f.match(q) {
+			continue
+		}
+		r := &rows[at[q.Device]]
+		r.QPs++
+		r.Types[q.Type.String()]++
+		r.States[q.State.String()]++
+	}
+	if asJSON {
+		return json.NewEncoder(w).Encode(rows)
+	}
+	for _, r := range rows {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%d: %s:", r.IfIndex, r.IfName)
+		if r.MaxQP != nil {
+			fmt.Fprintf(&b, " max_qp %d", *r.MaxQP)
+		}
+		fmt.Fprintf(&b, " qp %d", r.QPs)
+		for i := 0; i < 11; i++ {
+			if n := r.Types[rdmanl.QPType(i).String()]; n > 0 && rdmanl.QPType(i).String() != "UNKNOWN" {
+				fmt.Fprintf(&b, " %s %d", rdmanl.QPType(i), n)
+			}
+		}
+		for s := rdmanl.QPStateReset; s <= rdmanl.QPStateErr; s++ {
+			if n := r.States[s.String()]; n > 0 {
+				fmt.Fprintf(&b, " %s %d", s, n)
+			}
+		}
+		b.WriteByte('\n')
+		if _, err := io.WriteString(w, b.String()); err != nil {
+			return err
+		}
+	}
+	return nil
+}

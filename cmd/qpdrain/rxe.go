@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/qpdrain/qpdrain/rdmanl"
+	"github.com/qpdrain/qpdrain/rdmanl/inventory"
+)
+
+func init() { subcommands = append(subcommands, newRxeCmd) }
+
+func newRxeCmd(opts *globalOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "rxe",
+		Short: "Add, delete and list Soft-RoCE (rxe) links through RDMA netlink, as `rdma link add NAME type rxe netdev NETDEV`",
+	}
+	cmd.AddCommand(newRxeAddCmd(opts), newRxeDelCmd(opts), newRxeListCmd(opts))
+	return cmd
+}
+
+// loadRxe loads rdma_rxe when the kernel lacks it, saying so on w. A kernel
+// without the module fails with exit 3.
+func loadRxe(w io.Writer, sysRoot string) error {
+	if _, err := os.Stat(filepath.Join(sysRoot, "module", "rdma_rxe")); err == nil {
+		return nil
+	}
+	fmt.Fprintln(w, "rdma_rxe is not loaded: loading it (modprobe rdma_rxe)")
+	out, err := exec.Command("modprobe", "rdma_rxe").CombinedOutput()
+	if err != nil {
+		return withExitCode(exitUnsupported, fmt.Errorf("loading rdma_rxe: the kernel has no usable rdma_rxe module: %v: %s", err, strings.TrimSpace(string(out))))
+	}
+	return nil
+}
+
+func newRxeAddCmd(opts *globalOptions) *cobra.Command {
+	var host hostOptions
+	cmd := &cobra.Command{
+		Use:   "add NAME NETDEV",
+		Short: "Create the rxe device NAME on the net device NETDEV (loads rdma_rxe when missing)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, netdev := args[0], args[1]
+			if err := loadRxe(cmd.ErrOrStderr(), host.sys); err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), host.timeout)
+			defer cancel()
+			conn, err := dialRDMA()
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			if err := conn.AddLink(ctx, name, "rxe", netdev); err != nil {
+				return withExitCode(exitError, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "added %s on %s\n", name, netdev)
+			return nil
+		},
+	}
+	host.flags(cmd, 10*time.Second)
+	return cmd
+}
+
+// findDevice looks a device up by name.
+func findDevice(ctx context.Context, conn *rdmanl.Conn, name string) (rdmanl.Device, error) {
+	devs, err := conn.Devices(ctx)
+	if err != nil {
+		return rdmanl.Device{}, withExitCode(exitError, err)
+	}
+	for _, d := range devs {
+		if d.Name == name {
+			return d, nil
+		}
+	}
+	return rdmanl.Device{}, withExitCode(exitError, fmt.Errorf("%q: %w", name, inventory.ErrNoSuchDevice))
+}
+
+func newRxeDelCmd(opts *globalOptions) *cobra.Command {
+	var host hostOptions
+	cmd := &cobra.Command{
+		Use:   "del NAME",
+		Short: "Delete the rxe device NAME, once no process holds it (bounded by --timeout)",
+		Long: `Delete the rxe device NAME. The kernel's delete waits, unbounded and
+uninterruptibly, until every process has closed the device, so qpdrain first
+waits (bounded by --timeout) until no process holds the device's uverbs file
+open or mapped, naming the holders while it waits and when it gives up.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), host.timeout)
+			defer cancel()
+			conn, err := dialRDMA()
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			dev, err := findDevice(ctx, conn, args[0])
+			if err != nil {
+				return err
+			}
+			if err := waitUnheld(ctx, conn, dev, host, cmd.ErrOrStderr()); err != nil {
+				return withExitCode(exitError, err)
+			}
+			if err := conn.DeleteLink(ctx, dev); err != nil {
+				return withExitCode(exitError, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "deleted %s\n", dev.Name)
+			return nil
+		},
+	}
+	host.flags(cmd, 10*time.Second)
+	return cmd
+}
+
+// errHeld is a delete that gave up while processes still held the device.
+var errHeld = errors.New("processes still hold the device")
+
+// waitUnheld waits until no process holds dev's uverbs char device, saying
+// who holds it when that changes, and fails naming them when ctx ends.
+func waitUnheld(ctx context.Context, conn *rdmanl.Conn, dev rdmanl.Device, host hostOptions, w io.Writer) error {
+	cd, err := conn.UverbsChardev(ctx, dev)
+	if err != nil || cd.Name == "" {
+		// A device without a uverbs char device has no user-space holders.
+		return nil
+	}
+	path := filepath.Join(host.dev, "infiniband", cd.Name)
+	proc := inventory.Proc{Root: host.proc}
+	last := ""
+	for {
+		held, err := proc.Holders([]string{path})
+		if err != nil {
+			return fmt.Errorf("deleting %s: finding the processes that hold %s: %w", dev.Name, path, err)
+		}
+		hs := held[path]
+		if len(hs) == 0 {
+			return nil
+		}
+		names := holderList(hs)
+		if names != last {
+			fmt.Fprintf(w, "waiting for %s to be closed by %s\n", dev.Name, names)
+			last = names
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("deleting %s: %w after %v: %s", dev.Name, errHeld, host.timeout, names)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func holderList(hs []inventory.Holder) string {
+	parts := make([]string, len(hs))
+	for i, h := range hs {
+		parts[i] = fmt.Sprintf("pid %d (%s)", h.PID, h.Comm)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// rxeLink is one line of `qpdrain rxe list`.
+type rxeLink struct {
+	IfIndex uint32 `json:"ifindex"`
+	IfName  string `json:"ifname"`
+	Port    uint32 `json:"port"`
+	State   string `json:"state"`
+	Netdev  string `json:"netdev"`
+}
+
+func newRxeListCmd(opts *globalOptions) *cobra.Command {
+	var host hostOptions
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the rxe devices, their ports and net devices, as `rdma link show`",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), host.timeout)
+			defer cancel()
+			conn, err := dialRDMA()
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			devs, err := conn.Devices(ctx)
+			if err != nil {
+				return withExitCode(exitError, err)
+			}
+			links := []rxeLink{}
+			for _, d := range devs {
+				cd, err := conn.UverbsChardev(ctx, d)
+				if err != nil || cd.DriverID != rdmanl.DriverRXE {
+					continue
+				}
+				ports, err := conn.Ports(ctx, d)
+				if err != nil {
+					return withExitCode(exitError, err)
+				}
+				for _, p := range ports {
+					links = append(links, rxeLink{IfIndex: d.Index, IfName: d.Name, Port: p.Port, State: p.State.String(), Netdev: p.Netdev})
+				}
+			}
+			out := cmd.OutOrStdout()
+			if opts.json {
+				return json.NewEncoder(out).Encode(links)
+			}
+			for _, l := range links {
+				fmt.Fprintf(out, "link %s/%d state %s netdev %s\n", l.IfName, l.Port, l.State, l.Netdev)
+			}
+			return nil
+		},
+	}
+	host.flags(cmd, 10*time.Second)
+	return cmd
+}

@@ -1,0 +1,273 @@
+package rdmanl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/mdlayher/netlink"
+)
+
+// ErrUnusable is returned by every call on a Conn after a dump was cut
+// short (by its context or a receive error): the rest of that dump may
+// still be queued on the socket, so the Conn must be closed.
+var ErrUnusable = errors.New("netlink connection unusable after an interrupted dump")
+
+// ErrNoReply means the kernel answered a request with no message.
+var ErrNoReply = errors.New("no reply")
+
+// Error is the error of one nldev request: which command, on which device
+// (empty for requests that name none), and why. Err wraps the cause, such
+// as a unix.Errno the kernel returned (errors.Is(err, unix.EPERM)) or the
+// context's error.
+type Error struct {
+	Command Command
+	Device  string
+	Err     error
+}
+
+func (e *Error) Error() string {
+	if e.Device == "" {
+		return fmt.Sprintf("%s (%s): %v", e.Command.action(), e.Command, e.Err)
+	}
+	return fmt.Sprintf("%s of %s (%s): %v", e.Command.action(), e.Device, e.Command, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// DefaultMessageBufferSize is the receive buffer Dial uses. The kernel
+// sizes each dump message to the largest read the socket has seen, up to
+// 32 KiB (netlink_recvmsg, netlink_dump in net/netlink/af_netlink.c), and
+// every message of a resource dump resumes by walking the device's table
+// from its start: fewer, larger messages make a long dump much cheaper.
+const DefaultMessageBufferSize = 32 << 10
+
+// Conn is a NETLINK_RDMA socket. Its methods may be called from one
+// goroutine at a time.
+type Conn struct {
+	nl        *netlink.Conn
+	deadlines bool
+	broken    error
+	// record, when set, sees every reply message of a request (tests record
+	// kernel replies through it).
+	record func(cmd Command, dev string, msgs []netlink.Message)
+}
+
+// Dial opens a NETLINK_RDMA socket in the caller's network namespace,
+// which decides the devices it sees.
+func Dial() (*Conn, error) {
+	nl, err := netlink.Dial(familyRDMA, &netlink.Config{MessageBufferSize: DefaultMessageBufferSize})
+	if err != nil {
+		return nil, fmt.Errorf("opening the RDMA netlink socket: %w", err)
+	}
+	return NewConn(nl), nil
+}
+
+// NewConn uses an open netlink connection, such as one from nltest.Dial.
+// Where the connection has no deadlines (nltest), contexts are checked
+// between messages only.
+func NewConn(nl *netlink.Conn) *Conn {
+	return &Conn{nl: nl, deadlines: nl.SetDeadline(time.Time{}) == nil}
+}
+
+// Close closes the socket.
+func (c *Conn) Close() error { return c.nl.Close() }
+
+func msgType(cmd Command) netlink.HeaderType {
+	return netlink.HeaderType(nldevClient<<10 | uint16(cmd))
+}
+
+// request sends one request and hands each reply message to fn as it
+// arrives; with dump set it asks for a dump (NLM_F_DUMP) and reads every
+// part. Every wait is bounded by ctx.
+func (c *Conn) request(ctx context.Context, cmd Command, dev string, flags netlink.HeaderFlags, attrs *netlink.AttributeEncoder, fn func(netlink.Message) error) (err error) {
+	fail := func(err error) error { return &Error{Command: cmd, Device: dev, Err: err} }
+	if c.broken != nil {
+		return fail(c.broken)
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	var data []byte
+	if attrs != nil {
+		if data, err = attrs.Encode(); err != nil {
+			return fail(fmt.Errorf("encoding the request: %w", err))
+		}
+	}
+	if c.deadlines {
+		if dl, ok := ctx.Deadline(); ok {
+			_ = c.nl.SetDeadline(dl)
+		}
+		// A context that ends early moves the deadline to now, which wakes
+		// the blocked read.
+		stop := context.AfterFunc(ctx, func() { _ = c.nl.SetDeadline(time.Unix(1, 0)) })
+		defer func() {
+			if stop() || ctx.Err() == nil {
+				_ = c.nl.SetDeadline(time.Time{})
+			}
+		}()
+	}
+	req := netlink.Message{Header: netlink.Header{Type: msgType(cmd), Flags: netlink.Request | flags}, Data: data}
+	if _, err := c.nl.Send(req); err != nil {
+		return fail(err)
+	}
+	var got []netlink.Message
+	n := 0
+	var ferr error
+	for m, rerr := range c.nl.ReceiveIter() {
+		if rerr != nil {
+			if cerr := ctx.Err(); cerr != nil {
+				rerr = cerr
+			}
+			if n > 0 || flags&netlink.Dump != 0 {
+				c.broken = ErrUnusable
+			}
+			return fail(rerr)
+		}
+		n++
+		if c.record != nil {
+			got = append(got, m)
+		}
+		if ferr == nil {
+			ferr = fn(m)
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			c.broken = ErrUnusable
+			return fail(cerr)
+		}
+	}
+	if c.record != nil {
+		c.record(cmd, dev, got)
+	}
+	if ferr != nil {
+		return fail(ferr)
+	}
+	if n == 0 && flags&netlink.Dump == 0 && flags&netlink.Acknowledge == 0 {
+		return fail(ErrNoReply)
+	}
+	return nil
+}
+
+// devAttrs is a request naming a device by index.
+func devAttrs(dev uint32) *netlink.AttributeEncoder {
+	ae := netlink.NewAttributeEncoder()
+	ae.Uint32(attrDevIndex, dev)
+	return ae
+}
+
+// Devices lists the RDMA devices visible in the socket's network namespace.
+func (c *Conn) Devices(ctx context.Context) ([]Device, error) {
+	var out []Device
+	err := c.request(ctx, CmdGet, "", netlink.Dump, nil, func(m netlink.Message) error {
+		d, err := decodeDevice(m.Data)
+		if err != nil {
+			return err
+		}
+		out = append(out, d)
+		return nil
+	})
+	return out, err
+}
+
+// Ports lists the ports of dev.
+func (c *Conn) Ports(ctx context.Context, dev Device) ([]Port, error) {
+	var out []Port
+	err := c.request(ctx, CmdPortGet, dev.label(), netlink.Dump, devAttrs(dev.Index), func(m netlink.Message) error {
+		p, err := decodePort(m.Data)
+		if err != nil {
+			return err
+		}
+		out = append(out, p)
+		return nil
+	})
+	return out, err
+}
+
+// Summary reads the resource summary of dev.
+func (c *Conn) Summary(ctx context.Context, dev Device) (Summary, error) {
+	var s Summary
+	err := c.request(ctx, CmdResGet, dev.label(), 0, devAttrs(dev.Index), func(m netlink.Message) (err error) {
+		s, err = decodeSummary(m.Data)
+		return err
+	})
+	return s, err
+}
+
+// QPs dumps the QP table of dev, every QP of every process and of the
+// kernel, in table order (which is not QP number order).
+func (c *Conn) QPs(ctx context.Context, dev Device) ([]QP, error) {
+	return c.AppendQPs(ctx, nil, dev)
+}
+
+// AppendQPs is QPs appending to dst, for callers that reuse a slice.
+func (c *Conn) AppendQPs(ctx context.Context, dst []QP, dev Device) ([]QP, error) {
+	err := c.request(ctx, CmdResQPGet, dev.label(), netlink.Dump, devAttrs(dev.Index), func(m netlink.Message) (err error) {
+		dst, err = appendQPs(dst, m.Data)
+		return err
+	})
+	return dst, err
+}
+
+// PDs dumps the PD table of dev.
+func (c *Conn) PDs(ctx context.Context, dev Device) ([]PD, error) {
+	var out []PD
+	err := c.request(ctx, CmdResPDGet, dev.label(), netlink.Dump, devAttrs(dev.Index), func(m netlink.Message) (err error) {
+		out, err = appendPDs(out, m.Data)
+		return err
+	})
+	return out, err
+}
+
+// Contexts dumps the context table of dev (one entry per open uverbs
+// file; kernel 5.11 and later).
+func (c *Conn) Contexts(ctx context.Context, dev Device) ([]Ctx, error) {
+	var out []Ctx
+	err := c.request(ctx, CmdResCtxGet, dev.label(), netlink.Dump, devAttrs(dev.Index), func(m netlink.Message) (err error) {
+		out, err = appendCtxs(out, m.Data)
+		return err
+	})
+	return out, err
+}
+
+// UverbsChardev looks up the uverbs char device of dev ("uverbs0").
+func (c *Conn) UverbsChardev(ctx context.Context, dev Device) (Chardev, error) {
+	ae := devAttrs(dev.Index)
+	ae.String(attrChardevType, "uverbs")
+	var cd Chardev
+	err := c.request(ctx, CmdGetChardev, dev.label(), 0, ae, func(m netlink.Message) (err error) {
+		cd, err = decodeChardev(m.Data)
+		return err
+	})
+	return cd, err
+}
+
+// AddLink creates a software RDMA device named name of linkType ("rxe",
+// "siw") on the net device netdev, as `rdma link add NAME type TYPE netdev
+// NETDEV` does. The kernel loads the module for linkType
+// ("rdma-link-rxe") when it can.
+func (c *Conn) AddLink(ctx context.Context, name, linkType, netdev string) error {
+	ae := netlink.NewAttributeEncoder()
+	ae.String(attrDevName, name)
+	ae.String(attrLinkType, linkType)
+	ae.String(attrNdevName, netdev)
+	return c.request(ctx, CmdNewLink, name, netlink.Acknowledge, ae, func(netlink.Message) error { return nil })
+}
+
+// DeleteLink deletes the software RDMA device dev, as `rdma link delete`
+// does. The kernel handles the request inside the send and, for a driver
+// that cannot disassociate its contexts (rxe), waits there until every
+// process has closed the device (ib_unregister_device, ib_uverbs_remove_one):
+// ctx cannot cut that wait short, so callers first wait, bounded, until
+// no process holds the device (package inventory finds them).
+func (c *Conn) DeleteLink(ctx context.Context, dev Device) error {
+	return c.request(ctx, CmdDelLink, dev.label(), netlink.Acknowledge, devAttrs(dev.Index), func(netlink.Message) error { return nil })
+}
+
+// label names a device in errors: its name, else its index.
+func (d Device) label() string {
+	if d.Name != "" {
+		return d.Name
+	}
+	return fmt.Sprintf("device %d", d.Index)
+}
