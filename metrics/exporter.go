@@ -41,6 +41,9 @@ type ExporterOptions struct {
 	ScrapeTimeout time.Duration
 	// Analyze tunes the findings (near-limit threshold, max_qp).
 	Analyze leaks.Options
+	// Limits, when set, gives the devices' max_qp at each scrape in place
+	// of Analyze.Limits (a device may appear after the exporter started).
+	Limits func() map[string]leaks.Limit
 	// Log receives a line per failed scrape; nil discards.
 	Log logrus.FieldLogger
 }
@@ -99,7 +102,11 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	} else {
 		e.history = append(e.history, s)
 		e.trim(s.At)
-		r := leaks.Analyze(e.history, e.o.Analyze)
+		ao := e.o.Analyze
+		if e.o.Limits != nil {
+			ao.Limits = e.o.Limits()
+		}
+		r := leaks.Analyze(e.history, ao)
 		collect(ch, &r, s)
 	}
 	ch <- prometheus.MustNewConstMetric(scrapeDurationDesc, prometheus.GaugeValue, took.Seconds())
