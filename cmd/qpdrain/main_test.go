@@ -6,5 +6,10 @@ import (
 	"github.com/qpdrain/qpdrain/internal/testmain"
 )
 
-// TestMain fails the run if a test leaks a verbs object or a goroutine.
-func TestMain(m *testing.M) { testmain.Run(m) }
+// TestMain fails the run if a test leaks a verbs object or a goroutine. A
+// test binary started with QPDRAIN_QPS_HELPER set is a helper process of
+// the host-view tests instead (qps_rxe_test.go).
+func TestMain(m *testing.M) {
+	runHelper()
+	testmain.Run(m)
+}

@@ -153,14 +153,14 @@ func opt(v uint32, ok bool) *uint32 {
 func toQPJSON(q *inventory.QP) qpJSON {
 	j := qpJSON{
 		IfIndex: q.Device, IfName: q.DeviceName, LQPN: q.LQPN,
-		Port:    opt(q.Port, q.Has&rdmanl.HasPort != 0),
-		RQPN:    opt(q.RQPN, q.Has&rdmanl.HasRQPN != 0),
-		Type:    q.Type.String(), Subtype: q.Subtype, State: q.State.String(),
-		RQPSN:   opt(q.RQPSN, q.Has&rdmanl.HasRQPSN != 0),
-		SQPSN:   opt(q.SQPSN, q.Has&rdmanl.HasSQPSN != 0),
-		PDN:     opt(q.PDN, q.Has&rdmanl.HasPDN != 0),
-		PID:     opt(q.PID, q.Has&rdmanl.HasPID != 0),
-		Comm:    q.Comm, Owner: q.Owner, CreatorGone: q.CreatorGone, Holders: q.Holders,
+		Port: opt(q.Port, q.Has&rdmanl.HasPort != 0),
+		RQPN: opt(q.RQPN, q.Has&rdmanl.HasRQPN != 0),
+		Type: q.Type.String(), Subtype: q.Subtype, State: q.State.String(),
+		RQPSN: opt(q.RQPSN, q.Has&rdmanl.HasRQPSN != 0),
+		SQPSN: opt(q.SQPSN, q.Has&rdmanl.HasSQPSN != 0),
+		PDN:   opt(q.PDN, q.Has&rdmanl.HasPDN != 0),
+		PID:   opt(q.PID, q.Has&rdmanl.HasPID != 0),
+		Comm:  q.Comm, Owner: q.Owner, CreatorGone: q.CreatorGone, Holders: q.Holders,
 	}
 	if q.Has&rdmanl.HasPathMigState != 0 {
 		j.PathMigState = q.PathMigState.String()

@@ -74,7 +74,7 @@ done
 cp -r "$tdir/src/." src/
 
 # the command that creates rxe0; the project's CLI is built in when it is the one
-add_cmd=${RXE_ADD_CMD:-rdma link add rxe0 type rxe netdev dummy0}
+add_cmd=${RXE_ADD_CMD:-qpdrain rxe add rxe0 dummy0}
 if [ "${add_cmd%% *}" = qpdrain ]; then
 	(cd "$RXE_ROOT" && go build -o "$root/usr/bin/qpdrain" ./cmd/qpdrain) || rxe_die "go build ./cmd/qpdrain failed"
 	copy_libs "$root/usr/bin/qpdrain"

@@ -1,0 +1,378 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/qpdrain/qpdrain/internal/devtest"
+)
+
+// iprouteQPKeys are the keys of `rdma resource show qp -j` (rdma/res-qp.c).
+var iprouteQPKeys = []string{"ifindex", "ifname", "port", "lqpn", "rqpn", "type", "subtype", "state", "rq-psn", "sq-psn", "path-mig-state", "pdn", "pid", "comm"}
+
+func needRxe(t *testing.T) {
+	t.Helper()
+	if devtest.CurrentProvider() != devtest.ProviderRXE {
+		t.Skip("needs the kernel's rxe: runs in the VM (make test-rxe)")
+	}
+}
+
+// helperProc is a running helper process.
+type helperProc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	ready map[string]string
+}
+
+// startHelper starts this test binary as a helper and waits for its READY
+// line. The helper (and a keeper it starts) exits when the test ends.
+func startHelper(t *testing.T, mode string, env ...string) *helperProc {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(append(os.Environ(), envHelper+"="+mode), env...)
+	// A file, not a buffer: the keeper inherits it and outlives the helper.
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	h := &helperProc{cmd: cmd, stdin: stdin}
+	t.Cleanup(func() {
+		_ = stdin.Close()
+		if err := cmd.Wait(); err != nil && mode != "fork" {
+			t.Errorf("helper %s: %v", mode, err)
+		}
+	})
+	type res struct {
+		m   map[string]string
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		m, err := readyLine(bufio.NewReader(stdout))
+		ch <- res{m, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("helper %s: %v", mode, r.err)
+		}
+		h.ready = r.m
+	case <-time.After(2 * time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatalf("helper %s: no READY line within 2m", mode)
+	}
+	if mode == "fork" {
+		// The creator exits at once; its QPs live on in the keeper.
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("helper fork: %v", err)
+		}
+	}
+	return h
+}
+
+func (h *helperProc) pid(t *testing.T, key string) int {
+	t.Helper()
+	n, err := strconv.Atoi(h.ready[key])
+	if err != nil {
+		t.Fatalf("helper READY %v: no %s", h.ready, key)
+	}
+	return n
+}
+
+func (h *helperProc) qpns() []string { return strings.Split(h.ready["qpns"], ",") }
+
+// runQpdrain runs the CLI in this process.
+func runQpdrain(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd := newRootCmd(&stdout, &stderr)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	if err != nil {
+		t.Logf("qpdrain %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String(), err
+}
+
+func runRdma(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("rdma", args...).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("rdma %s: %v: %s", strings.Join(args, " "), err, ee.Stderr)
+		}
+		t.Fatalf("rdma %s: %v", strings.Join(args, " "), err)
+	}
+	return string(out)
+}
+
+// qpObjects parses a -j array into objects keyed by "ifname/lqpn".
+func qpObjects(t *testing.T, who, out string) map[string]map[string]any {
+	t.Helper()
+	var list []map[string]any
+	d := json.NewDecoder(strings.NewReader(out))
+	d.UseNumber()
+	if err := d.Decode(&list); err != nil {
+		t.Fatalf("%s -j: %v:\n%s", who, err, out)
+	}
+	m := map[string]map[string]any{}
+	for _, o := range list {
+		m[fmt.Sprintf("%v/%v", o["ifname"], o["lqpn"])] = o
+	}
+	return m
+}
+
+// TestQPsMatchRdma compares `qpdrain qps -j` with `rdma resource show qp
+// -j`, QP by QP and key by key, with helpers holding QPs in several states
+// and types, a helper whose creating thread exited, and a creator that
+// exited leaving its context to a child; then checks qpdrain's owners and
+// holders against the helpers' pids.
+func TestQPsMatchRdma(t *testing.T) {
+	needRxe(t)
+	hold := startHelper(t, "hold")
+	thread := startHelper(t, "thread")
+	fork := startHelper(t, "fork")
+
+	var ours, theirs map[string]map[string]any
+	for try := 0; ; try++ {
+		before := runRdma(t, "-j", "resource", "show", "qp")
+		out, err := runQpdrain(t, "qps", "-j")
+		if err != nil {
+			t.Fatal(err)
+		}
+		after := runRdma(t, "-j", "resource", "show", "qp")
+		theirs, ours = qpObjects(t, "rdma", before), qpObjects(t, "qpdrain", out)
+		if reflect.DeepEqual(theirs, qpObjects(t, "rdma", after)) || try == 2 {
+			break
+		}
+	}
+	keys := func(m map[string]map[string]any) []string {
+		var out []string
+		for k := range m {
+			out = append(out, k)
+		}
+		sort.Strings(out)
+		return out
+	}
+	if !reflect.DeepEqual(keys(ours), keys(theirs)) {
+		t.Fatalf("QPs differ:\n qpdrain %v\n rdma    %v", keys(ours), keys(theirs))
+	}
+	for id, want := range theirs {
+		got := ours[id]
+		for _, k := range iprouteQPKeys {
+			wv, wok := want[k]
+			gv, gok := got[k]
+			if wok != gok || fmt.Sprint(wv) != fmt.Sprint(gv) {
+				t.Errorf("QP %s key %q: qpdrain %v (present %v), rdma %v (present %v)", id, k, gv, gok, wv, wok)
+			}
+		}
+		for k := range want {
+			if !contains(iprouteQPKeys, k) {
+				t.Errorf("QP %s: rdma prints key %q that qpdrain does not know", id, k)
+			}
+		}
+	}
+	t.Logf("%d QPs match rdma key by key", len(theirs))
+
+	dev := devtest.DeviceName()
+	owner := func(id string) (map[string]any, bool, []any) {
+		o := ours[dev+"/"+id]
+		if o == nil {
+			t.Fatalf("QP %s not listed", id)
+		}
+		own, _ := o["owner"].(map[string]any)
+		gone, _ := o["creator_gone"].(bool)
+		hs, _ := o["holders"].([]any)
+		return own, gone, hs
+	}
+	holds := func(hs []any, pid int) bool {
+		for _, h := range hs {
+			if m, ok := h.(map[string]any); ok && fmt.Sprint(m["pid"]) == strconv.Itoa(pid) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, n := range hold.qpns() {
+		own, gone, hs := owner(n)
+		if own == nil || fmt.Sprint(own["pid"]) != strconv.Itoa(hold.pid(t, "pid")) || own["via"] != "qp" || gone {
+			t.Errorf("hold helper's QP %s: owner %v creator_gone %v, want pid %d via qp", n, own, gone, hold.pid(t, "pid"))
+		}
+		if !holds(hs, hold.pid(t, "pid")) {
+			t.Errorf("hold helper's QP %s: holders %v lack the helper %d", n, hs, hold.pid(t, "pid"))
+		}
+	}
+	for _, n := range thread.qpns() {
+		if _, ok := ours[dev+"/"+n]["pid"]; ok {
+			t.Errorf("QP %s of an exited thread has a pid: %v", n, ours[dev+"/"+n])
+		}
+		own, gone, _ := owner(n)
+		if own == nil || fmt.Sprint(own["pid"]) != strconv.Itoa(thread.pid(t, "pid")) || own["via"] == "qp" || gone {
+			t.Errorf("exited thread's QP %s: owner %v creator_gone %v, want pid %d via pd or ctx", n, own, gone, thread.pid(t, "pid"))
+		}
+	}
+	keeper := fork.pid(t, "keeper")
+	for _, n := range fork.qpns() {
+		own, gone, hs := owner(n)
+		if own != nil || !gone || !holds(hs, keeper) {
+			t.Errorf("exited creator's QP %s: owner %v creator_gone %v holders %v, want no owner, creator_gone, keeper %d holding", n, own, gone, hs, keeper)
+		}
+		line, err := runQpdrain(t, "qps", "-d", "link", dev, "lqpn", n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(line, "creator gone") || !strings.Contains(line, fmt.Sprintf("holders %d/", keeper)) && !strings.Contains(line, fmt.Sprintf(",%d/", keeper)) {
+			t.Errorf("qps -d for QP %s: %q, want creator gone and holder %d", n, line, keeper)
+		}
+	}
+	// Text: the same words as rdma's, line for line, through the filters.
+	for _, n := range append(hold.qpns(), "1") {
+		want := strings.TrimRight(runRdma(t, "resource", "show", "qp", "link", dev, "lqpn", n), " \n")
+		got, err := runQpdrain(t, "qps", "link", dev, "lqpn", n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got = strings.TrimRight(got, "\n"); got != want {
+			t.Errorf("qps link %s lqpn %s:\n qpdrain %q\n rdma    %q", dev, n, got, want)
+		}
+	}
+	for _, f := range [][]string{{"state", "RTS,ERR"}, {"type", "UD"}, {"link", dev + "/-"}, {"lqpn", "1-5"}} {
+		want := qpObjects(t, "rdma", runRdma(t, append([]string{"-j", "resource", "show", "qp"}, f...)...))
+		out, err := runQpdrain(t, append([]string{"qps", "-j"}, f...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := qpObjects(t, "qpdrain", out); !reflect.DeepEqual(keys(got), keys(want)) {
+			t.Errorf("filter %v: qpdrain %v, rdma %v", f, keys(got), keys(want))
+		}
+	}
+	sum, err := runQpdrain(t, "qps", "--summary")
+	if err != nil || !strings.Contains(sum, dev+": max_qp ") {
+		t.Errorf("qps --summary: %q, want %s with max_qp", sum, dev)
+	}
+}
+
+// TestRxeAddDel creates and removes a second rxe link with qpdrain rxe,
+// and checks that a delete waits for, and names, a process holding it.
+func TestRxeAddDel(t *testing.T) {
+	needRxe(t)
+	ip := func(args ...string) {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	ip("link", "add", "dummy1", "type", "dummy")
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", "dummy1").Run() })
+	ip("link", "set", "dummy1", "up")
+	if _, err := runQpdrain(t, "rxe", "add", "rxe1", "dummy1"); err != nil {
+		t.Fatal(err)
+	}
+	list, err := runQpdrain(t, "rxe", "list")
+	if err != nil || !strings.Contains(list, "link rxe1/1 ") || !strings.Contains(list, "netdev dummy1") || !strings.Contains(list, "link "+devtest.DeviceName()+"/1 ") {
+		t.Fatalf("rxe list after add: %q (%v), want rxe1 on dummy1 and %s", list, err, devtest.DeviceName())
+	}
+	h := startHelper(t, "many", "QPDRAIN_TEST_DEVICE=rxe1", "QPDRAIN_QPS_N=1")
+	_, err = runQpdrain(t, "rxe", "del", "rxe1", "--timeout", "1s")
+	var ec *exitCodeError
+	if !errors.As(err, &ec) || ec.code != exitError || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", h.pid(t, "pid"))) {
+		t.Fatalf("rxe del while held: %v, want exit 2 naming pid %d", err, h.pid(t, "pid"))
+	}
+	_ = h.stdin.Close()
+	if err := h.cmd.Wait(); err != nil {
+		t.Fatalf("helper: %v", err)
+	}
+	if _, err := runQpdrain(t, "rxe", "del", "rxe1"); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := runQpdrain(t, "rxe", "list"); strings.Contains(list, "rxe1") {
+		t.Fatalf("rxe list after del: %q", list)
+	}
+}
+
+// TestQPsScale times `qpdrain qps -j` against `rdma resource show qp -j`
+// over 10,000 QPs, each run as its own process, alternately, and reports
+// qpdrain's peak memory per QP (BENCH lines; docs/BENCH.md).
+func TestQPsScale(t *testing.T) {
+	needRxe(t)
+	const n = 10000
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(name string, args ...string) (time.Duration, int64) {
+		cmd := exec.Command(name, args...)
+		if name == self {
+			cmd.Env = append(os.Environ(), envHelper+"=cli")
+		}
+		cmd.Stdout = io.Discard
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		start := time.Now()
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("%s %v: %v: %s", name, args, err, stderr.String())
+		}
+		ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+		return time.Since(start), ru.Maxrss
+	}
+	_, rssBase := run(self, "qps", "-j")
+	start := time.Now()
+	h := startHelper(t, "many", fmt.Sprintf("QPDRAIN_QPS_N=%d", n))
+	t.Logf("created %d QPs in %v", n, time.Since(start))
+	_ = h
+	var ours, theirs []time.Duration
+	var rss int64
+	for range 3 {
+		d, r := run(self, "qps", "-j")
+		ours, rss = append(ours, d), max(rss, r)
+		d, _ = run("rdma", "-j", "resource", "show", "qp")
+		theirs = append(theirs, d)
+	}
+	med := func(ds []time.Duration) time.Duration {
+		s := append([]time.Duration(nil), ds...)
+		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+		return s[len(s)/2]
+	}
+	mo, mt := med(ours), med(theirs)
+	perQP := float64(rss-rssBase) * 1024 / n
+	line := fmt.Sprintf("BENCH qps-10k kernel=%s qpdrain=%v rdma=%v ratio=%.2f qpdrain_runs=%v rdma_runs=%v maxrss_kib=%d base_kib=%d bytes_per_qp=%.0f",
+		kernelRelease(), mo.Round(time.Millisecond), mt.Round(time.Millisecond), float64(mo)/float64(mt), ours, theirs, rss, rssBase, perQP)
+	t.Log(line)
+	fmt.Println("@@" + line)
+	if mo > mt {
+		t.Errorf("qpdrain qps -j (%v) is slower than rdma resource show qp -j (%v) over %d QPs", mo, mt, n)
+	}
+}
+
+func kernelRelease() string {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(b))
+}
