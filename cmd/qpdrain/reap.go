@@ -242,7 +242,7 @@ func reapPID(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions,
 	}
 	opts.log.WithField("pid", o.pid).WithField("signal", res.Signal).Info("signalled")
 	res.Done = true
-	res.Remaining, res.WaitedMS, err = waitGone(ctx, src, o.wait, func(s leaks.Sample) []reapQP { return remaining(s, res.QPs, o.pid) })
+	res.Remaining, res.WaitedMS, err = waitQPsGone(ctx, src, o.wait, func(s leaks.Sample) []reapQP { return remaining(s, res.QPs, o.pid) })
 	if err != nil {
 		return hostError(err)
 	}
@@ -250,9 +250,9 @@ func reapPID(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions,
 	return printReap(stdout, opts, &res, o)
 }
 
-// waitGone samples the host until left reports nothing or wait has passed.
+// waitQPsGone samples the host until left reports nothing or wait has passed.
 // A host left without RDMA devices has none of the QPs left.
-func waitGone(ctx context.Context, src leaks.Sampler, wait time.Duration, left func(leaks.Sample) []reapQP) ([]reapQP, int64, error) {
+func waitQPsGone(ctx context.Context, src leaks.Sampler, wait time.Duration, left func(leaks.Sample) []reapQP) ([]reapQP, int64, error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -318,7 +318,7 @@ func reapRxe(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions,
 		return withExitCode(exitError, fmt.Errorf("reap: %w", err))
 	}
 	res.Done = true
-	res.Remaining, _, err = waitGone(ctx, src, o.wait, func(s leaks.Sample) []reapQP {
+	res.Remaining, _, err = waitQPsGone(ctx, src, o.wait, func(s leaks.Sample) []reapQP {
 		var rest []reapQP
 		for _, d := range s.Devices {
 			if d.Name == o.rxe {

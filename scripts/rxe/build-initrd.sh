@@ -52,6 +52,8 @@ provider=$(find /usr/lib/x86_64-linux-gnu/libibverbs -name 'librxe-rdmav*.so' -p
 copy_elf /usr/sbin/ip /usr/bin/rdma /usr/bin/ibv_devinfo /usr/bin/ibv_rc_pingpong \
 	/usr/bin/ibv_srq_pingpong "$provider"
 cp /etc/libibverbs.d/rxe.driver etc/libibverbs.d/
+# promtool (package prometheus, scripts/deps.sh) checks the exporter's metrics in the guest
+if command -v promtool >/dev/null; then copy_elf "$(command -v promtool)"; fi
 
 # busybox and its applets, where no real tool of that name was copied
 cp /bin/busybox usr/bin/busybox
