@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -137,4 +138,29 @@ func scrape(t *testing.T, reg prometheus.Gatherer) string {
 		}
 	}
 	return b.String()
+}
+
+// TestAlertRules checks deploy/'s alert rules with promtool, and that every
+// qpdrain metric they name is one this package writes.
+func TestAlertRules(t *testing.T) {
+	const rules = "../deploy/qpdrain-rules.yaml"
+	text, err := os.ReadFile(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples := []leaks.Sample{host(t0), host(t0.Add(time.Second))}
+	r := leaks.Analyze(samples, leaks.Options{})
+	reg, err := Registry(&r, samples)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := prometheus.NewPedanticRegistry()
+	exp.MustRegister(NewExporter(&stepSampler{}, ExporterOptions{}))
+	written := scrape(t, reg) + scrape(t, exp)
+	for _, name := range regexp.MustCompile(`qpdrain_[a-z_]+`).FindAllString(string(text), -1) {
+		if !strings.Contains(written, "# TYPE "+name+" ") {
+			t.Errorf("%s names %s, which qpdrain does not write", rules, name)
+		}
+	}
+	promcheck.CheckRules(t, rules)
 }
