@@ -96,15 +96,19 @@ func (c *Conn) request(ctx context.Context, cmd Command, dev string, flags netli
 		}
 	}
 	if c.deadlines {
-		if dl, ok := ctx.Deadline(); ok {
-			_ = c.nl.SetDeadline(dl)
-		}
-		// A context that ends early moves the deadline to now, which wakes
-		// the blocked read.
-		stop := context.AfterFunc(ctx, func() { _ = c.nl.SetDeadline(time.Unix(1, 0)) })
+		// The context's deadline, or none, is the socket's; a context that
+		// ends early moves it to the past, which wakes the blocked read.
+		dl, _ := ctx.Deadline()
+		_ = c.nl.SetDeadline(dl)
+		fired := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() {
+			_ = c.nl.SetDeadline(time.Unix(1, 0))
+			close(fired)
+		})
 		defer func() {
-			if stop() || ctx.Err() == nil {
-				_ = c.nl.SetDeadline(time.Time{})
+			if !stop() {
+				// Let it finish before the next request sets its own deadline.
+				<-fired
 			}
 		}()
 	}

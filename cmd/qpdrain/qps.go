@@ -262,16 +262,28 @@ func appendQPLine(b []byte, q *inventory.QP, details bool) []byte {
 	if q.Has&rdmanl.HasPID != 0 {
 		num("pid", q.PID)
 	}
-	switch {
-	case q.Has&rdmanl.HasPID == 0 && q.Comm != "":
-		word("comm", "["+q.Comm+"]")
-	case q.Comm != "":
-		word("comm", q.Comm)
+	switch comm := rdmaComm(q); {
+	case q.Has&rdmanl.HasPID == 0 && comm != "":
+		word("comm", "["+comm+"]")
+	case comm != "":
+		word("comm", comm)
 	}
 	if details {
 		b = appendOwner(b, q)
 	}
 	return append(b, '\n')
+}
+
+// rdmaComm is the comm rdma prints: it reads /proc/<pid>/comm with
+// fscanf("%ms"), which stops at the first blank.
+func rdmaComm(q *inventory.QP) string {
+	if q.Has&rdmanl.HasPID == 0 {
+		return q.Comm
+	}
+	if i := strings.IndexAny(q.Comm, " \t"); i >= 0 {
+		return q.Comm[:i]
+	}
+	return q.Comm
 }
 
 func appendOwner(b []byte, q *inventory.QP) []byte {

@@ -38,7 +38,11 @@ func loadRxe(w io.Writer, sysRoot string) error {
 	fmt.Fprintln(w, "rdma_rxe is not loaded: loading it (modprobe rdma_rxe)")
 	out, err := exec.Command("modprobe", "rdma_rxe").CombinedOutput()
 	if err != nil {
-		return withExitCode(exitUnsupported, fmt.Errorf("loading rdma_rxe: the kernel has no usable rdma_rxe module: %v: %s", err, strings.TrimSpace(string(out))))
+		msg := strings.TrimSpace(string(out))
+		if strings.Contains(msg, "not found") {
+			return withExitCode(exitUnsupported, fmt.Errorf("loading rdma_rxe: this kernel has no rdma_rxe module: %s", msg))
+		}
+		return withExitCode(exitError, fmt.Errorf("loading rdma_rxe (modprobe rdma_rxe): %v: %s", err, msg))
 	}
 	return nil
 }

@@ -171,14 +171,17 @@ func Take(ctx context.Context, src Source, opts Options) (*Snapshot, error) {
 	for i := range raw {
 		q := &snap.QPs[i]
 		q.QP = raw[i]
-		q.Holders = holders[q.Device]
 		switch {
 		case q.Has&rdmanl.HasKernName != 0:
+			// A kernel QP lives as long as its module; no file holds it.
 			q.Owner = &Owner{Comm: q.KernName, Via: FromKernel}
 			q.Comm = q.KernName
 		case q.Has&rdmanl.HasPID != 0:
 			q.Owner = tasks.owner(q.PID, FromQP)
 			q.Comm = tasks.name(q.PID)
+		}
+		if q.Has&rdmanl.HasKernName == 0 {
+			q.Holders = holders[q.Device]
 		}
 		if q.Owner == nil {
 			if orphaned == nil {

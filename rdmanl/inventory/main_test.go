@@ -1,0 +1,9 @@
+package inventory
+
+import (
+	"testing"
+
+	"github.com/qpdrain/qpdrain/internal/testmain"
+)
+
+func TestMain(m *testing.M) { testmain.Run(m) }
