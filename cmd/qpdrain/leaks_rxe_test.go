@@ -386,8 +386,10 @@ func scrapeExporter(t *testing.T) []byte {
 	return body
 }
 
-// TestLeaksScale times qpdrain leaks (a sample) and an exporter scrape over
-// 10,000 QPs, next to rdma resource show qp -j in the same run.
+// TestLeaksScale times qpdrain leaks over 10,000 QPs next to rdma resource
+// show qp -j in the same run: the whole command with one sample (wall time
+// and peak RSS), one sample in this process (the median of three, and the
+// heap a sample keeps), and an exporter scrape.
 func TestLeaksScale(t *testing.T) {
 	needRxe(t)
 	const n = 10000
@@ -411,21 +413,50 @@ func TestLeaksScale(t *testing.T) {
 		return time.Since(start), cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
 	}
 	_ = startHelper(t, "many", fmt.Sprintf("QPDRAIN_QPS_N=%d", n))
-	// One sample (--for 0s) and three (--for 2s --interval 1s): the
-	// difference is two samples plus the two seconds between them.
-	one, rssOne := run(self, "leaks", "-j", "--for", "0s")
-	three, rssThree := run(self, "leaks", "-j", "--for", "2s", "--interval", "1s")
-	rdma, _ := run("rdma", "-j", "resource", "show", "qp")
-	perSample := (three - 2*time.Second) / 3
-	if three-2*time.Second < 0 {
-		perSample = 0
+	var cli, rdma []time.Duration
+	var rss int64
+	for range 3 {
+		d, r := run(self, "leaks", "-j", "--for", "0s")
+		cli, rss = append(cli, d), max(rss, r)
+		d, _ = run("rdma", "-j", "resource", "show", "qp")
+		rdma = append(rdma, d)
+	}
+	h, err := openRealHost(hostOptions{proc: "/proc", sys: "/sys", dev: "/dev"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	var one []time.Duration
+	var heap uint64
+	for range 3 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		start := time.Now()
+		s, err := h.Sample(context.Background())
+		one = append(one, time.Since(start))
+		if err != nil {
+			t.Fatal(err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if got := len(s.Devices[0].QPs); got < n {
+			t.Fatalf("a sample has %d QPs, want at least %d", got, n)
+		}
+		heap = max(heap, after.HeapAlloc-min(after.HeapAlloc, before.HeapAlloc))
+		runtime.KeepAlive(s)
 	}
 	start := time.Now()
-	scrapeExporter(t)
+	scrapeExporter(t) // two scrapes
 	scrape := time.Since(start) / 2
-	line := fmt.Sprintf("BENCH leaks-10k kernel=%s leaks_1_sample=%v leaks_3_samples=%v per_sample=%v rdma=%v ratio_1_sample=%.2f maxrss_kib_1=%d maxrss_kib_3=%d exporter_scrape=%v",
-		kernelRelease(), one.Round(time.Millisecond), three.Round(time.Millisecond), perSample.Round(time.Millisecond), rdma.Round(time.Millisecond),
-		float64(one)/float64(rdma), rssOne, rssThree, scrape.Round(time.Millisecond))
+	med := func(ds []time.Duration) time.Duration {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return s[len(s)/2]
+	}
+	line := fmt.Sprintf("BENCH leaks-10k kernel=%s leaks_cli=%v rdma=%v ratio=%.2f sample=%v sample_runs=%v sample_heap_bytes_per_qp=%.0f leaks_maxrss_kib=%d exporter_scrape=%v cli_runs=%v rdma_runs=%v",
+		kernelRelease(), med(cli).Round(time.Millisecond), med(rdma).Round(time.Millisecond), float64(med(cli))/float64(med(rdma)),
+		med(one).Round(time.Millisecond), one, float64(heap)/n, rss, scrape.Round(time.Millisecond), cli, rdma)
 	t.Log(line)
 	fmt.Println("@@" + line)
 }
