@@ -111,16 +111,19 @@ func qpns(set *qpset.Set) string {
 	return strings.Join(parts, ",")
 }
 
-// waitGone waits, bounded, until path no longer exists.
+// waitGone waits, bounded, until the task at path (/proc/<id> or
+// /proc/self/task/<tid>) has exited: gone, or a zombie (an orphan waits for
+// the VM's init to reap it).
 func waitGone(path string) error {
 	deadline := time.Now().Add(devtest.Timeout)
 	for time.Now().Before(deadline) {
-		if _, err := os.Stat(path); os.IsNotExist(err) {
+		b, err := os.ReadFile(filepath.Join(path, "status"))
+		if os.IsNotExist(err) || err == nil && strings.Contains(string(b), "\nState:\tZ") {
 			return nil
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return fmt.Errorf("%s still exists after %v", path, devtest.Timeout)
+	return fmt.Errorf("%s still running after %v", path, devtest.Timeout)
 }
 
 // startKeeper starts this binary as a keeper that inherits this process's
@@ -137,8 +140,16 @@ func startKeeper() (int, error) {
 		return 0, err
 	}
 	f := os.NewFile(uintptr(fd), path)
+	// os.StartProcess keeps duplicate variables and getenv takes the first:
+	// drop this helper's own mode.
+	env := []string{envHelper + "=keeper"}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, envHelper+"=") {
+			env = append(env, kv)
+		}
+	}
 	attr := &os.ProcAttr{
-		Env:   append(os.Environ(), envHelper+"=keeper"),
+		Env:   env,
 		Files: []*os.File{os.Stdin, os.Stderr, os.Stderr, f},
 	}
 	p, err := os.StartProcess(self, []string{self}, attr)

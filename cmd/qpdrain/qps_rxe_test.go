@@ -32,9 +32,21 @@ func needRxe(t *testing.T) {
 
 // helperProc is a running helper process.
 type helperProc struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	ready map[string]string
+	cmd    *exec.Cmd
+	stdin  *os.File
+	ready  map[string]string
+	waited bool
+}
+
+// stop closes the helper's stdin, which ends it (and a keeper it started),
+// and waits for it.
+func (h *helperProc) stop() error {
+	_ = h.stdin.Close()
+	if h.waited {
+		return nil
+	}
+	h.waited = true
+	return h.cmd.Wait()
 }
 
 // startHelper starts this test binary as a helper and waits for its READY
@@ -47,12 +59,14 @@ func startHelper(t *testing.T, mode string, env ...string) *helperProc {
 	}
 	cmd := exec.Command(self)
 	cmd.Env = append(append(os.Environ(), envHelper+"="+mode), env...)
-	// A file, not a buffer: the keeper inherits it and outlives the helper.
+	// Files, not buffers or exec's pipes: a keeper inherits them and
+	// outlives the helper, and exec closes its own pipes in Wait.
 	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
+	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
+	cmd.Stdin = stdinR
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -60,11 +74,16 @@ func startHelper(t *testing.T, mode string, env ...string) *helperProc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	h := &helperProc{cmd: cmd, stdin: stdin}
+	stdinR.Close()
+	h := &helperProc{cmd: cmd, stdin: stdinW}
 	t.Cleanup(func() {
-		_ = stdin.Close()
-		if err := cmd.Wait(); err != nil && mode != "fork" {
+		if err := h.stop(); err != nil {
 			t.Errorf("helper %s: %v", mode, err)
+		}
+		if k, ok := h.ready["keeper"]; ok {
+			if err := waitGone("/proc/" + k); err != nil {
+				t.Errorf("keeper: %v", err)
+			}
 		}
 	})
 	type res struct {
@@ -86,8 +105,10 @@ func startHelper(t *testing.T, mode string, env ...string) *helperProc {
 		_ = cmd.Process.Kill()
 		t.Fatalf("helper %s: no READY line within 2m", mode)
 	}
+	t.Logf("helper %s: %v", mode, h.ready)
 	if mode == "fork" {
 		// The creator exits at once; its QPs live on in the keeper.
+		h.waited = true
 		if err := cmd.Wait(); err != nil {
 			t.Fatalf("helper fork: %v", err)
 		}
@@ -303,8 +324,7 @@ func TestRxeAddDel(t *testing.T) {
 	if !errors.As(err, &ec) || ec.code != exitError || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", h.pid(t, "pid"))) {
 		t.Fatalf("rxe del while held: %v, want exit 2 naming pid %d", err, h.pid(t, "pid"))
 	}
-	_ = h.stdin.Close()
-	if err := h.cmd.Wait(); err != nil {
+	if err := h.stop(); err != nil {
 		t.Fatalf("helper: %v", err)
 	}
 	if _, err := runQpdrain(t, "rxe", "del", "rxe1"); err != nil {
@@ -316,7 +336,8 @@ func TestRxeAddDel(t *testing.T) {
 }
 
 // TestQPsScale times `qpdrain qps -j` against `rdma resource show qp -j`
-// over 10,000 QPs, each run as its own process, alternately, and reports
+// over 10,000 QPs, each run as its own process, five times alternately
+// after one untimed run of each (medians), and reports
 // qpdrain's peak memory per QP (BENCH lines; docs/BENCH.md).
 func TestQPsScale(t *testing.T) {
 	needRxe(t)
@@ -345,9 +366,12 @@ func TestQPsScale(t *testing.T) {
 	h := startHelper(t, "many", fmt.Sprintf("QPDRAIN_QPS_N=%d", n))
 	t.Logf("created %d QPs in %v", n, time.Since(start))
 	_ = h
+	// One untimed run of each brings both binaries into the page cache.
+	run(self, "qps", "-j")
+	run("rdma", "-j", "resource", "show", "qp")
 	var ours, theirs []time.Duration
 	var rss int64
-	for range 3 {
+	for range 5 {
 		d, r := run(self, "qps", "-j")
 		ours, rss = append(ours, d), max(rss, r)
 		d, _ = run("rdma", "-j", "resource", "show", "qp")
