@@ -35,8 +35,6 @@ import (
 //	       RESET, held by a live process
 //	grow:  creates two RC QPs every growStep, one of them left in ERR,
 //	       for growFor
-//	orphan: creates two RC QPs, passes its uverbs fd to a keeper (the qps
-//	       helpers' "keeper" mode) and exits
 //
 // stuck and grow clean up and exit 0 on SIGTERM, as a well-behaved process
 // does, or when stdin closes.
@@ -47,7 +45,7 @@ const (
 
 func init() {
 	switch mode := os.Getenv(envHelper); mode {
-	case "stuck", "grow", "orphan":
+	case "stuck", "grow":
 		if err := leakHelper(mode); err != nil {
 			fmt.Fprintf(os.Stderr, "helper %s: %v\n", mode, err)
 			os.Exit(1)
@@ -86,17 +84,7 @@ func leakHelper(mode string) error {
 	ready := fmt.Sprintf("READY pid=%d", os.Getpid())
 	var grow <-chan time.Time
 	switch mode {
-	case "orphan":
-		if err := set.Many(2); err != nil {
-			return err
-		}
-		keeper, err := passContext()
-		if err != nil {
-			return err
-		}
-		fmt.Printf("%s keeper=%d qpns=%s\n", ready, keeper, qpns(set))
-		// Exit without closing: the keeper's fd keeps the context.
-		os.Exit(0)
+
 	case "stuck":
 		if err := set.Many(5); err != nil {
 			return err
@@ -139,45 +127,6 @@ func leakHelper(mode string) error {
 		return err
 	}
 	return ctx.Close()
-}
-
-// waitZombie waits, bounded, until the child pid has exited.
-func waitZombie(t *testing.T, pid int) {
-	t.Helper()
-	deadline := time.Now().Add(devtest.Timeout)
-	for time.Now().Before(deadline) {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			t.Fatalf("helper %d: %v", pid, err)
-		}
-		if f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:])); len(f) > 0 && f[0] == "Z" {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("helper %d has not exited after %v", pid, devtest.Timeout)
-}
-
-// passContext starts this binary as a keeper holding this process's
-// uverbs fd (as fd 3) and stdin, and returns its pid. exec.Cmd, unlike
-// os.StartProcess, gives the child one value of envHelper: the last.
-func passContext() (int, error) {
-	fd, path, err := uverbsFD()
-	if err != nil {
-		return 0, err
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return 0, err
-	}
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), envHelper+"=keeper")
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stderr, os.Stderr
-	cmd.ExtraFiles = []*os.File{os.NewFile(uintptr(fd), path)}
-	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("starting the keeper: %w", err)
-	}
-	return cmd.Process.Pid, nil
 }
 
 // rdmaQPs is `rdma resource show qp -j` of rxe0, by lqpn.
@@ -259,13 +208,10 @@ func reapAndCheck(t *testing.T, pid int, want []uint32) {
 func TestLeaksRxe(t *testing.T) {
 	needRxe(t)
 	stuck := startHelper(t, "stuck")
-	fork := startHelper(t, "orphan")
-	_ = startHelper(t, "thread") // healthy: its owner is found through the PD row
+	fork := startHelper(t, "fork") // the creator has exited: its QPs live on in the keeper
+	_ = startHelper(t, "thread")   // healthy: its owner is found through the PD row
 	grow := startHelper(t, "grow")
 	stuckPID, keeper, growPID := stuck.pid(t, "pid"), fork.pid(t, "keeper"), grow.pid(t, "pid")
-	// The creator has exited; until the test reaps it (at cleanup) it is a
-	// zombie, which keeps its pid in the rows but no file.
-	waitZombie(t, fork.pid(t, "pid"))
 	errQPNs, forkQPNs := parseQPNs(t, stuck.ready["err"]), parseQPNs(t, fork.ready["qpns"])
 
 	before := rdmaQPs(t)
@@ -275,8 +221,8 @@ func TestLeaksRxe(t *testing.T) {
 		}
 	}
 	for _, n := range forkQPNs {
-		if _, ok := before[n]; !ok {
-			t.Errorf("rdma does not show QP %d the keeper holds", n)
+		if o, ok := before[n]; !ok || o["pid"] != nil {
+			t.Errorf("rdma shows QP %d of the exited creator as %v, want it without a pid", n, o)
 		}
 	}
 
