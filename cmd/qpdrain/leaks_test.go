@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -205,8 +206,24 @@ func TestLeaksExitCodes(t *testing.T) {
 	}
 }
 
+// otherProcess starts a process reap may target (the fake host's signals
+// never reach it) and ends it with the test. The test's parent will not
+// do: in the VM it is init, which reap refuses.
+func otherProcess(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd.Process.Pid
+}
+
 func TestReapPlanAndAct(t *testing.T) {
-	pid := os.Getppid() // a real process the fake host says owns QPs
+	pid := otherProcess(t) // a real process the fake host says owns QPs
 	f := leakyHost(pid)
 	useHost(t, f)
 	out, code := run(t, "reap", "--pid", strconv.Itoa(pid))
@@ -221,7 +238,7 @@ func TestReapPlanAndAct(t *testing.T) {
 }
 
 func TestReapRemaining(t *testing.T) {
-	pid := os.Getppid()
+	pid := otherProcess(t)
 	f := leakyHost(pid)
 	f.unkilled = true
 	useHost(t, f)
