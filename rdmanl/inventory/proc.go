@@ -90,12 +90,14 @@ type Holder struct {
 	Comm string `json:"comm"`
 	// FDs are the process's file descriptors on the char device.
 	FDs []int `json:"fds,omitempty"`
-	// Mapped is set when /proc/<pid>/maps has mappings of the char device.
+	// Mapped is set when the process holds the char device only through
+	// mappings (/proc/<pid>/maps): it closed its fds but keeps the queues.
+	// The maps of a process with an fd on a wanted device are not read.
 	Mapped bool `json:"mapped,omitempty"`
 }
 
-// Holders scans every process for fds on and mappings of the char devices
-// in paths ("/dev/infiniband/uverbs0"), and returns the holders of each
+// Holders scans every process for fds on, else mappings of, the char
+// devices in paths ("/dev/infiniband/uverbs0"), and returns the holders of each
 // path, by pid. Processes that vanish during the scan, or whose fds the
 // caller may not read, are skipped: an unprivileged caller sees its own.
 func (p Proc) Holders(paths []string) (map[string][]Holder, error) {
@@ -137,9 +139,14 @@ func (p Proc) Holders(paths []string) (map[string][]Holder, error) {
 				h.FDs = append(h.FDs, n)
 			}
 		}
-		if maps, err := os.ReadFile(p.path(e.Name(), "maps")); err == nil {
-			for _, path := range mappedPaths(maps, want) {
-				get(path).Mapped = true
+		// A process with an fd on a wanted device holds it already; its maps
+		// (two mappings per rxe QP: megabytes for a process with thousands)
+		// are read only when it has none.
+		if len(held) == 0 {
+			if maps, err := os.ReadFile(p.path(e.Name(), "maps")); err == nil {
+				for _, path := range mappedPaths(maps, want) {
+					get(path).Mapped = true
+				}
 			}
 		}
 		if len(held) == 0 {
