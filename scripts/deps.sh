@@ -2,6 +2,8 @@
 # Installs the Debian packages qpdrain's build and tests need, only those missing.
 set -euo pipefail
 pkgs=(gcc libc6-dev pkg-config libibverbs-dev)
+# promtool (package prometheus) checks the metrics qpdrain leaks and qpdrain exporter write.
+pkgs+=(prometheus)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -56,6 +56,8 @@ cp /etc/libibverbs.d/rxe.driver etc/libibverbs.d/
 # The project's binaries open libibverbs at run time (dlopen), so ldd of a test binary does not
 # name it: copy it, and what it links (libnl), explicitly.
 copy_elf /usr/lib/x86_64-linux-gnu/libibverbs.so.1
+# promtool (package prometheus, scripts/deps.sh) checks the exporter's metrics in the guest
+if command -v promtool >/dev/null; then copy_elf "$(command -v promtool)"; fi
 
 # busybox and its applets, where no real tool of that name was copied
 cp /bin/busybox usr/bin/busybox

@@ -1,0 +1,408 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/devtest"
+	"github.com/qpdrain/qpdrain/internal/promcheck"
+	"github.com/qpdrain/qpdrain/internal/qpset"
+	"github.com/qpdrain/qpdrain/leaks"
+	"github.com/qpdrain/qpdrain/rcsetup"
+)
+
+// The leak helpers, started like the qps helpers (startHelper) with
+// envHelper set to their mode, before TestMain runs:
+//
+//	stuck: a connected RC pair in RTS, two RC QPs left in ERR and one in
+//	       RESET, held by a live process
+//	grow:  creates two RC QPs every growStep, one of them left in ERR,
+//	       for growFor
+//
+// stuck and grow clean up and exit 0 on SIGTERM, as a well-behaved process
+// does, or when stdin closes.
+const (
+	growStep = 30 * time.Millisecond
+	growFor  = 30 * time.Second
+)
+
+func init() {
+	switch mode := os.Getenv(envHelper); mode {
+	case "stuck", "grow":
+		if err := leakHelper(mode); err != nil {
+			fmt.Fprintf(os.Stderr, "helper %s: %v\n", mode, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+}
+
+func leakHelper(mode string) error {
+	runtime.LockOSThread()
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	eof := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(eof)
+	}()
+	ctx, err := ibv.Open(devtest.DeviceName())
+	if err != nil {
+		return err
+	}
+	set, err := qpset.NewPD(ctx)
+	if err != nil {
+		return err
+	}
+	route, err := rcsetup.Loopback(ctx, qpset.Port)
+	if err != nil {
+		return err
+	}
+	toErr := func(qp ibv.QP) error {
+		if err := route.Bring(qp, qp.Num(), ibv.QPSInit); err != nil {
+			return err
+		}
+		return qp.Modify(ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState)
+	}
+	ready := fmt.Sprintf("READY pid=%d", os.Getpid())
+	var grow <-chan time.Time
+	switch mode {
+
+	case "stuck":
+		if err := set.Many(5); err != nil {
+			return err
+		}
+		q := set.QPs
+		if err := route.Connect(q[0], q[1]); err != nil {
+			return err
+		}
+		for _, qp := range q[2:4] {
+			if err := toErr(qp); err != nil {
+				return err
+			}
+		}
+		fmt.Printf("%s qpns=%s err=%d,%d\n", ready, qpns(set), q[2].Num(), q[3].Num())
+	case "grow":
+		fmt.Println(ready)
+		t := time.NewTicker(growStep)
+		defer t.Stop()
+		grow = t.C
+	}
+	stop := time.After(growFor)
+	for done := false; !done; {
+		select {
+		case <-grow:
+			if err := set.Many(2); err != nil {
+				return err
+			}
+			if err := toErr(set.QPs[len(set.QPs)-1]); err != nil {
+				return err
+			}
+		case <-stop:
+			grow = nil
+		case <-term:
+			done = true
+		case <-eof:
+			done = true
+		}
+	}
+	if err := set.Close(); err != nil {
+		return err
+	}
+	return ctx.Close()
+}
+
+// rdmaQPs is `rdma resource show qp -j` of rxe0, by lqpn.
+func rdmaQPs(t *testing.T) map[uint32]map[string]any {
+	t.Helper()
+	out := map[uint32]map[string]any{}
+	for _, o := range qpObjects(t, "rdma", runRdma(t, "-j", "resource", "show", "qp")) {
+		if o["ifname"] != devtest.DeviceName() {
+			continue
+		}
+		n, err := strconv.ParseUint(fmt.Sprint(o["lqpn"]), 10, 32)
+		if err != nil {
+			t.Fatalf("rdma lqpn %v: %v", o["lqpn"], err)
+		}
+		out[uint32(n)] = o
+	}
+	return out
+}
+
+func lqpns(qps []leaks.QPRef) []uint32 {
+	out := make([]uint32, len(qps))
+	for i, q := range qps {
+		out[i] = q.LQPN
+	}
+	slices.Sort(out)
+	return out
+}
+
+func parseQPNs(t *testing.T, s string) []uint32 {
+	t.Helper()
+	var out []uint32
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.ParseUint(f, 10, 32)
+		if err != nil {
+			t.Fatalf("QP number %q: %v", f, err)
+		}
+		out = append(out, uint32(n))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// reapAndCheck runs qpdrain reap --pid pid --yes -j and checks against
+// rdma that every QP it targeted is gone and that it says so.
+func reapAndCheck(t *testing.T, pid int, want []uint32) {
+	t.Helper()
+	out, err := runQpdrain(t, "reap", "--pid", strconv.Itoa(pid), "--yes", "-j", "--wait", "60s")
+	if code := exitCodeOf(err); code != exitClean {
+		t.Fatalf("reap --pid %d: exit %d:\n%s", pid, code, out)
+	}
+	var r reapResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("reap -j: %v\n%s", err, out)
+	}
+	var got []uint32
+	for _, q := range r.QPs {
+		got = append(got, q.LQPN)
+	}
+	slices.Sort(got)
+	if want != nil && !slices.Equal(got, want) {
+		t.Errorf("reap --pid %d targeted QPs %v, want %v", pid, got, want)
+	}
+	if !r.Done || r.Freed != len(r.QPs) || len(r.Remaining) != 0 || r.Freed == 0 {
+		t.Errorf("reap --pid %d: %+v", pid, r)
+	}
+	after := rdmaQPs(t)
+	for _, n := range got {
+		if o, ok := after[n]; ok && fmt.Sprint(o["type"]) == "RC" {
+			t.Errorf("reap --pid %d said lqpn %d was freed; rdma still shows %v", pid, n, o)
+		}
+	}
+	t.Logf("reap --pid %d freed %d QPs in %d ms", pid, r.Freed, r.WaitedMS)
+}
+
+// TestLeaksRxe plants every leak rxe can produce next to healthy QPs,
+// checks that qpdrain leaks -j reports exactly those, that qpdrain reap
+// frees them (checked against rdma), and that the exporter's metrics pass
+// promtool and match rdma's QP counts.
+func TestLeaksRxe(t *testing.T) {
+	needRxe(t)
+	stuck := startHelper(t, "stuck")
+	fork := startHelper(t, "fork") // the creator has exited: its QPs live on in the keeper
+	_ = startHelper(t, "thread")   // healthy: its owner is found through the PD row
+	grow := startHelper(t, "grow")
+	stuckPID, keeper, growPID := stuck.pid(t, "pid"), fork.pid(t, "keeper"), grow.pid(t, "pid")
+	errQPNs, forkQPNs := parseQPNs(t, stuck.ready["err"]), parseQPNs(t, fork.ready["qpns"])
+
+	before := rdmaQPs(t)
+	for _, n := range errQPNs {
+		if s := fmt.Sprint(before[n]["state"]); s != "ERR" {
+			t.Fatalf("rdma shows stuck QP %d in %s, want ERR", n, s)
+		}
+	}
+	for _, n := range forkQPNs {
+		if o, ok := before[n]; !ok || o["pid"] != nil {
+			t.Errorf("rdma shows QP %d of the exited creator as %v, want it without a pid", n, o)
+		}
+	}
+
+	out, err := runQpdrain(t, "leaks", "-j", "--for", "2s", "--interval", "500ms")
+	if code := exitCodeOf(err); code != exitFindings {
+		t.Fatalf("leaks: exit %d, want %d:\n%s", code, exitFindings, out)
+	}
+	var r leaksJSON
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("leaks -j: %v\n%s", err, out)
+	}
+	var reasons []string
+	for _, f := range r.Findings {
+		reasons = append(reasons, string(f.Reason))
+		if f.Device != devtest.DeviceName() || f.Evidence == "" || f.Remedy == "" {
+			t.Errorf("finding %+v", f)
+		}
+		switch f.Reason {
+		case leaks.StuckInError:
+			if f.Owner == nil || f.Owner.PID != stuckPID || !slices.Equal(lqpns(f.QPs), errQPNs) {
+				t.Errorf("stuck-in-error: owner %v QPs %v, want pid %d QPs %v", f.Owner, lqpns(f.QPs), stuckPID, errQPNs)
+			}
+		case leaks.Orphaned:
+			if len(f.Holders) != 1 || f.Holders[0].PID != keeper || !slices.Equal(lqpns(f.QPs), forkQPNs) {
+				t.Errorf("orphaned: holders %v QPs %v, want pid %d QPs %v", f.Holders, lqpns(f.QPs), keeper, forkQPNs)
+			}
+		case leaks.Growing:
+			if f.Owner == nil || f.Owner.PID != growPID || len(f.QPs) == 0 {
+				t.Errorf("growing: owner %v QPs %v, want pid %d", f.Owner, lqpns(f.QPs), growPID)
+			}
+			for _, q := range f.QPs {
+				if q.State != "ERR" {
+					t.Errorf("growing names QP %d in %s", q.LQPN, q.State)
+				}
+			}
+		}
+	}
+	if !slices.Equal(reasons, []string{"stuck-in-error", "orphaned", "growing"}) {
+		t.Errorf("findings %v, want exactly stuck-in-error, orphaned, growing:\n%s", reasons, out)
+	}
+
+	reapAndCheck(t, growPID, nil) // it grows until reaped: no fixed list
+	reapAndCheck(t, stuckPID, parseQPNs(t, stuck.ready["qpns"]))
+	reapAndCheck(t, keeper, forkQPNs)
+
+	// Now only healthy QPs are left: the exporter agrees with rdma, and
+	// qpdrain leaks finds nothing.
+	body := scrapeExporter(t)
+	promcheck.Check(t, body)
+	want := map[string]int{}
+	for _, o := range rdmaQPs(t) {
+		want[fmt.Sprintf("%v/%v", o["type"], o["state"])]++
+	}
+	got := map[string]int{}
+	re := regexp.MustCompile(`(?m)^qpdrain_qps\{device="` + devtest.DeviceName() + `",port="\d+",state="(\w+)",type="(\w+)"\} (\d+)$`)
+	for _, m := range re.FindAllStringSubmatch(string(body), -1) {
+		n, _ := strconv.Atoi(m[3])
+		got[m[2]+"/"+m[1]] += n
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("exporter QPs by type/state %v, rdma %v:\n%s", got, want, body)
+	}
+	if !strings.Contains(string(body), `qpdrain_device_max_qp{device="`+devtest.DeviceName()+`"}`) {
+		t.Errorf("exporter has no max_qp for %s:\n%s", devtest.DeviceName(), body)
+	}
+	if out, err := runQpdrain(t, "leaks", "--for", "1s", "--interval", "500ms"); exitCodeOf(err) != exitClean {
+		t.Errorf("leaks after the reaps: exit %d:\n%s", exitCodeOf(err), out)
+	}
+}
+
+// scrapeExporter runs qpdrain exporter in this process and scrapes it
+// twice, returning the second scrape.
+func scrapeExporter(t *testing.T) []byte {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := &globalOptions{}
+	if opts.log, err = newLogger(io.Discard, "warning", "text"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- serveExporter(ctx, ln, io.Discard, opts, &exporterOptions{window: time.Minute, nearLimit: 0.9,
+			host: hostOptions{proc: "/proc", sys: "/sys", dev: "/dev", timeout: time.Minute}})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("exporter: %v", err)
+		}
+	}()
+	var body []byte
+	for range 2 {
+		resp, err := http.Get("http://" + ln.Addr().String() + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET /metrics: %v %s", err, resp.Status)
+		}
+	}
+	return body
+}
+
+// TestLeaksScale times qpdrain leaks over 10,000 QPs next to rdma resource
+// show qp -j in the same run: the whole command with one sample (wall time
+// and peak RSS), one sample in this process (the median of three, and the
+// heap a sample keeps), and an exporter scrape.
+func TestLeaksScale(t *testing.T) {
+	needRxe(t)
+	const n = 10000
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(name string, args ...string) (time.Duration, int64) {
+		cmd := exec.Command(name, args...)
+		if name == self {
+			cmd.Env = append(os.Environ(), envHelper+"=cli")
+		}
+		cmd.Stdout = io.Discard
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		start := time.Now()
+		err := cmd.Run()
+		if ee, ok := err.(*exec.ExitError); err != nil && (!ok || ee.ExitCode() != exitFindings) {
+			t.Fatalf("%s %v: %v: %s", name, args, err, stderr.String())
+		}
+		return time.Since(start), cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
+	}
+	_ = startHelper(t, "many", fmt.Sprintf("QPDRAIN_QPS_N=%d", n))
+	var cli, rdma []time.Duration
+	var rss int64
+	for range 3 {
+		d, r := run(self, "leaks", "-j", "--for", "0s")
+		cli, rss = append(cli, d), max(rss, r)
+		d, _ = run("rdma", "-j", "resource", "show", "qp")
+		rdma = append(rdma, d)
+	}
+	h, err := openRealHost(hostOptions{proc: "/proc", sys: "/sys", dev: "/dev"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	var one []time.Duration
+	var heap uint64
+	for range 3 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		start := time.Now()
+		s, err := h.Sample(context.Background())
+		one = append(one, time.Since(start))
+		if err != nil {
+			t.Fatal(err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if got := len(s.Devices[0].QPs); got < n {
+			t.Fatalf("a sample has %d QPs, want at least %d", got, n)
+		}
+		heap = max(heap, after.HeapAlloc-min(after.HeapAlloc, before.HeapAlloc))
+		runtime.KeepAlive(s)
+	}
+	start := time.Now()
+	scrapeExporter(t) // two scrapes
+	scrape := time.Since(start) / 2
+	med := func(ds []time.Duration) time.Duration {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return s[len(s)/2]
+	}
+	line := fmt.Sprintf("BENCH leaks-10k kernel=%s leaks_cli=%v rdma=%v ratio=%.2f sample=%v sample_runs=%v sample_heap_bytes_per_qp=%.0f leaks_maxrss_kib=%d exporter_scrape=%v cli_runs=%v rdma_runs=%v",
+		kernelRelease(), med(cli).Round(time.Millisecond), med(rdma).Round(time.Millisecond), float64(med(cli))/float64(med(rdma)),
+		med(one).Round(time.Millisecond), one, float64(heap)/n, rss, scrape.Round(time.Millisecond), cli, rdma)
+	t.Log(line)
+	fmt.Println("@@" + line)
+}

@@ -1,0 +1,334 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/qpdrain/qpdrain/internal/promcheck"
+	"github.com/qpdrain/qpdrain/leaks"
+)
+
+// fakeHost is a host whose QPs a test scripts: qps(n) gives the QPs of the
+// n-th sample (from 0); a signal to victim removes its QPs.
+type fakeHost struct {
+	mu       sync.Mutex
+	n        int
+	qps      func(n int) []leaks.QP
+	noRDMA   bool
+	victim   int
+	signals  []syscall.Signal
+	killed   bool
+	deleted  bool
+	notRxe   bool
+	closed   bool
+	maxQP    int
+	unkilled bool // the victim ignores signals
+}
+
+func (f *fakeHost) Sample(ctx context.Context) (leaks.Sample, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.noRDMA || f.deleted {
+		return leaks.Sample{}, leaks.ErrNoRDMA
+	}
+	qps := f.qps(f.n)
+	f.n++
+	if f.killed {
+		var keep []leaks.QP
+		for _, q := range qps {
+			if q.Owner.PID != f.victim {
+				keep = append(keep, q)
+			}
+		}
+		qps = keep
+	}
+	return leaks.Sample{At: time.Now(), Devices: []leaks.Device{{Name: "rxe0", QPs: qps}}}, ctx.Err()
+}
+
+func (f *fakeHost) Limits(devs []string) map[string]leaks.Limit {
+	out := map[string]leaks.Limit{}
+	for _, d := range devs {
+		out[d] = leaks.Limit{MaxQP: f.maxQP, Unknown: "fake"}
+	}
+	return out
+}
+
+func (f *fakeHost) Signal(pid int, sig syscall.Signal) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.signals = append(f.signals, sig)
+	f.killed = pid == f.victim && !f.unkilled
+	return nil
+}
+
+func (f *fakeHost) CheckRxe(context.Context, string) error {
+	if f.notRxe {
+		return errRefused
+	}
+	return nil
+}
+
+func (f *fakeHost) DeleteRxe(context.Context, string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deleted = true
+	return nil
+}
+
+func (f *fakeHost) Close() error { f.closed = true; return nil }
+
+// useHost makes the commands open f.
+func useHost(t *testing.T, f *fakeHost) {
+	t.Helper()
+	old := openHost
+	opened := false
+	openHost = func(hostOptions, io.Writer) (host, error) { opened = true; return f, nil }
+	t.Cleanup(func() {
+		openHost = old
+		if opened && !f.closed {
+			t.Error("the command did not close the host")
+		}
+	})
+}
+
+func run(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	root := newRootCmd(&out, &errOut)
+	root.SetArgs(args)
+	err := root.Execute()
+	if err != nil {
+		errOut.WriteString(err.Error())
+	}
+	return out.String() + errOut.String(), exitCodeOf(err)
+}
+
+// leakyHost has the GSI QP, healthy RTS QPs of pid 100 and two QPs of
+// pid 100 in ERR.
+func leakyHost(victim int) *fakeHost {
+	app := leaks.Process{PID: victim, Comm: "app"}
+	return &fakeHost{victim: victim, maxQP: 1 << 20, qps: func(int) []leaks.QP {
+		return []leaks.QP{
+			{Port: 1, LQPN: 1, Type: "GSI", State: "RTS", KernName: "ib_core"},
+			{Port: 1, LQPN: 17, Type: "RC", State: "RTS", Owner: app},
+			{Port: 1, LQPN: 18, Type: "RC", State: "ERR", Owner: app},
+			{Port: 1, LQPN: 19, Type: "RC", State: "ERR", Owner: app},
+		}
+	}}
+}
+
+func TestLeaksText(t *testing.T) {
+	useHost(t, leakyHost(100))
+	out, code := run(t, "leaks", "--for", "20ms", "--interval", "10ms")
+	if code != exitFindings {
+		t.Fatalf("exit %d, want %d:\n%s", code, exitFindings, out)
+	}
+	for _, want := range []string{"3 samples over", "rxe0: 4 QPs, max_qp 1048576", "stuck-in-error link rxe0 pid 100 comm app qps 2 lqpn 18,19",
+		"evidence: 2 QPs (2 ERR) in each of 3 samples", "remedy: pid 100 (app) must drain", "1 findings: stuck-in-error 1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestLeaksJSONAndTextfile(t *testing.T) {
+	useHost(t, leakyHost(100))
+	prom := filepath.Join(t.TempDir(), "qpdrain.prom")
+	var out bytes.Buffer
+	root := newRootCmd(&out, io.Discard)
+	root.SetArgs([]string{"leaks", "-j", "--for", "10ms", "--interval", "10ms", "--textfile", prom})
+	if code := exitCodeOf(root.Execute()); code != exitFindings {
+		t.Fatalf("exit %d, want %d", code, exitFindings)
+	}
+	var got struct {
+		Samples  int `json:"samples"`
+		Findings []struct {
+			Reason string `json:"reason"`
+			IfName string `json:"ifname"`
+			Owner  struct {
+				PID int `json:"pid"`
+			} `json:"owner"`
+			QPs []struct {
+				LQPN  uint32 `json:"lqpn"`
+				State string `json:"state"`
+			} `json:"qps"`
+			Evidence, Remedy string
+		} `json:"findings"`
+		WindowMS int64 `json:"window_ms"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("-j: %v\n%s", err, out.String())
+	}
+	if got.Samples != 2 || len(got.Findings) != 1 || got.Findings[0].Reason != "stuck-in-error" || got.Findings[0].Owner.PID != 100 ||
+		len(got.Findings[0].QPs) != 2 || got.Findings[0].Evidence == "" || got.Findings[0].Remedy == "" {
+		t.Errorf("-j: %+v", got)
+	}
+	text, err := os.ReadFile(prom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(text), `qpdrain_leak_qps{device="rxe0",reason="stuck-in-error"} 2`) {
+		t.Errorf("textfile:\n%s", text)
+	}
+	promcheck.Check(t, text)
+}
+
+func TestLeaksExitCodes(t *testing.T) {
+	clean := leakyHost(100)
+	clean.qps = func(int) []leaks.QP {
+		return []leaks.QP{{Port: 1, LQPN: 17, Type: "RC", State: "RTS", Owner: leaks.Process{PID: 100}}}
+	}
+	useHost(t, clean)
+	if out, code := run(t, "leaks", "--for", "10ms", "--interval", "5ms"); code != exitClean || !strings.Contains(out, "no leaks found") {
+		t.Errorf("clean host: exit %d:\n%s", code, out)
+	}
+	clean.noRDMA = true
+	if out, code := run(t, "leaks", "--for", "0s"); code != exitUnsupported {
+		t.Errorf("no RDMA: exit %d, want %d:\n%s", code, exitUnsupported, out)
+	}
+	for _, args := range [][]string{{"--near-limit", "2"}, {"--interval", "0s"}, {"--for", "-1s"}} {
+		if out, code := run(t, append([]string{"leaks"}, args...)...); code != exitError {
+			t.Errorf("leaks %v: exit %d, want %d:\n%s", args, code, exitError, out)
+		}
+	}
+}
+
+// otherProcess starts a process reap may target (the fake host's signals
+// never reach it) and ends it with the test. The test's parent will not
+// do: in the VM it is init, which reap refuses.
+func otherProcess(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd.Process.Pid
+}
+
+func TestReapPlanAndAct(t *testing.T) {
+	pid := otherProcess(t) // a real process the fake host says owns QPs
+	f := leakyHost(pid)
+	useHost(t, f)
+	out, code := run(t, "reap", "--pid", strconv.Itoa(pid))
+	if code != exitClean || len(f.signals) != 0 || !strings.Contains(out, "plan: send SIGTERM to pid") ||
+		!strings.Contains(out, "its 3 QPs (3 owned, 0 kept alive as a holder)") || !strings.Contains(out, "nothing done: run again with --yes") {
+		t.Fatalf("plan: exit %d signals %v:\n%s", code, f.signals, out)
+	}
+	out, code = run(t, "reap", "--pid", strconv.Itoa(pid), "--yes", "--signal", "KILL")
+	if code != exitClean || len(f.signals) != 1 || f.signals[0] != syscall.SIGKILL || !strings.Contains(out, "freed 3 of 3 QPs") || !strings.Contains(out, "0 remain") {
+		t.Fatalf("reap: exit %d signals %v:\n%s", code, f.signals, out)
+	}
+}
+
+func TestReapRemaining(t *testing.T) {
+	pid := otherProcess(t)
+	f := leakyHost(pid)
+	f.unkilled = true
+	useHost(t, f)
+	out, code := run(t, "reap", "--pid", strconv.Itoa(pid), "--yes", "--wait", "300ms", "-j")
+	var got reapResult
+	if err := json.NewDecoder(strings.NewReader(out)).Decode(&got); err != nil {
+		t.Fatalf("-j: %v\n%s", err, out)
+	}
+	if code != exitFindings || !got.Done || got.Freed != 0 || len(got.Remaining) != 3 || got.WaitedMS < 300 {
+		t.Errorf("exit %d, %+v", code, got)
+	}
+}
+
+func TestReapRefuses(t *testing.T) {
+	useHost(t, leakyHost(100))
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--pid", "1"}, "pid 1 is init"},
+		{[]string{"--pid", strconv.Itoa(os.Getpid())}, "qpdrain itself"},
+		{[]string{"--pid", "-4"}, "want a process id"},
+		{[]string{"--pid", "2", "--signal", "STOP"}, `--signal "STOP"`},
+		{[]string{}, "give one target"},
+		{[]string{"--pid", "5", "--rxe", "rxe0"}, "give one target"},
+		{[]string{"--pid", "2"}, "kernel thread"}, // kthreadd
+	} {
+		out, code := run(t, append([]string{"reap"}, tc.args...)...)
+		if code != exitError || !strings.Contains(out, tc.want) {
+			t.Errorf("reap %v: exit %d, want %d and %q:\n%s", tc.args, code, exitError, tc.want, out)
+		}
+	}
+}
+
+func TestReapRxe(t *testing.T) {
+	f := leakyHost(100)
+	useHost(t, f)
+	if out, code := run(t, "reap", "--rxe", "rxe0"); code != exitClean || f.deleted || !strings.Contains(out, "plan: delete rxe link rxe0") {
+		t.Fatalf("plan: exit %d deleted %v:\n%s", code, f.deleted, out)
+	}
+	if out, code := run(t, "reap", "--rxe", "rxe0", "--yes"); code != exitClean || !f.deleted || !strings.Contains(out, "freed 4 of 4 QPs") {
+		t.Fatalf("reap: exit %d deleted %v:\n%s", code, f.deleted, out)
+	}
+	k := leakyHost(100)
+	k.qps = func(int) []leaks.QP {
+		return []leaks.QP{{Port: 1, LQPN: 9, Type: "RC", State: "RTS", KernName: "rds_rdma"}}
+	}
+	useHost(t, k)
+	if out, code := run(t, "reap", "--rxe", "rxe0", "--yes"); code != exitError || k.deleted || !strings.Contains(out, "kernel QPs of rds_rdma") {
+		t.Errorf("kernel QPs: exit %d deleted %v:\n%s", code, k.deleted, out)
+	}
+}
+
+func TestExporterServes(t *testing.T) {
+	f := leakyHost(100)
+	useHost(t, f)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	opts := &globalOptions{}
+	if opts.log, err = newLogger(io.Discard, "warning", "text"); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		done <- serveExporter(ctx, ln, io.Discard, opts, &exporterOptions{window: time.Minute, nearLimit: 0.9, host: hostOptions{timeout: time.Second}})
+	}()
+	var body []byte
+	for range 2 {
+		resp, err := http.Get("http://" + ln.Addr().String() + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET /metrics: %v %s", err, resp.Status)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("exporter: %v", err)
+	}
+	for _, want := range []string{`qpdrain_qps{device="rxe0",port="1",state="ERR",type="RC"} 2`, `qpdrain_device_max_qp{device="rxe0"} 1.048576e+06`,
+		`qpdrain_leak_findings{device="rxe0",reason="stuck-in-error"} 1`, "qpdrain_scrape_success 1", "qpdrain_leak_samples 2"} {
+		if !strings.Contains(string(body), want+"\n") {
+			t.Errorf("/metrics lacks %s:\n%s", want, body)
+		}
+	}
+	promcheck.Check(t, body)
+}

@@ -1,0 +1,10 @@
+package leaks
+
+import (
+	"testing"
+
+	"github.com/qpdrain/qpdrain/internal/testmain"
+)
+
+// TestMain fails the run if a test leaks a goroutine.
+func TestMain(m *testing.M) { testmain.Run(m) }
