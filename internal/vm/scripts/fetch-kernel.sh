@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # fetch-kernel.sh SUITE: downloads (never installs) the Debian kernel behind linux-image-amd64 in
-# SUITE (bookworm: the 6.1 series; bookworm-backports: the newer series), extracts its vmlinuz and
-# the modules the rxe harness needs, and prints the directory that holds them:
+# SUITE (bookworm: the 6.1 series; bookworm-backports: 6.12; trixie-backports: the newest the
+# archive offers), extracts its vmlinuz and the modules qpdrain vm needs, and prints the directory
+# that holds them:
 #   vmlinuz  vmlinux (when it has a PVH entry)  modules/NAME.ko (decompressed)  modules.order
 #   (insmod order)  kver  package
 # Everything is cached under $RXE_CACHE; once a suite is resolved a run touches no network.
@@ -10,15 +11,19 @@
 # apt runs with a private configuration under $RXE_CACHE/apt (sources, lists, archives, an empty
 # dpkg status): the host's apt sources, lists and pins are never changed, no root is needed, and
 # the host's own `apt-get upgrade` never sees the backports suite. The mirror is the one the host's
-# apt already uses for $RXE_DIST (apt-get indextargets); RXE_APT_MIRROR overrides it.
+# apt already uses for $RXE_DIST (apt-get indextargets), else deb.debian.org (a host that is not
+# Debian, such as a CI runner); RXE_APT_MIRROR overrides it. A suite outside $RXE_DIST's family is
+# added to the sources from the same mirror.
 set -euo pipefail
-# shellcheck source=scripts/rxe/common.sh disable=SC1091
-. "$(dirname "$0")/common.sh"
+# shellcheck source=internal/vm/scripts/lib.sh disable=SC1091
+. "$(dirname "$0")/lib.sh"
 
 suite=${1:?usage: fetch-kernel.sh SUITE}
 # The modules, in load order; their `depends` are added before them automatically. crc32_generic is
 # not a declared dependency of rdma_rxe (it asks the crypto API for "crc32" at run time), but
-# without it `rdma link add` fails.
+# without it `rdma link add` fails. Newer kernels have no such module (rdma_rxe calls the crc32
+# library directly): a missing optional module is left out.
+optional=" ${RXE_MODULES_OPTIONAL:-crc32_generic} "
 read -ra modules <<<"${RXE_MODULES:-crc32_generic udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe dummy}"
 
 kernels=$RXE_CACHE/kernels
@@ -66,16 +71,21 @@ keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 		awk -v d="$RXE_DIST" '$2 == d || $2 == d "-updates" || $2 == d "-security"' | sort -u
 } >"$apt/sites"
 main_site=${RXE_APT_MIRROR:-$(awk -v d="$RXE_DIST" '$2 == d { print $1; exit }' "$apt/sites")}
-[ -n "$main_site" ] || rxe_env_die "the host's apt has no $RXE_DIST source; set RXE_APT_MIRROR to a Debian mirror URL"
+if [ -z "$main_site" ]; then
+	main_site=http://deb.debian.org/debian
+	rxe_log "the host's apt has no $RXE_DIST source: using $main_site (RXE_APT_MIRROR overrides it)"
+	echo "http://deb.debian.org/debian-security $RXE_DIST-security" >"$apt/sites"
+fi
 {
-	if [ -n "${RXE_APT_MIRROR:-}" ]; then
-		echo "$RXE_APT_MIRROR $RXE_DIST"
-		echo "$RXE_APT_MIRROR $RXE_DIST-updates"
+	if [ -n "${RXE_APT_MIRROR:-}" ] || ! grep -q " $RXE_DIST\$" "$apt/sites"; then
+		echo "$main_site $RXE_DIST"
+		echo "$main_site $RXE_DIST-updates"
 		awk '$2 ~ /-security$/' "$apt/sites"
 	else
 		cat "$apt/sites"
 	fi
 	echo "$main_site $RXE_DIST-backports"
+	case $suite in "$RXE_DIST" | "$RXE_DIST"-*) ;; *) echo "$main_site $suite" ;; esac
 } | awk -v k="$keyring" '{ printf "deb [signed-by=%s] %s %s main\n", k, $1, $2 }' >"$apt/sources.list"
 cat >"$apt/apt.conf" <<EOF
 Dir::Etc::SourceList "$apt/sources.list";
@@ -150,6 +160,10 @@ add() { # add NAME: add NAME after its dependencies
 	local m=$1 f d
 	for d in "${order[@]}"; do [ "$d" = "$m" ] && return 0; done
 	f=$(modfile "$m")
+	if [ -z "$f" ] && [ "${optional#* "$m" }" != "$optional" ]; then
+		rxe_log "$kver: optional module $m not in $pkg: left out"
+		return 0
+	fi
 	[ -n "$f" ] || rxe_die "$kver: module $m not found in $pkg"
 	for d in $(modinfo -F depends "$f" | tr ',' ' '); do add "$d"; done
 	case $f in

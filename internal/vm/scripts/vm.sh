@@ -1,106 +1,106 @@
 #!/usr/bin/env bash
-# rxe-test.sh: runs the project's Go tests against a real Soft-RoCE device (the kernel's rdma_rxe)
-# inside qemu, once per Debian kernel in RXE_KERNELS. `make test-rxe` runs it; docs/TESTING.md
-# explains it. Settings (environment): RXE_TEST_PKGS and RXE_KERNELS (defaults in
-# scripts/rxe/common.sh), RXE_CACHE, RXE_REFRESH=1, RXE_TIMEOUT, RXE_TEST_ARGS, RXE_GO_TEST_FLAGS.
+# vm.sh: the driver behind `qpdrain vm go-test` and `qpdrain vm run` (internal/vm runs it from the
+# copy of these scripts it writes into the cache). Builds one payload, then boots one VM per kernel
+# with it and prints one verdict. The Go side has checked the arguments and sets:
+#   RXE_MODE        go-test | run
+#   RXE_SUITES      the kernels, as NAME=SUITE words (6.12=bookworm-backports)
+#   RXE_ACCEL       kvm | tcg; RXE_ACCEL_AUTO=1: KVM was not asked for, so a KVM that fails at boot
+#                   falls back to TCG
+#   RXE_CACHE       the cache directory (kernels, debs, private apt state, the last run)
+#   RXE_PKGS        go-test: the packages, as go test takes them (./..., ./ibv); run in the module
+#                   that holds the current directory
+#   RXE_CMD         run: the command line, shell-quoted; RXE_FILES: files and directories to copy,
+#                   one absolute path a line; RXE_CWD: the guest's working directory; RXE_PYTHON=1
+#   RXE_QPDRAIN_BIN the running qpdrain binary (copied in when RXE_ADD_CMD starts with qpdrain)
+# and passes on RXE_TIMEOUT, RXE_TEST_ARGS, RXE_GO_TEST_FLAGS, RXE_ADD_CMD, RXE_REFRESH, RXE_DIST.
 #
-# Exit status: 0 when every kernel passed; 1 when a test, a smoke test or the guest failed. When the
-# stage cannot run here (packages missing and not root, no network to fill the cache) it says so
-# and exits 0 -- unless CI=true, where the rxe stage is required and that is a failure too.
+# Exit status: 0 when every kernel passed; 1 when anything failed; 3 when it cannot run here
+# (host packages missing and not root, no network to fill the cache).
 set -euo pipefail
-# shellcheck source=scripts/rxe/common.sh disable=SC1091
-. "$(dirname "$0")/rxe/common.sh"
-here=$RXE_ROOT/scripts/rxe
+# shellcheck source=internal/vm/scripts/lib.sh disable=SC1091
+. "$(dirname "$0")/lib.sh"
+here=$(cd "$(dirname "$0")" && pwd)
 start=$(rxe_now)
 
-required=0
-case ${CI:-} in true | 1 | yes) required=1 ;; esac
+echo "vm: [1/4] host packages"
+"$here/deps.sh"
 
-# not_run REASON: the stage cannot run on this machine
-not_run() {
-	if [ "$required" = 1 ]; then
-		echo "rxe: ERROR: the rxe stage is required (CI=$CI) but cannot run: $1" >&2
-		exit 1
-	fi
-	echo "rxe: ***************************************************************************" >&2
-	echo "rxe: *** the rxe stage did NOT run: $1" >&2
-	echo "rxe: *** nothing was tested against real Soft-RoCE (CI=true makes this an error)" >&2
-	echo "rxe: ***************************************************************************" >&2
-	exit 0
-}
-# step WHAT CMD...: runs a harness step; an environment problem (exit 3) becomes not_run
-step() {
-	local what=$1 rc=0
-	shift
-	"$@" || rc=$?
-	[ "$rc" = 0 ] && return 0
-	[ "$rc" = "$RXE_EX_ENV" ] && not_run "$what (see above)"
-	exit "$rc"
-}
-
-echo "== rxe stage: kernels ($RXE_KERNELS), packages ($RXE_TEST_PKGS)"
-echo "rxe: [1/4] host packages"
-step "the host lacks packages or commands it needs" "$here/deps.sh"
-
-mkdir -p "$RXE_CACHE"
-exec 9>"$RXE_CACHE/lock"
-if ! flock -n 9; then
-	rxe_log "another rxe run holds $RXE_CACHE/lock; waiting"
-	flock 9
-fi
-
-echo "rxe: [2/4] kernels (cache $RXE_CACHE)"
+echo "vm: [2/4] kernels (cache $RXE_CACHE)"
 kdirs=()
-for suite in $RXE_KERNELS; do
-	rc=0
-	kd=$("$here/fetch-kernel.sh" "$suite") || rc=$?
-	[ "$rc" = "$RXE_EX_ENV" ] && not_run "the $suite kernel could not be fetched (see above)"
-	[ "$rc" = 0 ] || exit "$rc"
+for ns in $RXE_SUITES; do
+	name=${ns%%=*} suite=${ns#*=}
+	kd=$("$here/fetch-kernel.sh" "$suite")
 	kdirs+=("$kd")
-	echo "rxe:   $suite: $(cat "$kd/package") -> $(cat "$kd/kver")"
+	echo "vm:   $name ($suite): $(cat "$kd/package") -> $(cat "$kd/kver")"
 done
+echo "vm:   kernels ready in $(rxe_since "$start")s"
 
-echo "rxe:   kernels ready in $(rxe_since "$start")s"
 t=$(rxe_now)
-echo "rxe: [3/4] test binaries (go test -c)"
 run=$RXE_CACHE/run
 mkdir -p "$run"
-"$here/build-tests.sh" "$run/tests"
-mapfile -t pkgs <"$run/tests/pkgs"
-echo "rxe:   ${#pkgs[@]} test binaries built in $(rxe_since "$t")s"
-
-echo "rxe: [4/4] one VM per kernel"
+payload=$run/payload
+# The sentinel's token: random, so that no output of the payload can fake a verdict line.
 RXE_TOKEN=$(od -An -tx1 -N8 /dev/urandom | tr -d ' \n')
 export RXE_TOKEN
+echo "vm: [3/4] payload ($RXE_MODE)"
+units=()
+case $RXE_MODE in
+go-test)
+	"$here/build-tests.sh" "$run/tests"
+	mapfile -t units <"$run/tests/pkgs"
+	[ ${#units[@]} -gt 0 ] || rxe_die "no test package to run (see above)"
+	;;
+run)
+	rm -rf "$run/tests"
+	units=(run)
+	;;
+*) rxe_die "RXE_MODE=$RXE_MODE: want go-test or run" ;;
+esac
+"$here/stage.sh" "$run/tests" "$payload"
+echo "vm:   payload ($(du -sh "$payload.cpio" | cut -f1)) ready in $(rxe_since "$t")s"
+
+echo "vm: [4/4] one VM per kernel"
 failed=0
 summaries=()
 for kd in "${kdirs[@]}"; do
 	kver=$(cat "$kd/kver")
 	rd=$run/$kver
 	mkdir -p "$rd"
-	echo "[$kver] == initramfs"
-	"$here/build-initrd.sh" "$kd" "$run/tests" "$rd/initrd"
-	"$here/run-vm.sh" "$kd" "$rd/initrd" "$rd" "${pkgs[@]}" || failed=1
-	summaries+=("$(cat "$rd/summary" 2>/dev/null || echo "rxe FAIL [$kver] no summary")")
+	"$here/build-initrd.sh" "$kd" "$payload.cpio" "$rd/initrd"
+	rc=0
+	"$here/run-vm.sh" "$kd" "$rd/initrd" "$rd" "${units[@]}" || rc=$?
+	if [ "$rc" != 0 ] && [ -f "$rd/accel-failed" ] && [ "${RXE_ACCEL_AUTO:-0}" = 1 ]; then
+		echo "vm: KVM cannot run guests on this host: TCG from here on"
+		export RXE_ACCEL=tcg
+		rc=0
+		"$here/run-vm.sh" "$kd" "$rd/initrd" "$rd" "${units[@]}" || rc=$?
+	fi
+	[ "$rc" = 0 ] || failed=1
+	summaries+=("$(cat "$rd/summary" 2>/dev/null || echo "vm FAIL [$kver] no summary")")
 done
 
-echo "== rxe stage summary ($(rxe_since "$start")s in all)"
-npass=0 nfail=0
+echo "== vm summary ($(rxe_since "$start")s in all)"
+npass=0 nfail=0 kpass=0 kfail=0
 for s in "${summaries[@]}"; do
 	echo "$s"
+	case $s in "vm PASS"*) kpass=$((kpass + 1)) ;; *) kfail=$((kfail + 1)) ;; esac
 	if [[ $s =~ tests\ ([0-9]+)\ passed\ ([0-9]+)\ failed ]]; then
 		npass=$((npass + BASH_REMATCH[1])) nfail=$((nfail + BASH_REMATCH[2]))
 	fi
 done
-while IFS= read -r s; do
-	echo "rxe ERROR: RXE_TEST_PKGS lists $s: it was skipped"
-done <"$run/tests/skipped"
+# A listed package not in the tree (yet) is an error line, not a failure: branches add packages.
+if [ -f "$run/tests/skipped" ]; then
+	while IFS= read -r s; do echo "vm ERROR: $s: it was skipped"; done <"$run/tests/skipped"
+fi
+# The closing line CI reads: go-test counts the tests of every kernel, run counts the kernels.
+if [ "$RXE_MODE" = run ]; then
+	npass=$kpass nfail=$kfail
+fi
 if [ "$failed" != 0 ]; then
-	echo "rxe: FAIL (logs in $run/<kernel>/: result.txt, console.txt)"
+	echo "vm: FAIL (logs in $run/<kernel>/: result.txt, console.txt)"
 	# A kernel can fail outside any test (smoke test, panic, hang): count it.
 	[ "$nfail" != 0 ] || nfail=1
-	echo "rxe: $npass passed, $nfail failed"
+	echo "vm: $npass passed, $nfail failed"
 	exit 1
 fi
-# The plain closing line CI reads: tests run in the guests, all kernels together.
-echo "rxe: $npass passed, $nfail failed"
+echo "vm: $npass passed, $nfail failed"

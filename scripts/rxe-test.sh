@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# rxe-test.sh: the project's rxe stage: its Go tests against a real Soft-RoCE device (the kernel's
+# rdma_rxe) inside qemu, once per kernel in RXE_KERNELS, through `qpdrain vm go-test` (the same
+# harness other projects use; docs/VM.md), then qpdrain vm's own VM tests (red runs on purpose).
+# `make test-rxe` runs it; docs/TESTING.md explains it. Settings (environment): RXE_TEST_PKGS and
+# RXE_KERNELS (defaults in scripts/rxe/common.sh), RXE_CACHE, RXE_REFRESH=1, RXE_TIMEOUT,
+# RXE_TEST_ARGS, RXE_GO_TEST_FLAGS, RXE_ADD_CMD; RXE_VM_SELFTEST=0 leaves out qpdrain vm's tests.
+#
+# Exit status: 0 when every kernel passed; 1 when a test, a smoke test or the guest failed. When the
+# stage cannot run here (packages missing and not root, no network to fill the cache) it says so
+# and exits 0 -- unless CI=true, where the rxe stage is required and that is a failure too.
+set -euo pipefail
+# shellcheck source=scripts/rxe/common.sh disable=SC1091
+. "$(dirname "$0")/rxe/common.sh"
+
+required=0
+case ${CI:-} in true | 1 | yes) required=1 ;; esac
+
+# not_run REASON: the stage cannot run on this machine
+not_run() {
+	if [ "$required" = 1 ]; then
+		echo "rxe: ERROR: the rxe stage is required (CI=$CI) but cannot run: $1" >&2
+		exit 1
+	fi
+	echo "rxe: ***************************************************************************" >&2
+	echo "rxe: *** the rxe stage did NOT run: $1" >&2
+	echo "rxe: *** nothing was tested against real Soft-RoCE (CI=true makes this an error)" >&2
+	echo "rxe: ***************************************************************************" >&2
+	exit 0
+}
+
+cd "$RXE_ROOT"
+echo "== rxe stage: kernels ($RXE_KERNELS), packages ($RXE_TEST_PKGS)"
+mkdir -p .cache
+go build -o .cache/qpdrain ./cmd/qpdrain
+rc=0
+# shellcheck disable=SC2086 # RXE_TEST_PKGS is a list
+.cache/qpdrain vm go-test --cache "$RXE_CACHE" --kernels "$RXE_KERNELS" $RXE_TEST_PKGS || rc=$?
+[ "$rc" = 3 ] && not_run "qpdrain vm cannot run here (see above)"
+[ "$rc" = 0 ] || exit "$rc"
+
+if [ "${RXE_VM_SELFTEST:-1}" != 0 ]; then
+	echo "== qpdrain vm's own tests (red runs on purpose)"
+	QPDRAIN_VM_TEST=1 QPDRAIN_VM_CACHE=$RXE_CACHE go test -count=1 -run '^TestVM' ./internal/vm
+fi
