@@ -148,3 +148,57 @@ func TestVMMissingLibrary(t *testing.T) {
 		t.Error("a VM was booted for a payload that cannot be built")
 	}
 }
+
+// TestVMGoTestOtherModule: go-test works for a module that is not qpdrain's:
+// the package runs in a copy of its directory (testdata/ found) with rxe0 up,
+// and a failing test fails the run with the closing counts (a package without
+// tests is left out of ./... silently).
+func TestVMGoTestOtherModule(t *testing.T) {
+	o, out := vmOptions(t, 0)
+	dir := t.TempDir()
+	files := map[string]string{
+		"go.mod":             "module example.com/peer\n\ngo 1.22\n",
+		"peer/testdata/want": "rxe0\n",
+		"peer/peer.go":       "// Package peer is a module that is not qpdrain.\npackage peer\n",
+		"nothing/nothing.go": "// Package nothing has no tests.\npackage nothing\n",
+		"peer/peer_test.go": `package peer
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestRXE(t *testing.T) {
+	want, err := os.ReadFile("testdata/want")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := strings.TrimSpace(string(want))
+	if _, err := os.Stat("/sys/class/infiniband/" + dev); err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv("QPDRAIN_TEST_DEVICE") != dev || os.Getenv("QPDRAIN_TEST_GID_INDEX") == "" {
+		t.Fatalf("environment: device %q, gid index %q", os.Getenv("QPDRAIN_TEST_DEVICE"), os.Getenv("QPDRAIN_TEST_GID_INDEX"))
+	}
+}
+
+func TestRed(t *testing.T) { t.Fatal("red on purpose") }
+`,
+	}
+	for name, text := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := GoTest(runCtx(t), o, dir, []string{"./..."}, []string{"-test.count=1"})
+	if !errors.Is(err, ErrFailed) {
+		t.Fatalf("GoTest = %v, want ErrFailed (TestRed)", err)
+	}
+	wantOutput(t, out.String(), "--- PASS: TestRXE", "--- FAIL: TestRed", "red on purpose",
+		"peer: go test failed (exit 1)", "packages 0/1", "vm: 1 passed, 1 failed")
+}

@@ -109,7 +109,8 @@ run)
 		tar -C "$stdlib" --exclude=./test --exclude=./idlelib --exclude=./tkinter \
 			--exclude=./turtledemo --exclude=./ensurepip --exclude=./lib2to3 --exclude=./site-packages \
 			-cf - . | tar -C "$root$stdlib" -xf -
-		[ -d "$dyn" ] && copy_tree "$dyn"
+		# the extension modules (in the tree above) need their libraries too
+		while IFS= read -r -d '' f; do copy_libs "$f"; done < <(find "$dyn" -name '*.so' -print0 2>/dev/null)
 	fi
 	;;
 esac
