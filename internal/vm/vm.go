@@ -145,6 +145,27 @@ func Run(ctx context.Context, o Options, spec RunSpec) error {
 	return run(ctx, o, dir, env, "run "+strings.Join(spec.Command, " "))
 }
 
+// kvmBroken returns what the cache recorded when KVM passed the probe but
+// qemu could not run a guest with it (vm.sh writes cache/kvm-broken: the
+// host's kernel release and qemu's error), if the host's kernel is still the
+// same; a new host kernel gets KVM tried again.
+func kvmBroken(cache string) string {
+	b, err := os.ReadFile(filepath.Join(cache, "kvm-broken"))
+	if err != nil {
+		return ""
+	}
+	rel, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return ""
+	}
+	line := strings.TrimSpace(string(b))
+	release, what, _ := strings.Cut(line, " ")
+	if release != strings.TrimSpace(string(rel)) {
+		return ""
+	}
+	return what + " (" + filepath.Join(cache, "kvm-broken") + "; --accel kvm tries it)"
+}
+
 // resolveCommand finds the host's file for the guest's command.
 func resolveCommand(name string, python bool, dir string) (string, error) {
 	if python && (name == "python3" || name == "python") {
@@ -219,6 +240,11 @@ func run(ctx context.Context, o Options, dir string, modeEnv []string, what stri
 	accel, why, err := accel.Resolve(kvm)
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrCannotRun, err)
+	}
+	if auto && accel == AccelKVM {
+		if broken := kvmBroken(cache); broken != "" {
+			accel, why = AccelTCG, "KVM failed to run a guest on this host before: "+broken
+		}
 	}
 	var names, suites []string
 	for _, k := range kernels {

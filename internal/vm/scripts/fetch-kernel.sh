@@ -24,7 +24,8 @@ suite=${1:?usage: fetch-kernel.sh SUITE}
 # without it `rdma link add` fails. Newer kernels have no such module (rdma_rxe calls the crc32
 # library directly): a missing optional module is left out.
 optional=" ${RXE_MODULES_OPTIONAL:-crc32_generic} "
-read -ra modules <<<"${RXE_MODULES:-crc32_generic udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe dummy}"
+# rdma_ucm (with rdma_cm, ib_cm, iw_cm) serves programs that connect through librdmacm.
+read -ra modules <<<"${RXE_MODULES:-crc32_generic udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe dummy rdma_ucm}"
 
 kernels=$RXE_CACHE/kernels
 ref=$kernels/$suite.ref
@@ -52,12 +53,34 @@ vmlinux() {
 	rm -f "$k/vmlinux.tmp"
 }
 
+# has_modules KDIR: every module asked for is in KDIR (or optional and absent from the package)
+has_modules() {
+	local m
+	for m in "${modules[@]}"; do
+		grep -qx "$m" "$1/modules.order" || grep -qx "$m" "$1/modules.absent" 2>/dev/null || return 1
+	done
+}
+
+deb=
 if [ "${RXE_REFRESH:-0}" != 1 ] && [ -f "$ref" ] && [ -f "$kernels/$(cat "$ref")/.complete" ]; then
-	vmlinux "$kernels/$(cat "$ref")"
-	echo "$kernels/$(cat "$ref")"
-	exit 0
+	kd=$kernels/$(cat "$ref")
+	if has_modules "$kd"; then
+		vmlinux "$kd"
+		echo "$kd"
+		exit 0
+	fi
+	# The pinned kernel lacks a module asked for (the list grew): extract again from its package,
+	# when the cache still has it, without resolving the suite again.
+	read -r pkg version <"$kd/package"
+	deb=$(find "$RXE_CACHE/debs" -maxdepth 1 -name "${pkg}_*.deb" -print -quit)
+	if [ -n "$deb" ] && [ "$(dpkg-deb -f "$deb" Version 2>/dev/null)" = "$version" ]; then
+		rxe_log "$suite: $(cat "$ref") lacks modules of ${modules[*]}: extracting $pkg again"
+	else
+		deb=
+	fi
 fi
 
+if [ -z "$deb" ]; then
 # --- private apt configuration ---------------------------------------------------------------
 apt=$RXE_CACHE/apt
 mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$apt/empty.d"
@@ -136,6 +159,7 @@ fi
 
 # The lists (~120 MB with apt's caches) are only needed to resolve a suite again: drop them.
 rm -rf "$apt/lists" "$apt"/*.bin
+fi
 
 # --- extract -----------------------------------------------------------------------------------
 tmp=$kernels/.extract.$$
@@ -162,6 +186,7 @@ add() { # add NAME: add NAME after its dependencies
 	f=$(modfile "$m")
 	if [ -z "$f" ] && [ "${optional#* "$m" }" != "$optional" ]; then
 		rxe_log "$kver: optional module $m not in $pkg: left out"
+		echo "$m" >>"$kdir/modules.absent"
 		return 0
 	fi
 	[ -n "$f" ] || rxe_die "$kver: module $m not found in $pkg"

@@ -52,7 +52,9 @@ show() {
 		smoke)
 			case $rest in *" exit=0") echo "$tag smoke ${rest#smoke }: ok" ;;
 			*) echo "$tag smoke ${rest#smoke }: FAILED" ;; esac ;;
-		pkg-start) echo "$tag == go test ${rest#pkg-start }" ;;
+		pkg-start)
+			case $rest in "pkg-start run") echo "$tag == command" ;;
+			*) echo "$tag == go test ${rest#pkg-start }" ;; esac ;;
 		pkg) echo "$tag ${rest#pkg }" ;;
 		klog | done) ;;
 		*) echo "$tag $rest" ;;
@@ -134,7 +136,8 @@ clean <"$run/console.log" >"$run/console.txt"
 
 # --- verdict -------------------------------------------------------------------------------------
 fails=()
-sent() { grep -F "$mark" "$run/result.txt" | sed "s/^.*$mark//; s/ uptime=[0-9.]*\$//"; }
+# (grep finds nothing when the guest never reached /init: that is a verdict, not an error)
+sent() { { grep -F "$mark" "$run/result.txt" || true; } | sed "s/^.*$mark//; s/ uptime=[0-9.]*\$//"; }
 sent >"$run/sentinels"
 last_stage=$(awk '$1 == "stage" { s = $2 } $1 == "pkg-start" { s = "tests, in " $2 } $1 == "pkg" { s = "tests" }
 	END { print s ? s : "boot" }' "$run/sentinels")
@@ -192,11 +195,11 @@ if [ ${#fails[@]} -gt 0 ] && ! grep -qx 'done' "$run/sentinels"; then
 		"$run/console.txt" | head -n 1 | cut -d: -f1 || true)
 	if [ -n "$first" ]; then
 		echo "$tag the guest kernel's first complaint ($run/console.txt:$first):"
-		tail -n +"$first" "$run/console.txt" | head -n 15 | sed "s/^/$tag   /"
-		grep 'Kernel panic' "$run/console.txt" | head -n 1 | sed "s/^/$tag   /"
+		tail -n +"$first" "$run/console.txt" | head -n 15 | sed "s/^/$tag   /" || true
+		{ grep 'Kernel panic' "$run/console.txt" || true; } | head -n 1 | sed "s/^/$tag   /"
 	fi
 	echo "$tag last lines of the guest console:"
-	grep -v '^$' "$run/console.txt" | tail -n 12 | sed "s/^/$tag   /"
+	{ grep -v '^$' "$run/console.txt" || true; } | tail -n 12 | sed "s/^/$tag   /"
 fi
 
 # times per stage from the host's clock when each sentinel arrived
@@ -213,7 +216,8 @@ nfail=$(grep -c '^--- FAIL' "$run/result.txt" || true)
 nskip=$(grep -c '^--- SKIP' "$run/result.txt" || true)
 if [ "${pkgs[*]}" = run ]; then
 	r=$(grep '^pkg run exit=' "$run/sentinels" | tail -n 1 || true)
-	counts="smoke $smoke_ok/3, command ${r:+exit }${r##*exit=}${r:-no result}, kernel warnings $warns"
+	if [ -n "$r" ]; then r="exit ${r##*exit=}"; else r="no result"; fi
+	counts="smoke $smoke_ok/3, command $r, kernel warnings $warns"
 else
 	counts="smoke $smoke_ok/3, packages $pkg_ok/${#pkgs[@]}, tests $npass passed $nfail failed $nskip skipped, kernel warnings $warns"
 fi

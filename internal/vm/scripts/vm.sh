@@ -70,7 +70,8 @@ for kd in "${kdirs[@]}"; do
 	rc=0
 	"$here/run-vm.sh" "$kd" "$rd/initrd" "$rd" "${units[@]}" || rc=$?
 	if [ "$rc" != 0 ] && [ -f "$rd/accel-failed" ] && [ "${RXE_ACCEL_AUTO:-0}" = 1 ]; then
-		echo "vm: KVM cannot run guests on this host: TCG from here on"
+		echo "vm: KVM cannot run guests on this host: TCG from here on (and in later runs: $RXE_CACHE/kvm-broken)"
+		echo "$(uname -r) $(grep -m 1 'KVM internal error' "$rd/qemu.err")" >"$RXE_CACHE/kvm-broken"
 		export RXE_ACCEL=tcg
 		rc=0
 		"$here/run-vm.sh" "$kd" "$rd/initrd" "$rd" "${units[@]}" || rc=$?
