@@ -102,13 +102,13 @@ func TestVMRunPanic(t *testing.T) {
 // TestVMRunHang: a command that never ends is killed at the deadline, and
 // the verdict names the stage it hung in.
 func TestVMRunHang(t *testing.T) {
-	o, out := vmOptions(t, 45*time.Second)
+	o, out := vmOptions(t, 30*time.Second)
 	start := time.Now()
 	err := Run(runCtx(t), o, RunSpec{Command: []string{"sleep", "3600"}})
 	if !errors.Is(err, ErrFailed) {
 		t.Fatalf("Run = %v, want ErrFailed", err)
 	}
-	wantOutput(t, out.String(), "TIMEOUT: the guest did not power off within 45s (last stage: tests, in run)")
+	wantOutput(t, out.String(), "TIMEOUT: the guest did not power off within 30s (last stage: tests, in run)")
 	if d := time.Since(start); d > 5*time.Minute {
 		t.Errorf("the hang took %v to be called", d)
 	}
