@@ -222,3 +222,29 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestKVMBroken: a recorded KVM failure holds for the host kernel it was
+// seen on, and only that one.
+func TestKVMBroken(t *testing.T) {
+	dir := t.TempDir()
+	if got := kvmBroken(dir); got != "" {
+		t.Errorf("no record: %q", got)
+	}
+	rel, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		t.Skipf("no /proc/sys/kernel/osrelease: %v", err)
+	}
+	write := func(line string) {
+		if err := os.WriteFile(filepath.Join(dir, "kvm-broken"), []byte(line+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(strings.TrimSpace(string(rel)) + " KVM internal error. Suberror: 1")
+	if got := kvmBroken(dir); !strings.HasPrefix(got, "KVM internal error. Suberror: 1 (") {
+		t.Errorf("this kernel's record: %q", got)
+	}
+	write("0.0.0-other KVM internal error. Suberror: 1")
+	if got := kvmBroken(dir); got != "" {
+		t.Errorf("another kernel's record: %q", got)
+	}
+}
