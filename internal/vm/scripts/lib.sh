@@ -21,3 +21,6 @@ rxe_now() { printf '%s' "${EPOCHREALTIME:0:-3}"; }
 rxe_since() { awk -v a="$1" -v b="$(rxe_now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 command -v go >/dev/null 2>&1 || PATH=$PATH:/usr/local/go/bin
+
+# A step that dies under set -e says where, so that no failure is silent.
+trap 'rxe_log "ERROR: ${0##*/} line $LINENO: \`$BASH_COMMAND\` failed"' ERR

@@ -63,7 +63,7 @@ copy_tree() {
 	mkdir -p "$root/$(dirname "$p")"
 	cp -rL --remove-destination "$p" "$root/$(dirname "$p")/"
 	while IFS= read -r -d '' f; do
-		is_elf "$f" && copy_libs "$f"
+		if is_elf "$f"; then copy_libs "$f"; fi
 	done < <(find "$p" -type f -print0)
 }
 
@@ -94,7 +94,7 @@ go-test)
 	;;
 run)
 	while IFS= read -r f; do
-		[ -n "$f" ] && copy_tree "$f"
+		if [ -n "$f" ]; then copy_tree "$f"; fi
 	done <<<"${RXE_FILES:-}"
 	if [ "${RXE_PYTHON:-0}" = 1 ]; then
 		# Python 3 and its standard library (with the bytecode caches, which spare the guest
