@@ -228,4 +228,4 @@ else
 	for f in "${fails[@]}"; do echo "$tag FAIL: $f"; done
 fi
 echo "vm $verdict [$kver] $counts; wall ${wall}s ($times)" | tee "$run/summary"
-[ "$verdict" = PASS ]
+[ "$verdict" = PASS ] || exit 1
