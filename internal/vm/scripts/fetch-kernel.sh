@@ -53,6 +53,20 @@ vmlinux() {
 	rm -f "$k/vmlinux.tmp"
 }
 
+debs=$RXE_CACHE/debs
+# split_parts DEB: the packages a split kernel image package depends on for its kernel and modules
+split_parts() {
+	dpkg-deb -f "$1" Depends | tr ',' '\n' | awk '$1 ~ /^linux-(binary|modules)-[0-9]/ { print $1 }'
+}
+
+# parts_cached DEB: every split part of DEB is in the cache
+parts_cached() {
+	local p
+	for p in $(split_parts "$1"); do
+		compgen -G "$debs/${p}_*.deb" >/dev/null || return 1
+	done
+}
+
 # has_modules KDIR: every module asked for is in KDIR (or optional and absent from the package)
 has_modules() {
 	local m
@@ -72,8 +86,8 @@ if [ "${RXE_REFRESH:-0}" != 1 ] && [ -f "$ref" ] && [ -f "$kernels/$(cat "$ref")
 	# The pinned kernel lacks a module asked for (the list grew): extract again from its package,
 	# when the cache still has it, without resolving the suite again.
 	read -r pkg version <"$kd/package"
-	deb=$(find "$RXE_CACHE/debs" -maxdepth 1 -name "${pkg}_*.deb" -print -quit)
-	if [ -n "$deb" ] && [ "$(dpkg-deb -f "$deb" Version 2>/dev/null)" = "$version" ]; then
+	deb=$(find "$debs" -maxdepth 1 -name "${pkg}_*.deb" -print -quit)
+	if [ -n "$deb" ] && [ "$(dpkg-deb -f "$deb" Version 2>/dev/null)" = "$version" ] && parts_cached "$deb"; then
 		rxe_log "$suite: $(cat "$ref") lacks modules of ${modules[*]}: extracting $pkg again"
 	else
 		deb=
@@ -143,19 +157,27 @@ version=$(apt-cache "${opts[@]}" show --no-all-versions "$pkg" | awk '$1 == "Ver
 rxe_log "$suite: kernel package $pkg $version"
 
 # --- download ----------------------------------------------------------------------------------
-debs=$RXE_CACHE/debs
-deb=$(find "$debs" -maxdepth 1 -name "${pkg}_*.deb" -print -quit)
-if [ -z "$deb" ] || ! dpkg-deb --info "$deb" >/dev/null 2>&1 ||
-	[ "$(dpkg-deb -f "$deb" Version)" != "$version" ]; then
-	part=$debs/.partial.$$
-	rm -rf "$part" && mkdir -p "$part"
-	rxe_log "$suite: downloading $pkg $version"
-	(cd "$part" && apt-get download -qq "$pkg=$version") || { rm -rf "$part"; rxe_env_die "apt-get download $pkg failed"; }
-	rm -f "$debs/${pkg}"_*.deb
-	mv "$part"/*.deb "$debs/"
-	rmdir "$part"
-	deb=$(find "$debs" -maxdepth 1 -name "${pkg}_*.deb" -print -quit)
-fi
+# download PKG: the cached .deb of PKG at $version, downloaded when missing
+download() {
+	local p=$1 d part
+	d=$(find "$debs" -maxdepth 1 -name "${p}_*.deb" -print -quit)
+	if [ -z "$d" ] || ! dpkg-deb --info "$d" >/dev/null 2>&1 ||
+		[ "$(dpkg-deb -f "$d" Version)" != "$version" ]; then
+		part=$debs/.partial.$$
+		rm -rf "$part" && mkdir -p "$part"
+		rxe_log "$suite: downloading $p $version"
+		(cd "$part" && apt-get download -qq "$p=$version") || { rm -rf "$part"; rxe_env_die "apt-get download $p failed"; }
+		rm -f "$debs/${p}"_*.deb
+		mv "$part"/*.deb "$debs/"
+		rmdir "$part"
+		d=$(find "$debs" -maxdepth 1 -name "${p}_*.deb" -print -quit)
+	fi
+	echo "$d"
+}
+deb=$(download "$pkg")
+# Debian's newer kernels (trixie-backports' 7.x) split the image package: it holds no kernel and
+# depends on linux-binary-KVER (vmlinuz) and linux-modules-KVER of the same version.
+for p in $(split_parts "$deb"); do download "$p" >/dev/null; done
 
 # The lists (~120 MB with apt's caches) are only needed to resolve a suite again: drop them.
 rm -rf "$apt/lists" "$apt"/*.bin
@@ -165,12 +187,15 @@ fi
 tmp=$kernels/.extract.$$
 rm -rf "$tmp" && mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
-rxe_log "$suite: dpkg -x $(basename "$deb")"
-dpkg -x "$deb" "$tmp/root"
-vmlinuz=$(find "$tmp/root/boot" -name 'vmlinuz-*' -print -quit)
-[ -n "$vmlinuz" ] || rxe_die "$deb has no /boot/vmlinuz-*"
+for d in "$deb" $(for p in $(split_parts "$deb"); do find "$debs" -maxdepth 1 -name "${p}_*.deb" -print -quit; done); do
+	rxe_log "$suite: dpkg -x $(basename "$d")"
+	dpkg -x "$d" "$tmp/root"
+done
+vmlinuz=$(find "$tmp/root" -path '*/boot/vmlinuz-*' -print -quit)
+[ -n "$vmlinuz" ] || rxe_die "$pkg has no boot/vmlinuz-*"
 kver=${vmlinuz##*/vmlinuz-}
-mdir=$tmp/root/lib/modules/$kver
+mdir=$(find "$tmp/root" -path "*/lib/modules/$kver" -type d -print -quit)
+[ -n "$mdir" ] || rxe_die "$pkg has no lib/modules/$kver"
 kdir=$kernels/$kver
 rm -rf "$kdir" && mkdir -p "$kdir/modules"
 
@@ -201,7 +226,7 @@ add() { # add NAME: add NAME after its dependencies
 for m in "${modules[@]}"; do add "$m"; done
 printf '%s\n' "${order[@]}" >"$kdir/modules.order"
 cp "$vmlinuz" "$kdir/vmlinuz"
-cp "$tmp/root/boot/config-$kver" "$kdir/config" 2>/dev/null || true
+cp "${vmlinuz%/*}/config-$kver" "$kdir/config" 2>/dev/null || true
 echo "$kver" >"$kdir/kver"
 echo "$pkg $version" >"$kdir/package"
 vmlinux "$kdir"
