@@ -191,9 +191,16 @@ for d in "$deb" $(for p in $(split_parts "$deb"); do find "$debs" -maxdepth 1 -n
 	rxe_log "$suite: dpkg -x $(basename "$d")"
 	dpkg -x "$d" "$tmp/root"
 done
+# /boot/vmlinuz-KVER, or (split packages) /usr/lib/modules/KVER/vmlinuz
 vmlinuz=$(find "$tmp/root" -path '*/boot/vmlinuz-*' -print -quit)
-[ -n "$vmlinuz" ] || rxe_die "$pkg has no boot/vmlinuz-*"
-kver=${vmlinuz##*/vmlinuz-}
+if [ -n "$vmlinuz" ]; then
+	kver=${vmlinuz##*/vmlinuz-}
+else
+	vmlinuz=$(find "$tmp/root" -path '*/lib/modules/*/vmlinuz' -print -quit)
+	[ -n "$vmlinuz" ] || rxe_die "$pkg has no boot/vmlinuz-* nor lib/modules/*/vmlinuz"
+	kver=${vmlinuz%/vmlinuz}
+	kver=${kver##*/}
+fi
 mdir=$(find "$tmp/root" -path "*/lib/modules/$kver" -type d -print -quit)
 [ -n "$mdir" ] || rxe_die "$pkg has no lib/modules/$kver"
 kdir=$kernels/$kver
@@ -226,7 +233,8 @@ add() { # add NAME: add NAME after its dependencies
 for m in "${modules[@]}"; do add "$m"; done
 printf '%s\n' "${order[@]}" >"$kdir/modules.order"
 cp "$vmlinuz" "$kdir/vmlinuz"
-cp "${vmlinuz%/*}/config-$kver" "$kdir/config" 2>/dev/null || true
+cfg=$(find "$tmp/root" \( -path "*/boot/config-$kver" -o -path "*/lib/modules/$kver/config" \) -print -quit)
+[ -z "$cfg" ] || cp "$cfg" "$kdir/config"
 echo "$kver" >"$kdir/kver"
 echo "$pkg $version" >"$kdir/package"
 vmlinux "$kdir"
