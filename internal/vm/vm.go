@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -286,10 +285,7 @@ func run(ctx context.Context, o Options, dir string, modeEnv []string, what stri
 	cmd.Env = env
 	cmd.Stdout = o.Stdout
 	cmd.Stderr = o.Stdout
-	// The driver and its qemu run in their own process group, so that a
-	// cancelled context stops all of them.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+	inProcessGroup(cmd)
 	cmd.WaitDelay = 10 * time.Second
 	err = cmd.Run()
 	if ctx.Err() != nil {
