@@ -72,6 +72,9 @@ provider=$(find /usr/lib/x86_64-linux-gnu/libibverbs -name 'librxe-rdmav*.so' -p
 copy_elf /usr/sbin/ip /usr/bin/rdma /usr/bin/ibv_devinfo /usr/bin/ibv_rc_pingpong \
 	/usr/bin/ibv_srq_pingpong "$provider"
 cp /etc/libibverbs.d/rxe.driver etc/libibverbs.d/
+# A program may open libibverbs at run time (dlopen, as qpdrain does), so ldd does not name it:
+# copy it, and what it links (libnl), explicitly.
+copy_elf /usr/lib/x86_64-linux-gnu/libibverbs.so.1
 
 # busybox and its applets, where no real tool of that name was copied
 cp /bin/busybox usr/bin/busybox
