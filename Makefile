@@ -45,6 +45,12 @@ soak:
 test-rxe:
 	@scripts/rxe-test.sh
 
+## test-pyverbs: rdma-core's own test suite (Debian's python3-pyverbs) on rxe through `qpdrain vm
+## run --python`, on every kernel of the matrix, with pass/skip/fail counts (docs/PROVIDERS.md).
+.PHONY: test-pyverbs
+test-pyverbs:
+	@scripts/rxe/pyverbs.sh
+
 ## demo: the main job — the provider flush check (the first RDMA device, or the soft device when
 ## there is none), then the seed scenario on soft devices, then the IPoIB-CM churn of the eHCA case
 ## under both drain policies, with its plots.

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# run-vm.sh KDIR INITRD RUNDIR PKG...: boots the kernel in KDIR with INITRD under qemu (TCG), streams
+# run-vm.sh KDIR INITRD RUNDIR PKG...: boots the kernel in KDIR with INITRD under qemu (KVM when
+# RXE_ACCEL=kvm, TCG otherwise), streams
 # the guest's output prefixed by the kernel version, and decides the verdict from the sentinel lines
 # (never from qemu's exit status, which is 0 whatever the guest did). Exits 0 when the guest set up
-# rxe0, every smoke test passed, every PKG reported exit=0 and the guest powered off by itself.
+# rxe0, every smoke test passed, every PKG (a test package, or "run": the command of qpdrain vm run)
+# reported exit=0 and the guest powered off by itself.
 # Needs RXE_TOKEN (the one baked into INITRD). RXE_TIMEOUT: seconds before qemu is killed (480).
 # RXE_FAIL_ON_WARN=1 also fails on a kernel WARNING; RXE_BOOT=bzimage boots vmlinuz even when
 # the uncompressed PVH vmlinux is there. Leaves console.log (ttyS0: firmware and
 # kernel), result.log (ttyS1: tests and sentinels), qemu.err and summary in RUNDIR.
 set -euo pipefail
-# shellcheck source=scripts/rxe/common.sh disable=SC1091
-. "$(dirname "$0")/common.sh"
+# shellcheck source=internal/vm/scripts/lib.sh disable=SC1091
+. "$(dirname "$0")/lib.sh"
 
 kdir=$(realpath "${1:?usage: run-vm.sh KDIR INITRD RUNDIR PKG...}")
 initrd=$(realpath "${2:?usage: run-vm.sh KDIR INITRD RUNDIR PKG...}")
@@ -26,7 +28,7 @@ mkdir -p "$run"
 : >"$run/console.log"
 : >"$run/result.log"
 : >"$run/stamps"
-rm -f "$run/summary"
+rm -f "$run/summary" "$run/accel-failed"
 
 # clean: strip carriage returns and terminal escape sequences
 clean() { sed -u -e 's/\x1b\[[0-9;?]*[A-Za-z]//g' -e 's/\x1bc//g' -e 's/\r//g'; }
@@ -50,7 +52,9 @@ show() {
 		smoke)
 			case $rest in *" exit=0") echo "$tag smoke ${rest#smoke }: ok" ;;
 			*) echo "$tag smoke ${rest#smoke }: FAILED" ;; esac ;;
-		pkg-start) echo "$tag == go test ${rest#pkg-start }" ;;
+		pkg-start)
+			case $rest in "pkg-start run") echo "$tag == command" ;;
+			*) echo "$tag == go test ${rest#pkg-start }" ;; esac ;;
 		pkg) echo "$tag ${rest#pkg }" ;;
 		klog | done) ;;
 		*) echo "$tag $rest" ;;
@@ -68,25 +72,35 @@ show() {
 kernel=$kdir/vmlinuz
 [ -f "$kdir/vmlinux" ] && [ "${RXE_BOOT:-}" != bzimage ] && kernel=$kdir/vmlinux
 t0=$(rxe_now)
-echo "$tag == boot (qemu TCG, -smp 2, ${kernel##*/}, deadline ${deadline}s)"
+accel=(-accel tcg -cpu max)
+[ "${RXE_ACCEL:-tcg}" = kvm ] && accel=(-accel kvm -cpu host)
+echo "$tag == boot (qemu ${accel[1]^^}, -smp 2, ${kernel##*/}, deadline ${deadline}s)"
 # The brief's command line plus: oops=panic (an oops ends the run at once instead of hanging it),
 # the console on ttyS0 into console.log, and a second serial port (ttyS1) that only /init writes.
-timeout -k 5 "$deadline" qemu-system-x86_64 -nographic -no-reboot -m 1024 -smp 2 -cpu max \
+timeout -k 5 "$deadline" qemu-system-x86_64 -nographic -no-reboot -m 1024 -smp 2 "${accel[@]}" \
 	-kernel "$kernel" -initrd "$initrd" \
 	-append 'console=ttyS0 panic=-1 oops=panic quiet' -nic none -monitor none \
 	-serial "file:$run/console.log" -serial "file:$run/result.log" \
 	</dev/null 2>"$run/qemu.err" &
 qpid=$!
 # A heartbeat, so that a long quiet test never looks like a dead run: every 30 s without new
-# output it says so. (The reader below must block in a plain read: bash only reaps qemu, and tail
-# only sees it gone, when that read is interrupted by SIGCHLD.)
+# output it says so. It also stops qemu at once when KVM cannot run the guest: qemu then reports
+# "KVM internal error" and pauses the vCPU instead of exiting (seen in nested guests whose /dev/kvm
+# opens and creates VMs fine). (The reader below must block in a plain read: bash only reaps qemu,
+# and tail only sees it gone, when that read is interrupted by SIGCHLD.)
 (
-	last=-1 quiet=0 nap=
+	last=-1 quiet=0 tick=0 nap=
 	trap '[ -z "$nap" ] || kill "$nap" 2>/dev/null; exit 0' TERM
 	while true; do
-		sleep 30 &
+		sleep 1 &
 		nap=$!
 		wait "$nap"
+		if grep -q 'KVM internal error' "$run/qemu.err" 2>/dev/null; then
+			kill "$qpid" 2>/dev/null
+			exit 0
+		fi
+		tick=$((tick + 1))
+		[ $((tick % 30)) = 0 ] || continue
 		size=$(stat -c %s "$run/result.log" 2>/dev/null || echo 0)
 		if [ "$size" = "$last" ]; then
 			quiet=$((quiet + 30))
@@ -122,11 +136,15 @@ clean <"$run/console.log" >"$run/console.txt"
 
 # --- verdict -------------------------------------------------------------------------------------
 fails=()
-sent() { grep -F "$mark" "$run/result.txt" | sed "s/^.*$mark//; s/ uptime=[0-9.]*\$//"; }
+# (grep finds nothing when the guest never reached /init: that is a verdict, not an error)
+sent() { { grep -F "$mark" "$run/result.txt" || true; } | sed "s/^.*$mark//; s/ uptime=[0-9.]*\$//"; }
 sent >"$run/sentinels"
 last_stage=$(awk '$1 == "stage" { s = $2 } $1 == "pkg-start" { s = "tests, in " $2 } $1 == "pkg" { s = "tests" }
 	END { print s ? s : "boot" }' "$run/sentinels")
-if [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then
+if grep -q 'KVM internal error' "$run/qemu.err"; then
+	fails+=("KVM cannot run the guest here (qemu: $(grep -m 1 'KVM internal error' "$run/qemu.err")); --accel tcg runs it")
+	echo kvm-failed >"$run/accel-failed"
+elif [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then
 	fails+=("TIMEOUT: the guest did not power off within ${deadline}s (last stage: $last_stage); qemu was killed")
 elif [ "$qrc" != 0 ]; then
 	fails+=("qemu exited with status $qrc: $(tail -n 3 "$run/qemu.err" | tr '\n' ' ')")
@@ -149,6 +167,10 @@ for p in "${pkgs[@]}"; do
 			fails+=("$p: no result (test binary missing or the guest died in it)")
 	elif [ "${r##*exit=}" = 0 ]; then
 		pkg_ok=$((pkg_ok + 1))
+	elif [ "$p" = run ] && [ "${r##*exit=}" = 127 ]; then
+		fails+=("the command was not found in the guest (exit 127)")
+	elif [ "$p" = run ]; then
+		fails+=("the command exited with status ${r##*exit=}")
 	elif [ "${r##*exit=}" = 127 ]; then
 		fails+=("$p: test binary missing in the guest")
 	else
@@ -170,14 +192,14 @@ fi
 if [ ${#fails[@]} -gt 0 ] && ! grep -qx 'done' "$run/sentinels"; then
 	# The guest did not finish: show where the kernel's trouble starts, then how the console ends.
 	first=$(grep -nE 'BUG:|Oops|general protection|Kernel panic|sysrq: Trigger|WARNING:|hung_task|soft lockup' \
-		"$run/console.txt" | head -n 1 | cut -d: -f1)
+		"$run/console.txt" | head -n 1 | cut -d: -f1 || true)
 	if [ -n "$first" ]; then
 		echo "$tag the guest kernel's first complaint ($run/console.txt:$first):"
-		tail -n +"$first" "$run/console.txt" | head -n 15 | sed "s/^/$tag   /"
-		grep 'Kernel panic' "$run/console.txt" | head -n 1 | sed "s/^/$tag   /"
+		tail -n +"$first" "$run/console.txt" | head -n 15 | sed "s/^/$tag   /" || true
+		{ grep 'Kernel panic' "$run/console.txt" || true; } | head -n 1 | sed "s/^/$tag   /"
 	fi
 	echo "$tag last lines of the guest console:"
-	grep -v '^$' "$run/console.txt" | tail -n 12 | sed "s/^/$tag   /"
+	{ grep -v '^$' "$run/console.txt" || true; } | tail -n 12 | sed "s/^/$tag   /"
 fi
 
 # times per stage from the host's clock when each sentinel arrived
@@ -188,16 +210,22 @@ span() { # span FROM TO: seconds between two stamps (FROM "t0": qemu start)
 	b=$(stamp "$2")
 	[ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { printf "%.1fs", b - a }' || echo "-"
 }
-times="boot $(span t0 init), setup $(span init setup-ok), smoke $(span setup-ok tests), tests $(span tests 'done')"
+times="first test $(span t0 tests), boot $(span t0 init), setup $(span init setup-ok), smoke $(span setup-ok tests), tests $(span tests 'done')"
 npass=$(grep -c '^--- PASS' "$run/result.txt" || true)
 nfail=$(grep -c '^--- FAIL' "$run/result.txt" || true)
 nskip=$(grep -c '^--- SKIP' "$run/result.txt" || true)
-counts="smoke $smoke_ok/3, packages $pkg_ok/${#pkgs[@]}, tests $npass passed $nfail failed $nskip skipped, kernel warnings $warns"
+if [ "${pkgs[*]}" = run ]; then
+	r=$(grep '^pkg run exit=' "$run/sentinels" | tail -n 1 || true)
+	if [ -n "$r" ]; then r="exit ${r##*exit=}"; else r="no result"; fi
+	counts="smoke $smoke_ok/3, command $r, kernel warnings $warns"
+else
+	counts="smoke $smoke_ok/3, packages $pkg_ok/${#pkgs[@]}, tests $npass passed $nfail failed $nskip skipped, kernel warnings $warns"
+fi
 if [ ${#fails[@]} -eq 0 ]; then
 	verdict=PASS
 else
 	verdict=FAIL
 	for f in "${fails[@]}"; do echo "$tag FAIL: $f"; done
 fi
-echo "rxe $verdict [$kver] $counts; wall ${wall}s ($times)" | tee "$run/summary"
-[ "$verdict" = PASS ]
+echo "vm $verdict [$kver] $counts; wall ${wall}s ($times)" | tee "$run/summary"
+[ "$verdict" = PASS ] || exit 1

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # fetch-kernel.sh SUITE: downloads (never installs) the Debian kernel behind linux-image-amd64 in
-# SUITE (bookworm: the 6.1 series; bookworm-backports: the newer series), extracts its vmlinuz and
-# the modules the rxe harness needs, and prints the directory that holds them:
+# SUITE (bookworm: the 6.1 series; bookworm-backports: 6.12; trixie-backports: the newest the
+# archive offers), extracts its vmlinuz and the modules qpdrain vm needs, and prints the directory
+# that holds them:
 #   vmlinuz  vmlinux (when it has a PVH entry)  modules/NAME.ko (decompressed)  modules.order
 #   (insmod order)  kver  package
 # Everything is cached under $RXE_CACHE; once a suite is resolved a run touches no network.
@@ -10,16 +11,21 @@
 # apt runs with a private configuration under $RXE_CACHE/apt (sources, lists, archives, an empty
 # dpkg status): the host's apt sources, lists and pins are never changed, no root is needed, and
 # the host's own `apt-get upgrade` never sees the backports suite. The mirror is the one the host's
-# apt already uses for $RXE_DIST (apt-get indextargets); RXE_APT_MIRROR overrides it.
+# apt already uses for $RXE_DIST (apt-get indextargets), else deb.debian.org (a host that is not
+# Debian, such as a CI runner); RXE_APT_MIRROR overrides it. A suite outside $RXE_DIST's family is
+# added to the sources from the same mirror.
 set -euo pipefail
-# shellcheck source=scripts/rxe/common.sh disable=SC1091
-. "$(dirname "$0")/common.sh"
+# shellcheck source=internal/vm/scripts/lib.sh disable=SC1091
+. "$(dirname "$0")/lib.sh"
 
 suite=${1:?usage: fetch-kernel.sh SUITE}
 # The modules, in load order; their `depends` are added before them automatically. crc32_generic is
 # not a declared dependency of rdma_rxe (it asks the crypto API for "crc32" at run time), but
-# without it `rdma link add` fails.
-read -ra modules <<<"${RXE_MODULES:-crc32_generic udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe dummy}"
+# without it `rdma link add` fails. Newer kernels have no such module (rdma_rxe calls the crc32
+# library directly): a missing optional module is left out.
+optional=" ${RXE_MODULES_OPTIONAL:-crc32_generic} "
+# rdma_ucm (with rdma_cm, ib_cm, iw_cm) serves programs that connect through librdmacm.
+read -ra modules <<<"${RXE_MODULES:-crc32_generic udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe dummy rdma_ucm}"
 
 kernels=$RXE_CACHE/kernels
 ref=$kernels/$suite.ref
@@ -47,12 +53,48 @@ vmlinux() {
 	rm -f "$k/vmlinux.tmp"
 }
 
+debs=$RXE_CACHE/debs
+# split_parts DEB: the packages a split kernel image package depends on for its kernel and modules
+split_parts() {
+	dpkg-deb -f "$1" Depends | tr ',' '\n' | awk '$1 ~ /^linux-(binary|modules)-[0-9]/ { print $1 }'
+}
+
+# parts_cached DEB: every split part of DEB is in the cache
+parts_cached() {
+	local p
+	for p in $(split_parts "$1"); do
+		compgen -G "$debs/${p}_*.deb" >/dev/null || return 1
+	done
+}
+
+# has_modules KDIR: every module asked for is in KDIR (or optional and absent from the package)
+has_modules() {
+	local m
+	for m in "${modules[@]}"; do
+		grep -qx "$m" "$1/modules.order" || grep -qx "$m" "$1/modules.absent" 2>/dev/null || return 1
+	done
+}
+
+deb=
 if [ "${RXE_REFRESH:-0}" != 1 ] && [ -f "$ref" ] && [ -f "$kernels/$(cat "$ref")/.complete" ]; then
-	vmlinux "$kernels/$(cat "$ref")"
-	echo "$kernels/$(cat "$ref")"
-	exit 0
+	kd=$kernels/$(cat "$ref")
+	if has_modules "$kd"; then
+		vmlinux "$kd"
+		echo "$kd"
+		exit 0
+	fi
+	# The pinned kernel lacks a module asked for (the list grew): extract again from its package,
+	# when the cache still has it, without resolving the suite again.
+	read -r pkg version <"$kd/package"
+	deb=$(find "$debs" -maxdepth 1 -name "${pkg}_*.deb" -print -quit)
+	if [ -n "$deb" ] && [ "$(dpkg-deb -f "$deb" Version 2>/dev/null)" = "$version" ] && parts_cached "$deb"; then
+		rxe_log "$suite: $(cat "$ref") lacks modules of ${modules[*]}: extracting $pkg again"
+	else
+		deb=
+	fi
 fi
 
+if [ -z "$deb" ]; then
 # --- private apt configuration ---------------------------------------------------------------
 apt=$RXE_CACHE/apt
 mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$apt/empty.d"
@@ -66,16 +108,21 @@ keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 		awk -v d="$RXE_DIST" '$2 == d || $2 == d "-updates" || $2 == d "-security"' | sort -u
 } >"$apt/sites"
 main_site=${RXE_APT_MIRROR:-$(awk -v d="$RXE_DIST" '$2 == d { print $1; exit }' "$apt/sites")}
-[ -n "$main_site" ] || rxe_env_die "the host's apt has no $RXE_DIST source; set RXE_APT_MIRROR to a Debian mirror URL"
+if [ -z "$main_site" ]; then
+	main_site=http://deb.debian.org/debian
+	rxe_log "the host's apt has no $RXE_DIST source: using $main_site (RXE_APT_MIRROR overrides it)"
+	echo "http://deb.debian.org/debian-security $RXE_DIST-security" >"$apt/sites"
+fi
 {
-	if [ -n "${RXE_APT_MIRROR:-}" ]; then
-		echo "$RXE_APT_MIRROR $RXE_DIST"
-		echo "$RXE_APT_MIRROR $RXE_DIST-updates"
+	if [ -n "${RXE_APT_MIRROR:-}" ] || ! grep -q " $RXE_DIST\$" "$apt/sites"; then
+		echo "$main_site $RXE_DIST"
+		echo "$main_site $RXE_DIST-updates"
 		awk '$2 ~ /-security$/' "$apt/sites"
 	else
 		cat "$apt/sites"
 	fi
 	echo "$main_site $RXE_DIST-backports"
+	case $suite in "$RXE_DIST" | "$RXE_DIST"-*) ;; *) echo "$main_site $suite" ;; esac
 } | awk -v k="$keyring" '{ printf "deb [signed-by=%s] %s %s main\n", k, $1, $2 }' >"$apt/sources.list"
 cat >"$apt/apt.conf" <<EOF
 Dir::Etc::SourceList "$apt/sources.list";
@@ -110,33 +157,52 @@ version=$(apt-cache "${opts[@]}" show --no-all-versions "$pkg" | awk '$1 == "Ver
 rxe_log "$suite: kernel package $pkg $version"
 
 # --- download ----------------------------------------------------------------------------------
-debs=$RXE_CACHE/debs
-deb=$(find "$debs" -maxdepth 1 -name "${pkg}_*.deb" -print -quit)
-if [ -z "$deb" ] || ! dpkg-deb --info "$deb" >/dev/null 2>&1 ||
-	[ "$(dpkg-deb -f "$deb" Version)" != "$version" ]; then
-	part=$debs/.partial.$$
-	rm -rf "$part" && mkdir -p "$part"
-	rxe_log "$suite: downloading $pkg $version"
-	(cd "$part" && apt-get download -qq "$pkg=$version") || { rm -rf "$part"; rxe_env_die "apt-get download $pkg failed"; }
-	rm -f "$debs/${pkg}"_*.deb
-	mv "$part"/*.deb "$debs/"
-	rmdir "$part"
-	deb=$(find "$debs" -maxdepth 1 -name "${pkg}_*.deb" -print -quit)
-fi
+# download PKG: the cached .deb of PKG at $version, downloaded when missing
+download() {
+	local p=$1 d part
+	d=$(find "$debs" -maxdepth 1 -name "${p}_*.deb" -print -quit)
+	if [ -z "$d" ] || ! dpkg-deb --info "$d" >/dev/null 2>&1 ||
+		[ "$(dpkg-deb -f "$d" Version)" != "$version" ]; then
+		part=$debs/.partial.$$
+		rm -rf "$part" && mkdir -p "$part"
+		rxe_log "$suite: downloading $p $version"
+		(cd "$part" && apt-get download -qq "$p=$version") || { rm -rf "$part"; rxe_env_die "apt-get download $p failed"; }
+		rm -f "$debs/${p}"_*.deb
+		mv "$part"/*.deb "$debs/"
+		rmdir "$part"
+		d=$(find "$debs" -maxdepth 1 -name "${p}_*.deb" -print -quit)
+	fi
+	echo "$d"
+}
+deb=$(download "$pkg")
+# Debian's newer kernels (trixie-backports' 7.x) split the image package: it holds no kernel and
+# depends on linux-binary-KVER (vmlinuz) and linux-modules-KVER of the same version.
+for p in $(split_parts "$deb"); do download "$p" >/dev/null; done
 
 # The lists (~120 MB with apt's caches) are only needed to resolve a suite again: drop them.
 rm -rf "$apt/lists" "$apt"/*.bin
+fi
 
 # --- extract -----------------------------------------------------------------------------------
 tmp=$kernels/.extract.$$
 rm -rf "$tmp" && mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
-rxe_log "$suite: dpkg -x $(basename "$deb")"
-dpkg -x "$deb" "$tmp/root"
-vmlinuz=$(find "$tmp/root/boot" -name 'vmlinuz-*' -print -quit)
-[ -n "$vmlinuz" ] || rxe_die "$deb has no /boot/vmlinuz-*"
-kver=${vmlinuz##*/vmlinuz-}
-mdir=$tmp/root/lib/modules/$kver
+for d in "$deb" $(for p in $(split_parts "$deb"); do find "$debs" -maxdepth 1 -name "${p}_*.deb" -print -quit; done); do
+	rxe_log "$suite: dpkg -x $(basename "$d")"
+	dpkg -x "$d" "$tmp/root"
+done
+# /boot/vmlinuz-KVER, or (split packages) /usr/lib/modules/KVER/vmlinuz
+vmlinuz=$(find "$tmp/root" -path '*/boot/vmlinuz-*' -print -quit)
+if [ -n "$vmlinuz" ]; then
+	kver=${vmlinuz##*/vmlinuz-}
+else
+	vmlinuz=$(find "$tmp/root" -path '*/lib/modules/*/vmlinuz' -print -quit)
+	[ -n "$vmlinuz" ] || rxe_die "$pkg has no boot/vmlinuz-* nor lib/modules/*/vmlinuz"
+	kver=${vmlinuz%/vmlinuz}
+	kver=${kver##*/}
+fi
+mdir=$(find "$tmp/root" -path "*/lib/modules/$kver" -type d -print -quit)
+[ -n "$mdir" ] || rxe_die "$pkg has no lib/modules/$kver"
 kdir=$kernels/$kver
 rm -rf "$kdir" && mkdir -p "$kdir/modules"
 
@@ -150,6 +216,11 @@ add() { # add NAME: add NAME after its dependencies
 	local m=$1 f d
 	for d in "${order[@]}"; do [ "$d" = "$m" ] && return 0; done
 	f=$(modfile "$m")
+	if [ -z "$f" ] && [ "${optional#* "$m" }" != "$optional" ]; then
+		rxe_log "$kver: optional module $m not in $pkg: left out"
+		echo "$m" >>"$kdir/modules.absent"
+		return 0
+	fi
 	[ -n "$f" ] || rxe_die "$kver: module $m not found in $pkg"
 	for d in $(modinfo -F depends "$f" | tr ',' ' '); do add "$d"; done
 	case $f in
@@ -162,7 +233,8 @@ add() { # add NAME: add NAME after its dependencies
 for m in "${modules[@]}"; do add "$m"; done
 printf '%s\n' "${order[@]}" >"$kdir/modules.order"
 cp "$vmlinuz" "$kdir/vmlinuz"
-cp "$tmp/root/boot/config-$kver" "$kdir/config" 2>/dev/null || true
+cfg=$(find "$tmp/root" \( -path "*/boot/config-$kver" -o -path "*/lib/modules/$kver/config" \) -print -quit)
+[ -z "$cfg" ] || cp "$cfg" "$kdir/config"
 echo "$kver" >"$kdir/kver"
 echo "$pkg $version" >"$kdir/package"
 vmlinux "$kdir"

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/qpdrain/qpdrain/internal/vm"
+)
+
+func init() { subcommands = append(subcommands, newVMCmd) }
+
+// vmOptions are the flags the vm subcommands share.
+type vmOptions struct {
+	kernels string
+	cache   string
+	accel   string
+	timeout time.Duration
+}
+
+func newVMCmd(opts *globalOptions) *cobra.Command {
+	o := &vmOptions{}
+	cmd := &cobra.Command{
+		Use:   "vm",
+		Short: "Run programs or Go tests on real Soft-RoCE (rdma_rxe) in qemu, on a matrix of Debian kernels",
+		Long: `Boot Debian's kernels (never installed on the host) in qemu with rxe0 up on a dummy netdev
+and run a command or a Go module's tests inside, once per kernel, with one verdict. KVM when
+/dev/kvm is usable, TCG otherwise. A run fails on a non-zero exit, a failed test, a guest panic,
+Oops or BUG, or a hang (the deadline, naming the last stage). Kernels are downloaded through a
+private apt configuration into the cache and pinned there once resolved; a warm cache touches no
+network. See docs/VM.md.
+Exit status 0 when every kernel passed, 1 when one failed, 2 on bad arguments, 3 when this host
+cannot run it (packages missing and not root, no network for a cold cache).`,
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&o.kernels, "kernels", os.Getenv("RXE_KERNELS"), "kernels, comma-separated: 6.1, 6.12, newest, default, all (default $RXE_KERNELS, else 6.1,6.12)")
+	pf.StringVar(&o.cache, "cache", "", "cache directory (default $QPDRAIN_VM_CACHE, else the user's cache dir/qpdrain/vm)")
+	pf.StringVar(&o.accel, "accel", "auto", "qemu accelerator: auto (KVM when /dev/kvm is usable), kvm or tcg")
+	pf.DurationVar(&o.timeout, "timeout", 0, "deadline of each VM, after which it is killed and the run fails (default $RXE_TIMEOUT seconds, else 480s)")
+	cmd.AddCommand(newVMRunCmd(o), newVMGoTestCmd(o), newVMKernelsCmd(opts, o))
+	return cmd
+}
+
+func newVMRunCmd(o *vmOptions) *cobra.Command {
+	spec := vm.RunSpec{}
+	cmd := &cobra.Command{
+		Use:   "run [--kernels LIST] [--files PATH...] [--python] -- CMD [ARGS...]",
+		Short: "Run a command in the guest, with rxe0 up, on each kernel",
+		Long: `Run CMD in the guest on each kernel, with rxe0 up and in its environment
+QPDRAIN_TEST_DEVICE=rxe0, QPDRAIN_TEST_GID_INDEX (rxe0's RoCE v2 GID of QPDRAIN_TEST_ADDR) and
+QPDRAIN_TEST_ADDR=10.11.12.13. CMD and every --files path are copied from the host at their own
+paths, with every library ldd names; CMD runs in the current directory's path. Its exit status,
+output and the kernel log are carried out. The closing line counts kernels: N passed, N failed.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			vo, err := o.resolve(cmd)
+			if err != nil {
+				return err
+			}
+			spec.Command = args
+			spec.Dir, err = os.Getwd()
+			if err != nil {
+				return withExitCode(exitError, fmt.Errorf("vm run: %w", err))
+			}
+			return vmVerdict("run", runVM(cmd.Context(), func(ctx context.Context) error { return vm.Run(ctx, vo, spec) }))
+		},
+	}
+	cmd.Flags().SetInterspersed(false)
+	cmd.Flags().StringArrayVar(&spec.Files, "files", nil, "file or directory to copy in at its own path (repeatable)")
+	cmd.Flags().BoolVar(&spec.Python, "python", false, "bring the host's /usr/bin/python3 and its standard library (python3 as CMD means it)")
+	return cmd
+}
+
+func newVMGoTestCmd(o *vmOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "go-test [--kernels LIST] PKGS... [-- TESTFLAGS...]",
+		Short: "Build a Go module's tests on the host and run them in the guest on each kernel",
+		Long: `Build the test binaries of PKGS (directories as go test takes them: ./..., ./pkg) of the
+Go module in the current directory with go test -c ($RXE_GO_TEST_FLAGS adds flags, e.g. -race),
+and run each in the guest in a copy of its package directory with -test.v and TESTFLAGS (in the
+binary's spelling: -test.run=^TestX), QPDRAIN_TEST_DEVICE=rxe0 and QPDRAIN_TEST_GID_INDEX set.
+The closing line counts the tests of every kernel: N passed, N failed.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			vo, err := o.resolve(cmd)
+			if err != nil {
+				return err
+			}
+			pkgs, flags := args, []string(nil)
+			if at := cmd.ArgsLenAtDash(); at >= 0 {
+				pkgs, flags = args[:at], args[at:]
+			}
+			dir, err := os.Getwd()
+			if err != nil {
+				return withExitCode(exitError, fmt.Errorf("vm go-test: %w", err))
+			}
+			return vmVerdict("go-test", runVM(cmd.Context(), func(ctx context.Context) error { return vm.GoTest(ctx, vo, dir, pkgs, flags) }))
+		},
+	}
+}
+
+func newVMKernelsCmd(opts *globalOptions, o *vmOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "kernels",
+		Short: "List the kernel names, what each resolves to in the cache, and the cached kernels",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			vo, err := o.resolve(cmd)
+			if err != nil {
+				return err
+			}
+			ks, err := vm.ListCache(vo.Cache)
+			if err != nil {
+				return withExitCode(exitError, fmt.Errorf("vm kernels: %w", err))
+			}
+			if opts.json {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(ks)
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintf(w, "cache %s\n", vo.Cache)
+			fmt.Fprintln(w, "NAME\tSUITE\tDEFAULT\tRESOLVES TO\tPACKAGE\tCACHED")
+			for _, k := range ks {
+				name, suite, def := k.Name, k.Suite, "no"
+				if name == "" {
+					name, suite, def = "-", "-", "-"
+				} else if k.Default {
+					def = "yes"
+				}
+				version, pkg, cached := k.Version, k.Package, "yes"
+				if version == "" {
+					version, pkg = "(not resolved yet)", "-"
+				}
+				if k.Dir == "" {
+					cached = "no"
+				}
+				if pkg == "" {
+					pkg = "-"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", name, suite, def, version, pkg, cached)
+			}
+			return w.Flush()
+		},
+	}
+}
+
+// resolve turns the flags into vm.Options; bad values exit 2.
+func (o *vmOptions) resolve(cmd *cobra.Command) (vm.Options, error) {
+	ks, err := vm.ParseKernels(o.kernels)
+	if err != nil {
+		return vm.Options{}, withExitCode(exitError, fmt.Errorf("--kernels: %w", err))
+	}
+	accel, err := vm.ParseAccel(o.accel)
+	if err != nil {
+		return vm.Options{}, withExitCode(exitError, fmt.Errorf("--accel: %w", err))
+	}
+	if o.timeout < 0 {
+		return vm.Options{}, withExitCode(exitError, fmt.Errorf("--timeout %v: want a positive duration", o.timeout))
+	}
+	cache := o.cache
+	if cache == "" {
+		if cache, err = vm.DefaultCacheDir(); err != nil {
+			return vm.Options{}, withExitCode(exitError, err)
+		}
+	}
+	return vm.Options{Kernels: ks, Cache: cache, Accel: accel, Timeout: o.timeout, Stdout: cmd.OutOrStdout()}, nil
+}
+
+// runVM runs f with a context that SIGINT and SIGTERM cancel.
+func runVM(ctx context.Context, f func(context.Context) error) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return f(ctx)
+}
+
+// vmVerdict maps a run's error to qpdrain's exit codes: 1 a failed verdict
+// (already printed), 3 this host cannot run VMs, 2 anything else.
+func vmVerdict(what string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, vm.ErrFailed):
+		return withExitCode(exitFindings, err)
+	case errors.Is(err, vm.ErrCannotRun):
+		return withExitCode(exitUnsupported, fmt.Errorf("vm %s: %w", what, err))
+	default:
+		return withExitCode(exitError, fmt.Errorf("vm %s: %w", what, err))
+	}
+}

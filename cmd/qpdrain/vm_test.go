@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// runVMCmd runs "qpdrain vm SUB --cache CACHE ARGS..." and returns its output.
+func runVMCmd(t *testing.T, cache string, global []string, sub string, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	root := newRootCmd(&out, &errOut)
+	root.SetArgs(append(append(global, "vm", sub, "--cache", cache), args...))
+	err := root.Execute()
+	return out.String(), err
+}
+
+func TestVMKernels(t *testing.T) {
+	cache := t.TempDir()
+	kd := filepath.Join(cache, "kernels", "6.1.0-57-amd64")
+	if err := os.MkdirAll(kd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(kd, ".complete"), nil, 0o644)
+	os.WriteFile(filepath.Join(kd, "package"), []byte("linux-image-6.1.0-57-amd64 6.1.192-3\n"), 0o644)
+	os.WriteFile(filepath.Join(cache, "kernels", "bookworm.ref"), []byte("6.1.0-57-amd64\n"), 0o644)
+
+	out, err := runVMCmd(t, cache, nil, "kernels")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"6.1     bookworm", "6.1.0-57-amd64", "linux-image-6.1.0-57-amd64 6.1.192-3",
+		"6.12    bookworm-backports", "(not resolved yet)", "newest  trixie-backports"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("vm kernels lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = runVMCmd(t, cache, []string{"-j"}, "kernels")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ks []struct {
+		Name, Suite, Version, Dir string
+	}
+	if err := json.Unmarshal([]byte(out), &ks); err != nil || len(ks) != 3 || ks[0].Version != "6.1.0-57-amd64" || ks[0].Dir != kd {
+		t.Errorf("vm kernels -j = %+v, %v:\n%s", ks, err, out)
+	}
+}
+
+// TestVMBadArgs: wrong requests exit 2 with a message naming what was wrong,
+// before anything boots.
+func TestVMBadArgs(t *testing.T) {
+	cache := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "--kernels", "5.10", "--", "true"}, `kernel "5.10"`},
+		{[]string{"run", "--accel", "hvf", "--", "true"}, `accelerator "hvf"`},
+		{[]string{"run", "--", "qpdrain-no-such-command"}, "missing binary"},
+		{[]string{"run", "--files", "/nonexistent", "--", "true"}, "/nonexistent"},
+		{[]string{"go-test", "--", "-test.v"}, "no packages"},
+	} {
+		_, err := runVMCmd(t, cache, nil, tc.args[0], tc.args[1:]...)
+		if code := exitCodeOf(err); code != exitError || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: exit %d, %v; want 2 and %q", tc.args, code, err, tc.want)
+		}
+	}
+}
