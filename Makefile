@@ -52,7 +52,7 @@ test-pyverbs:
 	@scripts/rxe/pyverbs.sh
 
 ## demo: the main job — the provider flush check (the first RDMA device, or the soft device when
-## there is none), then the seed scenario on soft devices, then the IPoIB-CM churn of the eHCA case
+## there is none), then the SRQ-fault scenario on soft devices, then the IPoIB-CM churn of the eHCA case
 ## under both drain policies, with its plots.
 ## Findings of the check (exit 1: the device deviates) are the demo's result, not its failure.
 demo: deps

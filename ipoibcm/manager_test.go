@@ -225,7 +225,7 @@ func TestNoLastWQEReached(t *testing.T) {
 // rx_error_list with their QP in ERROR, from the LRU tail. A connection
 // whose peer vanished just after a run found it not quite idle enough waits
 // one more Delay: Timeout+Delay, 1280 s, about 21 minutes with the kernel's
-// timers (the seed thread's complaint).
+// timers (the eHCA thread's complaint).
 func TestStaleTask(t *testing.T) {
 	for _, tc := range []struct {
 		name                   string

@@ -104,7 +104,7 @@ func (l Limits) check() error {
 // each off by default. The package documentation says where each comes from.
 type Quirks struct {
 	// SendInErrorNotFlushed: a send WR posted while the QP is in ERROR never
-	// completes (IBM eHCA, the seed thread).
+	// completes (IBM eHCA, the eHCA thread).
 	SendInErrorNotFlushed bool
 	// NoLastWQEReached: Last WQE Reached is never raised (cxgb4 before its 2025 fix).
 	NoLastWQEReached bool

@@ -95,7 +95,7 @@
 // (the send queue, then receive WQEs taken from the SRQ, then its own
 // receive queue); the WR that failed first completes with its own status.
 // WRs posted in ERROR complete with WR_FLUSH_ERR, sends and receives alike
-// (C10-42, C10-97.2.1, and the seed thread): at once in the orderly
+// (C10-42, C10-97.2.1, and the eHCA thread): at once in the orderly
 // schedule, over later calls in the adversarial one. On every completion whose
 // status is not SUCCESS only ID, Status, QPNum and VendorErr are set (the
 // rest is zero, as ibv_poll_cq(3) says only they are valid); VendorErr is
@@ -146,7 +146,7 @@
 // A CQ holds exactly the number of completions it was created with. A
 // completion that finds it full overflows it: CQ_ERR, that completion and
 // all later ones are lost, and every QP completing into the CQ moves to
-// ERROR with its own QP_FATAL (the seed chapter's design; what real
+// ERROR with its own QP_FATAL (as an SRQ error does, IBTA vol. 1 Table 58 class A; what real
 // providers do is for the checks to observe).
 //
 // # Async events
@@ -241,7 +241,7 @@
 //     tolerate repeats. rxe on Linux 6.12 raises it again when a send is
 //     posted on the QP in ERROR (TestSRQLastWQEReached, docs/PROVIDERS.md);
 //     the quirk raises the repeat at once, without waiting for a post. The
-//     seed thread asked whether a QP that also reports a catastrophic error
+//     eHCA thread asked whether a QP that also reports a catastrophic error
 //     might do the same.
 //   - RecvInErrorFlushDeferred: a receive posted in ERROR is flushed only
 //     when something else happens on the QP (its next post or Modify), as

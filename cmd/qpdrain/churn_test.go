@@ -20,7 +20,7 @@ func runChurnCmd(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
-// The seed thread on the CLI: the kernel's policy leaks on a provider that
+// The eHCA thread on the CLI: the kernel's policy leaks on a provider that
 // never completes a send posted in ERROR (exit 1) and rejects every later
 // connection; the bounded policy keeps accepting and leaks nothing (exit 0).
 func TestChurnCmd(t *testing.T) {

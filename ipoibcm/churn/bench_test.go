@@ -36,7 +36,7 @@ func BenchmarkChurn(b *testing.B) {
 			b.Run(q.name+"/"+p.String(), func(b *testing.B) { benchChurn(b, q.q, p, false) })
 		}
 	}
-	// The seed thread's configuration: no SRQ (max_nonsrq_conn_qp 128).
+	// The eHCA thread's configuration: no SRQ (max_nonsrq_conn_qp 128).
 	for _, q := range benchQuirks[:2] {
 		for _, p := range []ipoibcm.Policy{ipoibcm.Kernel, ipoibcm.Bounded} {
 			b.Run("nonsrq/"+q.name+"/"+p.String(), func(b *testing.B) { benchChurn(b, q.q, p, true) })

@@ -37,7 +37,7 @@ func softPair(t testing.TB, q soft.Quirks, maxQP int) (rx, peers *soft.Device) {
 	return rxDev, peerDev
 }
 
-// goldenCases are the seed thread, reproduced and cured, on the kernel's
+// goldenCases are the eHCA thread, reproduced and cured, on the kernel's
 // timers: a provider that never completes a send posted in ERROR (IBM
 // eHCA), a device that holds 128 RX QPs.
 var goldenCases = []struct {

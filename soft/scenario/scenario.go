@@ -82,7 +82,7 @@ func (r *recorder) takeOnly(keep func(soft.TraceEntry) bool) []string {
 
 func all(soft.TraceEntry) bool { return true }
 
-// SRQFault runs the seed scenario of the single-QP error handling chapter.
+// SRQFault runs the SRQ-fault scenario: single-QP error handling on an SRQ.
 // Three RC QPs on soft0 share one SRQ; each is connected to a peer on soft1
 // and holds 2 receive WQEs taken ahead from the SRQ (Config.SRQPrefetch, the
 // soft device's model of WQEs "taken but not yet completed"). QP 1's first
