@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/leaks"
@@ -64,8 +63,12 @@ func maxQPLimit(name string) leaks.Limit {
 
 // signalProcess sends sig to pid.
 func signalProcess(pid int, sig syscall.Signal) error {
-	if err := unix.Kill(pid, sig); err != nil {
-		return fmt.Errorf("sending %s to pid %d: %w", unix.SignalName(sig), pid, err)
+	p, err := os.FindProcess(pid)
+	if err == nil {
+		err = p.Signal(sig)
+	}
+	if err != nil {
+		return fmt.Errorf("sending %v to pid %d: %w", sig, pid, err)
 	}
 	return nil
 }

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"github.com/qpdrain/qpdrain/leaks"
 	"github.com/qpdrain/qpdrain/metrics"
@@ -140,7 +139,7 @@ func progressTo(w io.Writer) func(format string, args ...any) {
 	if !ok {
 		return func(string, ...any) {}
 	}
-	if _, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err != nil {
+	if st, err := f.Stat(); err != nil || st.Mode()&os.ModeCharDevice == 0 {
 		return func(string, ...any) {}
 	}
 	return func(format string, args ...any) { fmt.Fprintf(w, "qpdrain: "+format+"\n", args...) }

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
+	"syscall"
 
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/rdmanl"
@@ -45,7 +45,7 @@ func (h *hostOptions) flags(cmd *cobra.Command, timeout time.Duration) {
 func dialRDMA() (*rdmanl.Conn, error) {
 	c, err := rdmanl.Dial()
 	if err != nil {
-		if errors.Is(err, unix.EPROTONOSUPPORT) || errors.Is(err, unix.EAFNOSUPPORT) || !isLinux {
+		if errors.Is(err, syscall.EPROTONOSUPPORT) || errors.Is(err, syscall.EAFNOSUPPORT) || !isLinux {
 			return nil, withExitCode(exitUnsupported, fmt.Errorf("%w (RDMA netlink is not available: %v)", inventory.ErrNoDevices, err))
 		}
 		return nil, withExitCode(exitError, err)

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"github.com/qpdrain/qpdrain/leaks"
 	"github.com/qpdrain/qpdrain/rdmanl/inventory"
@@ -82,7 +81,7 @@ Exit status 0 when every QP went, 1 when some remain, 2 on errors and refusals, 
 }
 
 // reapSignals are the signals --signal accepts.
-var reapSignals = map[string]syscall.Signal{"TERM": unix.SIGTERM, "INT": unix.SIGINT, "HUP": unix.SIGHUP, "KILL": unix.SIGKILL}
+var reapSignals = map[string]syscall.Signal{"TERM": syscall.SIGTERM, "INT": syscall.SIGINT, "HUP": syscall.SIGHUP, "KILL": syscall.SIGKILL}
 
 func parseReapSignal(s string) (syscall.Signal, error) {
 	sig, ok := reapSignals[strings.TrimPrefix(strings.ToUpper(s), "SIG")]
