@@ -128,6 +128,8 @@ func TestSoftQuirks(t *testing.T) {
 		{"FlushDeferred", soft.Quirks{FlushDeferred: true}, []string{"last-wqe-reached", "last-wqe-repeat", "flush-order"}, ""},
 		// Passes: the rule asks only for CQ_ERR; the observation differs.
 		{"CQOverrunKeepsQPs", soft.Quirks{CQOverrunKeepsQPs: true}, nil, ""},
+		// rxe's SQD: the RNR retry rewinds the send, taken for drained.
+		{"SQDrainedEarly", soft.Quirks{SQDrainedEarly: true}, []string{"sqd"}, "SQ_DRAINED already raised while a send was in progress"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dev := openSoft(t, tc.quirk)

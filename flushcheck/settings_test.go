@@ -39,6 +39,8 @@ func TestSettingsPerQuirk(t *testing.T) {
 		{"NoResponderErrorEvent", soft.Quirks{NoResponderErrorEvent: true}, false, 0, drain.Quarantine, false, false, false},
 		{"FlushDeferred", soft.Quirks{FlushDeferred: true}, false, 1, drain.DestroyWhenEmpty, false, false, false},
 		{"CQOverrunKeepsQPs", soft.Quirks{CQOverrunKeepsQPs: true}, false, 0, drain.Quarantine, false, false, false},
+		// A drain never uses SQD: nothing changes.
+		{"SQDrainedEarly", soft.Quirks{SQDrainedEarly: true}, false, 0, drain.Quarantine, false, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dev := openSoft(t, tc.quirk)

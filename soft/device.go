@@ -141,6 +141,13 @@ type Quirks struct {
 	// sharing a CQ then come in the order the CQ is polled, not the order
 	// the QPs entered ERROR (flushcheck's flush-order).
 	FlushDeferred bool
+	// SQDrainedEarly: a QP moved from RTS to SQD while its head send is
+	// in flight and due for a retry (an RNR NAK, or a missing ACK with a
+	// non-zero timeout) raises SQ_DRAINED at once, and the send does not
+	// start again until the QP is back in RTS: rxe's req_retry rewinds it
+	// to "posted", which its SQD drain check takes for drained (rxe on
+	// Linux 6.1 and 6.12, flushcheck's sqd, docs/PROVIDERS.md).
+	SQDrainedEarly bool
 }
 
 // Device is an open soft RDMA device; it implements ibv.Context. Its single

@@ -271,4 +271,19 @@
 //     (no QP_FATAL). rxe on Linux 6.1 and 6.12: rxe_cq_post in
 //     drivers/infiniband/sw/rxe/rxe_cq.c logs "queue full" and raises
 //     IB_EVENT_CQ_ERR (flushcheck's cq-overrun, docs/PROVIDERS.md).
+//   - SQDrainedEarly: a QP moved from RTS to SQD while its head send is in
+//     flight and due for a retry (an RNR NAK, or no ACK with a non-zero
+//     timeout) raises SQ_DRAINED at once, and that send, with those behind
+//     it, does not start again until the QP is back in RTS, whatever the
+//     peer posts. rxe on Linux 6.1 and 6.12 (flushcheck's sqd,
+//     docs/PROVIDERS.md), in drivers/infiniband/sw/rxe/rxe_req.c: the
+//     retry (rnr_nak_timer, armed by rxe_completer for every RNR NAK, also
+//     with rnr_retry 7) runs req_retry, which rewinds the send to
+//     wqe_state_posted at the queue's consumer index; req_next_wqe's SQD
+//     drain check (inline on req.state QP_STATE_DRAIN in 6.1,
+//     req_check_sq_drain_done on attr.sq_draining in 6.12) takes that for
+//     drained and raises IB_EVENT_SQ_DRAINED, and req_next_wqe starts no
+//     WQE that is not wqe_state_processing in SQD. rxe raises it at that
+//     retry, soon after the modify (+5.5 ms on 6.1, +30 ms on 6.12 in the
+//     VM); the quirk raises it at the modify.
 package soft

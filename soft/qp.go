@@ -559,6 +559,14 @@ func (q *QP) Modify(attr ibv.QPAttr, mask ibv.QPAttrMask) error {
 	case next == ibv.QPSSQD && cur == ibv.QPSRTS && mask&ibv.QPAttrEnSQDAsyncNotify != 0 && attr.EnSQDAsyncNotify:
 		// The send queue is drained once no WR is in flight: at once, or
 		// when the head WR that had started completes (execHead).
+		if q.inFlight && q.dev.quirks.SQDrainedEarly && (q.retrying || !q.timerWait) {
+			// rxe's retry rewinds the head to not started, which its SQD
+			// drain check takes for drained (Quirks.SQDrainedEarly). rxe
+			// retries an RNR wait (also with rnr_retry 7) and a timed
+			// one, never a wait for an ACK with timeout 0.
+			q.headDone()
+			q.dev.fab.unblock(q)
+		}
 		if q.inFlight {
 			q.sqdNotify = true
 		} else {

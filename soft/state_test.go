@@ -203,3 +203,44 @@ func TestSQDWaitsForSendInFlight(t *testing.T) {
 	toState(t, p.a, ibv.QPSRTS)
 	wantWCs(t, p.cqa, ibv.WC{ID: 2, Opcode: ibv.WCSend, QPNum: p.a.Num()})
 }
+
+// Quirks.SQDrainedEarly, rxe's SQD: SQ_DRAINED comes at once although a
+// send is RNR-waiting, and that send never completes in SQD, receives or
+// not; back in RTS both sends go. A send waiting for an ACK with timeout 0
+// is never retried, so it still holds SQ_DRAINED back.
+func TestSQDrainedEarly(t *testing.T) {
+	sqd := func(t *testing.T, q *soft.QP) {
+		t.Helper()
+		if err := q.Modify(ibv.QPAttr{State: ibv.QPSSQD, EnSQDAsyncNotify: true}, ibv.QPAttrState|ibv.QPAttrEnSQDAsyncNotify); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("rnr", func(t *testing.T) {
+		e := newEnv(t, soft.Config{Quirks: soft.Quirks{SQDrainedEarly: true}})
+		p := newPair(t, e, e) // rnr_retry 7: the send waits for a receive
+		post(t, p.a, ibv.SendWR{ID: 1, Opcode: ibv.WRSend, Flags: ibv.SendSignaled},
+			ibv.SendWR{ID: 2, Opcode: ibv.WRSend, Flags: ibv.SendSignaled})
+		sqd(t, p.a)
+		wantEvents(t, e.dev, fmt.Sprintf("SQ_DRAINED qpn=%d", p.a.Num())) // WR 1 was in flight
+		postRecv(t, p.b, ibv.RecvWR{ID: 8}, ibv.RecvWR{ID: 9})
+		wantWCs(t, p.cqa) // WR 1 was rewound: it does not start again in SQD
+		wantWCs(t, p.cqb)
+		toState(t, p.a, ibv.QPSRTS)
+		wantWCs(t, p.cqa, ibv.WC{ID: 1, Opcode: ibv.WCSend, QPNum: p.a.Num()}, ibv.WC{ID: 2, Opcode: ibv.WCSend, QPNum: p.a.Num()})
+		wantEvents(t, e.dev)
+	})
+	t.Run("no ACK, timeout 0", func(t *testing.T) {
+		e := newEnv(t, soft.Config{Quirks: soft.Quirks{SQDrainedEarly: true}})
+		p := newPair(t, e, e)
+		toState(t, p.a, ibv.QPSSQD) // SQD -> SQD may change the timeout
+		if err := p.a.Modify(ibv.QPAttr{State: ibv.QPSSQD, Timeout: 0}, ibv.QPAttrState|ibv.QPAttrTimeout); err != nil {
+			t.Fatal(err)
+		}
+		toState(t, p.a, ibv.QPSRTS)
+		toState(t, p.b, ibv.QPSReset) // nobody answers
+		post(t, p.a, ibv.SendWR{ID: 1, Opcode: ibv.WRSend, Flags: ibv.SendSignaled})
+		sqd(t, p.a)
+		wantEvents(t, e.dev) // WR 1 waits forever: not drained
+		wantWCs(t, p.cqa)
+	})
+}

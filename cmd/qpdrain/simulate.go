@@ -35,6 +35,7 @@ var simQuirks = map[string]func(*soft.Quirks){
 	"last-wqe-reached-again":       func(q *soft.Quirks) { q.LastWQEReachedAgain = true },
 	"cq-overrun-keeps-qps":         func(q *soft.Quirks) { q.CQOverrunKeepsQPs = true },
 	"flush-deferred":               func(q *soft.Quirks) { q.FlushDeferred = true },
+	"sqd-drained-early":            func(q *soft.Quirks) { q.SQDrainedEarly = true },
 }
 
 // parseQuirks turns --quirk names into the soft device's switches.

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/qpdrain/qpdrain/soft"
 )
 
 func runSimulate(t *testing.T, args ...string) (string, error) {
@@ -123,5 +126,39 @@ func TestSimulateKeys(t *testing.T) {
 	}
 	if strings.Contains(text, "\n0x") {
 		t.Errorf("QP numbers in hex:\n%s", text)
+	}
+}
+
+// Every switch of soft.Quirks has a --quirk (and --soft-quirk) name, and
+// each name sets exactly one, so the CLI shows every deviation the soft
+// device can reproduce.
+func TestQuirkNamesCoverQuirks(t *testing.T) {
+	fields := reflect.TypeFor[soft.Quirks]()
+	named := make(map[string]string, fields.NumField())
+	for _, name := range simQuirkNames() {
+		q, err := parseQuirks([]string{name})
+		if err != nil {
+			t.Fatalf("parseQuirks(%q): %v", name, err)
+		}
+		v := reflect.ValueOf(q)
+		var set []string
+		for i := range fields.NumField() {
+			if v.Field(i).Bool() {
+				set = append(set, fields.Field(i).Name)
+			}
+		}
+		if len(set) != 1 {
+			t.Errorf("quirk %s sets %v, want one switch", name, set)
+			continue
+		}
+		if other, dup := named[set[0]]; dup {
+			t.Errorf("quirks %s and %s both set %s", other, name, set[0])
+		}
+		named[set[0]] = name
+	}
+	for i := range fields.NumField() {
+		if f := fields.Field(i).Name; named[f] == "" {
+			t.Errorf("soft.Quirks.%s has no quirk name", f)
+		}
 	}
 }
