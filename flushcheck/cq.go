@@ -51,16 +51,9 @@ func cqOverrun(e *env) (verdict, error) {
 		return verdict{}, fmt.Errorf("posting %d RDMA WRITEs: %w", n, err)
 	}
 	isCQErr := func(ev ibv.AsyncEvent) bool { return ev.Type == ibv.EventCQErr && ev.CQ == cq }
-	evs, err := e.events(e.o.Timeout, isCQErr)
+	evs, err := e.eventsThrough(isCQErr)
 	if err != nil {
 		return verdict{}, err
-	}
-	if hasEvent(evs, isCQErr) {
-		more, err := e.events(e.o.Quiet, nil)
-		if err != nil {
-			return verdict{}, err
-		}
-		evs = append(evs, more...)
 	}
 	st, err := state(a)
 	if err != nil {

@@ -123,20 +123,53 @@ func (e *env) connect(a, b ibv.QP, rt rcsetup.Retry) error {
 // pair creates two RC QPs, the first taking its receives from srq when not
 // nil, and connects them to each other (RTS).
 func (e *env) pair(pd ibv.PD, srq ibv.SRQ) (a, b ibv.QP, err error) {
+	return e.pairWith(pd, srq, rcsetup.DefaultRetry)
+}
+
+// pairWith is pair with the retry attributes rt.
+func (e *env) pairWith(pd ibv.PD, srq ibv.SRQ, rt rcsetup.Retry) (a, b ibv.QP, err error) {
 	if a, err = e.rc(pd, srq); err != nil {
 		return nil, nil, err
 	}
 	if b, err = e.rc(pd, nil); err != nil {
 		return nil, nil, err
 	}
-	r, err := e.loopback()
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := r.Connect(a, b); err != nil {
+	if err := e.connect(a, b, rt); err != nil {
 		return nil, nil, err
 	}
 	return a, b, nil
+}
+
+// connected allocates a PD and creates two RC QPs on it connected to each
+// other (RTS) with the retry attributes rt: most probes' start.
+func (e *env) connected(rt rcsetup.Retry) (pd ibv.PD, a, b ibv.QP, err error) {
+	if pd, err = e.pd(); err != nil {
+		return nil, nil, nil, err
+	}
+	if a, b, err = e.pairWith(pd, nil, rt); err != nil {
+		return nil, nil, nil, err
+	}
+	return pd, a, b, nil
+}
+
+// onSRQ allocates a PD and an SRQ and creates n connected pairs whose
+// first QP takes its receives from the SRQ; it returns those first QPs.
+func (e *env) onSRQ(n int) (ibv.SRQ, []ibv.QP, error) {
+	pd, err := e.pd()
+	if err != nil {
+		return nil, nil, err
+	}
+	srq, err := e.srq(pd)
+	if err != nil {
+		return nil, nil, err
+	}
+	qps := make([]ibv.QP, n)
+	for i := range qps {
+		if qps[i], _, err = e.pair(pd, srq); err != nil {
+			return nil, nil, err
+		}
+	}
+	return srq, qps, nil
 }
 
 func (e *env) loopback() (rcsetup.Route, error) {
@@ -266,6 +299,22 @@ func (e *env) events(d time.Duration, until func(ibv.AsyncEvent) bool) ([]event,
 			return got, nil
 		}
 	}
+}
+
+// eventsThrough collects the probe's events until one satisfies until or
+// Timeout has passed and, when one did, those that follow within Quiet.
+func (e *env) eventsThrough(until func(ibv.AsyncEvent) bool) ([]event, error) {
+	evs, err := e.events(e.o.Timeout, until)
+	if err != nil || !hasEvent(evs, until) {
+		return evs, err
+	}
+	more, err := e.events(e.o.Quiet, nil)
+	return append(evs, more...), err
+}
+
+// isLastWQE matches the Last WQE Reached event of qp.
+func isLastWQE(qp ibv.QP) func(ibv.AsyncEvent) bool {
+	return func(ev ibv.AsyncEvent) bool { return ev.Type == ibv.EventQPLastWQEReached && ev.QP == qp }
 }
 
 func (e *env) owns(ev ibv.AsyncEvent) bool {

@@ -35,11 +35,7 @@ func (e *env) closeBounded(what string, c interface{ Close() error }) (time.Dura
 // whose limit event was raised, is destroyed in ERROR (Last WQE Reached,
 // where the provider raises it) before the probe has read any event.
 func destroyOutstanding(e *env) (verdict, error) {
-	pd, err := e.pd()
-	if err != nil {
-		return verdict{}, err
-	}
-	a, _, err := e.pair(pd, nil)
+	pd, a, _, err := e.connected(rcsetup.DefaultRetry)
 	if err != nil {
 		return verdict{}, err
 	}
@@ -129,11 +125,7 @@ func destroyOutstanding(e *env) (verdict, error) {
 // ERROR; once their flushes are polled it goes to RESET and is connected
 // again, to a new peer, and used.
 func resetReuse(e *env) (verdict, error) {
-	pd, err := e.pd()
-	if err != nil {
-		return verdict{}, err
-	}
-	a, _, err := e.pair(pd, nil)
+	pd, a, _, err := e.connected(rcsetup.DefaultRetry)
 	if err != nil {
 		return verdict{}, err
 	}
@@ -205,11 +197,7 @@ func resetReuse(e *env) (verdict, error) {
 // infinite) when the QP moves RTS -> SQD asking for SQ_DRAINED; then the
 // peer posts receives.
 func sqd(e *env) (verdict, error) {
-	pd, err := e.pd()
-	if err != nil {
-		return verdict{}, err
-	}
-	a, b, err := e.pair(pd, nil)
+	_, a, b, err := e.connected(rcsetup.DefaultRetry)
 	if err != nil {
 		return verdict{}, err
 	}

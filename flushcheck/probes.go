@@ -7,6 +7,7 @@ import (
 
 	"github.com/qpdrain/qpdrain/drain"
 	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/rcsetup"
 )
 
 // The probes' wr_ids: sends and receives in two ranges, so a flushed
@@ -122,11 +123,7 @@ var probes = []Probe{
 // RNR (the peer has no receives, rnr_retry is infinite) when the QP enters
 // ERROR.
 func flushOutstanding(e *env) (verdict, error) {
-	pd, err := e.pd()
-	if err != nil {
-		return verdict{}, err
-	}
-	a, _, err := e.pair(pd, nil)
+	_, a, _, err := e.connected(rcsetup.DefaultRetry)
 	if err != nil {
 		return verdict{}, err
 	}
@@ -174,11 +171,7 @@ func flushOutstanding(e *env) (verdict, error) {
 // postInError moves a connected QP to ERROR, posts one send or receive and
 // waits for its completion.
 func postInError(e *env, send bool) (verdict, error) {
-	pd, err := e.pd()
-	if err != nil {
-		return verdict{}, err
-	}
-	a, _, err := e.pair(pd, nil)
+	_, a, _, err := e.connected(rcsetup.DefaultRetry)
 	if err != nil {
 		return verdict{}, err
 	}
@@ -291,39 +284,21 @@ func flushBeforeRTS(e *env) (verdict, error) {
 // lastWQEReached: two QPs on one SRQ with receives posted; one enters
 // ERROR.
 func lastWQEReached(e *env) (verdict, error) {
-	pd, err := e.pd()
+	srq, qps, err := e.onSRQ(2)
 	if err != nil {
 		return verdict{}, err
 	}
-	srq, err := e.srq(pd)
-	if err != nil {
-		return verdict{}, err
-	}
-	a, _, err := e.pair(pd, srq)
-	if err != nil {
-		return verdict{}, err
-	}
-	sibling, _, err := e.pair(pd, srq)
-	if err != nil {
-		return verdict{}, err
-	}
+	a, sibling := qps[0], qps[1]
 	if err := srq.PostRecv(recvs(recvBase, 4)); err != nil {
 		return verdict{}, fmt.Errorf("posting receives to the SRQ: %w", err)
 	}
 	if err := e.toError(a); err != nil {
 		return verdict{}, err
 	}
-	isLast := func(ev ibv.AsyncEvent) bool { return ev.Type == ibv.EventQPLastWQEReached && ev.QP == a }
-	evs, err := e.events(e.o.Timeout, isLast)
+	isLast := isLastWQE(a)
+	evs, err := e.eventsThrough(isLast)
 	if err != nil {
 		return verdict{}, err
-	}
-	if len(evs) > 0 && isLast(evs[len(evs)-1].AsyncEvent) {
-		more, err := e.events(e.o.Quiet, nil)
-		if err != nil {
-			return verdict{}, err
-		}
-		evs = append(evs, more...)
 	}
 	var onQP, onSibling int
 	var first event
@@ -367,25 +342,18 @@ func lastWQEReached(e *env) (verdict, error) {
 // lastWQERepeat: an SRQ QP in ERROR, once its Last WQE Reached has come,
 // is moved to ERROR again, gets a send posted, and its SRQ a receive.
 func lastWQERepeat(e *env) (verdict, error) {
-	pd, err := e.pd()
+	srq, qps, err := e.onSRQ(1)
 	if err != nil {
 		return verdict{}, err
 	}
-	srq, err := e.srq(pd)
-	if err != nil {
-		return verdict{}, err
-	}
-	a, _, err := e.pair(pd, srq)
-	if err != nil {
-		return verdict{}, err
-	}
+	a := qps[0]
 	if err := srq.PostRecv(recvs(recvBase, 2)); err != nil {
 		return verdict{}, fmt.Errorf("posting receives to the SRQ: %w", err)
 	}
 	if err := e.toError(a); err != nil {
 		return verdict{}, err
 	}
-	isLast := func(ev ibv.AsyncEvent) bool { return ev.Type == ibv.EventQPLastWQEReached && ev.QP == a }
+	isLast := isLastWQE(a)
 	first, err := e.events(e.o.Timeout, isLast)
 	if err != nil {
 		return verdict{}, err
@@ -436,11 +404,7 @@ func lastWQERepeat(e *env) (verdict, error) {
 
 // drainWR: drain.QP on a connected QP with two receives outstanding.
 func drainWR(e *env) (verdict, error) {
-	pd, err := e.pd()
-	if err != nil {
-		return verdict{}, err
-	}
-	a, _, err := e.pair(pd, nil)
+	_, a, _, err := e.connected(rcsetup.DefaultRetry)
 	if err != nil {
 		return verdict{}, err
 	}
@@ -477,11 +441,7 @@ func drainWR(e *env) (verdict, error) {
 // responderAccessError: an RDMA WRITE to memory registered without remote
 // write access, with two receives posted at the responder.
 func responderAccessError(e *env) (verdict, error) {
-	pd, err := e.pd()
-	if err != nil {
-		return verdict{}, err
-	}
-	a, b, err := e.pair(pd, nil)
+	pd, a, b, err := e.connected(rcsetup.DefaultRetry)
 	if err != nil {
 		return verdict{}, err
 	}

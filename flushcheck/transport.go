@@ -77,20 +77,9 @@ func requesterError(e *env, a ibv.QP, want ibv.WCStatus, budget time.Duration, b
 // peerGone: the responder QP is destroyed before three sends are posted;
 // no one answers them.
 func peerGone(e *env) (verdict, error) {
-	pd, err := e.pd()
-	if err != nil {
-		return verdict{}, err
-	}
-	a, err := e.rc(pd, nil)
-	if err != nil {
-		return verdict{}, err
-	}
-	b, err := e.rc(pd, nil)
-	if err != nil {
-		return verdict{}, err
-	}
 	rt := peerGoneRetry
-	if err := e.connect(a, b, rt); err != nil {
+	_, a, b, err := e.connected(rt)
+	if err != nil {
 		return verdict{}, err
 	}
 	if err := b.Close(); err != nil {
@@ -107,20 +96,9 @@ func peerGone(e *env) (verdict, error) {
 // rnrExhausted: the responder has no receive posted and the requester a
 // finite rnr_retry.
 func rnrExhausted(e *env) (verdict, error) {
-	pd, err := e.pd()
-	if err != nil {
-		return verdict{}, err
-	}
-	a, err := e.rc(pd, nil)
-	if err != nil {
-		return verdict{}, err
-	}
-	b, err := e.rc(pd, nil)
-	if err != nil {
-		return verdict{}, err
-	}
 	rt := rnrRetry
-	if err := e.connect(a, b, rt); err != nil {
+	_, a, _, err := e.connected(rt)
+	if err != nil {
 		return verdict{}, err
 	}
 	t := rnrTimer(rt.MinRNRTimer)

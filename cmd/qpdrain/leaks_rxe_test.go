@@ -1,15 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"regexp"
 	"runtime"
@@ -270,7 +266,7 @@ func TestLeaksRxe(t *testing.T) {
 
 	// Now only healthy QPs are left: the exporter agrees with rdma, and
 	// qpdrain leaks finds nothing.
-	body := scrapeExporter(t)
+	body := scrapeExporter(t, hostOptions{proc: "/proc", sys: "/sys", dev: "/dev", timeout: time.Minute})
 	promcheck.Check(t, body)
 	want := map[string]int{}
 	for _, o := range rdmaQPs(t) {
@@ -293,45 +289,6 @@ func TestLeaksRxe(t *testing.T) {
 	}
 }
 
-// scrapeExporter runs qpdrain exporter in this process and scrapes it
-// twice, returning the second scrape.
-func scrapeExporter(t *testing.T) []byte {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := &globalOptions{}
-	if opts.log, err = newLogger(io.Discard, "warning", "text"); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- serveExporter(ctx, ln, io.Discard, opts, &exporterOptions{window: time.Minute, nearLimit: 0.9,
-			host: hostOptions{proc: "/proc", sys: "/sys", dev: "/dev", timeout: time.Minute}})
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("exporter: %v", err)
-		}
-	}()
-	var body []byte
-	for range 2 {
-		resp, err := http.Get("http://" + ln.Addr().String() + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, err = io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("GET /metrics: %v %s", err, resp.Status)
-		}
-	}
-	return body
-}
-
 // TestLeaksScale times qpdrain leaks over 10,000 QPs next to rdma resource
 // show qp -j in the same run: the whole command with one sample (wall time
 // and peak RSS), one sample in this process (the median of three, and the
@@ -344,19 +301,7 @@ func TestLeaksScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := func(name string, args ...string) (time.Duration, int64) {
-		cmd := exec.Command(name, args...)
-		if name == self {
-			cmd.Env = append(os.Environ(), envHelper+"=cli")
-		}
-		cmd.Stdout = io.Discard
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		start := time.Now()
-		err := cmd.Run()
-		if ee, ok := err.(*exec.ExitError); err != nil && (!ok || ee.ExitCode() != exitFindings) {
-			t.Fatalf("%s %v: %v: %s", name, args, err, stderr.String())
-		}
-		return time.Since(start), cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
+		return timedRun(t, self, exitFindings, name, args...)
 	}
 	_ = startHelper(t, "many", fmt.Sprintf("QPDRAIN_QPS_N=%d", n))
 	var cli, rdma []time.Duration
@@ -393,7 +338,7 @@ func TestLeaksScale(t *testing.T) {
 		runtime.KeepAlive(s)
 	}
 	start := time.Now()
-	scrapeExporter(t) // two scrapes
+	scrapeExporter(t, hostOptions{proc: "/proc", sys: "/sys", dev: "/dev", timeout: time.Minute}) // two scrapes
 	scrape := time.Since(start) / 2
 	med := func(ds []time.Duration) time.Duration {
 		s := slices.Clone(ds)

@@ -292,21 +292,28 @@ func TestReapRxe(t *testing.T) {
 	}
 }
 
-func TestExporterServes(t *testing.T) {
-	f := leakyHost(100)
-	useHost(t, f)
+// scrapeExporter runs qpdrain exporter in this process on host and scrapes
+// it twice, returning the second scrape.
+func scrapeExporter(t *testing.T, host hostOptions) []byte {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
 	opts := &globalOptions{}
 	if opts.log, err = newLogger(io.Discard, "warning", "text"); err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
 	go func() {
-		done <- serveExporter(ctx, ln, io.Discard, opts, &exporterOptions{window: time.Minute, nearLimit: 0.9, host: hostOptions{timeout: time.Second}})
+		done <- serveExporter(ctx, ln, io.Discard, opts, &exporterOptions{window: time.Minute, nearLimit: 0.9, host: host})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("exporter: %v", err)
+		}
 	}()
 	var body []byte
 	for range 2 {
@@ -320,10 +327,13 @@ func TestExporterServes(t *testing.T) {
 			t.Fatalf("GET /metrics: %v %s", err, resp.Status)
 		}
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("exporter: %v", err)
-	}
+	return body
+}
+
+func TestExporterServes(t *testing.T) {
+	f := leakyHost(100)
+	useHost(t, f)
+	body := scrapeExporter(t, hostOptions{timeout: time.Second})
 	for _, want := range []string{`qpdrain_qps{device="rxe0",port="1",state="ERR",type="RC"} 2`, `qpdrain_device_max_qp{device="rxe0"} 1.048576e+06`,
 		`qpdrain_leak_findings{device="rxe0",reason="stuck-in-error"} 1`, "qpdrain_scrape_success 1", "qpdrain_leak_samples 2"} {
 		if !strings.Contains(string(body), want+"\n") {

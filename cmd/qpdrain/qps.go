@@ -53,6 +53,17 @@ func dialRDMA() (*rdmanl.Conn, error) {
 	return c, nil
 }
 
+// dial opens RDMA netlink for one command, bounded by h.timeout from now;
+// done closes the connection and ends the context.
+func (h hostOptions) dial(parent context.Context) (ctx context.Context, conn *rdmanl.Conn, done func(), err error) {
+	ctx, cancel := context.WithTimeout(parent, h.timeout)
+	if conn, err = dialRDMA(); err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return ctx, conn, func() { conn.Close(); cancel() }, nil
+}
+
 func newQPsCmd(opts *globalOptions) *cobra.Command {
 	var host hostOptions
 	var summary bool
@@ -75,13 +86,11 @@ max_qp. Exits 3 when the host has no RDMA devices, 2 on errors.`,
 			if err != nil {
 				return withExitCode(exitError, err)
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), host.timeout)
-			defer cancel()
-			conn, err := dialRDMA()
+			ctx, conn, done, err := host.dial(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer conn.Close()
+			defer done()
 			iopts := inventory.Options{
 				Proc:   inventory.Proc{Root: host.proc},
 				Sys:    inventory.Sys{Root: host.sys},

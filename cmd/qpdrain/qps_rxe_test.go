@@ -335,6 +335,26 @@ func TestRxeAddDel(t *testing.T) {
 	}
 }
 
+// timedRun runs name with args as a process of its own (the test binary
+// as qpdrain when name is self), failing t unless it exits 0 or with ok,
+// and returns its wall time and peak RSS (KiB).
+func timedRun(t *testing.T, self string, ok int, name string, args ...string) (time.Duration, int64) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	if name == self {
+		cmd.Env = append(os.Environ(), envHelper+"=cli")
+	}
+	cmd.Stdout = io.Discard
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	start := time.Now()
+	err := cmd.Run()
+	if ee, isExit := err.(*exec.ExitError); err != nil && (!isExit || ee.ExitCode() != ok) {
+		t.Fatalf("%s %v: %v: %s", name, args, err, stderr.String())
+	}
+	return time.Since(start), cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
+}
+
 // TestQPsScale times `qpdrain qps -j` against `rdma resource show qp -j`
 // over 10,000 QPs, each run as its own process, five times alternately
 // after one untimed run of each (medians), and reports
@@ -347,19 +367,7 @@ func TestQPsScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := func(name string, args ...string) (time.Duration, int64) {
-		cmd := exec.Command(name, args...)
-		if name == self {
-			cmd.Env = append(os.Environ(), envHelper+"=cli")
-		}
-		cmd.Stdout = io.Discard
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		start := time.Now()
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("%s %v: %v: %s", name, args, err, stderr.String())
-		}
-		ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
-		return time.Since(start), ru.Maxrss
+		return timedRun(t, self, exitClean, name, args...)
 	}
 	_, rssBase := run(self, "qps", "-j")
 	start := time.Now()

@@ -58,13 +58,11 @@ func newRxeAddCmd(opts *globalOptions) *cobra.Command {
 			if err := loadRxe(cmd.ErrOrStderr(), host.sys); err != nil {
 				return err
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), host.timeout)
-			defer cancel()
-			conn, err := dialRDMA()
+			ctx, conn, done, err := host.dial(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer conn.Close()
+			defer done()
 			if err := conn.AddLink(ctx, name, "rxe", netdev); err != nil {
 				return withExitCode(exitError, err)
 			}
@@ -101,13 +99,11 @@ waits (bounded by --timeout) until no process holds the device's uverbs file
 open or mapped, naming the holders while it waits and when it gives up.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), host.timeout)
-			defer cancel()
-			conn, err := dialRDMA()
+			ctx, conn, done, err := host.dial(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer conn.Close()
+			defer done()
 			dev, err := findDevice(ctx, conn, args[0])
 			if err != nil {
 				return err
@@ -186,13 +182,11 @@ func newRxeListCmd(opts *globalOptions) *cobra.Command {
 		Short: "List the rxe devices, their ports and net devices, as `rdma link show`",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := context.WithTimeout(cmd.Context(), host.timeout)
-			defer cancel()
-			conn, err := dialRDMA()
+			ctx, conn, done, err := host.dial(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer conn.Close()
+			defer done()
 			devs, err := conn.Devices(ctx)
 			if err != nil {
 				return withExitCode(exitError, err)
