@@ -86,11 +86,26 @@ func TestChurnOnDevice(t *testing.T) {
 				if conn < 1000 {
 					t.Errorf("%d connection events, want at least 1000", conn)
 				}
-				if res.Leaked != 0 || res.HungDrains != 0 || res.LateWCs != 0 || res.StopForced != 0 {
+				// Without an SRQ a connection is reaped when all its receives
+				// came back flushed, and a receive reposted for a success
+				// polled after the move to ERROR is a receive posted in
+				// ERROR, as in ipoib_cm_handle_rx_wc: rxe never flushes
+				// one (6.1) or only after a later post (6.12; flushcheck's
+				// recv-in-error, docs/PROVIDERS.md), so such a connection
+				// is freed only by device stop. Seen once in three runs on
+				// 6.12. Nothing else may go wrong.
+				forcedOK := 0
+				if real && tc.noSRQ {
+					forcedOK = res.StopForced
+					if forcedOK > 0 {
+						t.Logf("%d connection(s) freed only by device stop: a receive posted in ERROR was never flushed", forcedOK)
+					}
+				}
+				if res.Leaked != forcedOK || res.HungDrains != 0 || res.LateWCs != 0 || res.StopForced != forcedOK {
 					t.Errorf("leaked %d, hung %d, false safe %d, forced at stop %d: want none", res.Leaked, res.HungDrains, res.LateWCs, res.StopForced)
 				}
-				if res.Reaped != res.Accepted {
-					t.Errorf("%d reaped of %d accepted", res.Reaped, res.Accepted)
+				if res.Reaped+forcedOK != res.Accepted {
+					t.Errorf("%d reaped (and %d forced at stop) of %d accepted", res.Reaped, forcedOK, res.Accepted)
 				}
 				if after, ok := deviceQPs(t, dev); counted && ok && after != before {
 					t.Errorf("device QPs %d after the churn, %d before", after, before)
