@@ -89,28 +89,9 @@ func TestErrorContract(t *testing.T) {
 	t.Run("events of closed objects", func(t *testing.T) {
 		// An event whose QP or SRQ was closed before it was returned is
 		// dropped: its owner has let go of the object.
-		ctx := Open(t)
-		pd := NewPD(t, ctx)
-		srq := NewSRQ(t, pd, ibv.SRQAttr{MaxWR: 16, MaxSGE: 1})
-		mr := Buffer(t, pd, 4096, AllAccess)
-		a := NewRC(t, pd, RCConfig{SRQ: srq})
-		b := NewRC(t, pd, RCConfig{})
-		Connect(t, ctx, a, b)
-		var recvs []ibv.RecvWR
-		for i := range 8 {
-			recvs = append(recvs, ibv.RecvWR{ID: uint64(70 + i), SGL: sge(mr, 64*i, 64)})
-		}
-		if err := srq.PostRecv(recvs); err != nil {
-			t.Fatal(err)
-		}
-		if err := srq.Modify(ibv.SRQAttr{SRQLimit: 4}, ibv.SRQAttrLimit); err != nil {
-			t.Fatal(err)
-		}
-		for i := range 5 {
-			post(t, b, ibv.SendWR{ID: uint64(i), Opcode: ibv.WRSend, Flags: ibv.SendSignaled, SGL: sge(mr, 1024, 8)})
-		}
-		Poll(t, b.SendCQ(), 5)
-		Poll(t, a.RecvCQ(), 5)
+		r := newSRQLimitRig(t)
+		ctx, srq, a := r.ctx, r.srq, r.a
+		r.sendFive(t)
 		// SRQ_LIMIT_REACHED is raised now (TestSRQLimit), and Last WQE
 		// Reached once a is in ERROR, except on rxe before 6.12.
 		ToError(t, a)

@@ -219,26 +219,51 @@ func TestSRQLastWQEReached(t *testing.T) {
 	}
 }
 
+// srqLimitRig is an SRQ holding 8 receives with its limit armed at 4, QP a
+// receiving from it and b connected to a, and a buffer to send from.
+type srqLimitRig struct {
+	ctx  ibv.Context
+	srq  ibv.SRQ
+	mr   ibv.MR
+	a, b ibv.QP
+}
+
+func newSRQLimitRig(t *testing.T) srqLimitRig {
+	t.Helper()
+	ctx := Open(t)
+	pd := NewPD(t, ctx)
+	r := srqLimitRig{ctx: ctx, srq: NewSRQ(t, pd, ibv.SRQAttr{MaxWR: 16, MaxSGE: 1}), mr: Buffer(t, pd, 4096, AllAccess)}
+	r.a = NewRC(t, pd, RCConfig{SRQ: r.srq})
+	r.b = NewRC(t, pd, RCConfig{})
+	Connect(t, ctx, r.a, r.b)
+	var recvs []ibv.RecvWR
+	for i := range 8 {
+		recvs = append(recvs, ibv.RecvWR{ID: uint64(70 + i), SGL: sge(r.mr, 64*i, 64)})
+	}
+	if err := r.srq.PostRecv(recvs); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.srq.Modify(ibv.SRQAttr{SRQLimit: 4}, ibv.SRQAttrLimit); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// sendFive takes 5 of the SRQ's receives, one below its limit.
+func (r srqLimitRig) sendFive(t *testing.T) {
+	t.Helper()
+	for i := range 5 {
+		post(t, r.b, ibv.SendWR{ID: uint64(i), Opcode: ibv.WRSend, Flags: ibv.SendSignaled, SGL: sge(r.mr, 1024, 8)})
+	}
+	Poll(t, r.b.SendCQ(), 5)
+	Poll(t, r.a.RecvCQ(), 5)
+}
+
 // TestSRQLimit: an armed SRQ limit fires once when fewer WQEs remain, and
 // the SRQ reports it disarmed.
 func TestSRQLimit(t *testing.T) {
-	ctx := Open(t)
-	pd := NewPD(t, ctx)
-	srq := NewSRQ(t, pd, ibv.SRQAttr{MaxWR: 16, MaxSGE: 1})
-	mr := Buffer(t, pd, 4096, AllAccess)
-	a := NewRC(t, pd, RCConfig{SRQ: srq})
-	b := NewRC(t, pd, RCConfig{})
-	Connect(t, ctx, a, b)
-	var recvs []ibv.RecvWR
-	for i := range 8 {
-		recvs = append(recvs, ibv.RecvWR{ID: uint64(70 + i), SGL: sge(mr, 64*i, 64)})
-	}
-	if err := srq.PostRecv(recvs); err != nil {
-		t.Fatal(err)
-	}
-	if err := srq.Modify(ibv.SRQAttr{SRQLimit: 4}, ibv.SRQAttrLimit); err != nil {
-		t.Fatal(err)
-	}
+	r := newSRQLimitRig(t)
+	ctx, srq := r.ctx, r.srq
 	attr, err := srq.Query()
 	if err != nil {
 		t.Fatal(err)
@@ -247,11 +272,7 @@ func TestSRQLimit(t *testing.T) {
 		t.Errorf("SRQ attributes %+v, want limit 4 and at least 16 WRs", attr)
 	}
 	NoEvent(t, ctx, quiet)
-	for i := range 5 {
-		post(t, b, ibv.SendWR{ID: uint64(i), Opcode: ibv.WRSend, Flags: ibv.SendSignaled, SGL: sge(mr, 1024, 8)})
-	}
-	Poll(t, b.SendCQ(), 5)
-	Poll(t, a.RecvCQ(), 5)
+	r.sendFive(t)
 	e := WaitEvent(t, ctx, Timeout)
 	if e.Type != ibv.EventSRQLimitReached || e.SRQ != srq {
 		t.Errorf("async event %v, want SRQ_LIMIT_REACHED on the SRQ", e)
