@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"io"
 	"slices"
 	"strings"
@@ -25,16 +24,7 @@ func runCheckCmd(t *testing.T, args ...string) (string, error) {
 }
 
 // exitCodeOf is the exit status main gives err.
-func exitCodeOf(err error) int {
-	if err == nil {
-		return exitClean
-	}
-	var ec *exitCodeError
-	if errors.As(err, &ec) {
-		return ec.code
-	}
-	return exitError
-}
+func exitCodeOf(err error) int { return exitCode(err) }
 
 func TestCheckSoft(t *testing.T) {
 	for _, name := range []string{"soft", "soft0"} {
