@@ -222,7 +222,12 @@ func intFlag(f *pflag.FlagSet, p *int, name string, def int, usage string, check
 func durationFlag(f *pflag.FlagSet, p *time.Duration, name string, def time.Duration, usage string, check func(time.Duration) error) {
 	*p = def
 	f.Var(&checkedValue[time.Duration]{p: p, typ: "duration", parse: time.ParseDuration, check: check,
-		format: time.Duration.String}, name, usage)
+		format: func(d time.Duration) string {
+			if d == 0 {
+				return "0" // pflag prints no default for "0": the usage says what 0 is
+			}
+			return d.String()
+		}}, name, usage)
 }
 
 // floatFlag defines a float flag whose value must pass check (NaN and the
@@ -405,7 +410,7 @@ func openDevice(name string) (ibv.Context, error) {
 	dev, err := ibv.Open(name)
 	switch {
 	case errors.Is(err, ibv.ErrNoDevice):
-		return nil, fmt.Errorf("no such RDMA device %q here (%q is the built-in soft device): %w", name, softDeviceName, ibv.ErrNoDevice)
+		return nil, fmt.Errorf("%w %q here (%q is the built-in soft device)", ibv.ErrNoDevice, name, softDeviceName)
 	case errors.Is(err, ibv.ErrNotSupported):
 		return nil, fmt.Errorf("RDMA device %q: %w (%v); %q is the built-in soft device", name, errNoVerbs, err, softDeviceName)
 	case err != nil:

@@ -71,20 +71,20 @@ func TestSimulateRejects(t *testing.T) {
 	}{
 		{[]string{"--quirk", "nope"}, `unknown quirk "nope"`},
 		{[]string{"--policy", "nope"}, `unknown policy "nope"`},
-		{[]string{"--qps", "0"}, "--qps 0"},
-		{[]string{"--qps", "-3"}, "--qps -3"},
-		{[]string{"--taken", "-1"}, "--taken -1"},
-		{[]string{"--sends", "-1"}, "--sends -1"},
-		{[]string{"--max-batch", "-1"}, "--max-batch -1"},
-		{[]string{"--max-quarantine", "-1"}, "--max-quarantine -1"},
-		{[]string{"--timeout", "0s"}, "--timeout 0s"},
-		{[]string{"--timeout", "-1s"}, "--timeout -1s"},
-		{[]string{"--qps", "9223372036854775807"}, "want at most"},
-		{[]string{"--qps", "100000", "--taken", "100"}, "needs a CQ of"},
+		{[]string{"--qps", "0"}, `invalid argument "0" for "--qps" flag: want 1 to`},
+		{[]string{"--qps", "-3"}, `"-3" for "--qps"`},
+		{[]string{"--taken", "-1"}, `"-1" for "--taken"`},
+		{[]string{"--sends", "-1"}, `"-1" for "--sends"`},
+		{[]string{"--max-batch", "-1"}, `"-1" for "--max-batch" flag: want at least 0`},
+		{[]string{"--max-quarantine", "0"}, `"0" for "--max-quarantine" flag: want at least 1`},
+		{[]string{"--timeout", "0s"}, `"0s" for "--timeout" flag: want a positive duration`},
+		{[]string{"--timeout", "-1s"}, `"-1s" for "--timeout"`},
+		{[]string{"--qps", "9223372036854775807"}, "want 1 to 4194304"},
+		{[]string{"--qps", "65537"}, "--qps 65537: soft0 creates at most 65536 QPs (max_qp)"},
+		{[]string{"--qps", "60000", "--taken", "100"}, "needs a CQ of"},
 	} {
-		var ec *exitCodeError
 		_, err := runSimulate(t, tc.args...)
-		if !errors.As(err, &ec) || ec.code != exitError {
+		if exitCodeOf(err) != exitError {
 			t.Errorf("simulate %v: %v, want exit code %d", tc.args, err, exitError)
 			continue
 		}
