@@ -248,7 +248,8 @@ func addLimit(p *plot.Plot, a churnAxes, leg *plot.Legend) error {
 	}
 	line.LineStyle = draw.LineStyle{Color: limitColor, Width: vg.Points(4), Dashes: []vg.Length{vg.Points(10), vg.Points(4)}}
 	p.Add(line)
-	lab, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: a.xMax * 0.01, Y: float64(a.limit)}},
+	// Right of the middle: the QPs rise through the left part.
+	lab, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: a.xMax * 0.62, Y: float64(a.limit)}},
 		Labels: []string{fmt.Sprintf("max_qp %d: no QP, no connection past it", a.limit)}})
 	if err != nil {
 		return err
@@ -298,12 +299,14 @@ func writeChurnPlot(w io.Writer, file string, run *churnRun, until time.Duration
 	a := newChurnAxes(run, until)
 	topLeg, bottomLeg := plot.NewLegend(), plot.NewLegend()
 	top, err := churnPanel(res, a, churnListSeries, a.limit,
-		fmt.Sprintf("IPoIB-CM receive QPs per list: policy %s, %s, quirks: %s, seed %d", res.Policy, srq, quirkList(run.Quirks), res.Seed),
+		fmt.Sprintf("IPoIB-CM receive QPs per list: policy %s, %s, quirks: %s, seed %d\nat the end: %s leaked, %d behind a hung drain",
+			res.Policy, srq, quirkList(run.Quirks), res.Seed, plural(res.Leaked, "QP"), res.HungDrains),
 		"QPs", a.qpMax, &topLeg)
 	if err != nil {
 		return err
 	}
-	bottom, err := churnPanel(res, a, churnConnSeries, 0, "connections so far", "connections", a.connMax, &bottomLeg)
+	bottom, err := churnPanel(res, a, churnConnSeries, 0,
+		fmt.Sprintf("connections so far: %d accepted, %d rejected", res.Accepted, res.RejectedNoQP+res.RejectedOther), "connections", a.connMax, &bottomLeg)
 	if err != nil {
 		return err
 	}
@@ -335,7 +338,7 @@ func writeChurnPlot(w io.Writer, file string, run *churnRun, until time.Duration
 		leg.Top, leg.Left = true, true
 		leg.ThumbnailWidth = vg.Points(30)
 		lc := draw.Crop(dc, wd-legendW, 0, 0, 0)
-		lc.Min.Y, lc.Max.Y = cs[i][0].Min.Y, cs[i][0].Max.Y-vg.Millimeter*8
+		lc.Min.Y, lc.Max.Y = cs[i][0].Min.Y, cs[i][0].Max.Y-vg.Millimeter*12 // below the title
 		leg.Draw(lc)
 	}
 	if _, err := canvas.WriteTo(w); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -105,26 +106,32 @@ func TestSimulateKeys(t *testing.T) {
 			t.Errorf("snakeCase(%q) = %q, want %q", name, got, want)
 		}
 	}
-	out, err := runSimulate(t, "--qps", "2", "-j")
+	out, err := runSimulate(t, "--qps", "2", "--quirk", "last-wqe-reached-twice", "-j")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var raw struct {
-		Stats map[string]any `json:"stats"`
+		Inputs simInputsJSON  `json:"inputs"`
+		Stats  map[string]any `json:"stats"`
 	}
 	if err := json.Unmarshal([]byte(out), &raw); err != nil || len(raw.Stats) == 0 {
 		t.Fatalf("stats %v (%v)", raw.Stats, err)
+	}
+	// The inputs that shaped it, the default timeout included.
+	if in := raw.Inputs; in.QPs != 2 || in.MaxQP != 65536 || !slices.Equal(in.Quirks, []string{"last-wqe-reached-twice"}) ||
+		in.TimeoutNS != int64(simBaseTimeout+2*simTimeoutPerQP) || in.TimeoutFlag || !in.SRQ || in.Policy != "quarantine" {
+		t.Errorf("inputs %+v", in)
 	}
 	for k := range raw.Stats {
 		if k != strings.ToLower(k) {
 			t.Errorf("stats key %q is not snake_case", k)
 		}
 	}
-	text, err := runSimulate(t, "--qps", "2")
+	text, err := runSimulate(t, "--qps", "2", "-d")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(text, "\n0x") {
+	if strings.Contains(text, "\n0x") || strings.Contains(text, "qpn 0x") {
 		t.Errorf("QP numbers in hex:\n%s", text)
 	}
 }
