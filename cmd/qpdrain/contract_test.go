@@ -141,7 +141,7 @@ func TestContractBadInputs(t *testing.T) {
 // Ctrl-C stops check at once: one line, exit 130, and no report of the
 // probes that did not run.
 func TestContractInterrupt(t *testing.T) {
-	for _, args := range [][]string{{"check", "--device", "soft"}, {"check", "--device", "soft", "-j"}, {"simulate", "--qps", "4000"}} {
+	for _, args := range [][]string{{"check", "--device", "soft"}, {"check", "--device", "soft", "-j"}, {"simulate", "--qps", "4000"}, {"churn", "--events", "100000", "-j"}} {
 		sig := make(chan os.Signal, 1)
 		sig <- syscall.SIGINT
 		stdout, stderr, code := runCLI(sig, args...)
