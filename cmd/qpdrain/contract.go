@@ -291,7 +291,7 @@ func positiveFloat(x float64) error {
 	return nil
 }
 
-// fractionFlag refuses numbers outside [lo, 1], lo exclusive when open.
+// fraction refuses numbers outside [0, 1]; open refuses 0 too.
 func fraction(open bool) func(float64) error {
 	return func(x float64) error {
 		if x < 0 || x > 1 || open && x == 0 {

@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // runCLI runs qpdrain as main does, with signals from sig.
@@ -198,5 +201,46 @@ func TestVersion(t *testing.T) {
 	var v buildVersion
 	if err := json.Unmarshal([]byte(out), &v); err != nil || v.Go == "" || v.Version == "" {
 		t.Errorf("version -j %q: %v", out, err)
+	}
+}
+
+// The exporter's normal end is a signal: it stops serving and exits 0,
+// saying nothing.
+func TestContractExporterSignal(t *testing.T) {
+	useHost(t, leakyHost(100))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	sig := make(chan os.Signal, 1)
+	type result struct {
+		stdout, stderr string
+		code           int
+	}
+	done := make(chan result, 1)
+	go func() {
+		o, e, c := runCLI(sig, "exporter", "--listen", addr)
+		done <- result{o, e, c}
+	}()
+	var resp *http.Response
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if resp, err = http.Get("http://" + addr + "/"); err == nil {
+			resp.Body.Close()
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("the exporter never served %s: %v", addr, err)
+	}
+	sig <- syscall.SIGTERM
+	select {
+	case r := <-done:
+		if r.code != exitClean || r.stdout != "" || r.stderr != "" {
+			t.Errorf("exporter stopped by SIGTERM: exit %d, stdout %q, stderr %q; want 0 and nothing", r.code, r.stdout, r.stderr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the exporter did not stop on SIGTERM")
 	}
 }
