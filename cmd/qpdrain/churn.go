@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/ipoibcm"
 	"github.com/qpdrain/qpdrain/ipoibcm/churn"
 	"github.com/qpdrain/qpdrain/soft"
@@ -131,6 +132,22 @@ type churnRun struct {
 	Events       int      `json:"events_asked"`
 }
 
+// checkChurnLimits refuses the queue sizes the device cannot hold, naming
+// the flag, before any QP or CQ is created.
+func checkChurnLimits(o *churnOptions, mc ipoibcm.Config, attr ibv.DeviceAttr) error {
+	ring, limit, name := attr.MaxSRQWR, "max_srq_wr", "the SRQ"
+	if o.noSRQ {
+		ring, limit, name = attr.MaxQPWR, "max_qp_wr", "each connection's receive queue"
+	}
+	switch {
+	case o.recvQueue > ring:
+		return withExitCode(exitError, fmt.Errorf("--recvq-size %d: %s holds at most %d receives on %s (%s)", o.recvQueue, name, ring, o.device, limit))
+	case mc.CQEntries() > attr.MaxCQE:
+		return withExitCode(exitError, fmt.Errorf("--recvq-size %d: needs a CQ of %d entries, %s takes at most %d (max_cqe)", o.recvQueue, mc.CQEntries(), o.device, attr.MaxCQE))
+	}
+	return nil
+}
+
 // plotCut says when --plot-until cut the run's end off the plot.
 func plotCut(res *churn.Result, until time.Duration) string {
 	if n := len(res.Samples); until > 0 && n > 0 && res.Samples[n-1].At > until {
@@ -212,6 +229,9 @@ func runChurn(cmd *cobra.Command, o *churnOptions) (run *churnRun, err error) {
 		return nil, fmt.Errorf("querying %s: %w", o.device, err)
 	}
 	run.Device, run.MaxQP = cfg.Device.Name(), attr.MaxQP
+	if err := checkChurnLimits(o, cfg.Manager, attr); err != nil {
+		return nil, err
+	}
 	run.Result, err = churn.Run(cmd.Context(), cfg)
 	if err != nil {
 		return nil, err

@@ -74,6 +74,8 @@ func TestContractBadInputs(t *testing.T) {
 		{[]string{"churn", "--vanish", "2"}, exitError, "want a fraction from 0 to 1"},
 		{[]string{"churn", "--max-qp", "-1"}, exitError, `"--max-qp" flag: want at least 0`},
 		{[]string{"churn", "--recvq-size", "0"}, exitError, `"--recvq-size" flag: want at least 1`},
+		{[]string{"churn", "--recvq-size", "100000"}, exitError, "--recvq-size 100000: the SRQ holds at most 16384 receives on soft (max_srq_wr)"},
+		{[]string{"churn", "--recvq-size", "2000", "--no-srq"}, exitError, "--recvq-size 2000: needs a CQ of 256001 entries, soft takes at most 32767 (max_cqe)"},
 		{[]string{"churn", "--max-nonsrq-conn-qp", "5000"}, exitError, `"--max-nonsrq-conn-qp" flag: want 1 to`},
 		{[]string{"churn", "--policy", "fast"}, exitError, "--policy"},
 		{[]string{"churn", "--quirk", "nope"}, exitError, `unknown quirk "nope"`},
