@@ -52,7 +52,7 @@ func (v buildVersion) String() string {
 			s += " (modified)"
 		}
 	} else {
-		s += " (no VCS revision: built outside a checkout, or with -buildvcs=false)"
+		s += " (no VCS revision in the build info: built with -buildvcs=false, outside a git checkout, or in a git worktree)"
 	}
 	if v.Time != "" {
 		s += " " + v.Time
