@@ -56,7 +56,9 @@ func newChurnCmd(opts *globalOptions) *cobra.Command {
 			"vanish, on a soft device with any provider quirk (peers on a second soft device) over virtual\n" +
 			"hours, or on a real device (--device) at its own pace. Prints the QPs on each list over time,\n" +
 			"rejected connections, leaked and quarantined QPs, stale-detection and reap times; -j prints JSON,\n" +
-			"--plot FILE.png|.svg draws the lists over time. --policy kernel is ipoib_cm.c's drain (no timeout\n" +
+			"--plot FILE.png|.svg draws the lists over time against the device's max_qp, and the connections\n" +
+			"accepted and rejected (the QP axis follows --max-qp, the connection axis --events, the time axis\n" +
+			"--plot-until: two runs of the same flags share them). --policy kernel is ipoib_cm.c's drain (no timeout\n" +
 			"on the drain WR); bounded is qpdrain's. Quirks: " + strings.Join(simQuirkNames(), ", ") + ".\n" +
 			"Exit status 1 when QPs leaked, a drain hung or a QP was destroyed too early.",
 		Args: cobra.NoArgs,
