@@ -297,10 +297,14 @@ func writeChurnPlot(w io.Writer, file string, run *churnRun, until time.Duration
 		srq = "no SRQ"
 	}
 	a := newChurnAxes(run, until)
+	limit := ""
+	if a.limit == 0 && run.MaxQP > 0 {
+		limit = fmt.Sprintf("; max_qp %d, far above the scale", run.MaxQP)
+	}
 	topLeg, bottomLeg := plot.NewLegend(), plot.NewLegend()
 	top, err := churnPanel(res, a, churnListSeries, a.limit,
-		fmt.Sprintf("IPoIB-CM receive QPs per list: policy %s, %s, quirks: %s, seed %d\nat the end: %s leaked, %d behind a hung drain",
-			res.Policy, srq, quirkList(run.Quirks), res.Seed, plural(res.Leaked, "QP"), res.HungDrains),
+		fmt.Sprintf("IPoIB-CM receive QPs per list: policy %s, %s, quirks: %s, seed %d\nat the end: %s leaked, %d behind a hung drain%s",
+			res.Policy, srq, quirkList(run.Quirks), res.Seed, plural(res.Leaked, "QP"), res.HungDrains, limit),
 		"QPs", a.qpMax, &topLeg)
 	if err != nil {
 		return err
