@@ -59,8 +59,8 @@ demo: deps
 	$(GO) build -o .cache/qpdrain ./cmd/qpdrain
 	.cache/qpdrain check || [ $$? -eq 1 ]
 	.cache/qpdrain scenario srq-fault
-	.cache/qpdrain churn --quirk send-in-error-not-flushed --max-qp 128 --events 3000 --rows 10 --plot .cache/churn-kernel.png || [ $$? -eq 1 ]
-	.cache/qpdrain churn --quirk send-in-error-not-flushed --max-qp 128 --events 3000 --rows 10 --plot .cache/churn-bounded.png --policy bounded
+	.cache/qpdrain churn --quirk send-in-error-not-flushed --max-qp 128 --events 3000 --rows 10 --plot-until 60m --plot .cache/churn-kernel.png || [ $$? -eq 1 ]
+	.cache/qpdrain churn --quirk send-in-error-not-flushed --max-qp 128 --events 3000 --rows 10 --plot-until 60m --plot .cache/churn-bounded.png --policy bounded
 	@echo "churn plots: .cache/churn-kernel.png (ipoib_cm.c's policy: the eHCA leak), .cache/churn-bounded.png (qpdrain's)"
 
 ## bench: the benchmarks behind docs/BENCH.md.

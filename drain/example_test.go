@@ -33,8 +33,8 @@ func Example() {
 	// Output:
 	// state RTS -> ERR
 	// event QP_LAST_WQE_REACHED
-	// drain WR 0xd7a1000000000001 posted on qpn 0x11 for a batch of 1
-	// drain WR 0xd7a1000000000001 on qpn 0x11 completed status=WR_FLUSH_ERR
+	// drain WR 0xd7a1000000000001 posted on qpn 17 for a batch of 1
+	// drain WR 0xd7a1000000000001 on qpn 17 completed status=WR_FLUSH_ERR
 	// safe
 	// cq still usable: true
 }

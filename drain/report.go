@@ -116,10 +116,10 @@ func (s Step) String() string {
 	case StepErrorWC:
 		return fmt.Sprintf("completion wr_id=%#x status=%s", s.WRID, s.Status)
 	case StepDrainPosted:
-		return fmt.Sprintf("drain WR %#x posted on qpn %#x for a batch of %d", s.WRID, s.Carrier, s.Count)
+		return fmt.Sprintf("drain WR %#x posted on qpn %d for a batch of %d", s.WRID, s.Carrier, s.Count)
 	case StepDrainDone:
 		if s.Carrier != 0 {
-			return fmt.Sprintf("drain WR %#x on qpn %#x completed status=%s", s.WRID, s.Carrier, s.Status)
+			return fmt.Sprintf("drain WR %#x on qpn %d completed status=%s", s.WRID, s.Carrier, s.Status)
 		}
 		return fmt.Sprintf("drain WR %#x completed status=%s", s.WRID, s.Status)
 	case StepRecvDrainPosted:
@@ -222,7 +222,7 @@ const (
 )
 
 var missingNames = [...]string{"nothing", "no Last WQE Reached", "no barrier completion after Last WQE Reached",
-	"receive drain WR not completed", "counted receives not all back", "drain WR not completed"}
+	"no receive drain WR completion", "counted receives not all back", "no drain WR completion"}
 
 // String says what was missing.
 func (m Missing) String() string {
@@ -267,7 +267,7 @@ func (p QueueProof) String() string {
 		if p.Stated {
 			how = "Last WQE Reached (before Add) and a barrier drain WR"
 		}
-		return fmt.Sprintf("%s %#x on qpn %#x", how, p.WRID, p.Carrier)
+		return fmt.Sprintf("%s %#x on qpn %d", how, p.WRID, p.Carrier)
 	case ProofRecvDrainWR:
 		return fmt.Sprintf("%s %#x", p.By, p.WRID)
 	case ProofRecvCount:
@@ -323,7 +323,7 @@ func (r *Report) String() string {
 	if r.SRQ {
 		srq = "SRQ"
 	}
-	fmt.Fprintf(&b, "qpn %#x (%s): %s after %v\n", r.QPNum, srq, r.Outcome, r.Duration())
+	fmt.Fprintf(&b, "qpn %d (%s): %s after %v\n", r.QPNum, srq, r.Outcome, r.Duration())
 	for _, s := range r.Steps {
 		fmt.Fprintf(&b, "  +%-10v %s\n", s.At.Sub(r.Start), s)
 	}

@@ -168,10 +168,12 @@ func isReal(c Clock) bool {
 	return real
 }
 
-// cqe is the shared CQ's depth: every receive that can be outstanding, one
-// spare slot for the drain WR (ipoib_cm.c reserves exactly one), and the
-// Bounded policy's headroom.
-func (c Config) cqe() int {
+// CQEntries is the depth of the CQ the Manager creates for c, whose
+// RecvQueueSize and MaxNonSRQConn are set: every receive that can be
+// outstanding, one spare slot for the drain WR (ipoib_cm.c reserves
+// exactly one), and the Bounded policy's headroom. A caller compares it
+// with DeviceAttr.MaxCQE before anything is created.
+func (c Config) CQEntries() int {
 	spare := 1
 	if c.Policy == Bounded {
 		spare = max(c.Drain.Headroom, boundedHeadroom)

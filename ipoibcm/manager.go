@@ -134,8 +134,8 @@ func New(cfg Config) (*Manager, error) {
 func (m *Manager) open() error {
 	cfg := m.cfg
 	var err error
-	if m.cq, err = cfg.Context.CreateCQ(cfg.cqe(), nil); err != nil {
-		return fmt.Errorf("creating the receive CQ (%d entries): %w", cfg.cqe(), err)
+	if m.cq, err = cfg.Context.CreateCQ(cfg.CQEntries(), nil); err != nil {
+		return fmt.Errorf("creating the receive CQ (%d entries): %w", cfg.CQEntries(), err)
 	}
 	m.objs.Add(m.cq)
 	if m.buf, err = ibv.AllocBuffer(cfg.RecvQueueSize * bufSize); err != nil {

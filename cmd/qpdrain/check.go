@@ -6,10 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -57,12 +54,7 @@ func newCheckCmd(opts *globalOptions) *cobra.Command {
 			"3 when the device does not exist here.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
-			ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			ctx := cmdContext(cmd)
 			w := cmd.OutOrStdout()
 			var each func(*checkResult, flushcheck.Result)
 			if !opts.json {
@@ -94,7 +86,8 @@ func newCheckCmd(opts *globalOptions) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.device, "device", "", `RDMA device to check (default: the first one libibverbs lists, else "soft", the built-in soft device)`)
 	f.StringSliceVar(&o.quirks, "soft-quirk", nil, "provider quirk of the soft device (repeatable): "+strings.Join(simQuirkNames(), ", "))
-	f.DurationVar(&o.timeout, "timeout", flushcheck.DefaultTimeout, fmt.Sprintf("how long each probe waits for a completion or event the specification says must come (at least %v)", flushcheck.MinTimeout))
+	durationFlag(f, &o.timeout, "timeout", flushcheck.DefaultTimeout, fmt.Sprintf("how long each probe waits for a completion or event the specification says must come (at least %v)", flushcheck.MinTimeout),
+		atLeastDuration(flushcheck.MinTimeout))
 	return cmd
 }
 
@@ -112,21 +105,13 @@ type checkResult struct {
 // calling each (if not nil) as each one finishes, and closes the device.
 // Its errors carry their exit code.
 func runCheck(ctx context.Context, o *checkOptions, head func(*checkResult), each func(*checkResult, flushcheck.Result)) (res *checkResult, err error) {
-	if o.timeout < flushcheck.MinTimeout {
-		return nil, withExitCode(exitError, fmt.Errorf("check: --timeout %v is too short to observe a completion or event: the minimum is %v", o.timeout, flushcheck.MinTimeout))
-	}
 	quirks, err := parseQuirks(o.quirks)
 	if err != nil {
 		return nil, withExitCode(exitError, fmt.Errorf("check: %w", err))
 	}
 	dev, res, err := openCheckDevice(o, quirks)
-	switch {
-	case errors.Is(err, ibv.ErrNoDevice):
-		return nil, withExitCode(exitUnsupported, fmt.Errorf("check: no such RDMA device %q here (%q is the built-in soft device)", o.device, softDeviceName))
-	case errors.Is(err, ibv.ErrNotSupported):
-		return nil, withExitCode(exitUnsupported, fmt.Errorf("check: %s: this build has no libibverbs (%q is the built-in soft device)", o.device, softDeviceName))
-	case err != nil:
-		return nil, withExitCode(exitError, fmt.Errorf("check: %w", err))
+	if err != nil {
+		return nil, fmt.Errorf("check: %w", err)
 	}
 	defer func() {
 		if cerr := dev.Close(); cerr != nil && err == nil {
@@ -139,7 +124,14 @@ func runCheck(ctx context.Context, o *checkOptions, head func(*checkResult), eac
 	}
 	po := flushcheck.Options{Timeout: o.timeout, Quiet: min(flushcheck.DefaultQuiet, o.timeout/4)}
 	for _, p := range flushcheck.Probes() {
+		// Interrupted: stop at once; what did not run is not reported.
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("check: %w", err)
+		}
 		r := p.Run(ctx, dev, po)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("check: %w", ctx.Err())
+		}
 		res.results = append(res.results, r)
 		if each != nil {
 			each(res, r)
@@ -178,7 +170,7 @@ func openCheckDevice(o *checkOptions, quirks soft.Quirks) (ibv.Context, *checkRe
 		if len(o.quirks) > 0 {
 			return nil, nil, fmt.Errorf("--soft-quirk applies to the soft device only, not %s", name)
 		}
-		dev, err := ibv.Open(name)
+		dev, err := openDevice(name)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -201,9 +193,9 @@ func checkVerdict(results []flushcheck.Result) error {
 	_, deviations, errs := flushcheck.Counts(results)
 	switch {
 	case errs > 0:
-		return withExitCode(exitError, fmt.Errorf("%d of %d probes could not run to a verdict", errs, len(results)))
+		return withExitCode(exitError, fmt.Errorf("%d of %s could not run to a verdict", errs, plural(len(results), "probe")))
 	case deviations > 0:
-		return withExitCode(exitFindings, fmt.Errorf("%d of %d probes found the device deviating", deviations, len(results)))
+		return withExitCode(exitFindings, fmt.Errorf("%d of %s found the device deviating", deviations, plural(len(results), "probe")))
 	}
 	return nil
 }
@@ -260,7 +252,7 @@ func roundProbe(d time.Duration) time.Duration {
 // details) and the drain settings.
 func (r *checkResult) formatTail(w io.Writer, details bool) error {
 	pass, deviations, errs := flushcheck.Counts(r.results)
-	fmt.Fprintf(w, "%d probes: %d pass, %d deviations, %d errors\n", len(r.results), pass, deviations, errs)
+	fmt.Fprintf(w, "%s: %d pass, %s, %s\n", plural(len(r.results), "probe"), pass, plural(deviations, "deviation"), plural(errs, "error"))
 	for _, res := range r.results {
 		switch {
 		case res.Outcome == flushcheck.Deviation:
@@ -285,7 +277,7 @@ type checkProbeJSON struct {
 	Rule       string `json:"rule"`
 	Outcome    string `json:"outcome"`
 	Observed   string `json:"observed"`
-	DurationUS int64  `json:"duration_us"`
+	DurationNS int64  `json:"duration_ns"`
 }
 
 // checkJSON is the -j output; ifname is the RDMA device's name, as in
@@ -295,7 +287,7 @@ type checkJSON struct {
 	Soft       bool             `json:"soft"`
 	Note       string           `json:"note,omitempty"`
 	Quirks     []string         `json:"soft_quirks"`
-	TimeoutMS  int64            `json:"timeout_ms"`
+	TimeoutNS  int64            `json:"timeout_ns"`
 	Probes     []checkProbeJSON `json:"probes"`
 	Pass       int              `json:"pass"`
 	Deviations int              `json:"deviations"`
@@ -311,8 +303,8 @@ type checkJSON struct {
 type drainOptionsJSON struct {
 	MaxBatch         int    `json:"max_batch"`
 	Policy           string `json:"policy"`
-	LastWQETimeoutMS int64  `json:"last_wqe_timeout_ms"`
-	DrainTimeoutMS   int64  `json:"drain_timeout_ms"`
+	LastWQETimeoutNS int64  `json:"last_wqe_timeout_ns"`
+	DrainTimeoutNS   int64  `json:"drain_timeout_ns"`
 	ViaRTS           bool   `json:"via_rts"`
 	Headroom         int    `json:"headroom"`
 	// CountRecvs: add QPs with their own receive queue with
@@ -327,20 +319,20 @@ type settingJSON struct {
 }
 
 func (r *checkResult) jsonView() checkJSON {
-	out := checkJSON{Device: r.device, Soft: r.soft, Note: r.note, Quirks: r.quirks, TimeoutMS: r.timeout.Milliseconds(),
+	out := checkJSON{Device: r.device, Soft: r.soft, Note: r.note, Quirks: r.quirks, TimeoutNS: r.timeout.Nanoseconds(),
 		Probes: []checkProbeJSON{}}
 	if out.Quirks == nil {
 		out.Quirks = []string{}
 	}
 	for _, res := range r.results {
 		out.Probes = append(out.Probes, checkProbeJSON{Name: res.Name, Rule: res.Rule, Outcome: res.Outcome.String(),
-			Observed: res.Observed, DurationUS: res.Duration.Microseconds()})
+			Observed: res.Observed, DurationNS: res.Duration.Nanoseconds()})
 	}
 	out.Pass, out.Deviations, out.Errors = flushcheck.Counts(r.results)
 	rec := flushcheck.Settings(r.results)
 	do := rec.Options
-	out.DrainOptions = drainOptionsJSON{MaxBatch: do.MaxBatch, Policy: do.Policy.String(), LastWQETimeoutMS: do.LastWQETimeout.Milliseconds(),
-		DrainTimeoutMS: do.DrainTimeout.Milliseconds(), ViaRTS: do.ViaRTS, Headroom: do.Headroom, CountRecvs: rec.CountRecvs}
+	out.DrainOptions = drainOptionsJSON{MaxBatch: do.MaxBatch, Policy: do.Policy.String(), LastWQETimeoutNS: do.LastWQETimeout.Nanoseconds(),
+		DrainTimeoutNS: do.DrainTimeout.Nanoseconds(), ViaRTS: do.ViaRTS, Headroom: do.Headroom, CountRecvs: rec.CountRecvs}
 	out.Settings = []settingJSON{}
 	for _, s := range rec.Settings {
 		out.Settings = append(out.Settings, settingJSON(s))

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"io"
 	"slices"
 	"strings"
@@ -25,16 +24,7 @@ func runCheckCmd(t *testing.T, args ...string) (string, error) {
 }
 
 // exitCodeOf is the exit status main gives err.
-func exitCodeOf(err error) int {
-	if err == nil {
-		return exitClean
-	}
-	var ec *exitCodeError
-	if errors.As(err, &ec) {
-		return ec.code
-	}
-	return exitError
-}
+func exitCodeOf(err error) int { return exitCode(err) }
 
 func TestCheckSoft(t *testing.T) {
 	for _, name := range []string{"soft", "soft0"} {
@@ -171,12 +161,12 @@ func TestCheckJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("-j output is not JSON: %v\n%s", err, out)
 	}
-	if got.Device != "soft0" || !got.Soft || got.Note != "" || !slices.Equal(got.Quirks, []string{"send-in-error-not-flushed"}) || got.TimeoutMS != 100 {
+	if got.Device != "soft0" || !got.Soft || got.Note != "" || !slices.Equal(got.Quirks, []string{"send-in-error-not-flushed"}) || got.TimeoutNS != 100e6 {
 		t.Errorf("device fields %+v", got)
 	}
 	var deviating []string
 	for _, p := range got.Probes {
-		if p.Name == "" || p.Rule == "" || p.Observed == "" || p.DurationUS < 0 {
+		if p.Name == "" || p.Rule == "" || p.Observed == "" || p.DurationNS < 0 {
 			t.Errorf("incomplete probe %+v", p)
 		}
 		if p.Outcome == "deviation" {
@@ -192,7 +182,7 @@ func TestCheckJSON(t *testing.T) {
 		t.Errorf("counts %d/%d/%d, want 11/4/0", got.Pass, got.Deviations, got.Errors)
 	}
 	// A drain WR that never comes proves nothing: quarantine, one per QP.
-	if want := (drainOptionsJSON{MaxBatch: 1, Policy: "quarantine", LastWQETimeoutMS: 5000, DrainTimeoutMS: 5000, ViaRTS: true, Headroom: 1}); got.DrainOptions != want {
+	if want := (drainOptionsJSON{MaxBatch: 1, Policy: "quarantine", LastWQETimeoutNS: 5e9, DrainTimeoutNS: 5e9, ViaRTS: true, Headroom: 1}); got.DrainOptions != want {
 		t.Errorf("drain_options %+v, want %+v", got.DrainOptions, want)
 	}
 	if len(got.Settings) == 0 || got.Settings[0].Name != "receive drain WR" || got.Settings[0].Reason == "" {
@@ -212,11 +202,11 @@ func TestCheckRejects(t *testing.T) {
 		says string
 	}{
 		{[]string{"--soft-quirk", "nope"}, exitError, `unknown quirk "nope"`},
-		{[]string{"--timeout", "0s"}, exitError, "the minimum is 100ms"},
-		{[]string{"--timeout", "99ms"}, exitError, "--timeout 99ms is too short to observe a completion or event: the minimum is 100ms"},
+		{[]string{"--timeout", "0s"}, exitError, "want at least 100ms"},
+		{[]string{"--timeout", "99ms"}, exitError, `invalid argument "99ms" for "--timeout" flag: want at least 100ms`},
 		{[]string{"--device", "nosuchdevice0"}, exitUnsupported, `no such RDMA device "nosuchdevice0"`},
 		{[]string{"--device", "rxe0", "--soft-quirk", "no-last-wqe-reached"}, exitError, "--soft-quirk applies to the soft device only"},
-		{[]string{"extra-arg"}, exitError, "unknown command"},
+		{[]string{"extra-arg"}, exitError, `unknown command "extra-arg"`},
 	} {
 		out, err := runCheckCmd(t, tc.args...)
 		if code := exitCodeOf(err); code != tc.code || err == nil || !strings.Contains(err.Error(), tc.says) {

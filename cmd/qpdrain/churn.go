@@ -42,6 +42,7 @@ type churnOptions struct {
 	samples      int
 	rows         int
 	plot         string
+	plotUntil    time.Duration
 	realTime     bool
 }
 
@@ -55,78 +56,127 @@ func newChurnCmd(opts *globalOptions) *cobra.Command {
 			"vanish, on a soft device with any provider quirk (peers on a second soft device) over virtual\n" +
 			"hours, or on a real device (--device) at its own pace. Prints the QPs on each list over time,\n" +
 			"rejected connections, leaked and quarantined QPs, stale-detection and reap times; -j prints JSON,\n" +
-			"--plot FILE.png|.svg draws the lists over time. --policy kernel is ipoib_cm.c's drain (no timeout\n" +
+			"--plot FILE.png|.svg draws the lists over time against the device's max_qp, and the connections\n" +
+			"accepted and rejected (the QP axis follows --max-qp, the connection axis --events, the time axis\n" +
+			"--plot-until: two runs of the same flags share them). --policy kernel is ipoib_cm.c's drain (no timeout\n" +
 			"on the drain WR); bounded is qpdrain's. Quirks: " + strings.Join(simQuirkNames(), ", ") + ".\n" +
 			"Exit status 1 when QPs leaked, a drain hung or a QP was destroyed too early.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			res, err := runChurn(cmd, o)
+			run, err := runChurn(cmd, o)
 			if err != nil {
 				return withExitCode(exitError, fmt.Errorf("churn: %w", err))
 			}
+			res := run.Result
 			out := cmd.OutOrStdout()
+			if o.plot != "" {
+				// Before the report, so that a report always means a plot.
+				if err := writeFileAtomic(o.plot, func(w io.Writer) error { return writeChurnPlot(w, o.plot, run, o.plotUntil) }); err != nil {
+					return withExitCode(exitError, fmt.Errorf("churn: --plot: %w", err))
+				}
+			}
 			if opts.json {
 				enc := json.NewEncoder(out)
 				enc.SetIndent("", "  ")
-				err = enc.Encode(res)
+				err = enc.Encode(run)
 			} else {
+				fmt.Fprintf(out, "device %s, max_qp %d, quirks: %s\n", run.Device, run.MaxQP, quirkList(o.quirks))
 				err = res.WriteText(out, o.rows, true)
-			}
-			if err == nil && o.plot != "" {
-				if err = writeChurnPlot(o.plot, res, o.quirks); err == nil && !opts.json {
-					_, err = fmt.Fprintf(out, "plot: %s\n", o.plot)
+				if err == nil && o.plot != "" {
+					_, err = fmt.Fprintf(out, "plot: %s%s\n", o.plot, plotCut(res, o.plotUntil))
 				}
 			}
 			if err != nil {
 				return withExitCode(exitError, err)
 			}
 			if res.Leaked > 0 || res.HungDrains > 0 || res.LateWCs > 0 {
-				return withExitCode(exitFindings, fmt.Errorf("%d QPs leaked, %d behind a hung drain, %d destroyed too early", res.Leaked, res.HungDrains, res.LateWCs))
+				return withExitCode(exitFindings, fmt.Errorf("%s leaked, %d behind a hung drain, %d destroyed too early", plural(res.Leaked, "QP"), res.HungDrains, res.LateWCs))
 			}
 			return nil
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.device, "device", softDeviceName, "device: soft (the built-in soft device, peers on a second one) or a libibverbs device, peers in loopback")
+	stringFlag(f, &o.device, "device", softDeviceName, "device: soft (the built-in soft device, peers on a second one) or a libibverbs device, peers in loopback", nonEmpty)
 	f.StringSliceVar(&o.quirks, "quirk", nil, "provider quirk of the soft device (repeatable): "+strings.Join(simQuirkNames(), ", "))
 	f.Uint64Var(&o.schedule, "schedule-seed", 0, "make the soft device adversarial with this schedule seed (0: orderly)")
-	f.IntVar(&o.maxQP, "max-qp", 0, "QPs the soft device creates at most (0: its default); past it connections are rejected")
+	intFlag(f, &o.maxQP, "max-qp", 0, "QPs the soft device creates at most (0: its default, 65536); past it connections are rejected", atLeast(0))
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the churn schedule")
-	f.IntVar(&o.events, "events", churn.DefaultEvents, "churn events to run (connects, sends, disconnects, vanishes)")
+	intFlag(f, &o.events, "events", churn.DefaultEvents, "churn events to run (connects, sends, disconnects, vanishes)", between(1, churn.MaxEvents))
 	f.StringVar(&o.policy, "policy", ipoibcm.Kernel.String(), "drain policy: kernel (ipoib_cm.c) or bounded (qpdrain's)")
 	f.BoolVar(&o.quarantine, "quarantine", false, "bounded policy: keep stalled QPs in the quarantine instead of destroying them once the CQ is empty")
 	f.BoolVar(&o.noSRQ, "no-srq", false, "give each connection its own receive ring, as on devices without SRQs")
-	f.IntVar(&o.recvQueue, "recvq-size", 16, "receives in the SRQ, or per connection without one (ipoib_recvq_size)")
-	f.IntVar(&o.maxNonSRQ, "max-nonsrq-conn-qp", ipoibcm.DefaultMaxNonSRQConn, "connections at most without an SRQ (max_nonsrq_conn_qp)")
-	f.DurationVar(&o.update, "rx-update-time", ipoibcm.DefaultUpdateTime, "IPOIB_CM_RX_UPDATE_TIME: activity refreshes a connection at most this often")
-	f.DurationVar(&o.timeout, "rx-timeout", ipoibcm.DefaultTimeout, "IPOIB_CM_RX_TIMEOUT: idle this long, a connection is stale")
-	f.DurationVar(&o.delay, "rx-delay", ipoibcm.DefaultDelay, "IPOIB_CM_RX_DELAY: the stale task runs this often")
-	f.DurationVar(&o.drainTimeout, "drain-timeout", 5*time.Second, "bounded policy: wait for Last WQE Reached and for each drain WR")
-	f.Float64Var(&o.connectRate, "connect-rate", churn.DefaultConnectRate, "connection requests per second")
-	f.Float64Var(&o.sendRate, "send-rate", churn.DefaultSendRate, "messages per second per connection")
-	f.DurationVar(&o.lifetime, "lifetime", churn.DefaultLifetime, "mean connection lifetime")
-	f.Float64Var(&o.vanish, "vanish", churn.DefaultVanishFraction, "share of peers that vanish without a DREQ (0 to 1)")
-	f.IntVar(&o.samples, "samples", churn.DefaultSamples, "samples of the lists over the run")
-	f.IntVar(&o.rows, "rows", 24, "rows of the text table (0: every sample)")
-	f.StringVar(&o.plot, "plot", "", "write a plot of the lists over time to this .png or .svg file")
+	intFlag(f, &o.recvQueue, "recvq-size", 16, "receives in the SRQ, or per connection without one (ipoib_recvq_size)", atLeast(1))
+	intFlag(f, &o.maxNonSRQ, "max-nonsrq-conn-qp", ipoibcm.DefaultMaxNonSRQConn, "connections at most without an SRQ (max_nonsrq_conn_qp)", between(1, ipoibcm.MaxNonSRQConnLimit))
+	durationFlag(f, &o.update, "rx-update-time", ipoibcm.DefaultUpdateTime, "IPOIB_CM_RX_UPDATE_TIME: activity refreshes a connection at most this often", positive)
+	durationFlag(f, &o.timeout, "rx-timeout", ipoibcm.DefaultTimeout, "IPOIB_CM_RX_TIMEOUT: idle this long, a connection is stale", positive)
+	durationFlag(f, &o.delay, "rx-delay", ipoibcm.DefaultDelay, "IPOIB_CM_RX_DELAY: the stale task runs this often", positive)
+	durationFlag(f, &o.drainTimeout, "drain-timeout", 5*time.Second, "bounded policy: wait for Last WQE Reached and for each drain WR", positive)
+	floatFlag(f, &o.connectRate, "connect-rate", churn.DefaultConnectRate, "connection requests per second", positiveFloat)
+	floatFlag(f, &o.sendRate, "send-rate", churn.DefaultSendRate, "messages per second per connection", positiveFloat)
+	durationFlag(f, &o.lifetime, "lifetime", churn.DefaultLifetime, "mean connection lifetime", positive)
+	floatFlag(f, &o.vanish, "vanish", churn.DefaultVanishFraction, "share of peers that vanish without a DREQ (0: none, to 1: all)", fraction(false))
+	intFlag(f, &o.samples, "samples", churn.DefaultSamples, "samples of the lists over the run", between(1, churn.MaxEvents))
+	intFlag(f, &o.rows, "rows", 24, "rows of the text table (0: every sample)", atLeast(0))
+	stringFlag(f, &o.plot, "plot", "", "write a plot of the lists over time to this .png or .svg file (written whole or not at all)", outputFile(".png", ".svg"))
+	durationFlag(f, &o.plotUntil, "plot-until", 0, "end the plot's time axis here (0: at the run's end), to draw two runs on the same axes", atLeastDuration(0))
 	f.BoolVar(&o.realTime, "real-time", false, "run the schedule on the real clock (always on a real device)")
 	return cmd
 }
 
-func runChurn(cmd *cobra.Command, o *churnOptions) (*churn.Result, error) {
+// churnRun is one run with the inputs that shaped it, as -j prints it:
+// the churn.Result's keys, then the device's.
+type churnRun struct {
+	*churn.Result
+	Device       string   `json:"ifname"`
+	MaxQP        int      `json:"max_qp"`
+	Quirks       []string `json:"soft_quirks"`
+	ScheduleSeed uint64   `json:"schedule_seed"`
+	Events       int      `json:"events_asked"`
+}
+
+// checkChurnLimits refuses the queue sizes the device cannot hold, naming
+// the flag, before any QP or CQ is created.
+func checkChurnLimits(o *churnOptions, mc ipoibcm.Config, attr ibv.DeviceAttr) error {
+	ring, limit, name := attr.MaxSRQWR, "max_srq_wr", "the SRQ"
+	if o.noSRQ {
+		ring, limit, name = attr.MaxQPWR, "max_qp_wr", "each connection's receive queue"
+	}
+	switch {
+	case o.recvQueue > ring:
+		return withExitCode(exitError, fmt.Errorf("--recvq-size %d: %s holds at most %d receives on %s (%s)", o.recvQueue, name, ring, o.device, limit))
+	case mc.CQEntries() > attr.MaxCQE:
+		return withExitCode(exitError, fmt.Errorf("--recvq-size %d: needs a CQ of %d entries, %s takes at most %d (max_cqe)", o.recvQueue, mc.CQEntries(), o.device, attr.MaxCQE))
+	}
+	return nil
+}
+
+// plotCut says when --plot-until cut the run's end off the plot.
+func plotCut(res *churn.Result, until time.Duration) string {
+	if n := len(res.Samples); until > 0 && n > 0 && res.Samples[n-1].At > until {
+		return fmt.Sprintf(" (its time axis ends at --plot-until %v; the run went on to %v)", until, res.Samples[n-1].At.Round(time.Second))
+	}
+	return ""
+}
+
+// quirkList is the quirks for text: "none", or their names.
+func quirkList(quirks []string) string {
+	if len(quirks) == 0 {
+		return "none"
+	}
+	return strings.Join(quirks, ", ")
+}
+
+func runChurn(cmd *cobra.Command, o *churnOptions) (run *churnRun, err error) {
 	policy, err := ipoibcm.ParsePolicy(o.policy)
 	if err != nil {
 		return nil, fmt.Errorf("--policy: %w", err)
 	}
-	if o.plot != "" && !strings.HasSuffix(o.plot, ".png") && !strings.HasSuffix(o.plot, ".svg") {
-		return nil, fmt.Errorf("--plot %q: want a .png or .svg file name", o.plot)
-	}
-	if o.recvQueue < 1 || o.maxNonSRQ < 1 || o.maxNonSRQ > ipoibcm.MaxNonSRQConnLimit {
-		return nil, fmt.Errorf("--recvq-size %d, --max-nonsrq-conn-qp %d: want at least 1, and at most %d connections", o.recvQueue, o.maxNonSRQ, ipoibcm.MaxNonSRQConnLimit)
-	}
 	quirks, err := parseQuirks(o.quirks)
 	if err != nil {
 		return nil, err
+	}
+	if o.device != softDeviceName && (len(o.quirks) > 0 || o.maxQP != 0 || o.schedule != 0) {
+		return nil, fmt.Errorf("--quirk, --max-qp and --schedule-seed apply to the soft device only, not %s", o.device)
 	}
 	cfg := churn.Config{Seed: o.seed, Events: o.events, ConnectRate: o.connectRate, SendRate: o.sendRate,
 		Lifetime: o.lifetime, VanishFraction: o.vanish, Samples: o.samples, RealTime: o.realTime,
@@ -149,9 +199,13 @@ func runChurn(cmd *cobra.Command, o *churnOptions) (*churn.Result, error) {
 			}
 		}
 	}()
+	run = &churnRun{Device: o.device, Quirks: o.quirks, ScheduleSeed: o.schedule, Events: o.events}
+	if run.Quirks == nil {
+		run.Quirks = []string{}
+	}
 	if o.device == softDeviceName {
 		fab := soft.NewFabric()
-		rx, err := soft.Open(soft.Config{Fabric: fab, Name: "soft0", Quirks: quirks,
+		rx, err := soft.Open(soft.Config{Fabric: fab, Name: softDefaultName, Quirks: quirks,
 			Limits: soft.Limits{MaxQP: o.maxQP}, Schedule: soft.Schedule{Seed: o.schedule}})
 		if err != nil {
 			return nil, fmt.Errorf("opening the soft device: %w", err)
@@ -164,16 +218,25 @@ func runChurn(cmd *cobra.Command, o *churnOptions) (*churn.Result, error) {
 		closers = append(closers, peers)
 		cfg.Device, cfg.PeerDevice, cfg.DeviceClock = rx, peers, fab
 	} else {
-		if len(o.quirks) > 0 || o.maxQP != 0 || o.schedule != 0 {
-			return nil, fmt.Errorf("--quirk, --max-qp and --schedule-seed apply to the soft device only, not %s", o.device)
-		}
-		dev, err := ibv.Open(o.device)
+		dev, err := openDevice(o.device)
 		if err != nil {
 			return nil, err
 		}
 		closers = append(closers, dev)
 		cfg.Device, cfg.RealTime = dev, true
 	}
-	res, err := churn.Run(cmd.Context(), cfg)
-	return res, err
+	// The limit the story is about, known before any QP is created.
+	attr, err := cfg.Device.QueryDevice()
+	if err != nil {
+		return nil, fmt.Errorf("querying %s: %w", o.device, err)
+	}
+	run.Device, run.MaxQP = cfg.Device.Name(), attr.MaxQP
+	if err := checkChurnLimits(o, cfg.Manager, attr); err != nil {
+		return nil, err
+	}
+	run.Result, err = churn.Run(cmd.Context(), cfg)
+	if err != nil {
+		return nil, err
+	}
+	return run, nil
 }

@@ -206,6 +206,8 @@ type hardware struct {
 	pci  *ghw.PCIInfo
 	nics []*ghw.NIC
 	read bool
+	// pciRead: the PCI inventory was read (loadPCI).
+	pciRead bool
 }
 
 func newHardware(opts *globalOptions) *hardware { return &hardware{opts: opts} }
@@ -215,17 +217,27 @@ func (h *hardware) load() {
 		return
 	}
 	h.read = true
-	pci, err := ghw.PCI(ghw.WithDisableWarnings())
-	if err != nil {
-		h.opts.log.WithError(err).Warn("reading the PCI inventory")
-	} else {
-		h.pci = pci
-	}
 	nets, err := ghw.Network(ghw.WithDisableWarnings())
 	if err != nil {
 		h.opts.log.WithError(err).Warn("reading the NIC inventory")
 	} else {
 		h.nics = nets.NICs
+	}
+}
+
+// loadPCI reads the PCI inventory, once, and only for a device that has a
+// PCI function: pcidb warns when it finds no pci.ids database, which says
+// nothing about a software device such as rxe.
+func (h *hardware) loadPCI() {
+	if h.pciRead {
+		return
+	}
+	h.pciRead = true
+	pci, err := ghw.PCI(ghw.WithDisableWarnings())
+	if err != nil {
+		h.opts.log.WithError(err).Warn("reading the PCI inventory")
+	} else {
+		h.pci = pci
 	}
 }
 
@@ -238,6 +250,7 @@ func (h *hardware) behind(dev string, ports []portReport) (*pciReport, []nicRepo
 	addr := ""
 	if target, err := os.Readlink(filepath.Join(sysfsIB, dev, "device")); err == nil {
 		addr = filepath.Base(target)
+		h.loadPCI()
 		pr = h.pciFunction(addr)
 	}
 	netdevs := map[string]bool{}

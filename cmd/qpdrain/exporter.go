@@ -7,10 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
+	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,11 +39,12 @@ through RDMA netlink (qpdrain_qps by device, port, type and state; qpdrain_devic
 the leak analysis of qpdrain leaks over the scrapes of the last --window (qpdrain_leak_findings
 and qpdrain_leak_qps by reason and device), and reports its own cost (qpdrain_scrape_duration_seconds,
 qpdrain_scrape_errors_total). No label carries a pid or a QP number. deploy/ has a DaemonSet
-and alert rules. It stops on SIGINT or SIGTERM.`,
+and alert rules. It stops on SIGINT or SIGTERM, its normal end: exit 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmdContext(cmd), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			// A signal cancels the context (execute): the exporter's normal
+			// end, exit 0.
+			ctx := cmdContext(cmd)
 			ln, err := net.Listen("tcp", o.listen)
 			if err != nil {
 				return withExitCode(exitError, fmt.Errorf("listening on %s: %w", o.listen, err))
@@ -55,10 +54,23 @@ and alert rules. It stops on SIGINT or SIGTERM.`,
 	}
 	o.host.flags(cmd, metrics.DefaultScrapeTimeout)
 	f := cmd.Flags()
-	f.StringVar(&o.listen, "listen", ":9879", "the address to serve /metrics on")
-	f.DurationVar(&o.window, "window", metrics.DefaultWindow, "how far back the scrapes behind the findings reach")
-	f.Float64Var(&o.nearLimit, "near-limit", leaks.DefaultNearLimit, "fraction of max_qp at which a device is near its limit")
+	stringFlag(f, &o.listen, "listen", ":9879", "the address to serve /metrics on (HOST:PORT, :PORT)", listenAddress)
+	durationFlag(f, &o.window, "window", metrics.DefaultWindow, "how far back the scrapes behind the findings reach", positive)
+	floatFlag(f, &o.nearLimit, "near-limit", leaks.DefaultNearLimit, "fraction of max_qp at which a device is near its limit", fraction(true))
 	return cmd
+}
+
+// listenAddress refuses what net.Listen would not take, or would take as
+// "any port" (":0" and "" listen on a random port nobody scrapes).
+func listenAddress(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New("want HOST:PORT or :PORT")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("port %q: want 1 to 65535", port)
+	}
+	return nil
 }
 
 // limitCache asks each device its max_qp once: it does not change.
@@ -109,10 +121,6 @@ func (f samplerFunc) Sample(ctx context.Context) (leaks.Sample, error) { return 
 
 // serveExporter serves /metrics on ln until ctx is done.
 func serveExporter(ctx context.Context, ln net.Listener, stderr io.Writer, opts *globalOptions, o *exporterOptions) error {
-	if o.nearLimit <= 0 || o.nearLimit > 1 {
-		ln.Close()
-		return withExitCode(exitError, fmt.Errorf("--near-limit %g: want a fraction in (0, 1]", o.nearLimit))
-	}
 	h, err := openHost(o.host, stderr)
 	if err != nil {
 		ln.Close()

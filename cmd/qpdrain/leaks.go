@@ -58,7 +58,7 @@ Exit status 0 clean, 1 findings, 2 error, 3 no RDMA devices here.`,
 	f.DurationVar(&o.window, "for", leaks.DefaultFor, "how long to sample")
 	f.DurationVar(&o.interval, "interval", leaks.DefaultInterval, "time between samples")
 	f.Float64Var(&o.nearLimit, "near-limit", leaks.DefaultNearLimit, "fraction of max_qp at which a device is near its limit")
-	f.StringVar(&o.textfile, "textfile", "", "also write Prometheus metrics to this file (node_exporter's textfile collector), atomically")
+	stringFlag(f, &o.textfile, "textfile", "", "also write Prometheus metrics to this file (node_exporter's textfile collector), atomically", outputFile())
 	return cmd
 }
 
@@ -106,7 +106,7 @@ func runLeaks(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		enc.SetEscapeHTML(false)
-		err = enc.Encode(leaksJSON{Report: r, WindowMS: r.Window().Milliseconds(), IntervalMS: o.interval.Milliseconds()})
+		err = enc.Encode(leaksJSON{Report: r, WindowNS: r.Window().Nanoseconds(), IntervalNS: o.interval.Nanoseconds()})
 	} else {
 		err = formatLeaks(stdout, &r, o.interval, opts.details)
 	}
@@ -165,8 +165,8 @@ func ipoibNonSRQLimit() int {
 // leaksJSON is the -j output.
 type leaksJSON struct {
 	leaks.Report
-	WindowMS   int64 `json:"window_ms"`
-	IntervalMS int64 `json:"interval_ms"`
+	WindowNS   int64 `json:"window_ns"`
+	IntervalNS int64 `json:"interval_ns"`
 }
 
 // maxListed is how many QP numbers a text finding lists without -d.

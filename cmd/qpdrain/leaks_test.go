@@ -167,7 +167,7 @@ func TestLeaksJSONAndTextfile(t *testing.T) {
 			} `json:"qps"`
 			Evidence, Remedy string
 		} `json:"findings"`
-		WindowMS int64 `json:"window_ms"`
+		WindowNS int64 `json:"window_ns"`
 	}
 	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
 		t.Fatalf("-j: %v\n%s", err, out.String())

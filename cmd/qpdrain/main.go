@@ -1,48 +1,19 @@
 // Command qpdrain tears down RDMA queue pairs correctly and finds the ones that
 // were never torn down. Run "qpdrain help" for its subcommands.
 //
-// Exit codes: 0 clean, 1 findings, 2 error, 3 not supported on this machine.
+// Exit codes, the same for every subcommand (contract.go): 0 clean, 1
+// findings, 2 error or bad input, 3 the device (or RDMA) is not here, 130
+// interrupted.
 package main
 
 import (
-	"errors"
-	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 )
-
-// Exit codes an operator can script against.
-const (
-	exitClean       = 0
-	exitFindings    = 1
-	exitError       = 2
-	exitUnsupported = 3
-)
-
-// exitCodeError carries a specific exit code out of a subcommand.
-type exitCodeError struct {
-	code int
-	err  error
-}
-
-func (e *exitCodeError) Error() string { return e.err.Error() }
-func (e *exitCodeError) Unwrap() error { return e.err }
-
-// withExitCode attaches an exit code to err.
-func withExitCode(code int, err error) error { return &exitCodeError{code: code, err: err} }
 
 func main() {
-	cmd := newRootCmd(os.Stdout, os.Stderr)
-	err := cmd.Execute()
-	if err == nil {
-		os.Exit(exitClean)
-	}
-	code := exitError
-	var ec *exitCodeError
-	if errors.As(err, &ec) {
-		code = ec.code
-	}
-	if code != exitFindings {
-		fmt.Fprintln(os.Stderr, "qpdrain:", err)
-	}
-	os.Exit(code)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr, sig))
 }

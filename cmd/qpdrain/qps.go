@@ -37,7 +37,7 @@ func (h *hostOptions) flags(cmd *cobra.Command, timeout time.Duration) {
 	for _, n := range []string{"proc", "sysfs", "devdir"} {
 		_ = f.MarkHidden(n)
 	}
-	f.DurationVar(&h.timeout, "timeout", timeout, "give up when the kernel has not answered by then")
+	durationFlag(f, &h.timeout, "timeout", timeout, "give up when the kernel has not answered by then", positive)
 }
 
 // dialRDMA opens RDMA netlink; a host without it (no ib_core, not Linux)

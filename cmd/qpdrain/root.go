@@ -17,11 +17,24 @@ type globalOptions struct {
 	log       *logrus.Logger
 }
 
+// newRootCmd is qpdrain's command tree, writing to stdout and stderr.
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	root, _ := newRoot(stdout, stderr)
+	return root
+}
+
+// newRoot is newRootCmd with the global options its flags fill.
+func newRoot(stdout, stderr io.Writer) (*cobra.Command, *globalOptions) {
 	opts := &globalOptions{}
 	root := &cobra.Command{
-		Use:           "qpdrain",
-		Short:         "Tear down RDMA queue pairs correctly and find the ones never torn down",
+		Use:   "qpdrain",
+		Short: "Tear down RDMA queue pairs correctly and find the ones never torn down",
+		Long: "qpdrain tears down RDMA queue pairs correctly and finds the ones never torn down.\n" +
+			"Every command checks its flags before it does anything, and exits 0 clean, 1 with findings,\n" +
+			"2 on an error or bad input, 3 when the device (or RDMA) is not here, 130 when interrupted\n" +
+			"(SIGINT, SIGTERM). An error is one line on stderr; with -j it is also the JSON document\n" +
+			"{\"error\": ..., \"exit_code\": ...} on stdout.",
+		Version:       versionString(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -43,7 +56,10 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	for _, add := range subcommands {
 		root.AddCommand(add(opts))
 	}
-	return root
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.InitDefaultCompletionCmd()
+	requireSubcommand(root)
+	return root, opts
 }
 
 // subcommands holds the constructors of qpdrain's subcommands; each file

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,6 +56,9 @@ func newRxeAddCmd(opts *globalOptions) *cobra.Command {
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, netdev := args[0], args[1]
+			if err := checkRxeArgs(name, netdev); err != nil {
+				return err
+			}
 			if err := loadRxe(cmd.ErrOrStderr(), host.sys); err != nil {
 				return err
 			}
@@ -72,6 +76,30 @@ func newRxeAddCmd(opts *globalOptions) *cobra.Command {
 	}
 	host.flags(cmd, 10*time.Second)
 	return cmd
+}
+
+// ibDeviceNameMax is IB_DEVICE_NAME_MAX (include/rdma/ib_verbs.h), with
+// the terminating NUL.
+const ibDeviceNameMax = 64
+
+// errNoNetdev: the net device rxe add was given is not on this host.
+var errNoNetdev = errors.New("no such net device")
+
+// checkRxeArgs checks rxe add's arguments before it loads a module or
+// asks the kernel anything: a name the kernel takes (ib_device_rename's
+// rules: at most 63 bytes, no '/', no blank), a net device that exists
+// (exit 3 when it does not).
+func checkRxeArgs(name, netdev string) error {
+	switch {
+	case name == "" || len(name) >= ibDeviceNameMax:
+		return withExitCode(exitError, fmt.Errorf("rxe add: device name %q: want 1 to %d bytes", name, ibDeviceNameMax-1))
+	case strings.ContainsAny(name, "/ \t\n") || name == "." || name == "..":
+		return withExitCode(exitError, fmt.Errorf("rxe add: device name %q: want no '/' and no blank", name))
+	}
+	if _, err := net.InterfaceByName(netdev); err != nil {
+		return withExitCode(exitUnsupported, fmt.Errorf("rxe add: %w %q here: %v", errNoNetdev, netdev, err))
+	}
+	return nil
 }
 
 // findDevice looks a device up by name.

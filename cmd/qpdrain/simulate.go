@@ -108,22 +108,24 @@ func newSimulateCmd(opts *globalOptions) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&o.qps, "qps", 16, "QPs to drain")
+	intFlag(f, &o.qps, "qps", 16, "QPs to drain (at most the soft device's max_qp, 65536)", between(1, simMaxCQE))
 	f.BoolVar(&o.noSRQ, "no-srq", false, "give each QP its own receive queue instead of a shared SRQ")
-	f.IntVar(&o.taken, "taken", 4, "receive WQEs each QP holds (taken from the SRQ, or posted on its own queue)")
-	f.IntVar(&o.sends, "sends", 2, "sends outstanding on each QP")
+	intFlag(f, &o.taken, "taken", 4, "receive WQEs each QP holds (taken from the SRQ, or posted on its own queue)", between(0, simMaxCQE))
+	intFlag(f, &o.sends, "sends", 2, "sends outstanding on each QP", between(0, simMaxCQE))
 	f.StringSliceVar(&o.quirks, "quirk", nil, "provider quirk of the soft device (repeatable): "+strings.Join(simQuirkNames(), ", "))
 	f.StringVar(&o.policy, "policy", drain.Quarantine.String(), "policy for stalled drains: quarantine or destroy-when-empty")
-	f.IntVar(&o.maxBatch, "max-batch", 0, "QPs per drain WR, 0 for no cap, 1 for one at a time as ib_drain_qp")
-	f.IntVar(&o.maxQuarantine, "max-quarantine", drain.DefaultMaxQuarantine, "QPs the quarantine holds at most")
+	intFlag(f, &o.maxBatch, "max-batch", 0, "QPs per drain WR, 0 for no cap, 1 for one at a time as ib_drain_qp", atLeast(0))
+	intFlag(f, &o.maxQuarantine, "max-quarantine", drain.DefaultMaxQuarantine, "QPs the quarantine holds at most", atLeast(1))
 	f.BoolVar(&o.recvDrain, "recv-drain", false, "prove an own receive queue by a receive drain WR instead of counting its receives back")
-	f.DurationVar(&o.timeout, "timeout", 200*time.Millisecond, "bound on the wait for Last WQE Reached and for each drain WR")
+	durationFlag(f, &o.timeout, "timeout", 0, fmt.Sprintf("bound on the wait for Last WQE Reached and for each drain WR (default: %v, and %v more per QP, so that it follows the work)", simBaseTimeout, simTimeoutPerQP), positive)
 	return cmd
 }
 
 // simResult is what a simulation saw.
 type simResult struct {
 	opts    *simulateOptions
+	timeout time.Duration // the wait bound used: --timeout or its default
+	maxQP   int
 	note    string // why there is no libibverbs, if there is none
 	reports []*drain.Report
 	stats   drain.Stats
@@ -146,23 +148,27 @@ const simMaxCQE = 1 << 22
 // and send, the drain WRs, and some slack. validate keeps it in range.
 func (o *simulateOptions) cqe() int { return o.qps*(o.taken+o.sends+2) + 16 }
 
-// validate checks the numeric flags and names the first one out of range.
+// The default --timeout: a base, and more per QP, since every step of
+// every QP (the moves to ERROR, the events, the flushed completions) goes
+// through one reaper, and a wait that starts with the first QP must
+// outlast the work on all of them: 65,536 QPs took up to 0.6 s to 1.5 s
+// on a shared 2-core machine, against a default of 6.8 s.
+const (
+	simBaseTimeout  = 200 * time.Millisecond
+	simTimeoutPerQP = 100 * time.Microsecond
+)
+
+// waitTimeout is --timeout, or the default for the QPs asked for.
+func (o *simulateOptions) waitTimeout() time.Duration {
+	if o.timeout > 0 {
+		return o.timeout
+	}
+	return simBaseTimeout + time.Duration(o.qps)*simTimeoutPerQP
+}
+
+// validate checks the flags that depend on each other.
 func (o *simulateOptions) validate() error {
 	switch {
-	case o.qps <= 0:
-		return fmt.Errorf("--qps %d: want at least 1", o.qps)
-	case o.taken < 0:
-		return fmt.Errorf("--taken %d: want 0 or more", o.taken)
-	case o.sends < 0:
-		return fmt.Errorf("--sends %d: want 0 or more", o.sends)
-	case o.maxBatch < 0:
-		return fmt.Errorf("--max-batch %d: want 0 (no cap) or more", o.maxBatch)
-	case o.maxQuarantine < 0:
-		return fmt.Errorf("--max-quarantine %d: want 0 (the default, %d) or more", o.maxQuarantine, drain.DefaultMaxQuarantine)
-	case o.timeout <= 0:
-		return fmt.Errorf("--timeout %v: want a positive duration", o.timeout)
-	case o.qps > simMaxCQE || o.taken > simMaxCQE || o.sends > simMaxCQE:
-		return fmt.Errorf("--qps %d, --taken %d, --sends %d: want at most %d each", o.qps, o.taken, o.sends, simMaxCQE)
 	case o.cqe() > simMaxCQE:
 		return fmt.Errorf("--qps %d with --taken %d and --sends %d: needs a CQ of %d completions, at most %d",
 			o.qps, o.taken, o.sends, o.cqe(), simMaxCQE)
@@ -215,6 +221,21 @@ func simulate(ctx context.Context, o *simulateOptions, g *globalOptions) (res *s
 		return nil, err
 	}
 	keep(dev)
+	// The device's limit is known before anything is created on it.
+	attr, err := dev.QueryDevice()
+	if err != nil {
+		return nil, err
+	}
+	if o.qps > attr.MaxQP {
+		return nil, fmt.Errorf("--qps %d: %s creates at most %d QPs (max_qp)", o.qps, dev.Name(), attr.MaxQP)
+	}
+	// The peers live on a second device, so that all of max_qp is the
+	// drained QPs'.
+	peers, err := soft.Open(soft.Config{Fabric: fab, Name: "soft1", Limits: soft.Limits{MaxQPWR: o.taken + o.sends + 2}})
+	if err != nil {
+		return nil, err
+	}
+	keep(peers)
 	ch, err := dev.CreateCompChannel()
 	if err != nil {
 		return nil, err
@@ -225,7 +246,7 @@ func simulate(ctx context.Context, o *simulateOptions, g *globalOptions) (res *s
 		return nil, err
 	}
 	keep(cq)
-	peerCQ, err := dev.CreateCQ(16, nil)
+	peerCQ, err := peers.CreateCQ(16, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -235,6 +256,11 @@ func simulate(ctx context.Context, o *simulateOptions, g *globalOptions) (res *s
 		return nil, err
 	}
 	keep(pd)
+	peerPD, err := peers.AllocPD()
+	if err != nil {
+		return nil, err
+	}
+	keep(peerPD)
 	var srq ibv.SRQ
 	if !o.noSRQ {
 		if srq, err = pd.CreateSRQ(ibv.SRQAttr{MaxWR: uint32(srqWR), MaxSGE: 1}); err != nil {
@@ -253,7 +279,10 @@ func simulate(ctx context.Context, o *simulateOptions, g *globalOptions) (res *s
 			return nil, err
 		}
 		keep(qp)
-		peer, err := pd.CreateQP(ibv.QPInitAttr{SendCQ: peerCQ, RecvCQ: peerCQ, Cap: qcap, Type: ibv.QPTRC})
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		peer, err := peerPD.CreateQP(ibv.QPInitAttr{SendCQ: peerCQ, RecvCQ: peerCQ, Cap: qcap, Type: ibv.QPTRC})
 		if err != nil {
 			return nil, err
 		}
@@ -274,9 +303,10 @@ func simulate(ctx context.Context, o *simulateOptions, g *globalOptions) (res *s
 		qps[i] = qp
 	}
 
+	timeout := o.waitTimeout()
 	rp := drain.NewReaper(cq, drain.Options{
 		Policy: policy, MaxQuarantine: o.maxQuarantine, MaxBatch: o.maxBatch,
-		LastWQETimeout: o.timeout, DrainTimeout: o.timeout, Queue: simQueue,
+		LastWQETimeout: timeout, DrainTimeout: timeout, Queue: simQueue,
 		Channel: ch, Events: dev, Log: g.log,
 	})
 	// Every QP is added, and the reaper handed the events their moves to
@@ -312,12 +342,15 @@ func simulate(ctx context.Context, o *simulateOptions, g *globalOptions) (res *s
 	}()
 	// Every step is bounded by the timeout; this bounds the whole run in
 	// case the simulation itself is wrong.
-	waitCtx, waitCancel := context.WithTimeout(ctx, 4*o.timeout+10*time.Second)
+	waitCtx, waitCancel := context.WithTimeout(ctx, 4*timeout+10*time.Second)
 	defer waitCancel()
-	res = &simResult{opts: o, note: noLibibverbs()}
+	res = &simResult{opts: o, note: noLibibverbs(), timeout: timeout, maxQP: attr.MaxQP}
 	for _, h := range hs {
 		rep, _ := h.Wait(waitCtx)
 		res.reports = append(res.reports, rep)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	res.stats = rp.Stats()
 	return res, nil
@@ -337,6 +370,27 @@ func simSends(first, n int) []ibv.SendWR {
 		wrs[i] = ibv.SendWR{ID: simSendBase | uint64(first+i), Opcode: ibv.WRSend, Flags: ibv.SendSignaled}
 	}
 	return wrs
+}
+
+// timeoutSource says where the wait bound came from.
+func (r *simResult) timeoutSource() string {
+	if r.opts.timeout > 0 {
+		return " (--timeout)"
+	}
+	return fmt.Sprintf(" (the default for %s: %v + %v each)", plural(r.opts.qps, "QP"), simBaseTimeout, simTimeoutPerQP)
+}
+
+// timedOut counts the QPs whose drain stalled because a wait ran out.
+func (r *simResult) timedOut() int {
+	n := 0
+	for _, rep := range r.reports {
+		if rep.Stall != nil && (errors.Is(rep.Stall, drain.ErrNoLastWQE) || errors.Is(rep.Stall, drain.ErrDrainNotFlushed) ||
+			errors.Is(rep.Stall, drain.ErrNoHeadroom) || errors.Is(rep.Stall, drain.ErrRecvsMissing) || errors.Is(rep.Stall, drain.ErrCQNotEmpty) ||
+			errors.Is(rep.Stall, drain.ErrPostDrain)) {
+			n++
+		}
+	}
+	return n
 }
 
 func (r *simResult) notSafe() int {
@@ -362,8 +416,8 @@ func (r *simResult) format(w io.Writer, details bool) error {
 	if r.note != "" {
 		fmt.Fprintf(w, "the built-in soft device (%s)\n", r.note)
 	}
-	fmt.Fprintf(w, "%d QPs (%s, %d receives taken and %d sends outstanding each) on one CQ; policy %s; quirks: %s\n",
-		o.qps, srq, o.taken, o.sends, o.policy, quirks)
+	fmt.Fprintf(w, "%s (%s, %d receives taken and %d sends outstanding each) on one CQ of %s (max_qp %d); policy %s; quirks: %s; each wait bounded by %v%s\n",
+		plural(o.qps, "QP"), srq, o.taken, o.sends, softDefaultName, r.maxQP, o.policy, quirks, r.timeout, r.timeoutSource())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "lqpn\toutcome\ttime\tbatch\trecv flushed\tsend flushed\tstalled")
 	for _, rep := range r.reports {
@@ -378,8 +432,15 @@ func (r *simResult) format(w io.Writer, details bool) error {
 		return err
 	}
 	s := r.stats
-	fmt.Fprintf(w, "%d safe, %d destroyed after an empty CQ, %d quarantined, %d failed; %d drain WRs, %d receive drain WRs, %d repeated Last WQE Reached\n",
-		s.Safe, s.AfterEmptyCQ, s.Quarantined, s.Failed, s.DrainWRs, s.RecvDrainWRs, s.RepeatedLastWQE)
+	fmt.Fprintf(w, "%d safe, %d destroyed after an empty CQ, %d quarantined, %d failed; %s, %s, %d repeated Last WQE Reached\n",
+		s.Safe, s.AfterEmptyCQ, s.Quarantined, s.Failed, plural(s.DrainWRs, "drain WR"), plural(s.RecvDrainWRs, "receive drain WR"), s.RepeatedLastWQE)
+	if n := r.timedOut(); n > 0 && len(o.quirks) == 0 {
+		fmt.Fprintf(w, "the wait bound of %v ran out for %s, with no quirk: the bound, not the device, may be what failed; "+
+			"rerun with --timeout %v or more to tell a slow run from a step that never comes\n",
+			r.timeout, plural(n, "QP"), (2 * r.timeout).Round(time.Millisecond))
+	} else if n > 0 {
+		fmt.Fprintf(w, "the wait bound of %v ran out for %s: what the quirks withhold never came\n", r.timeout, plural(n, "QP"))
+	}
 	if details {
 		for _, rep := range r.reports {
 			fmt.Fprintf(w, "\n%s", rep)
@@ -393,7 +454,7 @@ func (r *simResult) format(w io.Writer, details bool) error {
 type simQPJSON struct {
 	LQPN        uint32   `json:"lqpn"`
 	Outcome     string   `json:"outcome"`
-	DurationUS  int64    `json:"duration_us"`
+	DurationNS  int64    `json:"duration_ns"`
 	Batch       int      `json:"batch"`
 	RecvFlushed int      `json:"recv_flushed"`
 	SendFlushed int      `json:"send_flushed"`
@@ -402,10 +463,29 @@ type simQPJSON struct {
 	Steps       []string `json:"steps,omitempty"`
 }
 
+// simInputsJSON are the flags that shaped a simulation, and the limit.
+type simInputsJSON struct {
+	Device        string   `json:"ifname"`
+	MaxQP         int      `json:"max_qp"`
+	QPs           int      `json:"qps"`
+	SRQ           bool     `json:"srq"`
+	Taken         int      `json:"taken"`
+	Sends         int      `json:"sends"`
+	Quirks        []string `json:"soft_quirks"`
+	Policy        string   `json:"policy"`
+	MaxBatch      int      `json:"max_batch"`
+	MaxQuarantine int      `json:"max_quarantine"`
+	RecvDrain     bool     `json:"recv_drain"`
+	TimeoutNS     int64    `json:"timeout_ns"`
+	TimeoutFlag   bool     `json:"timeout_given"`
+}
+
 type simJSON struct {
-	Note  string         `json:"note,omitempty"` // why there is no libibverbs
-	QPs   []simQPJSON    `json:"qps"`
-	Stats map[string]any `json:"stats"` // drain.Stats, snakeJSON
+	Note     string         `json:"note,omitempty"` // why there is no libibverbs
+	Inputs   simInputsJSON  `json:"inputs"`
+	TimedOut int            `json:"timed_out"`
+	QPs      []simQPJSON    `json:"qps"`
+	Stats    map[string]any `json:"stats"` // drain.Stats, snakeJSON
 }
 
 // snakeCase turns a Go field name into a JSON key as every other key of
@@ -438,9 +518,16 @@ func snakeJSON(v any) map[string]any {
 }
 
 func (r *simResult) jsonView() simJSON {
-	out := simJSON{Note: r.note, Stats: snakeJSON(r.stats)}
+	o := r.opts
+	in := simInputsJSON{Device: softDefaultName, MaxQP: r.maxQP, QPs: o.qps, SRQ: !o.noSRQ, Taken: o.taken, Sends: o.sends,
+		Quirks: o.quirks, Policy: o.policy, MaxBatch: o.maxBatch, MaxQuarantine: o.maxQuarantine, RecvDrain: o.recvDrain,
+		TimeoutNS: r.timeout.Nanoseconds(), TimeoutFlag: o.timeout > 0}
+	if in.Quirks == nil {
+		in.Quirks = []string{}
+	}
+	out := simJSON{Note: r.note, Inputs: in, TimedOut: r.timedOut(), Stats: snakeJSON(r.stats)}
 	for _, rep := range r.reports {
-		q := simQPJSON{LQPN: rep.QPNum, Outcome: rep.Outcome.String(), DurationUS: rep.Duration().Microseconds(), Batch: rep.Batch,
+		q := simQPJSON{LQPN: rep.QPNum, Outcome: rep.Outcome.String(), DurationNS: rep.Duration().Nanoseconds(), Batch: rep.Batch,
 			RecvFlushed: rep.Flushed[drain.QueueRecv].Flushed, SendFlushed: rep.Flushed[drain.QueueSend].Flushed}
 		if rep.Stall != nil {
 			q.Stalled = rep.Stall.Error()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -71,20 +72,20 @@ func TestSimulateRejects(t *testing.T) {
 	}{
 		{[]string{"--quirk", "nope"}, `unknown quirk "nope"`},
 		{[]string{"--policy", "nope"}, `unknown policy "nope"`},
-		{[]string{"--qps", "0"}, "--qps 0"},
-		{[]string{"--qps", "-3"}, "--qps -3"},
-		{[]string{"--taken", "-1"}, "--taken -1"},
-		{[]string{"--sends", "-1"}, "--sends -1"},
-		{[]string{"--max-batch", "-1"}, "--max-batch -1"},
-		{[]string{"--max-quarantine", "-1"}, "--max-quarantine -1"},
-		{[]string{"--timeout", "0s"}, "--timeout 0s"},
-		{[]string{"--timeout", "-1s"}, "--timeout -1s"},
-		{[]string{"--qps", "9223372036854775807"}, "want at most"},
-		{[]string{"--qps", "100000", "--taken", "100"}, "needs a CQ of"},
+		{[]string{"--qps", "0"}, `invalid argument "0" for "--qps" flag: want 1 to`},
+		{[]string{"--qps", "-3"}, `"-3" for "--qps"`},
+		{[]string{"--taken", "-1"}, `"-1" for "--taken"`},
+		{[]string{"--sends", "-1"}, `"-1" for "--sends"`},
+		{[]string{"--max-batch", "-1"}, `"-1" for "--max-batch" flag: want at least 0`},
+		{[]string{"--max-quarantine", "0"}, `"0" for "--max-quarantine" flag: want at least 1`},
+		{[]string{"--timeout", "0s"}, `"0s" for "--timeout" flag: want a positive duration`},
+		{[]string{"--timeout", "-1s"}, `"-1s" for "--timeout"`},
+		{[]string{"--qps", "9223372036854775807"}, "want 1 to 4194304"},
+		{[]string{"--qps", "65537"}, "--qps 65537: soft0 creates at most 65536 QPs (max_qp)"},
+		{[]string{"--qps", "60000", "--taken", "100"}, "needs a CQ of"},
 	} {
-		var ec *exitCodeError
 		_, err := runSimulate(t, tc.args...)
-		if !errors.As(err, &ec) || ec.code != exitError {
+		if exitCodeOf(err) != exitError {
 			t.Errorf("simulate %v: %v, want exit code %d", tc.args, err, exitError)
 			continue
 		}
@@ -105,26 +106,32 @@ func TestSimulateKeys(t *testing.T) {
 			t.Errorf("snakeCase(%q) = %q, want %q", name, got, want)
 		}
 	}
-	out, err := runSimulate(t, "--qps", "2", "-j")
+	out, err := runSimulate(t, "--qps", "2", "--quirk", "last-wqe-reached-twice", "-j")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var raw struct {
-		Stats map[string]any `json:"stats"`
+		Inputs simInputsJSON  `json:"inputs"`
+		Stats  map[string]any `json:"stats"`
 	}
 	if err := json.Unmarshal([]byte(out), &raw); err != nil || len(raw.Stats) == 0 {
 		t.Fatalf("stats %v (%v)", raw.Stats, err)
+	}
+	// The inputs that shaped it, the default timeout included.
+	if in := raw.Inputs; in.QPs != 2 || in.MaxQP != 65536 || !slices.Equal(in.Quirks, []string{"last-wqe-reached-twice"}) ||
+		in.TimeoutNS != int64(simBaseTimeout+2*simTimeoutPerQP) || in.TimeoutFlag || !in.SRQ || in.Policy != "quarantine" {
+		t.Errorf("inputs %+v", in)
 	}
 	for k := range raw.Stats {
 		if k != strings.ToLower(k) {
 			t.Errorf("stats key %q is not snake_case", k)
 		}
 	}
-	text, err := runSimulate(t, "--qps", "2")
+	text, err := runSimulate(t, "--qps", "2", "-d")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(text, "\n0x") {
+	if strings.Contains(text, "\n0x") || strings.Contains(text, "qpn 0x") {
 		t.Errorf("QP numbers in hex:\n%s", text)
 	}
 }

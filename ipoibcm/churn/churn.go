@@ -448,6 +448,8 @@ func (s *sim) end(p *peer, count bool) error {
 	if p.vanish {
 		if count {
 			s.res.Events.Vanishes++
+		} else {
+			s.res.VanishedAtEnd++
 		}
 		s.vanish[p.conn.QPNum()] = now
 	} else {

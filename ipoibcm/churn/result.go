@@ -88,6 +88,10 @@ type Result struct {
 	SendsDropped             int `json:"sends_dropped"`
 	SendErrors               int `json:"send_errors"`
 	PeakQPs                  int `json:"peak_qps"`
+	// VanishedAtEnd counts the peers still connected when the churn ended
+	// that ended by vanishing, as they would have: no event counts them,
+	// but the stale task finds them as it finds Events.Vanishes.
+	VanishedAtEnd int `json:"vanished_at_end"`
 
 	// At the end of the churn and the settle time after it.
 	End Sample `json:"end"`

@@ -53,9 +53,10 @@ func (r *Result) WriteText(w io.Writer, rows int, wall bool) error {
 	}
 	fmt.Fprintf(w, "QPs: peak %d; at the end %d live, leaked %d (error %d, flush %d, drain %d, quarantine %d), hung drains %d\n",
 		r.PeakQPs, r.End.Passive, r.Leaked, r.End.Error, r.End.Flush, r.End.Drain, r.End.Quarantine, r.HungDrains)
-	fmt.Fprintf(w, "drains: %d drain WRs, %d QPs reaped (%d of them given up unproven after their wait, the CQ empty), %d quarantined, false safe %d\n",
+	fmt.Fprintf(w, "drains: drain WRs %d, QPs reaped %d (given up unproven after their wait, the CQ empty: %d), quarantined %d, false safe %d\n",
 		r.DrainWRs, r.Reaped, r.GivenUp, r.Quarantined, r.LateWCs)
-	fmt.Fprintf(w, "stale detection (vanish -> ERROR): %s\n", r.StaleDetect)
+	fmt.Fprintf(w, "stale detection (vanish -> ERROR) of the %d vanishes and the %d peers that vanished when the churn ended: %s\n",
+		e.Vanishes, r.VanishedAtEnd, r.StaleDetect)
 	fmt.Fprintf(w, "time to reap (ERROR -> destroy): %s\n", r.TimeToReap)
 	stop := "drained in time"
 	if r.StopTimedOut {

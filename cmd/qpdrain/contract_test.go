@@ -1,0 +1,248 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// runCLI runs qpdrain as main does, with signals from sig.
+func runCLI(sig chan os.Signal, args ...string) (stdout, stderr string, code int) {
+	var out, errOut bytes.Buffer
+	code = execute(args, &out, &errOut, sig)
+	return out.String(), errOut.String(), code
+}
+
+// The contract, per command: a bad flag or argument gives its exit code and
+// one line on stderr, prints nothing on stdout (with -j: one JSON document
+// with the error and the code), and writes no file, before any work.
+func TestContractBadInputs(t *testing.T) {
+	type tc struct {
+		args []string
+		code int
+		says string
+	}
+	// DIR is replaced by a fresh directory per case, which must stay empty.
+	cases := []tc{
+		{[]string{"bogus"}, exitError, `unknown command "bogus" for "qpdrain"`},
+		{[]string{"completion", "bogus"}, exitError, `unknown command "bogus" for "qpdrain completion"`},
+		{[]string{"rxe", "bogus"}, exitError, `unknown command "bogus" for "qpdrain rxe": want one of add, del, list`},
+		{[]string{"vm", "bogus"}, exitError, `unknown command "bogus" for "qpdrain vm"`},
+		{[]string{"version", "extra"}, exitError, `unknown command "extra"`},
+		{[]string{"devices", "extra"}, exitError, `unknown command "extra"`},
+		{[]string{"check", "--bogus"}, exitError, "unknown flag: --bogus"},
+		{[]string{"--log-level", "loud", "version"}, exitError, `--log-level "loud"`},
+
+		{[]string{"check", "--timeout", "0"}, exitError, `"0" for "--timeout" flag: want at least 100ms`},
+		{[]string{"check", "--timeout", "99ms"}, exitError, "want at least 100ms"},
+		{[]string{"check", "--soft-quirk", "nope"}, exitError, `unknown quirk "nope"`},
+		{[]string{"check", "--device", "nope"}, exitUnsupported, `no such RDMA device "nope" here`},
+		{[]string{"check", "--device", "nope", "-j"}, exitUnsupported, `no such RDMA device "nope" here`},
+
+		{[]string{"simulate", "--qps", "0"}, exitError, `"0" for "--qps" flag`},
+		{[]string{"simulate", "--qps", "65537"}, exitError, "soft0 creates at most 65536 QPs (max_qp)"},
+		{[]string{"simulate", "--qps", "65537", "-j"}, exitError, "soft0 creates at most 65536 QPs (max_qp)"},
+		{[]string{"simulate", "--timeout", "0"}, exitError, `"0" for "--timeout" flag: want a positive duration`},
+		{[]string{"simulate", "--max-quarantine", "0"}, exitError, "want at least 1"},
+		{[]string{"simulate", "--max-batch", "-1"}, exitError, "want at least 0"},
+		{[]string{"simulate", "--taken", "-1"}, exitError, `"-1" for "--taken"`},
+		{[]string{"simulate", "--quirk", "nope"}, exitError, `unknown quirk "nope"`},
+		{[]string{"simulate", "--policy", "nope"}, exitError, `unknown policy "nope"`},
+		{[]string{"simulate", "--qps", "60000", "--taken", "100"}, exitError, "needs a CQ of"},
+
+		{[]string{"churn", "--events", "0"}, exitError, `"0" for "--events" flag: want 1 to 10000000`},
+		{[]string{"churn", "--events", "-5"}, exitError, `"-5" for "--events"`},
+		{[]string{"churn", "--connect-rate", "0"}, exitError, `"0" for "--connect-rate" flag: want a number above 0`},
+		{[]string{"churn", "--connect-rate", "NaN"}, exitError, "want a finite number"},
+		{[]string{"churn", "--send-rate", "0"}, exitError, `"--send-rate" flag: want a number above 0`},
+		{[]string{"churn", "--lifetime", "0"}, exitError, `"0" for "--lifetime" flag: want a positive duration`},
+		{[]string{"churn", "--rx-delay", "0"}, exitError, `"--rx-delay" flag: want a positive duration`},
+		{[]string{"churn", "--rx-timeout", "0s"}, exitError, `"--rx-timeout" flag: want a positive duration`},
+		{[]string{"churn", "--rx-update-time", "-1s"}, exitError, `"--rx-update-time" flag`},
+		{[]string{"churn", "--drain-timeout", "0"}, exitError, `"--drain-timeout" flag: want a positive duration`},
+		{[]string{"churn", "--samples", "0"}, exitError, `"0" for "--samples"`},
+		{[]string{"churn", "--rows", "-1"}, exitError, `"--rows" flag: want at least 0`},
+		{[]string{"churn", "--vanish", "2"}, exitError, "want a fraction from 0 to 1"},
+		{[]string{"churn", "--max-qp", "-1"}, exitError, `"--max-qp" flag: want at least 0`},
+		{[]string{"churn", "--recvq-size", "0"}, exitError, `"--recvq-size" flag: want at least 1`},
+		{[]string{"churn", "--recvq-size", "100000"}, exitError, "--recvq-size 100000: the SRQ holds at most 16384 receives on soft (max_srq_wr)"},
+		{[]string{"churn", "--recvq-size", "2000", "--no-srq"}, exitError, "--recvq-size 2000: needs a CQ of 256001 entries, soft takes at most 32767 (max_cqe)"},
+		{[]string{"churn", "--max-nonsrq-conn-qp", "5000"}, exitError, `"--max-nonsrq-conn-qp" flag: want 1 to`},
+		{[]string{"churn", "--policy", "fast"}, exitError, "--policy"},
+		{[]string{"churn", "--quirk", "nope"}, exitError, `unknown quirk "nope"`},
+		{[]string{"churn", "--plot", "DIR/x.jpg"}, exitError, "want a file name ending in .png or .svg"},
+		{[]string{"churn", "--plot", "DIR/missing/x.png"}, exitError, "missing: no such file or directory"},
+		{[]string{"churn", "--plot", "DIR/missing/x.png", "-j"}, exitError, "no such file or directory"},
+		{[]string{"churn", "--plot-until", "-1s"}, exitError, `"--plot-until" flag: want at least 0s`},
+		{[]string{"churn", "--device", ""}, exitError, `"--device" flag: want a value`},
+		{[]string{"churn", "--device", "nope"}, exitUnsupported, `no such RDMA device "nope" here`},
+		{[]string{"churn", "--device", "nope", "--max-qp", "5"}, exitError, "apply to the soft device only"},
+
+		{[]string{"exporter", "--window", "-1s"}, exitError, `"--window" flag: want a positive duration`},
+		{[]string{"exporter", "--window", "0"}, exitError, `"--window" flag`},
+		{[]string{"exporter", "--timeout", "0"}, exitError, `"--timeout" flag: want a positive duration`},
+		{[]string{"exporter", "--listen", ""}, exitError, `"" for "--listen" flag: want HOST:PORT or :PORT`},
+		{[]string{"exporter", "--listen", ":0"}, exitError, "want 1 to 65535"},
+		{[]string{"exporter", "--near-limit", "0"}, exitError, "want a fraction in (0, 1]"},
+		{[]string{"exporter", "--near-limit", "1.5"}, exitError, "want a fraction in (0, 1]"},
+
+		{[]string{"leaks", "--textfile", "DIR/missing/x.prom"}, exitError, "no such file or directory"},
+		{[]string{"leaks", "--textfile", ""}, exitError, "want a file name"},
+		{[]string{"leaks", "--timeout", "0"}, exitError, `"--timeout" flag: want a positive duration`},
+		{[]string{"leaks", "--near-limit", "0"}, exitError, "--near-limit 0"},
+		{[]string{"leaks", "--interval", "0s"}, exitError, "positive interval"},
+
+		{[]string{"qps", "--timeout", "0"}, exitError, `"--timeout" flag`},
+		{[]string{"qps", "lqpn", "x"}, exitError, `filter lqpn "x"`},
+		{[]string{"reap"}, exitError, "give one target"},
+		{[]string{"reap", "--pid", "5", "--wait", "0s"}, exitError, "--wait 0s"},
+		{[]string{"reap", "--timeout", "0"}, exitError, `"--timeout" flag`},
+
+		{[]string{"rxe", "add", "a/b", "lo"}, exitError, `device name "a/b"`},
+		{[]string{"rxe", "add", strings.Repeat("r", 64), "lo"}, exitError, "want 1 to 63 bytes"},
+		{[]string{"rxe", "add", "rxe_t", "nosuchnetdev0"}, exitUnsupported, `no such net device "nosuchnetdev0"`},
+		{[]string{"rxe", "add", "rxe_t"}, exitError, "accepts 2 arg(s)"},
+		{[]string{"rxe", "del", "--timeout", "0", "x"}, exitError, `"--timeout" flag`},
+
+		{[]string{"scenario", "nope"}, exitError, "nope"},
+	}
+	for _, c := range cases {
+		dir := t.TempDir()
+		args := make([]string, len(c.args))
+		for i, a := range c.args {
+			args[i] = strings.ReplaceAll(a, "DIR", dir)
+		}
+		stdout, stderr, code := runCLI(nil, args...)
+		if code != c.code {
+			t.Errorf("qpdrain %q: exit %d, want %d (stderr %q)", args, code, c.code, stderr)
+		}
+		if !strings.HasPrefix(stderr, "qpdrain: ") || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, c.says) {
+			t.Errorf("qpdrain %q: stderr %q, want one line saying %q", args, stderr, c.says)
+		}
+		if wantsJSON(args) {
+			var doc errorJSON
+			dec := json.NewDecoder(strings.NewReader(stdout))
+			if err := dec.Decode(&doc); err != nil || dec.More() || doc.ExitCode != c.code || !strings.Contains(doc.Error, c.says) {
+				t.Errorf("qpdrain %q: stdout %q, want one JSON error document (%v)", args, stdout, err)
+			}
+		} else if stdout != "" {
+			t.Errorf("qpdrain %q printed %q", args, stdout)
+		}
+		if left, _ := os.ReadDir(dir); len(left) != 0 {
+			t.Errorf("qpdrain %q left %v in its directory", args, left)
+		}
+	}
+}
+
+// Ctrl-C stops check at once: one line, exit 130, and no report of the
+// probes that did not run.
+func TestContractInterrupt(t *testing.T) {
+	for _, args := range [][]string{{"check", "--device", "soft"}, {"check", "--device", "soft", "-j"}, {"simulate", "--qps", "4000"}, {"churn", "--events", "100000", "-j"}} {
+		sig := make(chan os.Signal, 1)
+		sig <- syscall.SIGINT
+		stdout, stderr, code := runCLI(sig, args...)
+		if code != exitInterrupted || stderr != "qpdrain: interrupted\n" {
+			t.Errorf("qpdrain %q interrupted: exit %d, stderr %q; want %d, one line", args, code, stderr, exitInterrupted)
+		}
+		for _, never := range []string{"interrupt\n", "not run", "could not check", "drain settings", " safe"} {
+			if strings.Contains(stdout, never) {
+				t.Errorf("qpdrain %q interrupted printed %q:\n%s", args, never, stdout)
+			}
+		}
+		if wantsJSON(args) && stdout != `{"error":"interrupted","exit_code":130}`+"\n" {
+			t.Errorf("qpdrain %q interrupted: stdout %q, want the JSON error document", args, stdout)
+		}
+	}
+}
+
+// A file is written whole through a temporary file, or not at all.
+func TestWriteFileAtomic(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "x.png")
+	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := writeFileAtomic(path, func(w io.Writer) error {
+		w.Write([]byte("half"))
+		return errors.New("disk full")
+	})
+	if err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Errorf("writeFileAtomic = %v, want the writer's error", err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "old" {
+		t.Errorf("after a failed write the file holds %q, want the old content", b)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 1 {
+		t.Errorf("a failed write left %v", left)
+	}
+	if err := writeFileAtomic(path, func(w io.Writer) error { _, err := w.Write([]byte("new")); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "new" {
+		t.Errorf("the file holds %q, want new", b)
+	}
+}
+
+// --version and version say the same, from the build info.
+func TestVersion(t *testing.T) {
+	a, _, code := runCLI(nil, "version")
+	b, _, code2 := runCLI(nil, "--version")
+	if code != 0 || code2 != 0 || a != b || !strings.HasPrefix(a, "qpdrain ") || !strings.Contains(a, "go1.") {
+		t.Errorf("version %q (exit %d), --version %q (exit %d)", a, code, b, code2)
+	}
+	out, _, _ := runCLI(nil, "version", "-j")
+	var v buildVersion
+	if err := json.Unmarshal([]byte(out), &v); err != nil || v.Go == "" || v.Version == "" {
+		t.Errorf("version -j %q: %v", out, err)
+	}
+}
+
+// The exporter's normal end is a signal: it stops serving and exits 0,
+// saying nothing.
+func TestContractExporterSignal(t *testing.T) {
+	useHost(t, leakyHost(100))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	sig := make(chan os.Signal, 1)
+	type result struct {
+		stdout, stderr string
+		code           int
+	}
+	done := make(chan result, 1)
+	go func() {
+		o, e, c := runCLI(sig, "exporter", "--listen", addr)
+		done <- result{o, e, c}
+	}()
+	var resp *http.Response
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if resp, err = http.Get("http://" + addr + "/"); err == nil {
+			resp.Body.Close()
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("the exporter never served %s: %v", addr, err)
+	}
+	sig <- syscall.SIGTERM
+	select {
+	case r := <-done:
+		if r.code != exitClean || r.stdout != "" || r.stderr != "" {
+			t.Errorf("exporter stopped by SIGTERM: exit %d, stdout %q, stderr %q; want 0 and nothing", r.code, r.stdout, r.stderr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the exporter did not stop on SIGTERM")
+	}
+}
