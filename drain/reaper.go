@@ -333,9 +333,11 @@ func NewReaper(cq ibv.CQ, opts Options) *Reaper {
 func (r *Reaper) at(now time.Time) time.Duration { return now.Sub(r.epoch) }
 
 // Add starts draining qp: it moves qp to ERROR unless it is there already
-// (through RTS first with Options.ViaRTS), waits (without blocking the
-// caller) for Last WQE Reached if qp is attached to an SRQ, and posts the
-// drain WRs its queues need. Add returns an error, and no handle, only
+// (through RTS first with Options.ViaRTS; for a QP counting its receives,
+// once a poll begun after Add found the CQ empty, see
+// AddOptions.CountRecvs), waits (without blocking the caller) for Last WQE
+// Reached if qp is attached to an SRQ, and posts the drain WRs its queues
+// need. Add returns an error, and no handle, only
 // when qp cannot be taken at all: ErrUnsupportedQP, ibv.ErrBusy for a QP
 // already being drained, ibv.ErrInvalidArgument for AddOptions that cannot
 // be honoured, ErrShutdown, ErrCQError; every later failure is reported by
@@ -807,7 +809,8 @@ func (h *Handle) statedLastWQE() bool {
 // report, and Last WQE Reached moves it on) or is a CQ error on the
 // reaper's CQ, which fails every pending drain with ErrCQError. Other
 // events are the caller's; the reaper remembers the Last WQE Reached
-// among them (Options.EventHistory) in case their QP is added later.
+// among them of QPs in ERROR (Options.EventHistory) in case their QP is
+// added later in the same error episode.
 func (r *Reaper) HandleEvent(ev ibv.AsyncEvent) (claimed bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
