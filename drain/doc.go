@@ -144,7 +144,10 @@
 // the events of QPs being drained and a CQ error on its CQ, and remembers
 // the Last WQE Reached of QPs not added yet. When a poll finds the CQ empty
 // the caller calls CQEmpty, which lets stall timeouts fire without a
-// waiter and proves the CQ empty for DestroyWhenEmpty and the headroom:
+// waiter and proves the CQ empty for DestroyWhenEmpty, the headroom and
+// counted receives. Nothing tells the reaper when that poll began, so it
+// counts as begun at the loop's previous HandleWC or CQEmpty: the loop
+// makes these calls from one goroutine, between its polls, as here:
 //
 //	for {
 //		n, _ := cq.Poll(wcs)

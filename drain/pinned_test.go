@@ -109,6 +109,12 @@ func TestGivenUpKeepsHeadroom(t *testing.T) {
 	if st := rp.Stats(); st.InFlight != 3 {
 		t.Errorf("after Shutdown: %d drain WRs counted, want 3", st.InFlight)
 	}
+	// A poll loop's first call: its poll counts as begun before the
+	// give-ups, since nothing tells when it began. The next one is after.
+	rp.CQEmpty()
+	if st := rp.Stats(); st.InFlight != 3 {
+		t.Errorf("after the first empty poll: %d drain WRs counted, want 3", st.InFlight)
+	}
 	rp.CQEmpty()
 	if st := rp.Stats(); st.InFlight != 0 {
 		t.Errorf("after an empty poll: %d drain WRs counted, want 0", st.InFlight)
@@ -403,4 +409,30 @@ func TestStaleDrainWCReleasesNothing(t *testing.T) {
 		t.Errorf("the given-up QP's drain WR served as a barrier:\n%s", rep)
 	}
 	rp.Shutdown(endedCtx())
+}
+
+// CQEmpty's poll counts as begun at the poll loop's previous call: a QP
+// counting its receives added after that call waits for the next empty
+// poll before its move to ERROR, and then counts them all.
+func TestCQEmptyCountsFromLastCall(t *testing.T) {
+	r := quirkRig(t, soft.Quirks{})
+	qp := r.pair(false)
+	r.postRecvs(qp, 4)
+	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp.CQEmpty()
+	h := add(t, rp, qp, drain.AddOptions{CountRecvs: true, Recvs: 4, NoSends: true})
+	rp.CQEmpty() // the poll may have begun before Add
+	if st := devtest.State(t, qp); st != ibv.QPSRTS {
+		t.Fatalf("QP in %s after an empty poll that may have begun before Add, want RTS until a later one:\n%s", st, h.Report())
+	}
+	rp.CQEmpty()
+	if st := devtest.State(t, qp); st != ibv.QPSErr {
+		t.Fatalf("QP in %s after an empty poll begun after Add, want ERR:\n%s", st, h.Report())
+	}
+	pollUntilDone(t, rp, r.cq)
+	rep, err := h.Wait(testCtx(t))
+	checkProof(t, rep)
+	if err != nil || rep.Recv.By != drain.ProofRecvCount || rep.Recv.Count != 4 {
+		t.Errorf("%v: want safe by 4 receives counted back\n%s", err, rep)
+	}
 }

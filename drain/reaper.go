@@ -303,8 +303,11 @@ type Reaper struct {
 	// barrier).
 	newest uint64
 	// seq is the sequence number of the reaper's last drain WR (drainSeq).
-	seq        uint64
-	pollGen    uint64
+	seq     uint64
+	pollGen uint64
+	// fed is when the poll loop last called in (HandleWC, CQEmpty): its
+	// next poll began after that.
+	fed        time.Time
 	history    eventHistory
 	eventsSeen int
 	lastWC     *Handle // the handle of the last completion counted
@@ -652,6 +655,7 @@ func (r *Reaper) HandleWC(wc ibv.WC) (claimed bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()
+	r.fed = now
 	claimed = r.handleWC(wc, now)
 	r.expire(now)
 	return claimed
@@ -895,13 +899,20 @@ func (r *Reaper) cqError(now time.Time) {
 
 // CQEmpty tells the reaper that the caller's poll of the CQ, just now,
 // found no completion. Under DestroyWhenEmpty that proof releases the QPs
-// whose drain stalled before it; it also returns to the headroom the drain
-// WRs of QPs given up before it. Calling it also lets stall timeouts fire
-// in a poll loop that nobody Waits on.
+// whose drain stalled before the poll began; it also returns to the
+// headroom the drain WRs of QPs given up before it, and lets QPs counting
+// their receives added before it go on (AddOptions.CountRecvs). The poll
+// counts as begun when the poll loop last called in (its previous
+// HandleWC or CQEmpty), so that a poll begun before an Add or a stall on
+// another goroutine never passes for a later one: a poll loop makes these
+// calls from one goroutine, in order. Calling it also lets stall timeouts
+// fire in a poll loop that nobody Waits on.
 func (r *Reaper) CQEmpty() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.cqEmpty(time.Now())
+	began := r.fed
+	r.fed = time.Now()
+	r.cqEmpty(began)
 }
 
 // cqEmpty applies a poll that started at polledAt and found nothing.
