@@ -436,3 +436,20 @@ func TestCQEmptyCountsFromLastCall(t *testing.T) {
 		t.Errorf("%v: want safe by 4 receives counted back\n%s", err, rep)
 	}
 }
+
+// Without an empty poll within DrainTimeout the count is not trusted
+// either: the QP still gets its move to ERROR and a receive drain WR, and
+// the drain ends within its bounds.
+func TestCountWithoutEmptyPoll(t *testing.T) {
+	r := quirkRig(t, soft.Quirks{})
+	qp := r.pair(false)
+	r.postRecvs(qp, 4)
+	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: stall, Queue: queueOf})
+	h := add(t, rp, qp, drain.AddOptions{CountRecvs: true, Recvs: 4, NoSends: true})
+	rep, err := h.Wait(testCtx(t)) // nobody polls
+	checkProof(t, rep)
+	wantErr(t, err, drain.ErrQuarantined, drain.ErrDrainNotFlushed)
+	if !has(rep, drain.StepCountNotTrusted) || !has(rep, drain.StepRecvDrainPosted) || devtest.State(t, qp) != ibv.QPSErr {
+		t.Errorf("want the count untrusted, the QP in ERROR with a receive drain WR\n%s", rep)
+	}
+}

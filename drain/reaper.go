@@ -409,38 +409,37 @@ func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// Completions and events that arrived during the modify were caused by
+	// it: the transitions go first.
+	h.report.Steps = slices.Insert(h.report.Steps, 0, steps...)
 	r.started(h, steps, err, time.Now())
 	return h, nil
 }
 
-// begin starts the drain of a QP counting its receives once the CQ is
-// past the completions of earlier QPs with its number, or at its deadline
-// without that proof. A completion with its number that came meanwhile
-// may be an earlier QP's or its own: the count cannot tell them apart, so
-// a receive drain WR proves the receive queue instead.
-func (r *Reaper) begin(h *Handle, now time.Time) {
+// begin starts the drain of a QP counting its receives: proven, once a
+// poll found the CQ past the completions of earlier QPs with its number,
+// and none with its number came meanwhile; else at its deadline. A
+// completion with its number before the proof may be an earlier QP's or
+// its own, which the count cannot tell apart, so then a receive drain WR
+// proves the receive queue instead. The move to ERROR is made under r.mu,
+// so nothing comes between it and its steps.
+func (r *Reaper) begin(h *Handle, proven bool, now time.Time) {
 	r.provingList.remove(h)
-	if h.unsure || h.deadline <= r.at(now) {
+	if proven && !h.unsure {
+		h.step(Step{At: now, Kind: StepCQEmpty})
+	} else {
 		h.countRecvs, h.recvsLeft = false, 0
 		h.step(Step{At: now, Kind: StepCountNotTrusted})
-	} else {
-		h.step(Step{At: now, Kind: StepCQEmpty})
 	}
 	h.stage = stageAdding
 	steps, err := r.moveToError(h.qp, now)
+	h.report.Steps = append(h.report.Steps, steps...)
 	r.started(h, steps, err, now)
 }
 
 // started goes on with h's drain once the move to ERROR (steps, err) is
 // done.
 func (r *Reaper) started(h *Handle, steps []Step, err error, now time.Time) {
-	// Completions and events that arrived during the modify were caused by
-	// it: the transitions go first (after the wait for the CQ, if any).
-	at := 0
-	for at < len(h.report.Steps) && (h.report.Steps[at].Kind == StepCQEmpty || h.report.Steps[at].Kind == StepCountNotTrusted) {
-		at++
-	}
-	h.report.Steps = slices.Insert(h.report.Steps, at, steps...)
 	switch {
 	case h.stage != stageAdding:
 		// A CQ error or shutdown ended the drain meanwhile.
@@ -923,7 +922,7 @@ func (r *Reaper) cqEmpty(polledAt time.Time) {
 	for h := r.provingList.head; h != nil; {
 		next := h.next
 		if h.added < t {
-			r.begin(h, now)
+			r.begin(h, true, now)
 		}
 		h = next
 	}
@@ -959,7 +958,7 @@ func (r *Reaper) untrack(id uint64) {
 func (r *Reaper) expire(now time.Time) {
 	t := r.at(now)
 	for h := r.provingList.head; h != nil && h.deadline <= t; h = r.provingList.head {
-		r.begin(h, now)
+		r.begin(h, false, now)
 	}
 	for h := r.errorList.head; h != nil && h.deadline <= t; h = r.errorList.head {
 		r.errorList.remove(h)
