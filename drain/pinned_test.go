@@ -453,3 +453,42 @@ func TestCountWithoutEmptyPoll(t *testing.T) {
 		t.Errorf("want the count untrusted, the QP in ERROR with a receive drain WR\n%s", rep)
 	}
 }
+
+// Run on a completion channel polls for a QP counting its receives, whose
+// Add raises no completion (its move to ERROR waits for that poll): the
+// count is proven at once, not untrusted at its deadline.
+func TestRunPollsForCount(t *testing.T) {
+	dev := openSoft(t, soft.Config{})
+	ch, err := dev.CreateCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	devtest.Close(t, ch)
+	cq, err := dev.CreateCQ(64, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devtest.Close(t, cq)
+	r := newRig(t, dev, cq, 64)
+	rp := drain.NewReaper(cq, drain.Options{Channel: ch, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rp.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	for range 3 {
+		time.Sleep(time.Millisecond) // Run waits on the channel
+		qp := r.pair(false)
+		r.postRecvs(qp, 4)
+		h := add(t, rp, qp, drain.AddOptions{CountRecvs: true, Recvs: 4, NoSends: true})
+		wctx, wcancel := context.WithTimeout(context.Background(), time.Second)
+		rep, err := h.Wait(wctx)
+		wcancel()
+		checkProof(t, rep)
+		if err != nil || rep.Recv.By != drain.ProofRecvCount {
+			t.Fatalf("%v: want safe by the count within 1s\n%s", err, rep)
+		}
+	}
+}

@@ -307,7 +307,11 @@ type Reaper struct {
 	pollGen uint64
 	// fed is when the poll loop last called in (HandleWC, CQEmpty): its
 	// next poll began after that.
-	fed        time.Time
+	fed time.Time
+	// wake ends Run's wait on the completion channel, nil when it is not
+	// waiting; kicked tells Run not to start one: a QP waits for a poll.
+	wake       context.CancelFunc
+	kicked     bool
 	history    eventHistory
 	eventsSeen int
 	lastWC     *Handle // the handle of the last completion counted
@@ -400,6 +404,11 @@ func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
 		h.added = r.at(now)
 		h.deadline = h.added + r.opts.DrainTimeout
 		r.provingList.push(h)
+		// Only a poll moves this QP on: Run must not sleep on its channel.
+		r.kicked = true
+		if r.wake != nil {
+			r.wake()
+		}
 		r.mu.Unlock()
 		return h, nil
 	}
