@@ -1,7 +1,6 @@
 package drain_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -65,8 +64,7 @@ func (s *stepper) step() {
 		s.rp.HandleWC(wc[0])
 	}
 	s.check()
-	now, cancel := context.WithCancel(context.Background())
-	cancel()
+	now := endedCtx()
 	for {
 		ev, err := s.dev.NextAsyncEvent(now)
 		if err != nil {
@@ -153,8 +151,6 @@ func TestReusedNumberInFlight(t *testing.T) {
 	opts := drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf}
 	rp := drain.NewReaper(r.cq, opts)
 	s := newStepper(t, rp, r.cq, r.dev)
-	ended, cancel := context.WithCancel(context.Background())
-	cancel()
 	for range 3 {
 		old := r.pair(false)
 		r.postRecvs(old, 8)
@@ -170,7 +166,7 @@ func TestReusedNumberInFlight(t *testing.T) {
 		old = r.pair(false)
 		r.postRecvs(old, 2)
 		add(t, other, old, drain.AddOptions{})
-		other.Shutdown(ended)
+		other.Shutdown(endedCtx())
 		r.destroyLater(old)
 		qp = r.pair(false)
 		r.postRecvs(qp, 4)
@@ -237,9 +233,7 @@ func TestReaperReplaced(t *testing.T) {
 		r.postRecvs(qp, 2)
 		olds = append(olds, add(t, first, qp, drain.AddOptions{}))
 	}
-	ended, cancel := context.WithCancel(context.Background())
-	cancel()
-	if back := first.Shutdown(ended); len(back) != len(olds) {
+	if back := first.Shutdown(endedCtx()); len(back) != len(olds) {
 		t.Fatalf("Shutdown handed back %d QPs, want %d", len(back), len(olds))
 	}
 	rp := drain.NewReaper(r.cq, opts)
