@@ -422,6 +422,9 @@ func TestCQEmptyCountsFromLastCall(t *testing.T) {
 	rp.CQEmpty()
 	h := add(t, rp, qp, drain.AddOptions{CountRecvs: true, Recvs: 4, NoSends: true})
 	rp.CQEmpty() // the poll may have begun before Add
+	if _, err := h.Wait(endedCtx()); !errors.Is(err, drain.ErrCQNotEmpty) {
+		t.Errorf("Wait while the count waits for an empty poll: %v, want ErrCQNotEmpty", err)
+	}
 	if st := devtest.State(t, qp); st != ibv.QPSRTS {
 		t.Fatalf("QP in %s after an empty poll that may have begun before Add, want RTS until a later one:\n%s", st, h.Report())
 	}
