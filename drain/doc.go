@@ -43,20 +43,50 @@
 // (up to Options.MaxBatch), and any other drain WR serves as well. Every
 // other QP gets its own drain WRs, because only they prove its queues.
 //
-// Events and completions belong to a drain only if they come from the QP
-// being drained: an event must carry that very QP object (a QP of another
-// device with the same number, or a destroyed QP whose number was reused,
-// is not it), and completions are matched by number on the reaper's own
-// CQ, where a number names one QP at a time; a drain WR is matched by its
-// ID. Add of a QP whose number a quarantined, destroyed QP had is a new
-// drain.
+// # Identity: one QP, one error episode, one reaper
+//
+// Events and completions count for a drain only if they come from the QP
+// being drained, in the error episode being drained, and, for drain WRs,
+// from this reaper:
+//
+//   - An event must carry that very QP object: a QP of another device with
+//     the same number, or a destroyed QP whose number was reused, is not
+//     it. A remembered Last WQE Reached (Options.EventHistory) belongs to
+//     the error episode it was raised in, and a move out of ERROR ends the
+//     episode: an event handed over when its QP is no longer in ERROR is
+//     not remembered, Add uses a remembered event only for a QP it finds in
+//     ERROR, and a caller that takes a QP out of ERROR to reuse it calls
+//     Reaper.Forget (no verb tells the reaper of the move).
+//   - A completion carries only a QP number, which names one live QP at a
+//     time, but a destroyed QP's completions may stay in the CQ (rxe leaves
+//     them; mlx5 removes a kernel QP's, __mlx5_ib_cq_clean in
+//     destroy_qp_common) and be polled after a new QP
+//     got its number. They are all in the CQ before the new QP is created,
+//     so a poll begun after its Add that finds the CQ empty is past them.
+//     The counts of a report and of AddOptions.CountRecvs go by number, so
+//     a QP counting its receives waits for that poll before Add moves it to
+//     ERROR, and counts nothing meanwhile; a completion with its number in
+//     that wait (an old QP's or its own: they cannot be told apart), or no
+//     such poll within DrainTimeout, makes the count untrusted, and a
+//     receive drain WR proves the receive queue instead
+//     (StepCountNotTrusted). Add refuses a QP whose number names another QP
+//     still being drained; a quarantined QP's number may be reused (its
+//     owner destroyed it), and the new QP is a new drain.
+//   - A drain WR is matched by its ID, unique among all the reapers of the
+//     process (WRIDTag), so a reaper that replaces another on one CQ never
+//     takes the other's late completions for its own, and its completion
+//     counts only if it carries the number of the QP the WR was posted on.
+//     The drain WR of a QP given up on (handed back to the caller, who may
+//     destroy it) proves nothing when it completes: it releases no QP.
 //
 // # The steps, for one QP
 //
 //  1. Move the QP to ERROR unless it is there already (through RTS first
 //     for a QP in RTR with Options.ViaRTS: some Mellanox firmware completes
 //     WRs posted in ERROR only on a QP that was in RTS). Every outstanding
-//     WR then completes with WR_FLUSH_ERR (failure: ErrModifyToError).
+//     WR then completes with WR_FLUSH_ERR (failure: ErrModifyToError). A
+//     QP counting its receives is moved once a poll begun after Add found
+//     the CQ empty (see Identity).
 //  2. If the QP receives from an SRQ, wait for its Last WQE Reached (a
 //     repeat is counted and ignored), at most Options.LastWQETimeout
 //     (ErrNoLastWQE; the error says so when no event at all was delivered).
@@ -74,21 +104,35 @@
 // complete all stall after about one DrainTimeout, the later ones waiting
 // for the headroom the first ones hold.
 //
+// # Headroom
+//
 // The drain needs room, which the caller reserves: Options.Headroom slots
 // in the CQ for drain WRs (default 1, the IPoIB-CM spare slot), one slot in
 // each QP's send queue, and one in the receive queue of each QP with its
 // own receive queue and no count. A drain WR counts against the headroom
-// until its completion is polled, or until its QP was handed back to the
-// caller (failed, released by DestroyWhenEmpty, returned by Shutdown) and a
-// later poll found the CQ empty. A quarantined QP is kept, so its drain WR
-// counts until it completes. Every QP handed to a Reaper must use the
-// Reaper's CQ as both its send and receive CQ (IPoIB-CM gives its receive
-// QPs the receive CQ as send CQ for this reason). The caller must not post
-// to a QP being drained. On rxe 6.12, which flushes a receive posted in
-// ERROR only once a later send reaches the QP, a receive drain WR needs
-// Headroom 2 so that the send drain WR follows it at once; rxe 6.1 never
-// flushes it, so there only a count proves an own receive queue
-// (docs/PROVIDERS.md).
+// from its post until its completion is polled, or until its QP was
+// handed back to the caller (failed, released by DestroyWhenEmpty,
+// returned by Shutdown) and a later poll found the CQ empty. A quarantined
+// QP is kept, so its drain WR counts until it completes. The CQ
+// arithmetic: a drain WR takes a CQ slot from its completion until that is
+// polled, and never once its QP is destroyed before it completed; so the
+// drain completions in the CQ, and those still to come, number at most
+// the drain WRs counted, at most Headroom, provided the caller destroys a
+// QP handed back to it before it polls the CQ again, the chance the
+// reaper leaves it. A QP released by DestroyWhenEmpty keeps its slot past
+// the empty poll that released it (that poll came before the caller could
+// destroy it): the next drain WR waits for a later empty poll.
+//
+// Every QP handed to a Reaper must use the Reaper's CQ as both its send
+// and receive CQ (IPoIB-CM gives its receive QPs the receive CQ as send CQ
+// for this reason). The caller must not post to a QP being drained. On rxe
+// 6.12, which flushes a receive posted in ERROR only once a later send
+// reaches the QP, a receive drain WR needs Headroom 2 so that the send
+// drain WR follows it at once; rxe 6.1 never flushes it, so there only a
+// count proves an own receive queue (docs/PROVIDERS.md), and the QP should
+// be handed over before it enters ERROR and while no receive completes:
+// an untrusted count falls back to the receive drain WR, which stalls
+// there.
 //
 // # Integrating with a poll loop
 //
@@ -100,7 +144,10 @@
 // the events of QPs being drained and a CQ error on its CQ, and remembers
 // the Last WQE Reached of QPs not added yet. When a poll finds the CQ empty
 // the caller calls CQEmpty, which lets stall timeouts fire without a
-// waiter and proves the CQ empty for DestroyWhenEmpty and the headroom:
+// waiter and proves the CQ empty for DestroyWhenEmpty, the headroom and
+// counted receives. Nothing tells the reaper when that poll began, so it
+// counts as begun at the loop's previous HandleWC or CQEmpty: the loop
+// makes these calls from one goroutine, between its polls, as here:
 //
 //	for {
 //		n, _ := cq.Poll(wcs)

@@ -2,6 +2,7 @@ package drain_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -480,9 +481,10 @@ func TestReportString(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := rep.String()
+	recv, send := rep.Recv.WRID, rep.Send.WRID
 	for _, want := range []string{"(no SRQ): safe after", "state RTS -> ERR", "receive drain WR", "first flushed completion on recv queue",
 		"drain WR 0xd7a1", "status=WR_FLUSH_ERR", "recv queue: 2 flushed, 0 other",
-		"receive queue: receive drain WR 0xd7a1000000000001", "send queue: drain WR on its own send queue 0xd7a1000000000002 on qpn"} {
+		fmt.Sprintf("receive queue: receive drain WR %#x", recv), fmt.Sprintf("send queue: drain WR on its own send queue %#x on qpn", send)} {
 		if !strings.Contains(s, want) {
 			t.Errorf("report lacks %q:\n%s", want, s)
 		}

@@ -36,7 +36,8 @@ var (
 	// back to the caller, not safe to destroy.
 	ErrQuarantineFull = errors.New("quarantine full")
 	// ErrCQNotEmpty: under DestroyWhenEmpty a stalled QP waits for a poll
-	// that finds the CQ empty, and none came in time.
+	// that finds the CQ empty, and none came in time; or, from Wait, a QP
+	// counting its receives still waits for one (AddOptions.CountRecvs).
 	ErrCQNotEmpty = errors.New("cq not proven empty")
 	// ErrShutdown: the reaper shut down before the QP's drain finished.
 	ErrShutdown = errors.New("reaper shut down")

@@ -27,14 +27,17 @@ func Example() {
 		return
 	}
 	for _, s := range rep.Steps {
+		// A drain WR's ID is WRIDTag and its number among all the drain
+		// WRs of the process: print the tag alone.
+		s.WRID &= drain.WRIDMask
 		fmt.Println(s)
 	}
 	fmt.Println("cq still usable:", cq.CQE() > 0)
 	// Output:
 	// state RTS -> ERR
 	// event QP_LAST_WQE_REACHED
-	// drain WR 0xd7a1000000000001 posted on qpn 17 for a batch of 1
-	// drain WR 0xd7a1000000000001 on qpn 17 completed status=WR_FLUSH_ERR
+	// drain WR 0xd7a1000000000000 posted on qpn 17 for a batch of 1
+	// drain WR 0xd7a1000000000000 on qpn 17 completed status=WR_FLUSH_ERR
 	// safe
 	// cq still usable: true
 }

@@ -38,6 +38,10 @@ var exploredBodies = []struct {
 	{"EventBeforeAdd", TestEventBeforeAdd},
 	{"DrainAll", TestDrainAll},
 	{"EventOfAnotherDevice", TestEventOfAnotherDevice},
+	{"ReusedNumberInFlight", TestReusedNumberInFlight},
+	{"ReusedQPEpisode", TestReusedQPEpisode},
+	{"ReaperReplaced", TestReaperReplaced},
+	{"DestroyWhenEmptyHeadroom", TestDestroyWhenEmptyHeadroom},
 }
 
 // TestExplore runs the drain bodies on the orderly schedule and

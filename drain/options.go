@@ -122,7 +122,9 @@ type Options struct {
 	// reserved for them (default DefaultHeadroom). A drain WR counts until
 	// its completion is polled, or until its QP has been given up, handed
 	// back to the caller who may destroy it (Failed, DestroyedAfterEmptyCQ,
-	// or returned by Shutdown), and a poll after that found the CQ empty.
+	// or returned by Shutdown), and a poll after that found the CQ empty:
+	// a caller that destroys a QP handed back does so before it polls
+	// again (see the package documentation's Headroom).
 	// A quarantined QP is kept, so its drain WR counts until it completes:
 	// with a provider that never completes one, Headroom such QPs hold the
 	// whole headroom and later drains stall with ErrNoHeadroom.
@@ -144,6 +146,9 @@ type Options struct {
 	// being drained HandleEvent remembers, so that Add of such a QP, found
 	// in ERROR, need not wait for an event that came first (default
 	// DefaultEventHistory; negative: none). The oldest is dropped first.
+	// An event belongs to its QP's error episode: it is remembered only if
+	// the QP is in ERROR when HandleEvent gets it, and a caller that takes
+	// a QP out of ERROR (RESET, to reuse it) calls Reaper.Forget.
 	EventHistory int
 	// Add is what QP and DrainAll state about every QP they drain.
 	Add AddOptions
@@ -211,7 +216,12 @@ type AddOptions struct {
 	// completion polled before Add is not counted, so the count must be
 	// taken when no poller can take the QP's completions before Add (for
 	// example before the QP is moved to ERROR, which Add then does).
-	// Ignored for an SRQ-attached QP.
+	// Completions go by QP number, and an earlier QP with the number may
+	// have left some in the CQ: with Recvs above 0, Add leaves the QP as it
+	// is until a poll begun after Add finds the CQ empty, then moves it to
+	// ERROR and counts; a completion with its number before then makes the
+	// count untrusted, and a receive drain WR proves the receive queue
+	// instead. Ignored for an SRQ-attached QP.
 	CountRecvs bool
 	Recvs      int
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -13,11 +14,14 @@ import (
 	"github.com/qpdrain/qpdrain/ibv"
 )
 
-// Drain WR IDs. Every WR the reaper posts has an ID whose top 16 bits are
-// WRIDTag; the low 48 bits are a sequence number, in the order the WRs
-// were posted. Callers must not use IDs in that range: the reaper claims
-// every completion that carries one. User space and kernel pointers (top
-// 16 bits all zeros or all ones) and small indexes never fall in it.
+// Drain WR IDs. Every WR a reaper posts has an ID whose top 16 bits are
+// WRIDTag; the low 48 bits are a sequence number shared by every reaper of
+// the process, in the order the WRs were posted, so that no two drain WRs
+// on one CQ have the same ID even when one reaper replaces another there
+// with drain WRs still outstanding. Callers must not use IDs in that range:
+// the reaper claims every completion that carries one. User space and
+// kernel pointers (top 16 bits all zeros or all ones) and small indexes
+// never fall in it.
 const (
 	WRIDTag  uint64 = 0xd7a1 << 48
 	WRIDMask uint64 = 0xffff << 48
@@ -26,12 +30,16 @@ const (
 // IsDrainWRID reports whether id is in the range reserved for drain WRs.
 func IsDrainWRID(id uint64) bool { return id&WRIDMask == WRIDTag }
 
+// drainSeq numbers the drain WRs of every reaper of the process.
+var drainSeq atomic.Uint64
+
 // stage is where a QP is in its drain; each stage but the transient ones is
 // one of the reaper's lists, named after ipoib_cm.c's where they match.
 type stage uint8
 
 const (
 	stageAdding     stage = iota // being moved to ERROR, on no list yet
+	stageProving                 // provingList: counting receives, waiting for the CQ to be past the number's earlier QPs
 	stageError                   // errorList: waiting for Last WQE Reached
 	stageFlush                   // flushList: ready, a drain WR still to post (headroom, a full queue)
 	stageWait                    // waitList: drain WRs posted, or receives counted, awaited
@@ -106,6 +114,9 @@ type Handle struct {
 	countRecvs  bool
 	full        bool // the last post found the queue full, at poll generation retryGen
 	stalled     bool
+	unsure      bool // a completion with its number came while stageProving
+	noSends     bool // AddOptions.NoSends
+	stated      bool // AddOptions.LastWQESeen
 	recvsLeft   int
 	sendID      uint64 // outstanding drain WRs
 	recvID      uint64
@@ -113,6 +124,7 @@ type Handle struct {
 	// before the QP became ready: only a later one is a barrier for it.
 	barrierAfter uint64
 	retryGen     uint64
+	added        time.Duration // since r.epoch
 	deadline     time.Duration // since r.epoch, of the wait the QP's list stands for
 	stalledAt    time.Duration
 	list         *list
@@ -201,7 +213,7 @@ func (h *Handle) waitingFor() error {
 		return ErrModifyToError
 	case h.stage == stageError:
 		return ErrNoLastWQE
-	case h.stage == stageEmptyWait:
+	case h.stage == stageEmptyWait || h.stage == stageProving:
 		return ErrCQNotEmpty
 	case h.stage == stageFlush:
 		return ErrNoHeadroom
@@ -275,6 +287,7 @@ type Reaper struct {
 	// pending or quarantined. Completions carry only the number; events
 	// carry the QP, which must be the same object.
 	byNum         map[uint32]*Handle
+	provingList   list // counting receives, the CQ not yet past earlier QPs with the number
 	errorList     list // rx_error_list: in ERROR, Last WQE Reached not seen
 	flushList     list // rx_flush_list: ready, a drain WR still to post
 	waitList      list // rx_drain_list: drain WRs or counted receives outstanding
@@ -288,9 +301,17 @@ type Reaper struct {
 	// newest is the sequence number of the newest drain WR outstanding for
 	// a QP still draining, or 0 when unknown (which only costs an extra
 	// barrier).
-	newest     uint64
-	seq        uint64
-	pollGen    uint64
+	newest uint64
+	// seq is the sequence number of the reaper's last drain WR (drainSeq).
+	seq     uint64
+	pollGen uint64
+	// fed is when the poll loop last called in (HandleWC, CQEmpty): its
+	// next poll began after that.
+	fed time.Time
+	// wake ends Run's wait on the completion channel, nil when it is not
+	// waiting; kicked tells Run not to start one: a QP waits for a poll.
+	wake       context.CancelFunc
+	kicked     bool
 	history    eventHistory
 	eventsSeen int
 	lastWC     *Handle // the handle of the last completion counted
@@ -319,9 +340,11 @@ func NewReaper(cq ibv.CQ, opts Options) *Reaper {
 func (r *Reaper) at(now time.Time) time.Duration { return now.Sub(r.epoch) }
 
 // Add starts draining qp: it moves qp to ERROR unless it is there already
-// (through RTS first with Options.ViaRTS), waits (without blocking the
-// caller) for Last WQE Reached if qp is attached to an SRQ, and posts the
-// drain WRs its queues need. Add returns an error, and no handle, only
+// (through RTS first with Options.ViaRTS; for a QP counting its receives,
+// once a poll begun after Add found the CQ empty, see
+// AddOptions.CountRecvs), waits (without blocking the caller) for Last WQE
+// Reached if qp is attached to an SRQ, and posts the drain WRs its queues
+// need. Add returns an error, and no handle, only
 // when qp cannot be taken at all: ErrUnsupportedQP, ibv.ErrBusy for a QP
 // already being drained, ibv.ErrInvalidArgument for AddOptions that cannot
 // be honoured, ErrShutdown, ErrCQError; every later failure is reported by
@@ -339,11 +362,9 @@ func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
 		return nil, fmt.Errorf("qpn %#x: counting %d receives needs a non-negative count and Options.Queue: %w", qpn, o.Recvs, ibv.ErrInvalidArgument)
 	}
 	now := time.Now()
-	h := &Handle{r: r, qp: qp, qpn: qpn, srq: srq, lastWQE: srq && o.LastWQESeen}
+	h := &Handle{r: r, qp: qp, qpn: qpn, srq: srq, lastWQE: srq && o.LastWQESeen, noSends: o.NoSends, stated: o.LastWQESeen}
 	h.report = Report{QPNum: qpn, SRQ: srq, Start: now}
 	if o.CountRecvs && !srq {
-		// Set before the move to ERROR: its flushes may be polled and
-		// counted before Add returns.
 		h.countRecvs, h.recvsLeft = true, o.Recvs
 		if o.Recvs == 0 {
 			h.report.Recv.By = ProofRecvCount
@@ -373,36 +394,81 @@ func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
 	r.byNum[qpn] = h
 	r.stats.Added++
 	r.stats.Pending++
+	if h.recvsLeft > 0 {
+		// A count goes by QP number, and an earlier QP with this number,
+		// destroyed before this one was created, may have left
+		// completions in the CQ. They are all there by now, so a poll
+		// begun after this moment that finds the CQ empty is past them:
+		// until then the QP stays as it is and counts nothing.
+		h.stage = stageProving
+		h.added = r.at(now)
+		h.deadline = h.added + r.opts.DrainTimeout
+		r.provingList.push(h)
+		// Only a poll moves this QP on: Run must not sleep on its channel.
+		r.kicked = true
+		if r.wake != nil {
+			r.wake()
+		}
+		r.mu.Unlock()
+		return h, nil
+	}
 	r.mu.Unlock()
 
 	steps, err := r.moveToError(qp, now)
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now = time.Now()
 	// Completions and events that arrived during the modify were caused by
 	// it: the transitions go first.
 	h.report.Steps = slices.Insert(h.report.Steps, 0, steps...)
+	r.started(h, steps, err, time.Now())
+	return h, nil
+}
+
+// begin starts the drain of a QP counting its receives: proven, once a
+// poll found the CQ past the completions of earlier QPs with its number,
+// and none with its number came meanwhile; else at its deadline. A
+// completion with its number before the proof may be an earlier QP's or
+// its own, which the count cannot tell apart, so then a receive drain WR
+// proves the receive queue instead. The move to ERROR is made under r.mu,
+// so nothing comes between it and its steps.
+func (r *Reaper) begin(h *Handle, proven bool, now time.Time) {
+	r.provingList.remove(h)
+	if proven && !h.unsure {
+		h.step(Step{At: now, Kind: StepCQEmpty})
+	} else {
+		h.countRecvs, h.recvsLeft = false, 0
+		h.step(Step{At: now, Kind: StepCountNotTrusted})
+	}
+	h.stage = stageAdding
+	steps, err := r.moveToError(h.qp, now)
+	h.report.Steps = append(h.report.Steps, steps...)
+	r.started(h, steps, err, now)
+}
+
+// started goes on with h's drain once the move to ERROR (steps, err) is
+// done.
+func (r *Reaper) started(h *Handle, steps []Step, err error, now time.Time) {
 	switch {
 	case h.stage != stageAdding:
 		// A CQ error or shutdown ended the drain meanwhile.
-		return h, nil
+		return
 	case err != nil:
-		r.finish(h, Failed, fmt.Errorf("qpn %#x: %w: %w", qpn, ErrModifyToError, err), now)
-		return h, nil
+		r.finish(h, Failed, fmt.Errorf("qpn %#x: %w: %w", h.qpn, ErrModifyToError, err), now)
+		return
 	}
 	foundInError := len(steps) == 1 && steps[0].From == ibv.QPSErr
-	if o.NoSends {
+	if h.noSends {
 		h.report.Send.By = ProofNoSends
 	} else {
 		h.needSend = true
 	}
 	switch {
-	case srq:
-		if at, ok := r.history.take(qp); ok && foundInError && !h.lastWQE {
+	case h.srq:
+		if at, ok := r.history.take(h.qp); ok && foundInError && !h.lastWQE {
 			h.lastWQE = true
 			h.step(Step{At: at, Kind: StepLastWQEStated, Count: 1})
-		} else if o.LastWQESeen {
+		} else if h.stated {
 			h.step(Step{At: now, Kind: StepLastWQEStated})
 		}
 		// Every QP its own drain WR: the SRQ side too is proven by it.
@@ -411,7 +477,7 @@ func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
 	default:
 		h.needRecv = true
 	}
-	if srq && !h.lastWQE {
+	if h.srq && !h.lastWQE {
 		h.stage = stageError
 		h.deadline = r.at(now) + r.opts.LastWQETimeout
 		r.errorList.push(h)
@@ -419,7 +485,6 @@ func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
 		r.ready(h, now)
 	}
 	r.post(now)
-	return h, nil
 }
 
 // moveToError moves qp to ERROR unless it is there, through RTS when
@@ -453,7 +518,7 @@ func (r *Reaper) moveToError(qp ibv.QP, began time.Time) ([]Step, error) {
 }
 
 func (r *Reaper) nextID() uint64 {
-	r.seq++
+	r.seq = drainSeq.Add(1)
 	return WRIDTag | r.seq&^WRIDMask
 }
 
@@ -598,6 +663,7 @@ func (r *Reaper) HandleWC(wc ibv.WC) (claimed bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()
+	r.fed = now
 	claimed = r.handleWC(wc, now)
 	r.expire(now)
 	return claimed
@@ -617,7 +683,11 @@ func (r *Reaper) handleWC(wc ibv.WC, now time.Time) bool {
 		}
 		r.lastWC = h
 	}
-	if h.stage != stageQuarantine {
+	switch h.stage {
+	case stageQuarantine:
+	case stageProving:
+		h.unsure = true
+	default:
 		r.count(h, wc, now)
 	}
 	return false
@@ -666,56 +736,55 @@ func (r *Reaper) count(h *Handle, wc ibv.WC, now time.Time) {
 // became ready before it was posted.
 func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 	h, ok := r.wrs[wc.ID]
-	if !ok {
+	if !ok || wc.QPNum != h.qpn {
+		// Not a drain WR of this reaper (another reaper's on the same CQ,
+		// or one no longer counted), or not from the QP it was posted on:
+		// it proves nothing.
 		r.stats.LateDrainWCs++
 		return
 	}
-	delete(r.wrs, wc.ID)
-	r.inFlight--
-	seq := wc.ID &^ WRIDMask
-	if seq == r.newest {
-		r.newest = 0
-	}
-	live := h.stage == stageFlush || h.stage == stageWait || h.stage == stageBarrier || h.stage == stageEmptyWait
-	if !live {
+	r.untrack(wc.ID)
+	if live := h.stage == stageFlush || h.stage == stageWait || h.stage == stageBarrier || h.stage == stageEmptyWait; !live {
+		// Its QP was given up: the caller may have destroyed it, so its
+		// drain WR orders nothing the reaper still relies on.
 		r.stats.LateDrainWCs++
+		return
 	}
+	seq := wc.ID &^ WRIDMask
 	riders := 0
 	for b := r.barrierList.head; b != nil && b.barrierAfter < seq && (r.opts.MaxBatch == 0 || riders < r.opts.MaxBatch); b = b.next {
 		riders++
 	}
 	batch := riders
-	if live && h.stage != stageBarrier {
+	if h.stage != stageBarrier {
 		batch++
 	}
-	if live {
-		switch wc.ID {
-		case h.recvID:
-			h.recvID = 0
-			h.step(Step{At: now, Kind: StepRecvDrainDone, WRID: wc.ID, Status: wc.Status})
-			h.report.Recv = QueueProof{By: ProofRecvDrainWR, Carrier: h.qpn, WRID: wc.ID}
-		case h.sendID:
-			h.sendID = 0
-			if h.stage != stageBarrier {
-				h.step(Step{At: now, Kind: StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
-				h.report.Batch = batch
-				if h.report.Send.By == ProofNone {
-					h.report.Send = QueueProof{By: ProofSendDrainWR, Carrier: h.qpn, WRID: wc.ID}
-				}
-				if h.srq && h.barrierAfter < seq {
-					r.barrier(h, wc.ID, h.qpn)
-				}
+	switch wc.ID {
+	case h.recvID:
+		h.recvID = 0
+		h.step(Step{At: now, Kind: StepRecvDrainDone, WRID: wc.ID, Status: wc.Status})
+		h.report.Recv = QueueProof{By: ProofRecvDrainWR, Carrier: h.qpn, WRID: wc.ID}
+	case h.sendID:
+		h.sendID = 0
+		if h.stage != stageBarrier {
+			h.step(Step{At: now, Kind: StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
+			h.report.Batch = batch
+			if h.report.Send.By == ProofNone {
+				h.report.Send = QueueProof{By: ProofSendDrainWR, Carrier: h.qpn, WRID: wc.ID}
+			}
+			if h.srq && h.barrierAfter < seq {
+				r.barrier(h, wc.ID, h.qpn)
 			}
 		}
-		switch h.stage {
-		case stageWait:
-			r.waitList.remove(h)
-			r.place(h, now)
-		case stageEmptyWait:
-			if h.report.Proven() {
-				r.emptyWaitList.remove(h)
-				r.finish(h, Safe, nil, now)
-			}
+	}
+	switch h.stage {
+	case stageWait:
+		r.waitList.remove(h)
+		r.place(h, now)
+	case stageEmptyWait:
+		if h.report.Proven() {
+			r.emptyWaitList.remove(h)
+			r.finish(h, Safe, nil, now)
 		}
 	}
 	for range riders {
@@ -752,7 +821,8 @@ func (h *Handle) statedLastWQE() bool {
 // report, and Last WQE Reached moves it on) or is a CQ error on the
 // reaper's CQ, which fails every pending drain with ErrCQError. Other
 // events are the caller's; the reaper remembers the Last WQE Reached
-// among them (Options.EventHistory) in case their QP is added later.
+// among them of QPs in ERROR (Options.EventHistory) in case their QP is
+// added later in the same error episode.
 func (r *Reaper) HandleEvent(ev ibv.AsyncEvent) (claimed bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -768,7 +838,7 @@ func (r *Reaper) HandleEvent(ev ibv.AsyncEvent) (claimed bool) {
 	}
 	h := r.byNum[ev.QP.Num()]
 	if h == nil || h.qp != ev.QP {
-		if ev.Type == ibv.EventQPLastWQEReached {
+		if ev.Type == ibv.EventQPLastWQEReached && inError(ev.QP) {
 			r.history.add(ev.QP, now)
 		}
 		return false
@@ -799,6 +869,29 @@ func (r *Reaper) HandleEvent(ev ibv.AsyncEvent) (claimed bool) {
 	return true
 }
 
+// inError reports whether qp is in ERROR now. A Last WQE Reached handed
+// over when its QP has left ERROR belongs to an episode that ended.
+func inError(qp ibv.QP) bool {
+	attr, _, err := qp.Query(ibv.QPAttrState)
+	return err == nil && attr.State == ibv.QPSErr
+}
+
+// Forget drops the Last WQE Reached the reaper remembers of qp
+// (Options.EventHistory). A remembered event belongs to the error episode
+// it was raised in, and a move out of ERROR ends that episode; no verb
+// tells the reaper of the move, so a caller that takes a QP out of ERROR
+// (to RESET, to reuse it) while the reaper may remember its event calls
+// Forget once the QP has left ERROR. Otherwise the next Add of that QP,
+// found in ERROR, could take the old event as proof for the new episode,
+// whose WQEs taken from the SRQ may still be flushing. An event handed to
+// HandleEvent after the QP left ERROR is not remembered. Forget does
+// nothing to a QP being drained.
+func (r *Reaper) Forget(qp ibv.QP) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.history.take(qp)
+}
+
 func (r *Reaper) cqError(now time.Time) {
 	r.cqErr = fmt.Errorf("%w (EventCQErr)", ErrCQError)
 	for _, h := range r.byNum {
@@ -814,13 +907,20 @@ func (r *Reaper) cqError(now time.Time) {
 
 // CQEmpty tells the reaper that the caller's poll of the CQ, just now,
 // found no completion. Under DestroyWhenEmpty that proof releases the QPs
-// whose drain stalled before it; it also returns to the headroom the drain
-// WRs of QPs given up before it. Calling it also lets stall timeouts fire
-// in a poll loop that nobody Waits on.
+// whose drain stalled before the poll began; it also returns to the
+// headroom the drain WRs of QPs given up before it, and lets QPs counting
+// their receives added before it go on (AddOptions.CountRecvs). The poll
+// counts as begun when the poll loop last called in (its previous
+// HandleWC or CQEmpty), so that a poll begun before an Add or a stall on
+// another goroutine never passes for a later one: a poll loop makes these
+// calls from one goroutine, in order. Calling it also lets stall timeouts
+// fire in a poll loop that nobody Waits on.
 func (r *Reaper) CQEmpty() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.cqEmpty(time.Now())
+	began := r.fed
+	r.fed = time.Now()
+	r.cqEmpty(began)
 }
 
 // cqEmpty applies a poll that started at polledAt and found nothing.
@@ -828,6 +928,13 @@ func (r *Reaper) cqEmpty(polledAt time.Time) {
 	now := time.Now()
 	r.pollGen++
 	t := r.at(polledAt)
+	for h := r.provingList.head; h != nil; {
+		next := h.next
+		if h.added < t {
+			r.begin(h, true, now)
+		}
+		h = next
+	}
 	for h := r.emptyWaitList.head; h != nil; {
 		next := h.next
 		if h.stalledAt < t {
@@ -859,6 +966,9 @@ func (r *Reaper) untrack(id uint64) {
 // expire applies the policy to every wait that has run out of time.
 func (r *Reaper) expire(now time.Time) {
 	t := r.at(now)
+	for h := r.provingList.head; h != nil && h.deadline <= t; h = r.provingList.head {
+		r.begin(h, false, now)
+	}
 	for h := r.errorList.head; h != nil && h.deadline <= t; h = r.errorList.head {
 		r.errorList.remove(h)
 		err := fmt.Errorf("qpn %#x: %w within %v", h.qpn, ErrNoLastWQE, r.opts.LastWQETimeout)
@@ -954,12 +1064,9 @@ func (r *Reaper) finish(h *Handle, o Outcome, err error, now time.Time) {
 	if h.list != nil {
 		h.list.remove(h)
 	}
-	if o == DestroyedAfterEmptyCQ {
-		// Given up with the CQ proven empty since: the headroom is back.
-		r.untrack(h.sendID)
-		r.untrack(h.recvID)
-		h.sendID, h.recvID = 0, 0
-	}
+	// Its drain WRs keep their headroom until a poll after this one finds
+	// the CQ empty: also under DestroyWhenEmpty, whose empty poll released
+	// the QP but came before the caller could destroy it.
 	r.giveUp(h, now)
 	if r.byNum[h.qpn] == h {
 		delete(r.byNum, h.qpn)
@@ -1030,7 +1137,7 @@ func (r *Reaper) logf(h *Handle, format string, args ...any) {
 // waits.
 func (r *Reaper) nextDeadline() time.Time {
 	d := time.Duration(-1)
-	for _, l := range [...]*list{&r.errorList, &r.flushList, &r.waitList, &r.barrierList} {
+	for _, l := range [...]*list{&r.provingList, &r.errorList, &r.flushList, &r.waitList, &r.barrierList} {
 		if h := l.head; h != nil && (d < 0 || h.deadline < d) {
 			d = h.deadline
 		}

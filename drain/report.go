@@ -72,7 +72,9 @@ const (
 	StepRecvDrainDone
 	// StepStall: a step ran out of time (Err names it).
 	StepStall
-	// StepCQEmpty: a poll found the CQ empty after a stall.
+	// StepCQEmpty: a poll found the CQ empty after a stall, or, for a QP
+	// counting its receives, after Add: the CQ is past every completion
+	// an earlier QP with its number left in it.
 	StepCQEmpty
 	// StepOutcome: the drain ended (Outcome, Err).
 	StepOutcome
@@ -83,6 +85,12 @@ const (
 	// before Add (AddOptions.LastWQESeen), or the reaper's event history
 	// had it (Count 1).
 	StepLastWQEStated
+	// StepCountNotTrusted: a completion with the QP's number came before
+	// the CQ was proven past those of earlier QPs with that number (or no
+	// proof came within DrainTimeout), so the caller's receive count
+	// (AddOptions.CountRecvs) cannot be told from theirs: a receive drain
+	// WR proves the receive queue instead.
+	StepCountNotTrusted
 )
 
 // Step is one entry of a Report. Only the fields its Kind names are set.
@@ -137,6 +145,8 @@ func (s Step) String() string {
 			return "event QP_LAST_WQE_REACHED before Add (event history)"
 		}
 		return "event QP_LAST_WQE_REACHED before Add (stated by the caller)"
+	case StepCountNotTrusted:
+		return "receive count not trusted (a completion with this QP number came before the CQ was past earlier QPs'): receive drain WR instead"
 	case StepOutcome:
 		if s.Err != nil {
 			return fmt.Sprintf("%s: %v", s.Outcome, s.Err)

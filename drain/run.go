@@ -147,16 +147,31 @@ func (r *Reaper) runChannel(ctx context.Context) error {
 			}
 			continue
 		}
+		// A QP counting its receives is moved to ERROR only after an
+		// empty poll, so its Add raises no completion that would end the
+		// wait: Add cancels it (r.wake), or, added since the last poll,
+		// has it skipped (r.kicked).
 		r.mu.Lock()
-		next := r.nextDeadline()
-		r.mu.Unlock()
-		wctx, cancel := ctx, context.CancelFunc(func() {})
-		if !next.IsZero() {
+		if r.kicked {
+			r.kicked = false
+			r.mu.Unlock()
+			continue
+		}
+		var wctx context.Context
+		var cancel context.CancelFunc
+		if next := r.nextDeadline(); next.IsZero() {
+			wctx, cancel = context.WithCancel(ctx)
+		} else {
 			wctx, cancel = context.WithDeadline(ctx, next)
 		}
+		r.wake = cancel
+		r.mu.Unlock()
 		_, err = r.opts.Channel.WaitCQ(wctx)
+		r.mu.Lock()
+		r.wake = nil
+		r.mu.Unlock()
 		cancel()
-		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
+		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 			return fmt.Errorf("waiting on the completion channel: %w", err)
 		}
 	}

@@ -126,4 +126,10 @@ func TestSRQError(t *testing.T) {
 	if err := s.srq.PostRecv([]ibv.RecvWR{{ID: 1}}); !errors.As(err, &pe) || !errors.Is(err, ibv.ErrInvalidState) {
 		t.Errorf("PostRecv on an SRQ in error: %v", err)
 	}
+	// The SRQ in error hands out none of the WQEs it still holds: the QP
+	// that was in RESET takes none ahead when it reaches RTR.
+	reach(t, reset, ibv.QPSRTR)
+	if n := reset.Outstanding(); n != 0 {
+		t.Errorf("QP attached to an SRQ in error took %d WQEs", n)
+	}
 }

@@ -79,6 +79,9 @@ func TestStateMachine(t *testing.T) {
 		{ibv.QPSErr, ibv.QPSReset, ibv.QPAttrState, true},                       //
 		{ibv.QPSErr, ibv.QPSErr, ibv.QPAttrState, true},                         //
 		{ibv.QPSErr, ibv.QPSRTS, toRTS, false},                                  //
+		{ibv.QPSErr, ibv.QPSRTS, ibv.QPAttrState, false},                        // ERR leaves only to RESET
+		{ibv.QPSErr, ibv.QPSRTR, ibv.QPAttrState, false},                        //
+		{ibv.QPSErr, ibv.QPSSQD, ibv.QPAttrState, false},                        //
 		{ibv.QPSErr, ibv.QPSInit, toInit, false},                                //
 		{ibv.QPSRTS, ibv.QPSErr, ibv.QPAttrState | ibv.QPAttrTimeout, false},    // ERR takes STATE only
 		{ibv.QPSRTS, ibv.QPSReset, ibv.QPAttrState | ibv.QPAttrPort, false},     // RESET too

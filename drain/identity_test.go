@@ -1,0 +1,367 @@
+package drain_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/devtest"
+	"github.com/qpdrain/qpdrain/soft"
+)
+
+// The bodies in this file are the schedules where a proof could be taken
+// from the wrong QP, episode or reaper: QP numbers reused while the old
+// QP's completions are still in the CQ, a QP object reused through RESET,
+// a reaper replaced on its CQ with drain WRs outstanding, and a released
+// QP's drain WR under DestroyWhenEmpty. They run on the soft device, which
+// can say what is still outstanding (soft.QP.Outstanding), and under its
+// adversarial schedules in TestExplore.
+
+// stepper is a caller's poll and event loop run one step at a time from
+// the test's goroutine, so that nothing moves between a drain's outcome and
+// the check of it: at every outcome Safe the QP must have nothing
+// outstanding, no completion of it may be polled after that, and at every other outcome that lets the QP go the caller
+// destroys it at once, as it may.
+type stepper struct {
+	t    *testing.T
+	rp   *drain.Reaper
+	cq   ibv.CQ
+	dev  ibv.Context
+	soft map[*drain.Handle]*soft.QP
+	done map[*drain.Handle]bool
+	// byNum names the watched drain each QP number stands for now.
+	byNum map[uint32]*drain.Handle
+	// lastWQE counts the Last WQE Reached events handed over, claimed or not.
+	lastWQE map[ibv.QP]int
+}
+
+func newStepper(t *testing.T, rp *drain.Reaper, cq ibv.CQ, dev ibv.Context) *stepper {
+	return &stepper{t: t, rp: rp, cq: cq, dev: dev, soft: map[*drain.Handle]*soft.QP{}, done: map[*drain.Handle]bool{}, byNum: map[uint32]*drain.Handle{}, lastWQE: map[ibv.QP]int{}}
+}
+
+// watch checks h's QP (the soft QP behind it) at h's outcome.
+func (s *stepper) watch(h *drain.Handle, qp *soft.QP) {
+	s.soft[h] = qp
+	s.byNum[qp.Num()] = h
+}
+
+// step polls one completion (an empty poll is CQEmpty), hands over every
+// deliverable event, and checks the drains that ended.
+func (s *stepper) step() {
+	s.t.Helper()
+	wc := make([]ibv.WC, 1)
+	n, err := s.cq.Poll(wc)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if n == 0 {
+		s.rp.CQEmpty()
+	} else {
+		if h := s.byNum[wc[0].QPNum]; h != nil && h.Report().Outcome == drain.Safe {
+			s.t.Errorf("false safe: completion wr_id %#x of qpn %#x polled after it was called safe:\n%s", wc[0].ID, wc[0].QPNum, h.Report())
+		}
+		s.rp.HandleWC(wc[0])
+	}
+	s.check()
+	now := endedCtx()
+	for {
+		ev, err := s.dev.NextAsyncEvent(now)
+		if err != nil {
+			break
+		}
+		if ev.Type == ibv.EventQPLastWQEReached {
+			s.lastWQE[ev.QP]++
+		}
+		s.rp.HandleEvent(ev)
+		s.check()
+	}
+}
+
+// check looks at every watched drain that has just ended.
+func (s *stepper) check() {
+	s.t.Helper()
+	for h, qp := range s.soft {
+		if s.done[h] {
+			continue
+		}
+		select {
+		case <-h.Done():
+		default:
+			continue
+		}
+		s.done[h] = true
+		rep := h.Report()
+		checkProof(s.t, rep)
+		switch {
+		case rep.Outcome == drain.Safe:
+			if left := qp.Outstanding(); left != 0 {
+				s.t.Errorf("false safe: qpn %#x called safe with %d WRs still to complete:\n%s", rep.QPNum, left, rep)
+			}
+		case rep.Outcome != drain.Quarantined:
+			// Handed back: the caller may destroy it now.
+			if err := qp.Close(); err != nil {
+				s.t.Error(err)
+			}
+		}
+	}
+}
+
+// until steps until cond holds, at most devtest.Timeout.
+func (s *stepper) until(what string, cond func() bool) {
+	s.t.Helper()
+	deadline := time.Now().Add(devtest.Timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%s: not within %v: %+v", what, devtest.Timeout, s.rp.Stats())
+		}
+		s.step()
+	}
+}
+
+// settled reports whether every watched drain has ended.
+func (s *stepper) settled() bool {
+	for h := range s.soft {
+		if !s.done[h] {
+			return false
+		}
+	}
+	return true
+}
+
+// identityRig is a soft device on the test's schedule whose SRQ QPs take 2
+// WQEs ahead, its rig, and 64 receives on the SRQ.
+func identityRig(t *testing.T, q soft.Quirks) *rig {
+	dev := openSoft(t, soft.Config{Quirks: q, SRQPrefetch: 2})
+	r := newRig(t, dev, nil, 256)
+	r.postRecvs(nil, 64)
+	return r
+}
+
+// A QP number reused while the completions of the QP that had it are still
+// in the CQ: the old QP's completions are not the new QP's. One old QP is
+// the caller's own, destroyed in ERROR with flushes not yet polled, and
+// the new QP with its number counts its receives; the other was another
+// reaper's, shut down with its drain WRs outstanding, and the new QP with
+// its number gets drain WRs. The reaper before QP numbers and drain WRs
+// were tied to their QP counted the old flushes for the new QP and took
+// the old drain WRs for the new ones: false safes.
+func TestReusedNumberInFlight(t *testing.T) {
+	r := identityRig(t, soft.Quirks{})
+	opts := drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf}
+	rp := drain.NewReaper(r.cq, opts)
+	s := newStepper(t, rp, r.cq, r.dev)
+	for range 3 {
+		old := r.pair(false)
+		r.postRecvs(old, 8)
+		sends(t, old, 0, 2)
+		devtest.ToError(t, old)
+		r.destroyLater(old)
+		qp := r.pair(false)
+		r.postRecvs(qp, 4)
+		s.watch(add(t, rp, qp, drain.AddOptions{CountRecvs: true, Recvs: 4, NoSends: true}), qp.(*soft.QP))
+		s.until("the counted QP's outcome", s.settled)
+
+		other := drain.NewReaper(r.cq, opts)
+		old = r.pair(false)
+		r.postRecvs(old, 2)
+		add(t, other, old, drain.AddOptions{})
+		other.Shutdown(endedCtx())
+		r.destroyLater(old)
+		qp = r.pair(false)
+		r.postRecvs(qp, 4)
+		s.watch(add(t, rp, qp, drain.AddOptions{}), qp.(*soft.QP))
+		s.until("the drained QP's outcome", s.settled)
+	}
+}
+
+// destroyLater destroys qp after a few posts to it, in which an
+// adversarial schedule generates some of its flushes: they stay in the CQ.
+func (r *rig) destroyLater(qp ibv.QP) {
+	r.t.Helper()
+	for range 4 {
+		r.postRecvs(qp, 1)
+	}
+	if err := qp.Close(); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// A QP object reused through RESET, with the event history on: the Last
+// WQE Reached of its first error episode is no proof for the second, whose
+// WQEs taken from the SRQ the reaper must still see flushed. The reaper
+// before episodes took the old event and declared the QP safe with its new
+// WQEs still to be flushed.
+func TestReusedQPEpisode(t *testing.T) {
+	r := identityRig(t, soft.Quirks{})
+	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	s := newStepper(t, rp, r.cq, r.dev)
+	qp := r.newQP(true)
+	peer := devtest.NewRC(t, r.pd, devtest.RCConfig{SendCQ: r.peerCQ, Cap: qpCap})
+	devtest.Connect(t, r.dev, qp, peer)
+	devtest.ToError(t, qp)
+	s.until("the first episode's Last WQE Reached", func() bool { return s.lastWQE[qp] == 1 })
+	for _, q := range []ibv.QP{qp, peer} {
+		if err := q.Modify(ibv.QPAttr{State: ibv.QPSReset}, ibv.QPAttrState); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rp.Forget(qp)
+	devtest.Connect(t, r.dev, qp, peer)
+	devtest.ToError(t, qp)
+	h := add(t, rp, qp, drain.AddOptions{NoSends: true})
+	s.watch(h, qp.(*soft.QP))
+	s.until("the second episode's drain", s.settled)
+	if rep := h.Report(); rep.Outcome != drain.Safe {
+		t.Errorf("second episode: %s, want safe\n%s", rep.Outcome, rep)
+	}
+}
+
+// A reaper shut down with drain WRs outstanding and a new one started on
+// the same CQ, as ipoibcm's bounded policy does between rounds: the old
+// reaper's drain WRs, completing late, are none of the new reaper's. The
+// reapers before drain WR IDs were unique per CQ numbered theirs from the
+// same start, and the new reaper took the old WR's completion for its own
+// QP's: a false safe.
+func TestReaperReplaced(t *testing.T) {
+	r := identityRig(t, soft.Quirks{})
+	opts := drain.Options{DrainTimeout: devtest.Timeout, Headroom: 4, Queue: queueOf}
+	first := drain.NewReaper(r.cq, opts)
+	var olds []*drain.Handle
+	for range 2 {
+		qp := r.pair(false)
+		r.postRecvs(qp, 2)
+		olds = append(olds, add(t, first, qp, drain.AddOptions{}))
+	}
+	if back := first.Shutdown(endedCtx()); len(back) != len(olds) {
+		t.Fatalf("Shutdown handed back %d QPs, want %d", len(back), len(olds))
+	}
+	rp := drain.NewReaper(r.cq, opts)
+	s := newStepper(t, rp, r.cq, r.dev)
+	for range 2 {
+		qp := r.pair(false)
+		r.postRecvs(qp, 4)
+		h := add(t, rp, qp, drain.AddOptions{})
+		s.watch(h, qp.(*soft.QP))
+	}
+	s.until("the new reaper's drains", s.settled)
+	if st := rp.Stats(); st.Safe != 2 {
+		t.Errorf("stats %+v: want both QPs safe", st)
+	}
+}
+
+// countingQP counts, for the headroom check, the drain WRs posted on a
+// soft QP whose completions can still take a CQ slot.
+type countingQP struct {
+	*soft.QP
+	o *occupancy
+}
+
+// occupancy is the number of drain WRs that hold or may still take a CQ
+// slot: posted, not polled, on a QP not destroyed since (a destroyed QP's
+// unflushed WRs complete never). The drain WRs here are each QP's only WR.
+type occupancy struct {
+	t        *testing.T
+	headroom int
+	live     map[uint64]*soft.QP // drain WR -> the QP it was posted on
+	max      int
+}
+
+func (q countingQP) PostSend(wrs []ibv.SendWR) error {
+	if err := q.QP.PostSend(wrs); err != nil {
+		return err
+	}
+	for _, wr := range wrs {
+		if drain.IsDrainWRID(wr.ID) {
+			q.o.live[wr.ID] = q.QP
+		}
+	}
+	q.o.measure()
+	return nil
+}
+
+func (o *occupancy) measure() {
+	o.t.Helper()
+	o.max = max(o.max, len(o.live))
+	if len(o.live) > o.headroom {
+		o.t.Errorf("%d drain WRs may take a CQ slot at once, headroom %d", len(o.live), o.headroom)
+	}
+}
+
+// polled and destroyed keep the count.
+func (o *occupancy) polled(id uint64) { delete(o.live, id) }
+
+func (o *occupancy) destroyed(qp *soft.QP) {
+	if qp.Outstanding() == 0 {
+		return // its drain WR completed into the CQ: it holds a slot until polled
+	}
+	for id, q := range o.live {
+		if q == qp {
+			delete(o.live, id)
+		}
+	}
+}
+
+// Slow drain WRs under DestroyWhenEmpty, the CQ occupancy checked against
+// Headroom at every step: a QP released after an empty poll keeps its
+// drain WR's headroom slot until the caller could destroy it, that is
+// until a poll after the release. The reaper before counted the slot free
+// at the release and posted the next QP's drain WR in the same call: two
+// drain WRs that could take a CQ slot, headroom 1.
+func TestDestroyWhenEmptyHeadroom(t *testing.T) {
+	dev := openSoft(t, soft.Config{Quirks: soft.Quirks{SendInErrorNotFlushed: true}})
+	r := newRig(t, dev, nil, 64)
+	const timeout = 20 * time.Millisecond
+	rp := drain.NewReaper(r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf})
+	o := &occupancy{t: t, headroom: 1, live: map[uint64]*soft.QP{}}
+	var hs []*drain.Handle
+	var qps []*soft.QP
+	wc := make([]ibv.WC, 1)
+	check := func() {
+		for i, h := range hs {
+			select {
+			case <-h.Done():
+			default:
+				continue
+			}
+			if qps[i] != nil {
+				checkProof(t, h.Report())
+				o.destroyed(qps[i])
+				if err := qps[i].Close(); err != nil {
+					t.Fatal(err)
+				}
+				qps[i] = nil
+			}
+		}
+	}
+	deadline := time.Now().Add(devtest.Timeout)
+	next := time.Now()
+	for len(hs) < 4 || rp.Stats().Pending > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("drains pending after %v: %+v", devtest.Timeout, rp.Stats())
+		}
+		if len(hs) < 4 && time.Now().After(next) {
+			// One QP every half DrainTimeout: each waits for the headroom
+			// the one before holds.
+			qp := r.pair(false).(*soft.QP)
+			hs = append(hs, add(t, rp, countingQP{qp, o}, counted))
+			qps = append(qps, qp)
+			next = time.Now().Add(timeout / 2)
+		}
+		n, err := r.cq.Poll(wc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			rp.CQEmpty()
+		} else {
+			o.polled(wc[0].ID)
+			rp.HandleWC(wc[0])
+		}
+		o.measure()
+		check()
+	}
+	if st := rp.Stats(); st.DrainWRs < 2 || st.AfterEmptyCQ != 4 {
+		t.Errorf("stats %+v: want every QP released after an empty poll, at least 2 of them with a drain WR", st)
+	}
+}

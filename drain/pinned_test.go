@@ -1,0 +1,497 @@
+package drain_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/devtest"
+	"github.com/qpdrain/qpdrain/soft"
+)
+
+// The tests in this file pin one rule each that a proof or a bound rests
+// on, each with the smallest rig that breaks when the rule does.
+
+// eHCARig is a soft device whose sends posted in ERROR never complete
+// (IBM eHCA), so a drain WR stays outstanding as long as a test needs.
+func eHCARig(t *testing.T) *rig {
+	return quirkRig(t, soft.Quirks{SendInErrorNotFlushed: true})
+}
+
+// A CQ error of another CQ is not the reaper's: its drains go on.
+func TestOtherCQErrorIgnored(t *testing.T) {
+	r := quirkRig(t, soft.Quirks{})
+	qp := r.pair(false)
+	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
+	h := add(t, rp, qp, counted)
+	if rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventCQErr, CQ: r.peerCQ}) {
+		t.Error("CQ_ERR of another CQ claimed")
+	}
+	pollUntilDone(t, rp, r.cq)
+	if rep, err := h.Wait(testCtx(t)); err != nil {
+		t.Errorf("after another CQ's CQ_ERR: %v, want safe\n%s", err, rep)
+	}
+	if _, err := rp.Add(r.pair(false), counted); err != nil {
+		t.Errorf("Add after another CQ's CQ_ERR: %v", err)
+	}
+}
+
+// A QP event other than Last WQE Reached (QP_FATAL) is recorded but is
+// not Last WQE Reached: the drain still waits for it.
+func TestOtherQPEventNotLastWQE(t *testing.T) {
+	r := quirkRig(t, soft.Quirks{NoLastWQEReached: true})
+	qp := r.pair(true)
+	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout})
+	h := add(t, rp, qp, drain.AddOptions{NoSends: true})
+	if !rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventQPFatal, QP: qp}) {
+		t.Error("QP_FATAL of a QP being drained not claimed")
+	}
+	pollAll(t, rp, r.cq)
+	rep, err := h.Wait(testCtx(t))
+	checkProof(t, rep)
+	wantErr(t, err, drain.ErrNoLastWQE)
+	if !has(rep, drain.StepEvent) || has(rep, drain.StepDrainPosted) {
+		t.Errorf("QP_FATAL: want it recorded and no barrier posted for it\n%s", rep)
+	}
+}
+
+// Add refuses a QP whose number names another QP still being drained:
+// completions carry only the number, so two such QPs cannot be told apart.
+func TestAddRefusesNumberInUse(t *testing.T) {
+	r := eHCARig(t)
+	qp := r.pair(false)
+	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
+	h := add(t, rp, qp, counted)
+	other := renumbered{QP: r.pair(false), num: qp.Num()}
+	if _, err := rp.Add(other, counted); !errors.Is(err, ibv.ErrBusy) {
+		t.Errorf("Add of another QP with number %#x while it drains: %v, want ErrBusy", qp.Num(), err)
+	}
+	rp.Shutdown(endedCtx())
+	if rep := h.Report(); rep.Outcome != drain.Failed {
+		t.Errorf("outcome %s, want failed by shutdown", rep.Outcome)
+	}
+}
+
+// endedCtx is a context that has ended.
+func endedCtx() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
+// A given-up QP's drain WR keeps its headroom after Failed (quarantine
+// full) and after Shutdown: its completion may still take a CQ slot until
+// a poll after that finds the CQ empty.
+func TestGivenUpKeepsHeadroom(t *testing.T) {
+	r := eHCARig(t)
+	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: stall, MaxQuarantine: 1, Headroom: 3, Queue: queueOf})
+	kept, failed := add(t, rp, r.pair(false), counted), add(t, rp, r.pair(false), counted)
+	for _, h := range []*drain.Handle{kept, failed} {
+		if _, err := h.Wait(testCtx(t)); err == nil {
+			t.Fatal("a drain WR that never completes proved a QP")
+		}
+	}
+	if kept.Report().Outcome != drain.Quarantined {
+		kept, failed = failed, kept
+	}
+	wantErr(t, failed.Report().Err, drain.ErrQuarantineFull)
+	if st := rp.Stats(); st.InFlight != 2 {
+		t.Errorf("after Failed: %d drain WRs counted, want 2 (the quarantined and the failed QP's)", st.InFlight)
+	}
+	shut := add(t, rp, r.pair(false), counted)
+	rp.Shutdown(endedCtx())
+	if rep := shut.Report(); rep.Outcome != drain.Failed {
+		t.Fatalf("outcome %s, want failed by shutdown\n%s", rep.Outcome, rep)
+	}
+	if st := rp.Stats(); st.InFlight != 3 {
+		t.Errorf("after Shutdown: %d drain WRs counted, want 3", st.InFlight)
+	}
+	// A poll loop's first call: its poll counts as begun before the
+	// give-ups, since nothing tells when it began. The next one is after.
+	rp.CQEmpty()
+	if st := rp.Stats(); st.InFlight != 3 {
+		t.Errorf("after the first empty poll: %d drain WRs counted, want 3", st.InFlight)
+	}
+	rp.CQEmpty()
+	if st := rp.Stats(); st.InFlight != 0 {
+		t.Errorf("after an empty poll: %d drain WRs counted, want 0", st.InFlight)
+	}
+}
+
+// A remembered Last WQE Reached counts only for a QP that Add finds in
+// ERROR: a QP Add moves to ERROR itself starts a new episode.
+func TestRememberedEventNeedsError(t *testing.T) {
+	r := quirkRig(t, soft.Quirks{NoLastWQEReached: true})
+	qp := r.newQP(true)
+	peer := devtest.NewRC(t, r.pd, devtest.RCConfig{SendCQ: r.peerCQ, Cap: qpCap})
+	devtest.Connect(t, r.dev, qp, peer)
+	devtest.ToError(t, qp)
+	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout})
+	rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventQPLastWQEReached, QP: qp})
+	for _, q := range []ibv.QP{qp, peer} {
+		if err := q.Modify(ibv.QPAttr{State: ibv.QPSReset}, ibv.QPAttrState); err != nil {
+			t.Fatal(err)
+		}
+	}
+	devtest.Connect(t, r.dev, qp, peer)
+	h := add(t, rp, qp, drain.AddOptions{NoSends: true})
+	pollAll(t, rp, r.cq)
+	rep, err := h.Wait(testCtx(t))
+	checkProof(t, rep)
+	wantErr(t, err, drain.ErrNoLastWQE)
+	if has(rep, drain.StepLastWQEStated) {
+		t.Errorf("the event remembered from before the QP left ERROR was used:\n%s", rep)
+	}
+}
+
+// MaxBatch caps the QPs one barrier drain WR releases.
+func TestMaxBatchCap(t *testing.T) {
+	r := quirkRig(t, soft.Quirks{})
+	qps := r.pairs(5, true)
+	for _, qp := range qps {
+		devtest.ToError(t, qp)
+	}
+	rp := drain.NewReaper(r.cq, drain.Options{MaxBatch: 2, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
+	var hs []*drain.Handle
+	for _, qp := range qps {
+		hs = append(hs, add(t, rp, qp, drain.AddOptions{NoSends: true}))
+	}
+	handEvents(t, rp, r.dev, len(qps))
+	pollUntilDone(t, rp, r.cq)
+	for _, rep := range waitAll(t, hs) {
+		if rep.Batch > 2 {
+			t.Errorf("qpn %#x released by a barrier for %d QPs, MaxBatch 2\n%s", rep.QPNum, rep.Batch, rep)
+		}
+	}
+	if st := rp.Stats(); st.DrainWRs < 3 {
+		t.Errorf("stats %+v: 5 QPs, at most 2 per barrier, want at least 3 drain WRs", st)
+	}
+}
+
+// A drain completion the reaper does not count (an unknown ID: another
+// reaper's, or one no longer counted) or that comes from another QP than
+// its WR's proves nothing: it releases no QP.
+func TestForeignDrainWCReleasesNothing(t *testing.T) {
+	r := quirkRig(t, soft.Quirks{})
+	qp := r.pair(true)
+	devtest.ToError(t, qp)
+	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
+	h := add(t, rp, qp, drain.AddOptions{NoSends: true})
+	handEvents(t, rp, r.dev, 1)
+	posted := func() uint64 {
+		for _, s := range h.Report().Steps {
+			if s.Kind == drain.StepDrainPosted {
+				return s.WRID
+			}
+		}
+		t.Fatalf("no barrier posted:\n%s", h.Report())
+		return 0
+	}()
+	for _, wc := range []ibv.WC{
+		{ID: drain.WRIDTag | 1<<47, Status: ibv.WCWRFlushErr, QPNum: qp.Num()},
+		{ID: posted, Status: ibv.WCWRFlushErr, QPNum: qp.Num() + 1},
+	} {
+		if !rp.HandleWC(wc) {
+			t.Errorf("completion %#x not claimed", wc.ID)
+		}
+		if rep := h.Report(); rep.Outcome != drain.Pending {
+			t.Fatalf("completion %#x on qpn %#x ended the drain:\n%s", wc.ID, wc.QPNum, rep)
+		}
+	}
+	if st := rp.Stats(); st.LateDrainWCs != 2 || st.InFlight != 1 {
+		t.Errorf("stats %+v: want 2 late drain completions, the barrier still counted", st)
+	}
+	pollUntilDone(t, rp, r.cq)
+	waitAll(t, []*drain.Handle{h})
+}
+
+// stallingCQ is a CQ whose Poll lets time pass before it polls, as a poll
+// preempted between its start and its result.
+type stallingCQ struct {
+	ibv.CQ
+	during func()
+}
+
+func (c *stallingCQ) Poll(wcs []ibv.WC) (int, error) {
+	if c.during != nil {
+		c.during()
+	}
+	return c.CQ.Poll(wcs)
+}
+
+// stallingQP completes into a stallingCQ.
+type stallingQP struct {
+	ibv.QP
+	cq *stallingCQ
+}
+
+func (q stallingQP) SendCQ() ibv.CQ { return q.cq }
+func (q stallingQP) RecvCQ() ibv.CQ { return q.cq }
+
+// An empty poll begun before a stall proves nothing about what the stalled
+// QP left in the CQ: under DestroyWhenEmpty only a poll begun after the
+// stall releases it.
+func TestEmptyPollBeforeStall(t *testing.T) {
+	r := eHCARig(t)
+	cq := &stallingCQ{CQ: r.cq}
+	qp := stallingQP{QP: r.pair(false), cq: cq}
+	const timeout = 50 * time.Millisecond
+	rp := drain.NewReaper(cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf})
+	h := add(t, rp, qp, counted)
+	cq.during = func() {
+		// The poll has begun; the drain WR's timeout runs out before the
+		// poll returns (any call into the reaper fires it).
+		time.Sleep(2 * timeout)
+		rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventSQDrained})
+	}
+	if n, err := rp.Poll(); n != 0 || err != nil {
+		t.Fatalf("Poll: %d, %v; want an empty poll", n, err)
+	}
+	cq.during = nil
+	rep := h.Report()
+	if rep.Outcome != drain.Pending || rep.Stall == nil {
+		t.Fatalf("after an empty poll begun before the stall: %s, want stalled and pending\n%s", rep.Outcome, rep)
+	}
+	if n, err := rp.Poll(); n != 0 || err != nil {
+		t.Fatalf("Poll: %d, %v; want an empty poll", n, err)
+	}
+	if rep := h.Report(); rep.Outcome != drain.DestroyedAfterEmptyCQ {
+		t.Errorf("after an empty poll begun after the stall: %s, want destroyed after empty CQ\n%s", rep.Outcome, rep)
+	}
+}
+
+// Wait, and Run on a completion channel, wake for a posted drain WR's
+// deadline without any completion or event: the stall fires on time.
+func TestWakesForDrainWRDeadline(t *testing.T) {
+	const timeout = 50 * time.Millisecond
+	t.Run("Wait", func(t *testing.T) {
+		r := eHCARig(t)
+		rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: timeout, Queue: queueOf})
+		h := add(t, rp, r.pair(false), counted)
+		began := time.Now()
+		_, err := h.Wait(testCtx(t))
+		wantErr(t, err, drain.ErrQuarantined, drain.ErrDrainNotFlushed)
+		if el := time.Since(began); el > 20*timeout {
+			t.Errorf("Wait returned after %v, drain WR timeout %v", el, timeout)
+		}
+	})
+	t.Run("Run", func(t *testing.T) {
+		dev := openSoft(t, soft.Config{Quirks: soft.Quirks{SendInErrorNotFlushed: true}})
+		ch, err := dev.CreateCompChannel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		devtest.Close(t, ch)
+		cq, err := dev.CreateCQ(64, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		devtest.Close(t, cq)
+		r := newRig(t, dev, cq, 64)
+		rp := drain.NewReaper(cq, drain.Options{Channel: ch, DrainTimeout: timeout, Queue: queueOf})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- rp.Run(ctx) }()
+		defer func() {
+			cancel()
+			<-done
+		}()
+		h := add(t, rp, r.pair(false), counted)
+		select {
+		case <-h.Done():
+		case <-time.After(20 * timeout):
+			t.Fatalf("no outcome %v after the drain WR's timeout %v, Run polling on a channel:\n%s", 20*timeout, timeout, h.Report())
+		}
+		wantErr(t, h.Report().Err, drain.ErrDrainNotFlushed)
+	})
+}
+
+// Drain WR IDs are unique per CQ across reapers: a reaper that replaces
+// another on the same CQ numbers its drain WRs past the other's.
+func TestDrainWRIDsUniqueAcrossReapers(t *testing.T) {
+	r := eHCARig(t)
+	first := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
+	old := add(t, first, r.pair(false), counted)
+	first.Shutdown(endedCtx())
+	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
+	h := add(t, rp, r.pair(false), counted)
+	defer rp.Shutdown(endedCtx())
+	posted := func(h *drain.Handle) uint64 {
+		for _, s := range h.Report().Steps {
+			if s.Kind == drain.StepDrainPosted {
+				return s.WRID
+			}
+		}
+		t.Fatalf("no drain WR posted:\n%s", h.Report())
+		return 0
+	}
+	if a, b := posted(old), posted(h); a == b {
+		t.Errorf("two reapers on one CQ both posted drain WR %#x", a)
+	}
+}
+
+// A QP found in ERROR while counting its receives may have flushed them
+// before the CQ was proven past earlier QPs with its number: the count
+// cannot be trusted, and a receive drain WR proves the receive queue.
+func TestCountFoundInError(t *testing.T) {
+	r := quirkRig(t, soft.Quirks{})
+	qp := r.pair(false)
+	r.postRecvs(qp, 4)
+	devtest.ToError(t, qp)
+	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: 2 * time.Second, Queue: queueOf})
+	h := add(t, rp, qp, drain.AddOptions{CountRecvs: true, Recvs: 4, NoSends: true})
+	pollUntilDone(t, rp, r.cq)
+	rep, err := h.Wait(testCtx(t))
+	checkProof(t, rep)
+	if err != nil || rep.Recv.By != drain.ProofRecvDrainWR || !has(rep, drain.StepCountNotTrusted) {
+		t.Errorf("%v: want safe by a receive drain WR, the count not trusted\n%s", err, rep)
+	}
+}
+
+// A Last WQE Reached handed over after its QP left ERROR belongs to an
+// episode that ended: it is not remembered for the next.
+func TestHistoryAfterErrorLeft(t *testing.T) {
+	r := quirkRig(t, soft.Quirks{NoLastWQEReached: true})
+	qp := r.newQP(true)
+	peer := devtest.NewRC(t, r.pd, devtest.RCConfig{SendCQ: r.peerCQ, Cap: qpCap})
+	devtest.Connect(t, r.dev, qp, peer)
+	devtest.ToError(t, qp)
+	for _, q := range []ibv.QP{qp, peer} {
+		if err := q.Modify(ibv.QPAttr{State: ibv.QPSReset}, ibv.QPAttrState); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout})
+	rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventQPLastWQEReached, QP: qp})
+	devtest.Connect(t, r.dev, qp, peer)
+	devtest.ToError(t, qp)
+	h := add(t, rp, qp, drain.AddOptions{NoSends: true})
+	pollAll(t, rp, r.cq)
+	rep, err := h.Wait(testCtx(t))
+	checkProof(t, rep)
+	wantErr(t, err, drain.ErrNoLastWQE)
+	if has(rep, drain.StepLastWQEStated) {
+		t.Errorf("an event handed over in RESET was taken for the next episode:\n%s", rep)
+	}
+}
+
+// refusingQP refuses every send: a drain WR on it fails to post.
+type refusingQP struct{ ibv.QP }
+
+func (refusingQP) PostSend([]ibv.SendWR) error {
+	return &ibv.PostError{Err: ibv.ErrInvalidArgument}
+}
+
+// The drain WR of a QP given up on (here: its receive drain WR went out,
+// its send drain WR was refused) proves nothing once its QP is the
+// caller's: its late completion releases no QP waiting for a barrier.
+func TestStaleDrainWCReleasesNothing(t *testing.T) {
+	r := eHCARig(t) // the barrier, a send in ERROR, never completes
+	waiting := r.pair(true)
+	devtest.ToError(t, waiting)
+	rp := drain.NewReaper(r.cq, drain.Options{Headroom: 3, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	h := add(t, rp, waiting, drain.AddOptions{NoSends: true})
+	handEvents(t, rp, r.dev, 1)
+	failed := add(t, rp, refusingQP{r.pair(false)}, drain.AddOptions{})
+	rep := failed.Report()
+	wantErr(t, rep.Err, drain.ErrPostDrain)
+	if !has(rep, drain.StepRecvDrainPosted) {
+		t.Fatalf("want the receive drain WR posted before the refused send:\n%s", rep)
+	}
+	pollAll(t, rp, r.cq)
+	if st := rp.Stats(); st.LateDrainWCs != 1 {
+		t.Errorf("stats %+v: want the given-up QP's drain WR completed late", st)
+	}
+	if rep := h.Report(); rep.Outcome != drain.Pending || rep.Recv.By != drain.ProofNone || has(rep, drain.StepDrainDone) {
+		t.Errorf("the given-up QP's drain WR served as a barrier:\n%s", rep)
+	}
+	rp.Shutdown(endedCtx())
+}
+
+// CQEmpty's poll counts as begun at the poll loop's previous call: a QP
+// counting its receives added after that call waits for the next empty
+// poll before its move to ERROR, and then counts them all.
+func TestCQEmptyCountsFromLastCall(t *testing.T) {
+	r := quirkRig(t, soft.Quirks{})
+	qp := r.pair(false)
+	r.postRecvs(qp, 4)
+	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp.CQEmpty()
+	h := add(t, rp, qp, drain.AddOptions{CountRecvs: true, Recvs: 4, NoSends: true})
+	rp.CQEmpty() // the poll may have begun before Add
+	if _, err := h.Wait(endedCtx()); !errors.Is(err, drain.ErrCQNotEmpty) {
+		t.Errorf("Wait while the count waits for an empty poll: %v, want ErrCQNotEmpty", err)
+	}
+	if st := devtest.State(t, qp); st != ibv.QPSRTS {
+		t.Fatalf("QP in %s after an empty poll that may have begun before Add, want RTS until a later one:\n%s", st, h.Report())
+	}
+	rp.CQEmpty()
+	if st := devtest.State(t, qp); st != ibv.QPSErr {
+		t.Fatalf("QP in %s after an empty poll begun after Add, want ERR:\n%s", st, h.Report())
+	}
+	pollUntilDone(t, rp, r.cq)
+	rep, err := h.Wait(testCtx(t))
+	checkProof(t, rep)
+	if err != nil || rep.Recv.By != drain.ProofRecvCount || rep.Recv.Count != 4 {
+		t.Errorf("%v: want safe by 4 receives counted back\n%s", err, rep)
+	}
+}
+
+// Without an empty poll within DrainTimeout the count is not trusted
+// either: the QP still gets its move to ERROR and a receive drain WR, and
+// the drain ends within its bounds.
+func TestCountWithoutEmptyPoll(t *testing.T) {
+	r := quirkRig(t, soft.Quirks{})
+	qp := r.pair(false)
+	r.postRecvs(qp, 4)
+	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: stall, Queue: queueOf})
+	h := add(t, rp, qp, drain.AddOptions{CountRecvs: true, Recvs: 4, NoSends: true})
+	rep, err := h.Wait(testCtx(t)) // nobody polls
+	checkProof(t, rep)
+	wantErr(t, err, drain.ErrQuarantined, drain.ErrDrainNotFlushed)
+	if !has(rep, drain.StepCountNotTrusted) || !has(rep, drain.StepRecvDrainPosted) || devtest.State(t, qp) != ibv.QPSErr {
+		t.Errorf("want the count untrusted, the QP in ERROR with a receive drain WR\n%s", rep)
+	}
+}
+
+// Run on a completion channel polls for a QP counting its receives, whose
+// Add raises no completion (its move to ERROR waits for that poll): the
+// count is proven at once, not untrusted at its deadline.
+func TestRunPollsForCount(t *testing.T) {
+	dev := openSoft(t, soft.Config{})
+	ch, err := dev.CreateCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	devtest.Close(t, ch)
+	cq, err := dev.CreateCQ(64, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devtest.Close(t, cq)
+	r := newRig(t, dev, cq, 64)
+	rp := drain.NewReaper(cq, drain.Options{Channel: ch, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rp.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	for range 3 {
+		time.Sleep(time.Millisecond) // Run waits on the channel
+		qp := r.pair(false)
+		r.postRecvs(qp, 4)
+		h := add(t, rp, qp, drain.AddOptions{CountRecvs: true, Recvs: 4, NoSends: true})
+		wctx, wcancel := context.WithTimeout(context.Background(), time.Second)
+		rep, err := h.Wait(wctx)
+		wcancel()
+		checkProof(t, rep)
+		if err != nil || rep.Recv.By != drain.ProofRecvCount {
+			t.Fatalf("%v: want safe by the count within 1s\n%s", err, rep)
+		}
+	}
+}
