@@ -136,6 +136,7 @@ func waitUnheld(ctx context.Context, conn *rdmanl.Conn, dev rdmanl.Device, host 
 	path := filepath.Join(host.dev, "infiniband", cd.Name)
 	proc := inventory.Proc{Root: host.proc}
 	last := ""
+	start := time.Now()
 	for {
 		held, err := proc.Holders([]string{path})
 		if err != nil {
@@ -152,7 +153,8 @@ func waitUnheld(ctx context.Context, conn *rdmanl.Conn, dev rdmanl.Device, host 
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("deleting %s: %w after %v: %s", dev.Name, errHeld, host.timeout, names)
+			// The caller's bound (--timeout, or reap's --wait) is what passed.
+			return fmt.Errorf("deleting %s: %w after %v: %s", dev.Name, errHeld, time.Since(start).Round(100*time.Millisecond), names)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
