@@ -76,9 +76,16 @@ pdn, pid, sq-psn, rq-psn, type, state, path-mig-state; values are lists such
 as "RTS,ERR" or "1-9,12") and its words. Beyond rdma, each QP gets its owner:
 the process of the thread the kernel names, else the process the QP's PD or
 device context names (the creating thread may have exited), and the
-processes that hold its device's uverbs file open or mapped (a forked child,
-a process the fd was passed to). With -j, objects carry rdma's keys plus
-"owner", "creator_gone" and "holders"; -d adds owners and holders to text.
+processes that hold its context, its open uverbs file, by an fd or mappings
+(the creator, a forked child, a process the fd was passed to): kcmp(2)
+groups the fds into open files, and a context is tied to its file through
+its live creator or by elimination; where that proves nothing the holders
+are the candidates ("holders_certain": false, "one-of" in text). A zombie
+creator is gone ("creator_gone"). With -j, objects carry rdma's keys plus
+"owner", "creator_gone", "holders" and "holders_certain"; -d adds owners
+and holders to text. Filter words are rdma's (state RTS, type RC,
+path-mig-state MIGRATED; any case); an unknown word or a port the device
+lacks is an error.
 --summary counts QPs per device by type and state, next to the device's
 max_qp. Exits 3 when the host has no RDMA devices, 2 on errors.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -109,6 +116,9 @@ max_qp. Exits 3 when the host has no RDMA devices, 2 on errors.`,
 			case err != nil:
 				return withExitCode(exitError, err)
 			}
+			if err := f.checkPort(snap.Devices); err != nil {
+				return withExitCode(exitError, err)
+			}
 			w := bufio.NewWriterSize(cmd.OutOrStdout(), 64<<10)
 			if summary {
 				err = printQPSummary(w, snap, &f, opts.json, maxQPs)
@@ -134,8 +144,8 @@ max_qp. Exits 3 when the host has no RDMA devices, 2 on errors.`,
 // qpdrain's own.
 type qpJSON struct {
 	IfIndex      uint32             `json:"ifindex"`
-	Port         *uint32            `json:"port,omitempty"`
 	IfName       string             `json:"ifname"`
+	Port         *uint32            `json:"port,omitempty"`
 	LQPN         uint32             `json:"lqpn"`
 	RQPN         *uint32            `json:"rqpn,omitempty"`
 	Type         string             `json:"type"`
@@ -150,6 +160,9 @@ type qpJSON struct {
 	Owner        *inventory.Owner   `json:"owner"`
 	CreatorGone  bool               `json:"creator_gone"`
 	Holders      []inventory.Holder `json:"holders"`
+	// HoldersCertain: holders are exactly the QP's context's, else the
+	// candidates.
+	HoldersCertain bool `json:"holders_certain"`
 }
 
 func opt(v uint32, ok bool) *uint32 {
@@ -169,7 +182,7 @@ func toQPJSON(q *inventory.QP) qpJSON {
 		SQPSN: opt(q.SQPSN, q.Has&rdmanl.HasSQPSN != 0),
 		PDN:   opt(q.PDN, q.Has&rdmanl.HasPDN != 0),
 		PID:   opt(q.PID, q.Has&rdmanl.HasPID != 0),
-		Comm:  q.Comm, Owner: q.Owner, CreatorGone: q.CreatorGone, Holders: q.Holders,
+		Comm:  q.Comm, Owner: q.Owner, CreatorGone: q.CreatorGone, Holders: q.Holders, HoldersCertain: q.HoldersCertain,
 	}
 	if q.Has&rdmanl.HasPathMigState != 0 {
 		j.PathMigState = q.PathMigState.String()
@@ -312,6 +325,10 @@ func appendOwner(b []byte, q *inventory.QP) []byte {
 		return append(b, " holders -"...)
 	}
 	b = append(b, " holders "...)
+	if !q.HoldersCertain {
+		// Not proven: any of these may hold the QP's context.
+		b = append(b, "one-of "...)
+	}
 	for i, h := range q.Holders {
 		if i > 0 {
 			b = append(b, ',')
