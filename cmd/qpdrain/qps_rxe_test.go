@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -177,6 +178,46 @@ func qpObjects(t *testing.T, who, out string) map[string]map[string]any {
 	return m
 }
 
+// keyOrders reads a -j array's objects' keys in order, by "ifname/lqpn".
+func keyOrders(t *testing.T, out string) map[string][]string {
+	t.Helper()
+	d := json.NewDecoder(strings.NewReader(out))
+	m := map[string][]string{}
+	fail := func(err error) { t.Fatalf("-j: %v:\n%s", err, out) }
+	if _, err := d.Token(); err != nil { // [
+		fail(err)
+	}
+	for d.More() {
+		if _, err := d.Token(); err != nil { // {
+			fail(err)
+		}
+		var keys []string
+		var name, lqpn string
+		for d.More() {
+			k, err := d.Token()
+			if err != nil {
+				fail(err)
+			}
+			var v json.RawMessage
+			if err := d.Decode(&v); err != nil {
+				fail(err)
+			}
+			keys = append(keys, fmt.Sprint(k))
+			switch k {
+			case "ifname":
+				name = strings.Trim(string(v), `"`)
+			case "lqpn":
+				lqpn = string(v)
+			}
+		}
+		if _, err := d.Token(); err != nil { // }
+			fail(err)
+		}
+		m[name+"/"+lqpn] = keys
+	}
+	return m
+}
+
 // TestQPsMatchRdma compares `qpdrain qps -j` with `rdma resource show qp
 // -j`, QP by QP and key by key, with helpers holding QPs in several states
 // and types, a helper whose creating thread exited, and a creator that
@@ -189,6 +230,7 @@ func TestQPsMatchRdma(t *testing.T) {
 	fork := startHelper(t, "fork")
 
 	var ours, theirs map[string]map[string]any
+	var ours0 string
 	for try := 0; ; try++ {
 		before := runRdma(t, "-j", "resource", "show", "qp")
 		out, err := runQpdrain(t, "qps", "-j")
@@ -196,7 +238,7 @@ func TestQPsMatchRdma(t *testing.T) {
 			t.Fatal(err)
 		}
 		after := runRdma(t, "-j", "resource", "show", "qp")
-		theirs, ours = qpObjects(t, "rdma", before), qpObjects(t, "qpdrain", out)
+		theirs, ours, ours0 = qpObjects(t, "rdma", before), qpObjects(t, "qpdrain", out), out
 		if reflect.DeepEqual(theirs, qpObjects(t, "rdma", after)) || try == 2 {
 			break
 		}
@@ -228,6 +270,15 @@ func TestQPsMatchRdma(t *testing.T) {
 		}
 	}
 	t.Logf("%d QPs match rdma key by key", len(theirs))
+	// iproute2's key order (print_link: ifindex, ifname, port), for the
+	// keys both print.
+	theirOrder, ourOrder := keyOrders(t, runRdma(t, "-j", "resource", "show", "qp")), keyOrders(t, ours0)
+	for id, want := range theirOrder {
+		got := slices.DeleteFunc(slices.Clone(ourOrder[id]), func(k string) bool { return !slices.Contains(want, k) })
+		if got != nil && !slices.Equal(got, want) {
+			t.Errorf("QP %s keys: qpdrain %v, rdma %v", id, got, want)
+		}
+	}
 
 	dev := devtest.DeviceName()
 	owner := func(id string) (map[string]any, bool, []any) {
