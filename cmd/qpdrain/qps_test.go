@@ -206,3 +206,86 @@ func TestQPsWithoutRDMA(t *testing.T) {
 		t.Fatalf("qps with a bad filter: %v, want exit 2", err)
 	}
 }
+
+// qpJSON is the reference for qps -j's objects: qpJSONEncoder must write
+// what encoding/json writes of it (TestQPJSONEncoder), and tests read the
+// output back into it.
+type qpJSON struct {
+	IfIndex      uint32             `json:"ifindex"`
+	IfName       string             `json:"ifname"`
+	Port         *uint32            `json:"port,omitempty"`
+	LQPN         uint32             `json:"lqpn"`
+	RQPN         *uint32            `json:"rqpn,omitempty"`
+	Type         string             `json:"type"`
+	Subtype      string             `json:"subtype,omitempty"`
+	State        string             `json:"state"`
+	RQPSN        *uint32            `json:"rq-psn,omitempty"`
+	SQPSN        *uint32            `json:"sq-psn,omitempty"`
+	PathMigState string             `json:"path-mig-state,omitempty"`
+	PDN          *uint32            `json:"pdn,omitempty"`
+	PID          *uint32            `json:"pid,omitempty"`
+	Comm         string             `json:"comm,omitempty"`
+	Owner        *inventory.Owner   `json:"owner"`
+	CreatorGone  bool               `json:"creator_gone"`
+	Holders      []inventory.Holder `json:"holders"`
+	// HoldersCertain: holders are exactly the QP's context's, else the
+	// candidates.
+	HoldersCertain bool `json:"holders_certain"`
+}
+
+func opt(v uint32, ok bool) *uint32 {
+	if !ok {
+		return nil
+	}
+	return &v
+}
+
+// toQPJSON is the reference's view of q.
+func toQPJSON(q *inventory.QP) qpJSON {
+	j := qpJSON{
+		IfIndex: q.Device, IfName: q.DeviceName, LQPN: q.LQPN,
+		Port: opt(q.Port, q.Has&rdmanl.HasPort != 0),
+		RQPN: opt(q.RQPN, q.Has&rdmanl.HasRQPN != 0),
+		Type: q.Type.String(), Subtype: q.Subtype, State: q.State.String(),
+		RQPSN: opt(q.RQPSN, q.Has&rdmanl.HasRQPSN != 0),
+		SQPSN: opt(q.SQPSN, q.Has&rdmanl.HasSQPSN != 0),
+		PDN:   opt(q.PDN, q.Has&rdmanl.HasPDN != 0),
+		PID:   opt(q.PID, q.Has&rdmanl.HasPID != 0),
+		Comm:  q.Comm, Owner: q.Owner, CreatorGone: q.CreatorGone, Holders: q.Holders, HoldersCertain: q.HoldersCertain,
+	}
+	if q.Has&rdmanl.HasPathMigState != 0 {
+		j.PathMigState = q.PathMigState.String()
+	}
+	if j.Holders == nil {
+		j.Holders = []inventory.Holder{}
+	}
+	return j
+}
+
+// TestQPJSONEncoder: the appender writes what encoding/json writes of the
+// reference, for every test QP and for comms that need escaping.
+func TestQPJSONEncoder(t *testing.T) {
+	qps := testQPs()
+	for _, comm := range []string{`a"b`, `back\slash`, "tab\tnl\n", "<script>&", "naïve", "bad\xffutf8"} {
+		q := qps[0]
+		q.Comm = comm
+		qps = append(qps, q)
+	}
+	q := qps[0]
+	q.Subtype, q.Owner, q.Holders = "GSI", nil, nil
+	qps = append(qps, q)
+	var enc qpJSONEncoder
+	for i := range qps {
+		want, err := json.Marshal(toQPJSON(&qps[i]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := enc.append(nil, &qps[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want)+"\n" {
+			t.Errorf("QP %d comm %q:\n got  %s want %s", qps[i].LQPN, qps[i].Comm, got, want)
+		}
+	}
+}

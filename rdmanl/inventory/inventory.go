@@ -68,7 +68,8 @@ type QP struct {
 	// Comm is what rdma prints as comm: the kernel module of a kernel QP, or
 	// the name of the task the row's pid names (a thread's own name).
 	Comm string
-	// Owner is nil when no row names a live owner.
+	// Owner is nil when no row names a live owner. QPs with the same owner
+	// share one: treat it as read-only.
 	Owner *Owner
 	// CreatorGone: no row names a live process that is not a zombie (the
 	// creator and whoever the PD and context rows named have exited); the
@@ -393,6 +394,9 @@ type taskCache struct {
 type taskEntry struct {
 	t   Task
 	err error
+	// owners are the Owners handed out, by source: the QPs of one
+	// process share one.
+	owners map[OwnerSource]*Owner
 }
 
 // owner is the live process behind a reported thread or process id, or
@@ -407,10 +411,17 @@ func (c *taskCache) owner(id uint32, via OwnerSource) *Owner {
 	if e.err != nil {
 		return nil
 	}
+	if o := e.owners[via]; o != nil {
+		return o
+	}
 	o := &Owner{PID: e.t.TGID, Comm: e.t.Comm, Zombie: e.t.Zombie, Via: via}
 	if e.t.TGID != id {
 		o.TID = id
 	}
+	if e.owners == nil {
+		e.owners = map[OwnerSource]*Owner{}
+	}
+	e.owners[via] = o
 	return o
 }
 

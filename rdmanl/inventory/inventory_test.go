@@ -53,7 +53,7 @@ type task struct {
 	maps      string
 }
 
-func procTree(t *testing.T, tasks ...task) string {
+func procTree(t testing.TB, tasks ...task) string {
 	t.Helper()
 	root := t.TempDir()
 	for _, k := range tasks {
