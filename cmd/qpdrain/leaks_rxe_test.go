@@ -320,17 +320,16 @@ func TestLeaksScale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(name string, args ...string) (time.Duration, int64) {
+	run := func(name string, args ...string) runCost {
 		return timedRun(t, self, exitFindings, name, args...)
 	}
 	_ = startHelper(t, "many", fmt.Sprintf("QPDRAIN_QPS_N=%d", n))
-	var cli, rdma []time.Duration
+	var cli, rdma []runCost
 	var rss int64
 	for range 3 {
-		d, r := run(self, "leaks", "-j", "--for", "0s")
-		cli, rss = append(cli, d), max(rss, r)
-		d, _ = run("rdma", "-j", "resource", "show", "qp")
-		rdma = append(rdma, d)
+		c := run(self, "leaks", "-j", "--for", "0s")
+		cli, rss = append(cli, c), max(rss, c.rss)
+		rdma = append(rdma, run("rdma", "-j", "resource", "show", "qp"))
 	}
 	h, err := openRealHost(hostOptions{proc: "/proc", sys: "/sys", dev: "/dev"}, io.Discard)
 	if err != nil {
@@ -365,8 +364,11 @@ func TestLeaksScale(t *testing.T) {
 		slices.Sort(s)
 		return s[len(s)/2]
 	}
-	line := fmt.Sprintf("BENCH leaks-10k kernel=%s leaks_cli=%v rdma=%v ratio=%.2f sample=%v sample_runs=%v sample_heap_bytes_per_qp=%.0f leaks_maxrss_kib=%d exporter_scrape=%v cli_runs=%v rdma_runs=%v",
-		kernelRelease(), med(cli).Round(time.Millisecond), med(rdma).Round(time.Millisecond), float64(med(cli))/float64(med(rdma)),
+	wc, cc := medianCosts(cli)
+	wr, cr := medianCosts(rdma)
+	line := fmt.Sprintf("BENCH leaks-10k kernel=%s leaks_cli=%v rdma=%v ratio=%.2f leaks_cpu=%v rdma_cpu=%v cpu_ratio=%.2f sample=%v sample_runs=%v sample_heap_bytes_per_qp=%.0f leaks_maxrss_kib=%d exporter_scrape=%v cli_runs=%v rdma_runs=%v",
+		kernelRelease(), wc.Round(time.Millisecond), wr.Round(time.Millisecond), float64(wc)/float64(wr),
+		cc.Round(time.Millisecond), cr.Round(time.Millisecond), float64(cc)/float64(cr),
 		med(one).Round(time.Millisecond), one, float64(heap)/n, rss, scrape.Round(time.Millisecond), cli, rdma)
 	t.Log(line)
 	fmt.Println("@@" + line)

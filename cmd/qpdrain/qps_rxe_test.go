@@ -394,10 +394,32 @@ func TestRxeAddDel(t *testing.T) {
 	}
 }
 
+// runCost is what one run of a command cost.
+type runCost struct {
+	wall, cpu time.Duration // cpu: user plus system time
+	rss       int64         // peak RSS, KiB
+}
+
+// String is "wall/cpu", as BENCH lines list runs.
+func (r runCost) String() string {
+	return fmt.Sprintf("%v/%v", r.wall.Round(time.Millisecond), r.cpu.Round(time.Millisecond))
+}
+
+// medianCosts are the medians of the runs' wall and CPU times.
+func medianCosts(rs []runCost) (wall, cpu time.Duration) {
+	var ws, cs []time.Duration
+	for _, r := range rs {
+		ws, cs = append(ws, r.wall), append(cs, r.cpu)
+	}
+	slices.Sort(ws)
+	slices.Sort(cs)
+	return ws[len(ws)/2], cs[len(cs)/2]
+}
+
 // timedRun runs name with args as a process of its own (the test binary
 // as qpdrain when name is self), failing t unless it exits 0 or with ok,
-// and returns its wall time and peak RSS (KiB).
-func timedRun(t *testing.T, self string, ok int, name string, args ...string) (time.Duration, int64) {
+// and returns its wall and CPU time and peak RSS.
+func timedRun(t *testing.T, self string, ok int, name string, args ...string) runCost {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	if name == self {
@@ -411,7 +433,8 @@ func timedRun(t *testing.T, self string, ok int, name string, args ...string) (t
 	if ee, isExit := err.(*exec.ExitError); err != nil && (!isExit || ee.ExitCode() != ok) {
 		t.Fatalf("%s %v: %v: %s", name, args, err, stderr.String())
 	}
-	return time.Since(start), cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
+	wall, ps := time.Since(start), cmd.ProcessState
+	return runCost{wall: wall, cpu: ps.UserTime() + ps.SystemTime(), rss: ps.SysUsage().(*syscall.Rusage).Maxrss}
 }
 
 // TestQPsScale times `qpdrain qps -j` against `rdma resource show qp -j`
@@ -425,10 +448,10 @@ func TestQPsScale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(name string, args ...string) (time.Duration, int64) {
+	run := func(name string, args ...string) runCost {
 		return timedRun(t, self, exitClean, name, args...)
 	}
-	_, rssBase := run(self, "qps", "-j")
+	rssBase := run(self, "qps", "-j").rss
 	start := time.Now()
 	h := startHelper(t, "many", fmt.Sprintf("QPDRAIN_QPS_N=%d", n))
 	t.Logf("created %d QPs in %v", n, time.Since(start))
@@ -436,23 +459,19 @@ func TestQPsScale(t *testing.T) {
 	// One untimed run of each brings both binaries into the page cache.
 	run(self, "qps", "-j")
 	run("rdma", "-j", "resource", "show", "qp")
-	var ours, theirs []time.Duration
+	var ours, theirs []runCost
 	var rss int64
 	for range 5 {
-		d, r := run(self, "qps", "-j")
-		ours, rss = append(ours, d), max(rss, r)
-		d, _ = run("rdma", "-j", "resource", "show", "qp")
-		theirs = append(theirs, d)
+		o := run(self, "qps", "-j")
+		ours, rss = append(ours, o), max(rss, o.rss)
+		theirs = append(theirs, run("rdma", "-j", "resource", "show", "qp"))
 	}
-	med := func(ds []time.Duration) time.Duration {
-		s := append([]time.Duration(nil), ds...)
-		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-		return s[len(s)/2]
-	}
-	mo, mt := med(ours), med(theirs)
+	mo, co := medianCosts(ours)
+	mt, ct := medianCosts(theirs)
 	perQP := float64(rss-rssBase) * 1024 / n
-	line := fmt.Sprintf("BENCH qps-10k kernel=%s qpdrain=%v rdma=%v ratio=%.2f qpdrain_runs=%v rdma_runs=%v maxrss_kib=%d base_kib=%d bytes_per_qp=%.0f",
-		kernelRelease(), mo.Round(time.Millisecond), mt.Round(time.Millisecond), float64(mo)/float64(mt), ours, theirs, rss, rssBase, perQP)
+	line := fmt.Sprintf("BENCH qps-10k kernel=%s qpdrain=%v rdma=%v ratio=%.2f qpdrain_cpu=%v rdma_cpu=%v cpu_ratio=%.2f qpdrain_runs=%v rdma_runs=%v maxrss_kib=%d base_kib=%d bytes_per_qp=%.0f",
+		kernelRelease(), mo.Round(time.Millisecond), mt.Round(time.Millisecond), float64(mo)/float64(mt),
+		co.Round(time.Millisecond), ct.Round(time.Millisecond), float64(co)/float64(ct), ours, theirs, rss, rssBase, perQP)
 	t.Log(line)
 	fmt.Println("@@" + line)
 	if mo > mt {
