@@ -73,6 +73,7 @@ func cmdContext(cmd *cobra.Command) context.Context {
 }
 
 func runLeaks(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions, o *leaksOptions) error {
+	defer oneShotGC()()
 	if o.nearLimit <= 0 || o.nearLimit > 1 {
 		return withExitCode(exitError, fmt.Errorf("--near-limit %g: want a fraction in (0, 1]", o.nearLimit))
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,6 +39,16 @@ func (h *hostOptions) flags(cmd *cobra.Command, timeout time.Duration) {
 		_ = f.MarkHidden(n)
 	}
 	f.DurationVar(&h.timeout, "timeout", timeout, "give up when the kernel has not answered by then")
+}
+
+// oneShotGC lets the heap of a one-shot command (a dump read once or a few
+// times, then printed) grow to 5x its live size between collections
+// instead of 2x: at 10,000 QPs the collector's background marking was a
+// sixth of qps -j's CPU time (profiled on rxe, 6.12), for a few MB more
+// peak memory. The returned function restores the setting.
+func oneShotGC() (restore func()) {
+	old := debug.SetGCPercent(400)
+	return func() { debug.SetGCPercent(old) }
 }
 
 // dialRDMA opens RDMA netlink; a host without it (no ib_core, not Linux)
@@ -89,6 +100,7 @@ lacks is an error.
 --summary counts QPs per device by type and state, next to the device's
 max_qp. Exits 3 when the host has no RDMA devices, 2 on errors.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			defer oneShotGC()()
 			f, err := parseQPFilter(args)
 			if err != nil {
 				return withExitCode(exitError, err)
