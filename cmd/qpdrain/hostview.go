@@ -57,6 +57,14 @@ func toSample(snap *inventory.Snapshot, at time.Time) leaks.Sample {
 		s.Devices[i].Name = d.Name
 		byIndex[d.Index] = i
 	}
+	// Sized first: growing 10,000 QPs one by one was a sixth of a sample.
+	counts := make([]int, len(snap.Devices))
+	for i := range snap.QPs {
+		counts[byIndex[snap.QPs[i].Device]]++
+	}
+	for i, n := range counts {
+		s.Devices[i].QPs = make([]leaks.QP, 0, n)
+	}
 	// The QPs of one context share one holder list: convert each once.
 	converted := map[*inventory.Holder][]leaks.Process{}
 	holders := func(hs []inventory.Holder) []leaks.Process {
