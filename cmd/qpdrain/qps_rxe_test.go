@@ -383,6 +383,11 @@ func TestRxeAddDel(t *testing.T) {
 	if !errors.As(err, &ec) || ec.code != exitError || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", h.pid(t, "pid"))) {
 		t.Fatalf("rxe del while held: %v, want exit 2 naming pid %d", err, h.pid(t, "pid"))
 	}
+	// reap's wait is --wait, and the message names it (not --timeout).
+	_, err = runQpdrain(t, "reap", "--rxe", "rxe1", "--yes", "--wait", "2s")
+	if !errors.As(err, &ec) || ec.code != exitError || !strings.Contains(err.Error(), "after 2s") {
+		t.Fatalf("reap --rxe while held: %v, want exit 2 giving up after 2s", err)
+	}
 	if err := h.stop(); err != nil {
 		t.Fatalf("helper: %v", err)
 	}
