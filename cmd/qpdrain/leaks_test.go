@@ -256,6 +256,12 @@ func TestReapRemaining(t *testing.T) {
 	if code != exitFindings || !got.Done || got.Freed != 0 || len(got.Remaining) != 3 || got.WaitedMS < 300 {
 		t.Errorf("exit %d, %+v", code, got)
 	}
+	// A wait over before any sample was read proves nothing left: all remain.
+	out, code = run(t, "reap", "--pid", strconv.Itoa(pid), "--yes", "--wait", "1ns", "-j")
+	got = reapResult{}
+	if err := json.NewDecoder(strings.NewReader(out)).Decode(&got); err != nil || code != exitFindings || len(got.Remaining) != 3 {
+		t.Errorf("--wait 1ns: exit %d, %+v (%v):\n%s", code, got, err, out)
+	}
 }
 
 // TestReapHolders: reap waits for the QPs whose context the target alone

@@ -271,7 +271,7 @@ func reapPID(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions,
 	}
 	opts.log.WithField("pid", o.pid).WithField("signal", res.Signal).Info("signalled")
 	res.Done = true
-	res.Remaining, res.WaitedMS, err = waitQPsGone(ctx, src, o.wait, func(s leaks.Sample) []reapQP { return remaining(s, res.QPs, o.pid) })
+	res.Remaining, res.WaitedMS, err = waitQPsGone(ctx, src, o.wait, res.QPs, func(s leaks.Sample) []reapQP { return remaining(s, res.QPs, o.pid) })
 	if err != nil {
 		return hostError(err)
 	}
@@ -280,12 +280,13 @@ func reapPID(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions,
 }
 
 // waitQPsGone samples the host until left reports nothing or wait has passed.
-// A host left without RDMA devices has none of the QPs left.
-func waitQPsGone(ctx context.Context, src leaks.Sampler, wait time.Duration, left func(leaks.Sample) []reapQP) ([]reapQP, int64, error) {
+// A host left without RDMA devices has none of the QPs left; a wait over
+// before any sample was read leaves all of targets.
+func waitQPsGone(ctx context.Context, src leaks.Sampler, wait time.Duration, targets []reapQP, left func(leaks.Sample) []reapQP) ([]reapQP, int64, error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	var rest []reapQP
+	rest := targets
 	for {
 		s, err := src.Sample(ctx)
 		switch {
@@ -347,7 +348,7 @@ func reapRxe(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions,
 		return withExitCode(exitError, fmt.Errorf("reap: %w", err))
 	}
 	res.Done = true
-	res.Remaining, _, err = waitQPsGone(ctx, src, o.wait, func(s leaks.Sample) []reapQP {
+	res.Remaining, _, err = waitQPsGone(ctx, src, o.wait, res.QPs, func(s leaks.Sample) []reapQP {
 		var rest []reapQP
 		for _, d := range s.Devices {
 			if d.Name == o.rxe {
