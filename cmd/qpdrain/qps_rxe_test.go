@@ -304,8 +304,8 @@ func TestQPsMatchRdma(t *testing.T) {
 		if own == nil || fmt.Sprint(own["pid"]) != strconv.Itoa(hold.pid(t, "pid")) || own["via"] != "qp" || gone {
 			t.Errorf("hold helper's QP %s: owner %v creator_gone %v, want pid %d via qp", n, own, gone, hold.pid(t, "pid"))
 		}
-		if !holds(hs, hold.pid(t, "pid")) {
-			t.Errorf("hold helper's QP %s: holders %v lack the helper %d", n, hs, hold.pid(t, "pid"))
+		if !holds(hs, hold.pid(t, "pid")) || len(hs) != 1 {
+			t.Errorf("hold helper's QP %s: holders %v, want the helper %d alone", n, hs, hold.pid(t, "pid"))
 		}
 	}
 	for _, n := range thread.qpns() {
@@ -320,8 +320,9 @@ func TestQPsMatchRdma(t *testing.T) {
 	keeper := fork.pid(t, "keeper")
 	for _, n := range fork.qpns() {
 		own, gone, hs := owner(n)
-		if own != nil || !gone || !holds(hs, keeper) {
-			t.Errorf("exited creator's QP %s: owner %v creator_gone %v holders %v, want no owner, creator_gone, keeper %d holding", n, own, gone, hs, keeper)
+		if own != nil || !gone || !holds(hs, keeper) || len(hs) != 1 || ours[dev+"/"+n]["holders_certain"] != true {
+			t.Errorf("exited creator's QP %s: owner %v creator_gone %v holders %v certain %v, want no owner, creator_gone, keeper %d alone, certain",
+				n, own, gone, hs, ours[dev+"/"+n]["holders_certain"], keeper)
 		}
 		line, err := runQpdrain(t, "qps", "-d", "link", dev, "lqpn", n)
 		if err != nil {
