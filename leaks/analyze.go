@@ -81,9 +81,12 @@ type Finding struct {
 	Owner    *Process  `json:"owner,omitempty"`
 	KernName string    `json:"kern_name,omitempty"`
 	Holders  []Process `json:"holders,omitempty"`
-	QPs      []QPRef   `json:"qps"`
-	Evidence string    `json:"evidence"`
-	Remedy   string    `json:"remedy"`
+	// HoldersCertain, on an orphaned finding, says whether Holders are
+	// exactly the processes keeping its QPs, or the candidates.
+	HoldersCertain *bool   `json:"holders_certain,omitempty"`
+	QPs            []QPRef `json:"qps"`
+	Evidence       string  `json:"evidence"`
+	Remedy         string  `json:"remedy"`
 }
 
 // DeviceSummary is a device as the last sample saw it.
@@ -322,7 +325,9 @@ func (a *deviceAnalysis) findings(r *Report, o Options) []Finding {
 		q := t.last
 		switch {
 		case t.orphAll:
-			add("o"+pidList(q.Holders), Finding{Reason: Orphaned, Device: a.name, Holders: q.Holders}, q)
+			// One finding per holder set: each is freed by its own holders.
+			certain := q.HoldersCertain
+			add(fmt.Sprintf("o%v:%s", certain, pidList(q.Holders)), Finding{Reason: Orphaned, Device: a.name, Holders: q.Holders, HoldersCertain: &certain}, q)
 		case !t.errAll || a.n < MinSamples:
 		case q.Kernel():
 			add("k"+q.KernName, Finding{Reason: Kernel, Device: a.name, KernName: q.KernName}, q)
@@ -340,10 +345,14 @@ func (a *deviceAnalysis) findings(r *Report, o Options) []Finding {
 		switch f.Reason {
 		case Orphaned:
 			f.Evidence = fmt.Sprintf("%d QPs (%s) had no live creator in each of %d samples over %v", len(f.QPs), states, a.n, window)
-			if len(f.Holders) > 0 {
+			switch {
+			case len(f.Holders) > 0 && *f.HoldersCertain:
 				f.Evidence += "; their context is held by " + procList(f.Holders)
 				f.Remedy = "the QPs go when the last holder closes the device: stop the holders (" + reapCmds(f.Holders) + ")"
-			} else {
+			case len(f.Holders) > 0:
+				f.Evidence += "; their context is held by one or more of " + procList(f.Holders) + " (which one is not provable here)"
+				f.Remedy = "the QPs go when the last holder closes the device; qpdrain qps -j lists each QP's candidates; stop the holder (" + reapCmds(f.Holders) + ")"
+			default:
 				f.Evidence += "; no process visible here holds the device"
 				f.Remedy = "run qpdrain in the host's PID namespace (hostPID) to see the holders; the QPs go when the last one closes the device"
 			}

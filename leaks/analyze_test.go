@@ -17,7 +17,13 @@ var (
 )
 
 func rc(lqpn uint32, state string, owner Process, holders ...Process) QP {
-	return QP{Port: 1, LQPN: lqpn, Type: "RC", State: state, Owner: owner, Holders: holders}
+	return QP{Port: 1, LQPN: lqpn, Type: "RC", State: state, Owner: owner, Holders: holders, HoldersCertain: len(holders) > 0}
+}
+
+// unsure is q with its holders the candidates.
+func unsure(q QP) QP {
+	q.HoldersCertain = false
+	return q
 }
 
 func kern(lqpn uint32, typ, state, name string) QP {
@@ -78,6 +84,11 @@ func TestAnalyze(t *testing.T) {
 		{"no creator in every sample is orphaned, in any state", 3, func(int) []QP {
 			return []QP{gsi, rc(17, "RTS", Process{}, child), rc(18, "ERR", Process{}, child), rc(19, "RTS", app)}
 		}, Options{}, []string{"orphaned:17,18"}},
+		{"one orphaned finding per holder set", 3, func(int) []QP {
+			other := Process{PID: 202, Comm: "other"}
+			return []QP{rc(17, "RTS", Process{}, child), rc(18, "ERR", Process{}, other), rc(19, "ERR", Process{}, child),
+				unsure(rc(20, "ERR", Process{}, child, other)), rc(21, "ERR", Process{}, child, other)}
+		}, Options{}, []string{"orphaned:17,19", "orphaned:18", "orphaned:20", "orphaned:21"}},
 		{"an owner that went away during the window is not orphaned", 3, func(i int) []QP {
 			if i == 0 {
 				return []QP{rc(17, "RTS", app)}
@@ -161,6 +172,13 @@ func TestAnalyzeEvidence(t *testing.T) {
 	}
 	if !strings.Contains(orph.Evidence, "pid 201 (child)") || !strings.Contains(orph.Remedy, "qpdrain reap --pid 201") {
 		t.Errorf("orphaned evidence %q remedy %q", orph.Evidence, orph.Remedy)
+	}
+	if orph.HoldersCertain == nil || !*orph.HoldersCertain || strings.Contains(orph.Evidence, "one or more") {
+		t.Errorf("orphaned holders certain %v evidence %q", orph.HoldersCertain, orph.Evidence)
+	}
+	u := Analyze(samples(2, func(int) []QP { return []QP{unsure(rc(17, "RTS", Process{}, child, app))} }), Options{})
+	if len(u.Findings) != 1 || *u.Findings[0].HoldersCertain || !strings.Contains(u.Findings[0].Evidence, "held by one or more of pid 201 (child), pid 100 (app) (which one is not provable here)") {
+		t.Errorf("uncertain orphaned findings %+v", u.Findings)
 	}
 	if r.Window() != 3*time.Second || len(r.Devices) != 1 || r.Devices[0].QPs != 2 {
 		t.Errorf("window %v devices %+v", r.Window(), r.Devices)

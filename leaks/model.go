@@ -34,10 +34,14 @@ type QP struct {
 	// Owner is the live process that created the QP's context; PID 0 when
 	// none is known: the creator exited, leaving the context to holders.
 	Owner Process
-	// Holders are the other processes that keep the QP's context alive by
-	// holding the device's uverbs file open or mapped (a forked child, a
-	// process an fd was passed to).
+	// Holders are the processes that keep the QP's context alive by
+	// holding its uverbs file open or mapped (the creator, a forked child,
+	// a process an fd was passed to); when HoldersCertain is false, the
+	// candidates, any of which may hold it.
 	Holders []Process
+	// HoldersCertain: Holders are exactly the processes holding the QP's
+	// context.
+	HoldersCertain bool
 }
 
 // Kernel reports whether the QP belongs to the kernel.

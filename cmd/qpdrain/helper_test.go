@@ -21,7 +21,8 @@ import (
 // envHelper makes the test binary a helper process: "hold" creates the QP
 // spread of qpset and holds it; "thread" creates QPs from a thread that
 // exits; "fork" creates QPs, starts a child that inherits the uverbs fd
-// ("keeper") and exits; "many" creates QPDRAIN_QPS_N QPs in RESET; "cli"
+// ("keeper") and exits ("zombie" likewise, left unreaped by startHelper);
+// "many" creates QPDRAIN_QPS_N QPs in RESET; "cli"
 // runs qpdrain with the arguments after the binary's own. Each QP-making
 // helper prints one READY line and holds its QPs until its stdin closes.
 const envHelper = "QPDRAIN_QPS_HELPER"
@@ -79,7 +80,7 @@ func helper(mode string) error {
 			err = waitGone(filepath.Join("/proc/self/task", strconv.Itoa(tid)))
 			ready += fmt.Sprintf(" tid=%d", tid)
 		}
-	case "fork":
+	case "fork", "zombie":
 		if err = set.Many(2); err != nil {
 			break
 		}

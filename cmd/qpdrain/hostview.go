@@ -48,10 +48,8 @@ func (h *realHost) Sample(ctx context.Context) (leaks.Sample, error) {
 
 // toSample keeps what the leak analysis needs of a snapshot. A QP's owner
 // is its live, non-zombie owning process; a zombie has closed its files, so
-// what keeps its QPs is a holder. For a QP without one the holders are
-// those of its device that own no live QP there (inventory cannot say
-// which of a device's files a context is), or all of them when each owns
-// QPs of its own.
+// what keeps its QPs is a holder. Every user QP keeps its own holders
+// (inventory ties each context to its file), certain or the candidates.
 func toSample(snap *inventory.Snapshot, at time.Time) leaks.Sample {
 	s := leaks.Sample{At: at, Devices: make([]leaks.Device, len(snap.Devices))}
 	byIndex := make(map[uint32]int, len(snap.Devices))
@@ -59,53 +57,43 @@ func toSample(snap *inventory.Snapshot, at time.Time) leaks.Sample {
 		s.Devices[i].Name = d.Name
 		byIndex[d.Index] = i
 	}
-	owner := func(q *inventory.QP) leaks.Process {
-		if q.Owner == nil || q.Owner.Via == inventory.FromKernel || q.Owner.Zombie {
-			return leaks.Process{}
-		}
-		return leaks.Process{PID: int(q.Owner.PID), Comm: q.Owner.Comm}
-	}
-	owners := make([]map[int]bool, len(snap.Devices))
+	// Sized first: growing 10,000 QPs one by one was a sixth of a sample.
+	counts := make([]int, len(snap.Devices))
 	for i := range snap.QPs {
-		q := &snap.QPs[i]
-		if p := owner(q); p.PID != 0 {
-			d := byIndex[q.Device]
-			if owners[d] == nil {
-				owners[d] = map[int]bool{}
-			}
-			owners[d][p.PID] = true
-		}
+		counts[byIndex[snap.QPs[i].Device]]++
 	}
-	holders := make([][]leaks.Process, len(snap.Devices))
-	for i, d := range snap.Devices {
-		var all, free []leaks.Process
-		for _, h := range d.Holders {
-			p := leaks.Process{PID: int(h.PID), Comm: h.Comm}
-			all = append(all, p)
-			if !owners[i][p.PID] {
-				free = append(free, p)
-			}
+	for i, n := range counts {
+		s.Devices[i].QPs = make([]leaks.QP, 0, n)
+	}
+	// The QPs of one context share one holder list: convert each once.
+	converted := map[*inventory.Holder][]leaks.Process{}
+	holders := func(hs []inventory.Holder) []leaks.Process {
+		if len(hs) == 0 {
+			return nil
 		}
-		holders[i] = cmpOr(free, all)
+		if ps, ok := converted[&hs[0]]; ok {
+			return ps
+		}
+		ps := make([]leaks.Process, len(hs))
+		for i, h := range hs {
+			ps[i] = leaks.Process{PID: int(h.PID), Comm: h.Comm}
+		}
+		converted[&hs[0]] = ps
+		return ps
 	}
 	for i := range snap.QPs {
 		q := &snap.QPs[i]
 		d := byIndex[q.Device]
-		lq := leaks.QP{Port: q.Port, LQPN: q.LQPN, Type: q.Type.String(), State: q.State.String(), KernName: q.KernName, Owner: owner(q)}
-		if lq.Owner.PID == 0 && lq.KernName == "" {
-			lq.Holders = holders[d]
+		lq := leaks.QP{Port: q.Port, LQPN: q.LQPN, Type: q.Type.String(), State: q.State.String(), KernName: q.KernName}
+		if q.Owner != nil && q.Owner.Via != inventory.FromKernel && !q.Owner.Zombie {
+			lq.Owner = leaks.Process{PID: int(q.Owner.PID), Comm: q.Owner.Comm}
+		}
+		if lq.KernName == "" {
+			lq.Holders, lq.HoldersCertain = holders(q.Holders), q.HoldersCertain
 		}
 		s.Devices[d].QPs = append(s.Devices[d].QPs, lq)
 	}
 	return s
-}
-
-// cmpOr is a if it is not empty, else b.
-func cmpOr(a, b []leaks.Process) []leaks.Process {
-	if len(a) > 0 {
-		return a
-	}
-	return b
 }
 
 func (h *realHost) Limits(devices []string) map[string]leaks.Limit { return maxQPLimits(devices) }

@@ -137,47 +137,46 @@ func TestKernelIPoIBFindings(t *testing.T) {
 	}
 }
 
-// TestToSample: owners, zombies and the holders of a QP whose creator is
-// gone.
+// TestToSample: owners, zombies and each QP's own holders.
 func TestToSample(t *testing.T) {
 	rq := func(dev, lqpn uint32, state rdmanl.QPState) rdmanl.QP {
 		return rdmanl.QP{Device: dev, Port: 1, LQPN: lqpn, Type: rdmanl.QPTypeRC, State: state}
 	}
+	app := []inventory.Holder{{PID: 10, Comm: "app", FDs: []int{3}}}
+	child := []inventory.Holder{{PID: 20, Comm: "child", FDs: []int{4}}}
+	either := []inventory.Holder{{PID: 20, Comm: "child"}, {PID: 30, Comm: "other"}}
 	snap := &inventory.Snapshot{
 		Devices: []inventory.Device{
-			{Device: rdmanl.Device{Index: 0, Name: "rxe0"}, Holders: []inventory.Holder{{PID: 10, Comm: "app"}, {PID: 20, Comm: "child"}}},
-			{Device: rdmanl.Device{Index: 1, Name: "rxe1"}, Holders: []inventory.Holder{{PID: 30, Comm: "both"}}},
+			{Device: rdmanl.Device{Index: 0, Name: "rxe0"}, Holders: append(append([]inventory.Holder{}, app...), child...)},
+			{Device: rdmanl.Device{Index: 1, Name: "rxe1"}, Holders: either},
 		},
 		QPs: []inventory.QP{
-			{QP: rq(0, 17, rdmanl.QPStateRTS), Owner: &inventory.Owner{PID: 10, Comm: "app", Via: inventory.FromQP}},
-			{QP: rq(0, 18, rdmanl.QPStateErr), CreatorGone: true},
-			{QP: rq(0, 19, rdmanl.QPStateRTS), Owner: &inventory.Owner{PID: 40, Comm: "dying", Zombie: true, Via: inventory.FromQP}},
+			{QP: rq(0, 17, rdmanl.QPStateRTS), Owner: &inventory.Owner{PID: 10, Comm: "app", Via: inventory.FromQP}, Holders: app, HoldersCertain: true},
+			{QP: rq(0, 18, rdmanl.QPStateErr), CreatorGone: true, Holders: child, HoldersCertain: true},
+			{QP: rq(0, 19, rdmanl.QPStateRTS), Owner: &inventory.Owner{PID: 40, Comm: "dying", Zombie: true, Via: inventory.FromQP}, CreatorGone: true, Holders: child, HoldersCertain: true},
 			{QP: rdmanl.QP{Device: 0, Port: 1, LQPN: 1, Type: rdmanl.QPTypeGSI, State: rdmanl.QPStateRTS, KernName: "ib_core"},
-				Owner: &inventory.Owner{Comm: "ib_core", Via: inventory.FromKernel}},
-			{QP: rq(1, 20, rdmanl.QPStateRTS), Owner: &inventory.Owner{PID: 30, Comm: "both", Via: inventory.FromPD}},
-			{QP: rq(1, 21, rdmanl.QPStateRTS), CreatorGone: true},
+				Owner: &inventory.Owner{Comm: "ib_core", Via: inventory.FromKernel}, HoldersCertain: true},
+			{QP: rq(1, 21, rdmanl.QPStateRTS), CreatorGone: true, Holders: either},
 		},
 	}
 	s := toSample(snap, time.Unix(1, 0))
-	if len(s.Devices) != 2 || len(s.Devices[0].QPs) != 4 || len(s.Devices[1].QPs) != 2 {
+	if len(s.Devices) != 2 || len(s.Devices[0].QPs) != 4 || len(s.Devices[1].QPs) != 1 {
 		t.Fatalf("sample %+v", s)
 	}
 	q := s.Devices[0].QPs
-	if q[0].Owner.PID != 10 || q[0].Holders != nil || q[0].Type != "RC" || q[0].State != "RTS" {
+	if q[0].Owner.PID != 10 || !slices.Equal(q[0].Holders, []leaks.Process{{PID: 10, Comm: "app"}}) || !q[0].HoldersCertain || q[0].Type != "RC" || q[0].State != "RTS" {
 		t.Errorf("owned QP %+v", q[0])
 	}
-	// The holders of a QP without a creator are those that own no QP.
-	if q[1].Owner.PID != 0 || len(q[1].Holders) != 1 || q[1].Holders[0].PID != 20 || q[1].State != "ERR" {
+	if q[1].Owner.PID != 0 || !slices.Equal(q[1].Holders, []leaks.Process{{PID: 20, Comm: "child"}}) || !q[1].HoldersCertain || q[1].State != "ERR" {
 		t.Errorf("QP without a creator %+v", q[1])
 	}
-	if q[2].Owner.PID != 0 || len(q[2].Holders) != 1 {
+	if q[2].Owner.PID != 0 || len(q[2].Holders) != 1 || q[2].Holders[0].PID != 20 {
 		t.Errorf("a zombie's QP %+v: want no owner, the holder", q[2])
 	}
 	if !q[3].Kernel() || q[3].Owner.PID != 0 || q[3].Holders != nil {
 		t.Errorf("kernel QP %+v", q[3])
 	}
-	// Every holder owns QPs: all of them are named.
-	if h := s.Devices[1].QPs[1].Holders; len(h) != 1 || h[0].PID != 30 {
-		t.Errorf("rxe1 holders %+v", h)
+	if q := s.Devices[1].QPs[0]; len(q.Holders) != 2 || q.HoldersCertain {
+		t.Errorf("rxe1 QP %+v: want the two candidates, uncertain", q)
 	}
 }

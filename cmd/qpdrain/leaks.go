@@ -37,12 +37,14 @@ func newLeaksCmd(opts *globalOptions) *cobra.Command {
 that hold its device) over a window, and report findings, each with its reason, the evidence
 the samples show and a remedy:
   stuck-in-error  user QPs of a live process in ERR or SQE in every sample
-  orphaned        user QPs whose creator is gone; other processes keep their context alive
+  orphaned        user QPs whose creator is gone (or a zombie), in any state; other processes
+                  keep their context alive: one finding per set of holders
   growing         a process whose QP count rises in every sample while its ERR count rises
   near-limit      a device at or above --near-limit of its max_qp, or kernel IPoIB-CM QPs
                   near ib_ipoib's non-SRQ connection limit (max_nonsrq_conn_qp, 128)
   kernel          kernel-owned QPs (IPoIB) in ERR or SQE in every sample
-A QP that is busy or idle in RTS is never a finding. The kernel gives no QP age: every dwell
+A QP of a live owner that is busy or idle in RTS is never a finding (an orphaned QP is one in
+any state). The kernel gives no QP age: every dwell
 is the lower bound the window shows. It changes nothing on the host (docs/LEAKS.md).
 --textfile writes the metrics for node_exporter's textfile collector, atomically.
 Exit status 0 clean, 1 findings, 2 error, 3 no RDMA devices here.`,
@@ -71,6 +73,7 @@ func cmdContext(cmd *cobra.Command) context.Context {
 }
 
 func runLeaks(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions, o *leaksOptions) error {
+	defer oneShotGC()()
 	if o.nearLimit <= 0 || o.nearLimit > 1 {
 		return withExitCode(exitError, fmt.Errorf("--near-limit %g: want a fraction in (0, 1]", o.nearLimit))
 	}

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/devtest"
 	"github.com/qpdrain/qpdrain/internal/promcheck"
@@ -31,9 +33,12 @@ import (
 //	       RESET, held by a live process
 //	grow:  creates two RC QPs every growStep, one of them left in ERR,
 //	       for growFor
+//	mapper: creates two RC QPs and closes its uverbs fd: the queues'
+//	       mappings alone hold the context
 //
-// stuck and grow clean up and exit 0 on SIGTERM, as a well-behaved process
-// does, or when stdin closes.
+// They exit 0 on SIGTERM, as a well-behaved process does, or when stdin
+// closes; stuck and grow clean up first, mapper leaves it to the kernel
+// (without the fd its verbs objects cannot be destroyed).
 const (
 	growStep = 30 * time.Millisecond
 	growFor  = 30 * time.Second
@@ -41,7 +46,7 @@ const (
 
 func init() {
 	switch mode := os.Getenv(envHelper); mode {
-	case "stuck", "grow":
+	case "stuck", "grow", "mapper":
 		if err := leakHelper(mode); err != nil {
 			fmt.Fprintf(os.Stderr, "helper %s: %v\n", mode, err)
 			os.Exit(1)
@@ -95,6 +100,18 @@ func leakHelper(mode string) error {
 			}
 		}
 		fmt.Printf("%s qpns=%s err=%d,%d\n", ready, qpns(set), q[2].Num(), q[3].Num())
+	case "mapper":
+		if err := set.Many(2); err != nil {
+			return err
+		}
+		fd, _, err := uverbsFD()
+		if err != nil {
+			return err
+		}
+		if err := unix.Close(fd); err != nil {
+			return err
+		}
+		fmt.Printf("%s qpns=%s\n", ready, qpns(set))
 	case "grow":
 		fmt.Println(ready)
 		t := time.NewTicker(growStep)
@@ -118,6 +135,9 @@ func leakHelper(mode string) error {
 		case <-eof:
 			done = true
 		}
+	}
+	if mode == "mapper" {
+		return nil
 	}
 	if err := set.Close(); err != nil {
 		return err
@@ -300,17 +320,16 @@ func TestLeaksScale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(name string, args ...string) (time.Duration, int64) {
+	run := func(name string, args ...string) runCost {
 		return timedRun(t, self, exitFindings, name, args...)
 	}
 	_ = startHelper(t, "many", fmt.Sprintf("QPDRAIN_QPS_N=%d", n))
-	var cli, rdma []time.Duration
+	var cli, rdma []runCost
 	var rss int64
 	for range 3 {
-		d, r := run(self, "leaks", "-j", "--for", "0s")
-		cli, rss = append(cli, d), max(rss, r)
-		d, _ = run("rdma", "-j", "resource", "show", "qp")
-		rdma = append(rdma, d)
+		c := run(self, "leaks", "-j", "--for", "0s")
+		cli, rss = append(cli, c), max(rss, c.rss)
+		rdma = append(rdma, run("rdma", "-j", "resource", "show", "qp"))
 	}
 	h, err := openRealHost(hostOptions{proc: "/proc", sys: "/sys", dev: "/dev"}, io.Discard)
 	if err != nil {
@@ -345,9 +364,135 @@ func TestLeaksScale(t *testing.T) {
 		slices.Sort(s)
 		return s[len(s)/2]
 	}
-	line := fmt.Sprintf("BENCH leaks-10k kernel=%s leaks_cli=%v rdma=%v ratio=%.2f sample=%v sample_runs=%v sample_heap_bytes_per_qp=%.0f leaks_maxrss_kib=%d exporter_scrape=%v cli_runs=%v rdma_runs=%v",
-		kernelRelease(), med(cli).Round(time.Millisecond), med(rdma).Round(time.Millisecond), float64(med(cli))/float64(med(rdma)),
+	wc, cc := medianCosts(cli)
+	wr, cr := medianCosts(rdma)
+	line := fmt.Sprintf("BENCH leaks-10k kernel=%s leaks_cli=%v rdma=%v ratio=%.2f leaks_cpu=%v rdma_cpu=%v cpu_ratio=%.2f sample=%v sample_runs=%v sample_heap_bytes_per_qp=%.0f leaks_maxrss_kib=%d exporter_scrape=%v cli_runs=%v rdma_runs=%v",
+		kernelRelease(), wc.Round(time.Millisecond), wr.Round(time.Millisecond), float64(wc)/float64(wr),
+		cc.Round(time.Millisecond), cr.Round(time.Millisecond), float64(cc)/float64(cr),
 		med(one).Round(time.Millisecond), one, float64(heap)/n, rss, scrape.Round(time.Millisecond), cli, rdma)
 	t.Log(line)
 	fmt.Println("@@" + line)
+}
+
+// TestReapHoldersRxe plants the holder cases side by side on one device: two
+// unrelated processes, a creator that forked a keeper and exited (reaped),
+// a zombie creator whose keeper holds its fd, and a process that holds its
+// context by mappings alone. It checks each QP's holders in qpdrain qps -j,
+// the filter errors, then reaps each holder and checks against rdma that
+// exactly its QPs went.
+func TestReapHoldersRxe(t *testing.T) {
+	needRxe(t)
+	dev := devtest.DeviceName()
+	a, b := startHelper(t, "stuck"), startHelper(t, "stuck")
+	mapper := startHelper(t, "mapper")
+	fork := startHelper(t, "fork")
+	zombie := startHelper(t, "zombie") // startHelper does not reap it
+	if err := waitGone("/proc/" + zombie.ready["pid"]); err != nil {
+		t.Fatal(err)
+	}
+	kf, kz := fork.pid(t, "keeper"), zombie.pid(t, "keeper")
+	qpnsOf := func(h *helperProc) []uint32 { return parseQPNs(t, h.ready["qpns"]) }
+	all := map[string][]uint32{"a": qpnsOf(a), "b": qpnsOf(b), "mapper": qpnsOf(mapper), "fork": qpnsOf(fork), "zombie": qpnsOf(zombie)}
+
+	snapshot := func() map[uint32]qpJSON {
+		t.Helper()
+		out, err := runQpdrain(t, "qps", "-j", "link", dev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var list []qpJSON
+		if err := json.Unmarshal([]byte(out), &list); err != nil {
+			t.Fatalf("qps -j: %v\n%s", err, out)
+		}
+		m := map[uint32]qpJSON{}
+		for _, q := range list {
+			m[q.LQPN] = q
+		}
+		return m
+	}
+	check := func(m map[uint32]qpJSON, who string, pids []int, certain, gone bool) {
+		t.Helper()
+		for _, n := range all[who] {
+			q, ok := m[n]
+			if !ok {
+				t.Errorf("%s's QP %d not listed", who, n)
+				continue
+			}
+			var got []int
+			for _, h := range q.Holders {
+				got = append(got, int(h.PID))
+			}
+			if !slices.Equal(got, pids) || q.HoldersCertain != certain || q.CreatorGone != gone {
+				t.Errorf("%s's QP %d: holders %v certain %v creator_gone %v, want %v %v %v", who, n, got, q.HoldersCertain, q.CreatorGone, pids, certain, gone)
+			}
+		}
+	}
+	m := snapshot()
+	check(m, "a", []int{a.pid(t, "pid")}, true, false)
+	check(m, "b", []int{b.pid(t, "pid")}, true, false)
+	check(m, "mapper", []int{mapper.pid(t, "pid")}, true, false)
+	if q := m[all["mapper"][0]]; len(q.Holders) != 1 || !q.Holders[0].Mapped || len(q.Holders[0].FDs) != 0 {
+		t.Errorf("mapper's QP holders %+v, want the mapper by mappings only", q.Holders)
+	}
+	// Two contexts whose creators are gone, each held by a keeper: the
+	// kernel does not say which keeper holds which.
+	pair := []int{min(kf, kz), max(kf, kz)}
+	check(m, "fork", pair, false, true)
+	check(m, "zombie", pair, false, true)
+	if o := m[all["zombie"][0]].Owner; o == nil || int(o.PID) != zombie.pid(t, "pid") || !o.Zombie {
+		t.Errorf("zombie's QP owner %+v, want the zombie %d", o, zombie.pid(t, "pid"))
+	}
+
+	for _, f := range [][]string{{"state", "FOO"}, {"type", "XYZ"}, {"path-mig-state", "NONE"}, {"link", dev + "/7"}} {
+		if out, err := runQpdrain(t, append([]string{"qps"}, f...)...); exitCodeOf(err) != exitError {
+			t.Errorf("qps %v: exit %d, want %d:\n%s", f, exitCodeOf(err), exitError, out)
+		}
+	}
+
+	// left checks against rdma that the QPs of whos are all there and
+	// those of gone all went.
+	left := func(gone []string, whos ...string) {
+		t.Helper()
+		now := rdmaQPs(t)
+		for _, who := range whos {
+			for _, n := range all[who] {
+				if _, ok := now[n]; !ok {
+					t.Errorf("%s's QP %d went with another holder", who, n)
+				}
+			}
+		}
+		for _, who := range gone {
+			for _, n := range all[who] {
+				if _, ok := now[n]; ok {
+					t.Errorf("%s's QP %d is still there", who, n)
+				}
+			}
+		}
+	}
+	reapAndCheck(t, a.pid(t, "pid"), all["a"])
+	left([]string{"a"}, "b", "mapper", "fork", "zombie")
+	reapAndCheck(t, b.pid(t, "pid"), all["b"])
+	left([]string{"b"}, "mapper", "fork", "zombie")
+	reapAndCheck(t, mapper.pid(t, "pid"), all["mapper"])
+	left([]string{"mapper"}, "fork", "zombie")
+
+	// The fork's keeper may keep either pair of QPs: reap waits for none,
+	// and rdma shows that its own went.
+	out, err := runQpdrain(t, "reap", "--pid", strconv.Itoa(kf), "--yes", "-j")
+	var r reapResult
+	if exitCodeOf(err) != exitClean || json.Unmarshal([]byte(out), &r) != nil || len(r.QPs) != 0 || len(r.MayKeep) != 4 {
+		t.Fatalf("reap --pid %d (a candidate): exit %d:\n%s", kf, exitCodeOf(err), out)
+	}
+	if err := waitGone("/proc/" + strconv.Itoa(kf)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, ok := rdmaQPs(t)[all["fork"][0]]; ok && time.Now().Before(deadline); _, ok = rdmaQPs(t)[all["fork"][0]] {
+		time.Sleep(100 * time.Millisecond)
+	}
+	left([]string{"fork"}, "zombie")
+	// Now one context and one file are left: the zombie's keeper is proven.
+	check(snapshot(), "zombie", []int{kz}, true, true)
+	reapAndCheck(t, kz, all["zombie"])
+	left([]string{"zombie"})
 }

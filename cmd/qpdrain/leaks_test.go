@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,7 +23,8 @@ import (
 )
 
 // fakeHost is a host whose QPs a test scripts: qps(n) gives the QPs of the
-// n-th sample (from 0); a signal to victim removes its QPs.
+// n-th sample (from 0); a signal to victim ends it: the QPs it alone
+// holds go, and it leaves the holders of the others.
 type fakeHost struct {
 	mu       sync.Mutex
 	n        int
@@ -49,9 +51,12 @@ func (f *fakeHost) Sample(ctx context.Context) (leaks.Sample, error) {
 	if f.killed {
 		var keep []leaks.QP
 		for _, q := range qps {
-			if q.Owner.PID != f.victim {
-				keep = append(keep, q)
+			isVictim := func(p leaks.Process) bool { return p.PID == f.victim }
+			if len(q.Holders) == 1 && isVictim(q.Holders[0]) {
+				continue
 			}
+			q.Holders = slices.DeleteFunc(slices.Clone(q.Holders), isVictim)
+			keep = append(keep, q)
 		}
 		qps = keep
 	}
@@ -120,12 +125,13 @@ func run(t *testing.T, args ...string) (string, int) {
 // pid 100 in ERR.
 func leakyHost(victim int) *fakeHost {
 	app := leaks.Process{PID: victim, Comm: "app"}
+	held := []leaks.Process{app}
 	return &fakeHost{victim: victim, maxQP: 1 << 20, qps: func(int) []leaks.QP {
 		return []leaks.QP{
 			{Port: 1, LQPN: 1, Type: "GSI", State: "RTS", KernName: "ib_core"},
-			{Port: 1, LQPN: 17, Type: "RC", State: "RTS", Owner: app},
-			{Port: 1, LQPN: 18, Type: "RC", State: "ERR", Owner: app},
-			{Port: 1, LQPN: 19, Type: "RC", State: "ERR", Owner: app},
+			{Port: 1, LQPN: 17, Type: "RC", State: "RTS", Owner: app, Holders: held, HoldersCertain: true},
+			{Port: 1, LQPN: 18, Type: "RC", State: "ERR", Owner: app, Holders: held, HoldersCertain: true},
+			{Port: 1, LQPN: 19, Type: "RC", State: "ERR", Owner: app, Holders: held, HoldersCertain: true},
 		}
 	}}
 }
@@ -228,7 +234,7 @@ func TestReapPlanAndAct(t *testing.T) {
 	useHost(t, f)
 	out, code := run(t, "reap", "--pid", strconv.Itoa(pid))
 	if code != exitClean || len(f.signals) != 0 || !strings.Contains(out, "plan: send SIGTERM to pid") ||
-		!strings.Contains(out, "its 3 QPs (3 owned, 0 kept alive as a holder)") || !strings.Contains(out, "nothing done: run again with --yes") {
+		!strings.Contains(out, "for the 3 QPs it alone holds (3 owned, 0 kept alive as a holder)") || !strings.Contains(out, "nothing done: run again with --yes") {
 		t.Fatalf("plan: exit %d signals %v:\n%s", code, f.signals, out)
 	}
 	out, code = run(t, "reap", "--pid", strconv.Itoa(pid), "--yes", "--signal", "KILL")
@@ -249,6 +255,55 @@ func TestReapRemaining(t *testing.T) {
 	}
 	if code != exitFindings || !got.Done || got.Freed != 0 || len(got.Remaining) != 3 || got.WaitedMS < 300 {
 		t.Errorf("exit %d, %+v", code, got)
+	}
+	// A wait over before any sample was read proves nothing left: all remain.
+	out, code = run(t, "reap", "--pid", strconv.Itoa(pid), "--yes", "--wait", "1ns", "-j")
+	got = reapResult{}
+	if err := json.NewDecoder(strings.NewReader(out)).Decode(&got); err != nil || code != exitFindings || len(got.Remaining) != 3 {
+		t.Errorf("--wait 1ns: exit %d, %+v (%v):\n%s", code, got, err, out)
+	}
+}
+
+// TestReapHolders: reap waits for the QPs whose context the target alone
+// holds, lists apart those it shares or may hold, and exits 0 when its own
+// went.
+func TestReapHolders(t *testing.T) {
+	pid := otherProcess(t)
+	app := leaks.Process{PID: pid, Comm: "app"}
+	child, other := leaks.Process{PID: 300, Comm: "child"}, leaks.Process{PID: 500, Comm: "other"}
+	f := &fakeHost{victim: pid, qps: func(int) []leaks.QP {
+		return []leaks.QP{
+			{Port: 1, LQPN: 17, Type: "RC", State: "RTS", Owner: app, Holders: []leaks.Process{app}, HoldersCertain: true},
+			// Its forked-and-exited creator's context, held by the target alone.
+			{Port: 1, LQPN: 20, Type: "RC", State: "ERR", Holders: []leaks.Process{app}, HoldersCertain: true},
+			{Port: 1, LQPN: 21, Type: "RC", State: "RTS", Owner: app, Holders: []leaks.Process{app, child}, HoldersCertain: true},
+			{Port: 1, LQPN: 22, Type: "RC", State: "RTS", Holders: []leaks.Process{app, other}},
+			{Port: 1, LQPN: 30, Type: "RC", State: "RTS", Owner: other, Holders: []leaks.Process{other}, HoldersCertain: true},
+		}
+	}}
+	useHost(t, f)
+	out, code := run(t, "reap", "--pid", strconv.Itoa(pid))
+	for _, want := range []string{"for the 2 QPs it alone holds (1 owned, 1 kept alive as a holder)", "rxe0 lqpn 17 RC RTS, rxe0 lqpn 20 RC ERR",
+		"not waited for: 2 QPs", "rxe0 lqpn 21 RC RTS: also held by pid 300 (child)", "rxe0 lqpn 22 RC RTS: held by one or more of pid " + strconv.Itoa(pid) + " (app), pid 500 (other)"} {
+		if code != exitClean || !strings.Contains(out, want) {
+			t.Errorf("plan: exit %d, want %q:\n%s", code, want, out)
+		}
+	}
+	out, code = run(t, "reap", "--pid", strconv.Itoa(pid), "--yes", "-j")
+	var got reapResult
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("-j: %v\n%s", err, out)
+	}
+	if code != exitClean || got.Freed != 2 || len(got.QPs) != 2 || len(got.Remaining) != 0 || len(got.MayKeep) != 2 || got.MayKeep[1].Why == "" {
+		t.Errorf("reap: exit %d %+v", code, got)
+	}
+	// Every result has every list, empty rather than null.
+	useHost(t, f)
+	out, code = run(t, "reap", "--pid", strconv.Itoa(otherProcess(t)), "-j")
+	for _, want := range []string{`"qps": []`, `"may_keep_alive": []`, `"remaining": []`} {
+		if code != exitClean || !strings.Contains(out, want) {
+			t.Errorf("nothing to reap: exit %d, want %s:\n%s", code, want, out)
+		}
 	}
 }
 

@@ -30,6 +30,28 @@ var (
 	wordQPFilters    = []string{"type", "state", "path-mig-state"}
 )
 
+// qpFilterWords are the words each word filter can match: what rdma prints
+// for every value the kernel's attribute can carry (rdma/res-qp.c and
+// rdma/res.c: qp_types_to_str, qp_states_to_str, path_mig_to_str, with
+// UNKNOWN for a value they lack). rdma compares them without case.
+var qpFilterWords = map[string][]string{
+	"type":           wordsOf(func(i uint8) string { return rdmanl.QPType(i).String() }),
+	"state":          wordsOf(func(i uint8) string { return rdmanl.QPState(i).String() }),
+	"path-mig-state": wordsOf(func(i uint8) string { return rdmanl.PathMigState(i).String() }),
+}
+
+// wordsOf lists the names name gives the u8 values, each once, in value
+// order.
+func wordsOf(name func(uint8) string) []string {
+	var out []string
+	for i := range 256 {
+		if w := name(uint8(i)); !contains(out, w) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
 func parseQPFilter(args []string) (qpFilter, error) {
 	f := qpFilter{nums: map[string][][2]uint32{}, words: map[string][]string{}}
 	known := "link, " + strings.Join(numericQPFilters, ", ") + ", " + strings.Join(wordQPFilters, ", ")
@@ -55,7 +77,11 @@ func parseQPFilter(args []string) (qpFilter, error) {
 				if w == "" {
 					return f, fmt.Errorf("filter %s %q: empty word in the list", name, val)
 				}
-				f.words[name] = append(f.words[name], strings.ToUpper(w))
+				w = strings.ToUpper(w)
+				if valid := qpFilterWords[name]; !contains(valid, w) {
+					return f, fmt.Errorf("filter %s %q: no %s is %q: want one of %s (any case)", name, val, name, w, strings.Join(valid, ", "))
+				}
+				f.words[name] = append(f.words[name], w)
 			}
 		default:
 			return f, fmt.Errorf("unknown filter %q: want one of %s", name, known)
@@ -91,6 +117,25 @@ func (f *qpFilter) parseLink(val string) error {
 		return fmt.Errorf("filter link %q: port %q is not a port number (1, 2, ... or -)", val, port)
 	}
 	f.port, f.hasPort = uint32(n), true
+	return nil
+}
+
+// checkPort fails when the filter's port is not one of its device's, as
+// rdma does ("Wrong device name"): devs are the devices Take read.
+func (f *qpFilter) checkPort(devs []inventory.Device) error {
+	if !f.hasPort {
+		return nil
+	}
+	for _, d := range devs {
+		if d.Name != f.dev || d.Ports == 0 || f.port <= d.Ports {
+			continue
+		}
+		ports := "port 1"
+		if d.Ports > 1 {
+			ports = fmt.Sprintf("ports 1-%d", d.Ports)
+		}
+		return fmt.Errorf("filter link %s/%d: %s has %s only (or - for QPs without a port)", f.dev, f.port, d.Name, ports)
+	}
 	return nil
 }
 

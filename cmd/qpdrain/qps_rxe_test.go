@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -177,6 +178,46 @@ func qpObjects(t *testing.T, who, out string) map[string]map[string]any {
 	return m
 }
 
+// keyOrders reads a -j array's objects' keys in order, by "ifname/lqpn".
+func keyOrders(t *testing.T, out string) map[string][]string {
+	t.Helper()
+	d := json.NewDecoder(strings.NewReader(out))
+	m := map[string][]string{}
+	fail := func(err error) { t.Fatalf("-j: %v:\n%s", err, out) }
+	if _, err := d.Token(); err != nil { // [
+		fail(err)
+	}
+	for d.More() {
+		if _, err := d.Token(); err != nil { // {
+			fail(err)
+		}
+		var keys []string
+		var name, lqpn string
+		for d.More() {
+			k, err := d.Token()
+			if err != nil {
+				fail(err)
+			}
+			var v json.RawMessage
+			if err := d.Decode(&v); err != nil {
+				fail(err)
+			}
+			keys = append(keys, fmt.Sprint(k))
+			switch k {
+			case "ifname":
+				name = strings.Trim(string(v), `"`)
+			case "lqpn":
+				lqpn = string(v)
+			}
+		}
+		if _, err := d.Token(); err != nil { // }
+			fail(err)
+		}
+		m[name+"/"+lqpn] = keys
+	}
+	return m
+}
+
 // TestQPsMatchRdma compares `qpdrain qps -j` with `rdma resource show qp
 // -j`, QP by QP and key by key, with helpers holding QPs in several states
 // and types, a helper whose creating thread exited, and a creator that
@@ -189,6 +230,7 @@ func TestQPsMatchRdma(t *testing.T) {
 	fork := startHelper(t, "fork")
 
 	var ours, theirs map[string]map[string]any
+	var ours0 string
 	for try := 0; ; try++ {
 		before := runRdma(t, "-j", "resource", "show", "qp")
 		out, err := runQpdrain(t, "qps", "-j")
@@ -196,7 +238,7 @@ func TestQPsMatchRdma(t *testing.T) {
 			t.Fatal(err)
 		}
 		after := runRdma(t, "-j", "resource", "show", "qp")
-		theirs, ours = qpObjects(t, "rdma", before), qpObjects(t, "qpdrain", out)
+		theirs, ours, ours0 = qpObjects(t, "rdma", before), qpObjects(t, "qpdrain", out), out
 		if reflect.DeepEqual(theirs, qpObjects(t, "rdma", after)) || try == 2 {
 			break
 		}
@@ -228,6 +270,15 @@ func TestQPsMatchRdma(t *testing.T) {
 		}
 	}
 	t.Logf("%d QPs match rdma key by key", len(theirs))
+	// iproute2's key order (print_link: ifindex, ifname, port), for the
+	// keys both print.
+	theirOrder, ourOrder := keyOrders(t, runRdma(t, "-j", "resource", "show", "qp")), keyOrders(t, ours0)
+	for id, want := range theirOrder {
+		got := slices.DeleteFunc(slices.Clone(ourOrder[id]), func(k string) bool { return !slices.Contains(want, k) })
+		if got != nil && !slices.Equal(got, want) {
+			t.Errorf("QP %s keys: qpdrain %v, rdma %v", id, got, want)
+		}
+	}
 
 	dev := devtest.DeviceName()
 	owner := func(id string) (map[string]any, bool, []any) {
@@ -253,8 +304,8 @@ func TestQPsMatchRdma(t *testing.T) {
 		if own == nil || fmt.Sprint(own["pid"]) != strconv.Itoa(hold.pid(t, "pid")) || own["via"] != "qp" || gone {
 			t.Errorf("hold helper's QP %s: owner %v creator_gone %v, want pid %d via qp", n, own, gone, hold.pid(t, "pid"))
 		}
-		if !holds(hs, hold.pid(t, "pid")) {
-			t.Errorf("hold helper's QP %s: holders %v lack the helper %d", n, hs, hold.pid(t, "pid"))
+		if !holds(hs, hold.pid(t, "pid")) || len(hs) != 1 {
+			t.Errorf("hold helper's QP %s: holders %v, want the helper %d alone", n, hs, hold.pid(t, "pid"))
 		}
 	}
 	for _, n := range thread.qpns() {
@@ -269,8 +320,9 @@ func TestQPsMatchRdma(t *testing.T) {
 	keeper := fork.pid(t, "keeper")
 	for _, n := range fork.qpns() {
 		own, gone, hs := owner(n)
-		if own != nil || !gone || !holds(hs, keeper) {
-			t.Errorf("exited creator's QP %s: owner %v creator_gone %v holders %v, want no owner, creator_gone, keeper %d holding", n, own, gone, hs, keeper)
+		if own != nil || !gone || !holds(hs, keeper) || len(hs) != 1 || ours[dev+"/"+n]["holders_certain"] != true {
+			t.Errorf("exited creator's QP %s: owner %v creator_gone %v holders %v certain %v, want no owner, creator_gone, keeper %d alone, certain",
+				n, own, gone, hs, ours[dev+"/"+n]["holders_certain"], keeper)
 		}
 		line, err := runQpdrain(t, "qps", "-d", "link", dev, "lqpn", n)
 		if err != nil {
@@ -332,6 +384,11 @@ func TestRxeAddDel(t *testing.T) {
 	if !errors.As(err, &ec) || ec.code != exitError || !strings.Contains(err.Error(), fmt.Sprintf("pid %d", h.pid(t, "pid"))) {
 		t.Fatalf("rxe del while held: %v, want exit 2 naming pid %d", err, h.pid(t, "pid"))
 	}
+	// reap's wait is --wait, and the message names it (not --timeout).
+	_, err = runQpdrain(t, "reap", "--rxe", "rxe1", "--yes", "--wait", "2s")
+	if !errors.As(err, &ec) || ec.code != exitError || !strings.Contains(err.Error(), "after 2s") {
+		t.Fatalf("reap --rxe while held: %v, want exit 2 giving up after 2s", err)
+	}
 	if err := h.stop(); err != nil {
 		t.Fatalf("helper: %v", err)
 	}
@@ -343,10 +400,32 @@ func TestRxeAddDel(t *testing.T) {
 	}
 }
 
+// runCost is what one run of a command cost.
+type runCost struct {
+	wall, cpu time.Duration // cpu: user plus system time
+	rss       int64         // peak RSS, KiB
+}
+
+// String is "wall/cpu", as BENCH lines list runs.
+func (r runCost) String() string {
+	return fmt.Sprintf("%v/%v", r.wall.Round(time.Millisecond), r.cpu.Round(time.Millisecond))
+}
+
+// medianCosts are the medians of the runs' wall and CPU times.
+func medianCosts(rs []runCost) (wall, cpu time.Duration) {
+	var ws, cs []time.Duration
+	for _, r := range rs {
+		ws, cs = append(ws, r.wall), append(cs, r.cpu)
+	}
+	slices.Sort(ws)
+	slices.Sort(cs)
+	return ws[len(ws)/2], cs[len(cs)/2]
+}
+
 // timedRun runs name with args as a process of its own (the test binary
 // as qpdrain when name is self), failing t unless it exits 0 or with ok,
-// and returns its wall time and peak RSS (KiB).
-func timedRun(t *testing.T, self string, ok int, name string, args ...string) (time.Duration, int64) {
+// and returns its wall and CPU time and peak RSS.
+func timedRun(t *testing.T, self string, ok int, name string, args ...string) runCost {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	if name == self {
@@ -360,7 +439,8 @@ func timedRun(t *testing.T, self string, ok int, name string, args ...string) (t
 	if ee, isExit := err.(*exec.ExitError); err != nil && (!isExit || ee.ExitCode() != ok) {
 		t.Fatalf("%s %v: %v: %s", name, args, err, stderr.String())
 	}
-	return time.Since(start), cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss
+	wall, ps := time.Since(start), cmd.ProcessState
+	return runCost{wall: wall, cpu: ps.UserTime() + ps.SystemTime(), rss: ps.SysUsage().(*syscall.Rusage).Maxrss}
 }
 
 // TestQPsScale times `qpdrain qps -j` against `rdma resource show qp -j`
@@ -374,10 +454,10 @@ func TestQPsScale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(name string, args ...string) (time.Duration, int64) {
+	run := func(name string, args ...string) runCost {
 		return timedRun(t, self, exitClean, name, args...)
 	}
-	_, rssBase := run(self, "qps", "-j")
+	rssBase := run(self, "qps", "-j").rss
 	start := time.Now()
 	h := startHelper(t, "many", fmt.Sprintf("QPDRAIN_QPS_N=%d", n))
 	t.Logf("created %d QPs in %v", n, time.Since(start))
@@ -385,23 +465,19 @@ func TestQPsScale(t *testing.T) {
 	// One untimed run of each brings both binaries into the page cache.
 	run(self, "qps", "-j")
 	run("rdma", "-j", "resource", "show", "qp")
-	var ours, theirs []time.Duration
+	var ours, theirs []runCost
 	var rss int64
 	for range 5 {
-		d, r := run(self, "qps", "-j")
-		ours, rss = append(ours, d), max(rss, r)
-		d, _ = run("rdma", "-j", "resource", "show", "qp")
-		theirs = append(theirs, d)
+		o := run(self, "qps", "-j")
+		ours, rss = append(ours, o), max(rss, o.rss)
+		theirs = append(theirs, run("rdma", "-j", "resource", "show", "qp"))
 	}
-	med := func(ds []time.Duration) time.Duration {
-		s := append([]time.Duration(nil), ds...)
-		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-		return s[len(s)/2]
-	}
-	mo, mt := med(ours), med(theirs)
+	mo, co := medianCosts(ours)
+	mt, ct := medianCosts(theirs)
 	perQP := float64(rss-rssBase) * 1024 / n
-	line := fmt.Sprintf("BENCH qps-10k kernel=%s qpdrain=%v rdma=%v ratio=%.2f qpdrain_runs=%v rdma_runs=%v maxrss_kib=%d base_kib=%d bytes_per_qp=%.0f",
-		kernelRelease(), mo.Round(time.Millisecond), mt.Round(time.Millisecond), float64(mo)/float64(mt), ours, theirs, rss, rssBase, perQP)
+	line := fmt.Sprintf("BENCH qps-10k kernel=%s qpdrain=%v rdma=%v ratio=%.2f qpdrain_cpu=%v rdma_cpu=%v cpu_ratio=%.2f qpdrain_runs=%v rdma_runs=%v maxrss_kib=%d base_kib=%d bytes_per_qp=%.0f",
+		kernelRelease(), mo.Round(time.Millisecond), mt.Round(time.Millisecond), float64(mo)/float64(mt),
+		co.Round(time.Millisecond), ct.Round(time.Millisecond), float64(co)/float64(ct), ours, theirs, rss, rssBase, perQP)
 	t.Log(line)
 	fmt.Println("@@" + line)
 	if mo > mt {

@@ -48,8 +48,10 @@ func newReapCmd(opts *globalOptions) *cobra.Command {
 context closes it (process exit) or when the device goes away. reap does that on an explicit
 target and proves the result through RDMA netlink.
   --pid N    signal the process N (SIGTERM; --signal KILL only when asked), then wait, bounded
-             by --wait, for the QPs it owns or keeps alive to leave RDMA netlink, and report
-             how many were freed and how many remain
+             by --wait, for the QPs whose context it alone holds (they go when it exits) to
+             leave RDMA netlink, and report how many were freed and how many remain; the QPs
+             it may keep alive (with other holders, or as one of unproven candidates) are
+             listed apart, not waited for
   --rxe NAME delete the rxe link NAME once no process holds it (bounded by --wait), and report
              the QPs that went with it
 Without --yes it prints the plan and changes nothing. It refuses pid 1, its own pid, kernel
@@ -150,35 +152,57 @@ type targetKey struct {
 	typ  string
 }
 
-// targetsOf are the QPs pid owns, and those without a live owner that it
-// holds.
-func targetsOf(s leaks.Sample, pid int) []reapQP {
-	var out []reapQP
+// targetsOf splits the user QPs pid keeps alive: those it alone provably
+// holds (they go when it exits), and those it may keep alive (it shares
+// their context with other holders, or is one of the candidates of a
+// context whose holders are not proven).
+func targetsOf(s leaks.Sample, pid int) (alone, maybe []reapQP) {
+	alone, maybe = []reapQP{}, []reapQP{}
 	for _, d := range s.Devices {
 		for _, q := range d.QPs {
-			held := q.Owner.PID == 0 && !q.Kernel() && slices.ContainsFunc(q.Holders, func(p leaks.Process) bool { return p.PID == pid })
-			if q.Owner.PID == pid || held {
-				out = append(out, reapQP{Device: d.Name, QPRef: leaks.QPRef{Port: q.Port, LQPN: q.LQPN, Type: q.Type, State: q.State}, Held: held})
+			if q.Kernel() || !slices.ContainsFunc(q.Holders, func(p leaks.Process) bool { return p.PID == pid }) {
+				continue
+			}
+			r := reapQP{Device: d.Name, QPRef: leaks.QPRef{Port: q.Port, LQPN: q.LQPN, Type: q.Type, State: q.State}, Held: q.Owner.PID != pid, owner: q.Owner.PID}
+			switch {
+			case q.HoldersCertain && len(q.Holders) == 1:
+				alone = append(alone, r)
+			case q.HoldersCertain:
+				r.Why = "also held by " + otherHolders(q.Holders, pid)
+				maybe = append(maybe, r)
+			default:
+				r.Why = "held by one or more of " + otherHolders(q.Holders, 0)
+				maybe = append(maybe, r)
 			}
 		}
 	}
-	return out
+	return alone, maybe
 }
 
-// remaining are the targets still in s: the same QP, not since owned by
-// another live process (the kernel reuses QP numbers).
+// otherHolders is "pid 20 (child), pid 30 (other)" without pid.
+func otherHolders(hs []leaks.Process, pid int) string {
+	var parts []string
+	for _, h := range hs {
+		if h.PID != pid {
+			parts = append(parts, fmt.Sprintf("pid %d (%s)", h.PID, h.Comm))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// remaining are the targets still in s: the same QP, owned by no live
+// process, the target or its owner when planned (the kernel reuses QP
+// numbers: a new QP of another process is not the target).
 func remaining(s leaks.Sample, targets []reapQP, pid int) []reapQP {
 	now := map[targetKey]int{}
 	for _, d := range s.Devices {
 		for _, q := range d.QPs {
-			if q.Owner.PID == 0 || q.Owner.PID == pid {
-				now[targetKey{d.Name, q.LQPN, q.Type}] = 1
-			}
+			now[targetKey{d.Name, q.LQPN, q.Type}] = q.Owner.PID
 		}
 	}
-	var out []reapQP
+	out := []reapQP{}
 	for _, t := range targets {
-		if now[targetKey{t.Device, t.LQPN, t.Type}] > 0 {
+		if o, ok := now[targetKey{t.Device, t.LQPN, t.Type}]; ok && (o == 0 || o == pid || o == t.owner) {
 			out = append(out, t)
 		}
 	}
@@ -191,6 +215,10 @@ type reapQP struct {
 	leaks.QPRef
 	// Held: the target keeps it alive without owning it.
 	Held bool `json:"held,omitempty"`
+	// Why a QP the target may keep alive is not waited for.
+	Why string `json:"why,omitempty"`
+	// owner is the QP's live owner when planned, 0 for none.
+	owner int
 }
 
 // reapResult is what reap did, or would do.
@@ -202,6 +230,7 @@ type reapResult struct {
 	Device    string   `json:"ifname,omitempty"`
 	Done      bool     `json:"done"`
 	QPs       []reapQP `json:"qps"`
+	MayKeep   []reapQP `json:"may_keep_alive"`
 	Freed     int      `json:"freed"`
 	Remaining []reapQP `json:"remaining"`
 	WaitedMS  int64    `json:"waited_ms"`
@@ -228,9 +257,10 @@ func reapPID(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions,
 		return hostError(fmt.Errorf("reading the host's QPs: %w", err))
 	}
 	res := reapResult{Target: "pid", PID: proc.PID, Comm: proc.Comm, Signal: "SIG" + strings.TrimPrefix(strings.ToUpper(o.signal), "SIG"),
-		QPs: targetsOf(s, o.pid), Remaining: []reapQP{}}
-	if len(res.QPs) == 0 {
-		res.Note = "it owns no QP and keeps none alive: nothing to reap, no signal sent"
+		Remaining: []reapQP{}}
+	res.QPs, res.MayKeep = targetsOf(s, o.pid)
+	if len(res.QPs) == 0 && len(res.MayKeep) == 0 {
+		res.Note = "it holds no QP's context: nothing to reap, no signal sent"
 		return printReap(stdout, opts, &res, o)
 	}
 	if !o.yes {
@@ -241,7 +271,7 @@ func reapPID(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions,
 	}
 	opts.log.WithField("pid", o.pid).WithField("signal", res.Signal).Info("signalled")
 	res.Done = true
-	res.Remaining, res.WaitedMS, err = waitQPsGone(ctx, src, o.wait, func(s leaks.Sample) []reapQP { return remaining(s, res.QPs, o.pid) })
+	res.Remaining, res.WaitedMS, err = waitQPsGone(ctx, src, o.wait, res.QPs, func(s leaks.Sample) []reapQP { return remaining(s, res.QPs, o.pid) })
 	if err != nil {
 		return hostError(err)
 	}
@@ -250,12 +280,13 @@ func reapPID(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions,
 }
 
 // waitQPsGone samples the host until left reports nothing or wait has passed.
-// A host left without RDMA devices has none of the QPs left.
-func waitQPsGone(ctx context.Context, src leaks.Sampler, wait time.Duration, left func(leaks.Sample) []reapQP) ([]reapQP, int64, error) {
+// A host left without RDMA devices has none of the QPs left; a wait over
+// before any sample was read leaves all of targets.
+func waitQPsGone(ctx context.Context, src leaks.Sampler, wait time.Duration, targets []reapQP, left func(leaks.Sample) []reapQP) ([]reapQP, int64, error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	var rest []reapQP
+	rest := targets
 	for {
 		s, err := src.Sample(ctx)
 		switch {
@@ -293,7 +324,7 @@ func reapRxe(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions,
 	if err != nil {
 		return hostError(fmt.Errorf("reading the host's QPs: %w", err))
 	}
-	res := reapResult{Target: "rxe", Device: o.rxe, QPs: []reapQP{}, Remaining: []reapQP{}}
+	res := reapResult{Target: "rxe", Device: o.rxe, QPs: []reapQP{}, MayKeep: []reapQP{}, Remaining: []reapQP{}}
 	for _, d := range s.Devices {
 		if d.Name != o.rxe {
 			continue
@@ -317,7 +348,7 @@ func reapRxe(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions,
 		return withExitCode(exitError, fmt.Errorf("reap: %w", err))
 	}
 	res.Done = true
-	res.Remaining, _, err = waitQPsGone(ctx, src, o.wait, func(s leaks.Sample) []reapQP {
+	res.Remaining, _, err = waitQPsGone(ctx, src, o.wait, res.QPs, func(s leaks.Sample) []reapQP {
 		var rest []reapQP
 		for _, d := range s.Devices {
 			if d.Name == o.rxe {
@@ -371,7 +402,7 @@ func formatReap(w io.Writer, r *reapResult, o *reapOptions) error {
 			held++
 		}
 	}
-	qps := fmt.Sprintf("%d QPs (%d owned, %d kept alive as a holder)", len(r.QPs), len(r.QPs)-held, held)
+	qps := fmt.Sprintf("%d QPs it alone holds (%d owned, %d kept alive as a holder)", len(r.QPs), len(r.QPs)-held, held)
 	if r.Target == "rxe" {
 		qps = fmt.Sprintf("%d QPs", len(r.QPs))
 	}
@@ -380,9 +411,11 @@ func formatReap(w io.Writer, r *reapResult, o *reapOptions) error {
 		case "rxe":
 			fmt.Fprintf(w, "plan: delete %s once no process holds it (waiting up to %v), freeing its %s\n", who, o.wait, qps)
 		default:
-			fmt.Fprintf(w, "plan: send %s to %s, then wait up to %v for its %s to leave RDMA netlink\n", r.Signal, who, o.wait, qps)
+			fmt.Fprintf(w, "plan: send %s to %s, then wait up to %v for the %s to leave RDMA netlink\n", r.Signal, who, o.wait, qps)
 		}
-		fmt.Fprintf(w, "  %s\nnothing done: run again with --yes\n", reapQPList(r.QPs))
+		fmt.Fprintf(w, "  %s\n", reapQPList(r.QPs))
+		formatMayKeep(w, r.MayKeep)
+		fmt.Fprintln(w, "nothing done: run again with --yes")
 		return nil
 	}
 	switch r.Target {
@@ -395,10 +428,27 @@ func formatReap(w io.Writer, r *reapResult, o *reapOptions) error {
 	if len(r.Remaining) > 0 {
 		fmt.Fprintf(w, "  remaining: %s\n", reapQPList(r.Remaining))
 		if r.Target == "pid" {
-			fmt.Fprintf(w, "  other processes may hold them (qpdrain leaks names them), or pid %d ignores %s (--signal KILL)\n", r.PID, r.Signal)
+			fmt.Fprintf(w, "  pid %d ignores %s (--signal KILL), or has not exited yet\n", r.PID, r.Signal)
 		}
 	}
+	formatMayKeep(w, r.MayKeep)
 	return nil
+}
+
+// formatMayKeep lists the QPs a target may keep alive, which reap does
+// not wait for.
+func formatMayKeep(w io.Writer, qps []reapQP) {
+	if len(qps) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "not waited for: %d QPs it may keep alive, not alone or not provably:\n", len(qps))
+	for i, q := range qps {
+		if i == maxListed {
+			fmt.Fprintf(w, "  ... (%d more; -j lists all)\n", len(qps)-i)
+			break
+		}
+		fmt.Fprintf(w, "  %s lqpn %d %s %s: %s\n", q.Device, q.LQPN, q.Type, q.State, q.Why)
+	}
 }
 
 // reapQPList is "rxe0 lqpn 17 RC ERR, ..." for at most maxListed QPs.

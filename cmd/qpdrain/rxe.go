@@ -164,6 +164,16 @@ func waitUnheld(ctx context.Context, conn *rdmanl.Conn, dev rdmanl.Device, host 
 	path := filepath.Join(host.dev, "infiniband", cd.Name)
 	proc := inventory.Proc{Root: host.proc}
 	last := ""
+	// A wait that ends at the caller's bound (--timeout, or reap's --wait)
+	// names the bound: what is left of it when the wait starts.
+	start := time.Now()
+	var bound time.Duration
+	if dl, ok := ctx.Deadline(); ok {
+		bound = time.Until(dl).Round(100 * time.Millisecond)
+		if bound >= time.Second {
+			bound = bound.Round(time.Second)
+		}
+	}
 	for {
 		held, err := proc.Holders([]string{path})
 		if err != nil {
@@ -180,7 +190,11 @@ func waitUnheld(ctx context.Context, conn *rdmanl.Conn, dev rdmanl.Device, host 
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("deleting %s: %w after %v: %s", dev.Name, errHeld, host.timeout, names)
+			waited := time.Since(start).Round(100 * time.Millisecond)
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				waited = bound
+			}
+			return fmt.Errorf("deleting %s: %w after %v: %s", dev.Name, errHeld, waited, names)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

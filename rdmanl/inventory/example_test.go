@@ -25,8 +25,13 @@ func Example() {
 		return
 	}
 	for _, q := range snap.QPs {
-		if q.CreatorGone {
+		if !q.CreatorGone {
+			continue
+		}
+		if q.HoldersCertain {
 			fmt.Printf("%s lqpn %d: creator gone, held by %v\n", q.DeviceName, q.LQPN, q.Holders)
+		} else {
+			fmt.Printf("%s lqpn %d: creator gone, held by one or more of %v\n", q.DeviceName, q.LQPN, q.Holders)
 		}
 	}
 }

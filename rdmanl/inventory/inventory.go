@@ -7,12 +7,15 @@
 // it: the row's pid, which is the creating thread's id (mapped to its
 // process); when the row has none (that thread exited, or the process is a
 // zombie or gone), the PD row of the QP's PDN; then the context row of the
-// PD's CTXN. A context is one open uverbs file; a forked child or a process
-// the fd was passed to keeps it, and its QPs, alive after the creator
-// exits, and so does a process that closed the fd but still maps the
-// device's queues. Those processes are the device's holders, found through
-// /proc/*/fd and /proc/*/maps. A QP whose creator is gone but whose device
-// is held says so (QP.CreatorGone, QP.Holders).
+// PD's CTXN. A context is one open file description of the device's uverbs
+// char device; a forked child or a process the fd was passed to shares it
+// and keeps it, and its QPs, alive after the creator exits, and so does a
+// process that closed the fd but still maps the device's queues. Those
+// processes are the holders, found through /proc/*/fd and /proc/*/maps;
+// kcmp(2) groups their fds into open files, and each context is tied to
+// its file through its live creator, or by elimination (QP.Holders,
+// QP.HoldersCertain; docs/LEAKS.md states the premises). A QP whose
+// creator is gone or a zombie says so (QP.CreatorGone).
 package inventory
 
 import (
@@ -65,16 +68,20 @@ type QP struct {
 	// Comm is what rdma prints as comm: the kernel module of a kernel QP, or
 	// the name of the task the row's pid names (a thread's own name).
 	Comm string
-	// Owner is nil when no row names a live owner.
+	// Owner is nil when no row names a live owner. QPs with the same owner
+	// share one: treat it as read-only.
 	Owner *Owner
-	// CreatorGone: no row names a live process (the creator and whoever
-	// the PD and context rows named have exited); the QP lives on because
-	// Holders keep its device context.
+	// CreatorGone: no row names a live process that is not a zombie (the
+	// creator and whoever the PD and context rows named have exited); the
+	// QP lives on because Holders keep its context.
 	CreatorGone bool
-	// Holders are the processes holding the QP's device open or mapped
-	// (shared with every QP of the device): the kernel does not say which
-	// of a device's files a context is.
+	// Holders are the processes holding the QP's context (its open uverbs
+	// file) by an fd or by mappings; when HoldersCertain is false they are
+	// the candidates, any of which may hold it. Empty for a kernel QP.
 	Holders []Holder
+	// HoldersCertain: Holders are exactly the context's holders (one
+	// process holds the device, or the context was tied to its file).
+	HoldersCertain bool
 }
 
 // Device is one RDMA device with its uverbs char device and its holders.
@@ -83,7 +90,11 @@ type Device struct {
 	// Chardev is the uverbs char device's name ("uverbs0"), empty when the
 	// device has none.
 	Chardev string
+	// Holders are the processes holding the char device open or mapped.
 	Holders []Holder
+	// Files are the holders' fds grouped into open files (kcmp), read only
+	// for a device with user QPs and more than one holder.
+	Files []File
 }
 
 // Snapshot is the host's QPs at one moment (each device dumped once).
@@ -116,7 +127,7 @@ var ErrNoSuchDevice = errors.New("no such RDMA device")
 // Take reads every device's QPs and resolves their owners and holders. It
 // fails with ErrNoDevices when there are no devices at all. The PD and
 // context tables are read only for devices with a QP whose row names no
-// live process.
+// live process, or a zombie, and for devices more than one process holds.
 func Take(ctx context.Context, src Source, opts Options) (*Snapshot, error) {
 	devs, err := src.Devices(ctx)
 	if err != nil {
@@ -162,12 +173,15 @@ func Take(ctx context.Context, src Source, opts Options) (*Snapshot, error) {
 			return nil, err
 		}
 	}
-	holders := map[uint32][]Holder{}
-	for _, d := range snap.Devices {
-		holders[d.Index] = d.Holders
-	}
 	snap.QPs = make([]QP, len(raw))
-	var orphaned map[uint32]bool
+	multi := map[uint32]bool{} // devices held by more than one process
+	byIndex := map[uint32]*Device{}
+	for i := range snap.Devices {
+		d := &snap.Devices[i]
+		byIndex[d.Index] = d
+		multi[d.Index] = len(d.Holders) > 1
+	}
+	need := map[uint32]bool{} // devices whose PD and context tables are read
 	for i := range raw {
 		q := &snap.QPs[i]
 		q.QP = raw[i]
@@ -176,73 +190,155 @@ func Take(ctx context.Context, src Source, opts Options) (*Snapshot, error) {
 			// A kernel QP lives as long as its module; no file holds it.
 			q.Owner = &Owner{Comm: q.KernName, Via: FromKernel}
 			q.Comm = q.KernName
+			q.HoldersCertain = true
+			continue
 		case q.Has&rdmanl.HasPID != 0:
 			q.Owner = tasks.owner(q.PID, FromQP)
 			q.Comm = tasks.name(q.PID)
 		}
-		if q.Has&rdmanl.HasKernName == 0 {
-			q.Holders = holders[q.Device]
+		// One process holding the device holds every context of it.
+		if d := byIndex[q.Device]; d != nil {
+			q.Holders, q.HoldersCertain = d.Holders, len(d.Holders) == 1
 		}
-		if q.Owner == nil {
-			if orphaned == nil {
-				orphaned = map[uint32]bool{}
-			}
-			orphaned[q.Device] = true
+		if q.Owner == nil || q.Owner.Zombie || multi[q.Device] {
+			need[q.Device] = true
 		}
 	}
-	if orphaned != nil {
-		if err := ownersByPD(ctx, src, snap, orphaned, &tasks); err != nil {
+	if len(need) > 0 {
+		tabs, err := readTables(ctx, src, snap.Devices, need)
+		if err != nil {
 			return nil, err
 		}
+		ownersByPD(snap, tabs, &tasks)
+		holdersByContext(snap, tabs, &tasks, opts.Proc.sameFile())
+	}
+	for i := range snap.QPs {
+		q := &snap.QPs[i]
+		// A zombie has closed its files: it can destroy nothing.
+		q.CreatorGone = q.Has&rdmanl.HasKernName == 0 && (q.Owner == nil || q.Owner.Zombie)
 	}
 	return snap, nil
 }
 
-// ownersByPD resolves the owners of the QPs whose rows name no live
-// process through the PD and context tables of their devices.
-func ownersByPD(ctx context.Context, src Source, snap *Snapshot, devs map[uint32]bool, tasks *taskCache) error {
-	type key struct{ dev, n uint32 }
-	pds := map[key]rdmanl.PD{}
-	ctxs := map[key]rdmanl.Ctx{}
-	for _, d := range snap.Devices {
-		if !devs[d.Index] {
+// tables are a device's PD table, by PDN, and its context table.
+type tables struct {
+	pds    map[uint32]rdmanl.PD
+	ctxs   []rdmanl.Ctx
+	ctxByN map[uint32]rdmanl.Ctx
+}
+
+// readTables reads the PD and context tables of the devices in need.
+func readTables(ctx context.Context, src Source, devs []Device, need map[uint32]bool) (map[uint32]*tables, error) {
+	out := map[uint32]*tables{}
+	for _, d := range devs {
+		if !need[d.Index] {
 			continue
 		}
 		ps, err := src.PDs(ctx, d.Device)
 		if err != nil {
-			return err
+			return nil, err
 		}
+		t := &tables{pds: make(map[uint32]rdmanl.PD, len(ps))}
 		for _, p := range ps {
-			pds[key{d.Index, p.PDN}] = p
+			t.pds[p.PDN] = p
 		}
-		cs, err := src.Contexts(ctx, d.Device)
-		if err != nil {
-			return err
+		if t.ctxs, err = src.Contexts(ctx, d.Device); err != nil {
+			return nil, err
 		}
-		for _, c := range cs {
-			ctxs[key{d.Index, c.CtxN}] = c
+		t.ctxByN = make(map[uint32]rdmanl.Ctx, len(t.ctxs))
+		for _, c := range t.ctxs {
+			t.ctxByN[c.CtxN] = c
 		}
+		out[d.Index] = t
+	}
+	return out, nil
+}
+
+// ctxOf is the context of a user QP, through its PD.
+func (t *tables) ctxOf(q *QP) (uint32, bool) {
+	if t == nil || q.Has&rdmanl.HasPDN == 0 {
+		return 0, false
+	}
+	pd, ok := t.pds[q.PDN]
+	return pd.CtxN, ok && pd.Has&rdmanl.HasCtxN != 0
+}
+
+// ownersByPD resolves the owners of the QPs whose rows name no live
+// process (none, or a zombie) through the PD and context tables.
+func ownersByPD(snap *Snapshot, tabs map[uint32]*tables, tasks *taskCache) {
+	for i := range snap.QPs {
+		q := &snap.QPs[i]
+		t := tabs[q.Device]
+		if q.Owner != nil && !q.Owner.Zombie || t == nil || q.Has&rdmanl.HasPDN == 0 {
+			continue
+		}
+		pd, ok := t.pds[q.PDN]
+		if !ok {
+			continue
+		}
+		var by []*Owner
+		if pd.Has&rdmanl.HasPID != 0 {
+			by = append(by, tasks.owner(pd.PID, FromPD))
+		}
+		if c, ok := t.ctxByN[pd.CtxN]; ok && pd.Has&rdmanl.HasCtxN != 0 && c.Has&rdmanl.HasPID != 0 {
+			by = append(by, tasks.owner(c.PID, FromCtx))
+		}
+		// A live owner wins over a zombie one, the first row over later.
+		for _, o := range by {
+			if o != nil && (q.Owner == nil || q.Owner.Zombie && !o.Zombie) {
+				q.Owner = o
+			}
+		}
+	}
+}
+
+// holdersByContext gives the user QPs of each device held by more than
+// one process the holders of their own context (see tieContexts), where
+// the device's fds can be grouped into open files (kcmp). Elsewhere they
+// keep the device's holders, uncertain.
+func holdersByContext(snap *Snapshot, tabs map[uint32]*tables, tasks *taskCache, same SameFileFunc) {
+	held := map[uint32]map[uint32]heldBy{}
+	for i := range snap.Devices {
+		d := &snap.Devices[i]
+		t := tabs[d.Index]
+		if t == nil || len(d.Holders) < 2 {
+			continue
+		}
+		files, ok := groupFiles(d.Holders, same)
+		if !ok {
+			continue
+		}
+		d.Files = files
+		var mapped []Holder
+		for _, h := range d.Holders {
+			if h.Mapped {
+				mapped = append(mapped, h)
+			}
+		}
+		cs := make([]creator, len(t.ctxs))
+		for j, c := range t.ctxs {
+			cs[j].ctxn = c.CtxN
+			if c.Has&rdmanl.HasPID == 0 {
+				continue
+			}
+			if o := tasks.owner(c.PID, FromCtx); o != nil && !o.Zombie {
+				cs[j].pid, cs[j].live = o.PID, true
+			}
+		}
+		held[d.Index] = tieContexts(files, mapped, cs)
 	}
 	for i := range snap.QPs {
 		q := &snap.QPs[i]
-		if q.Owner != nil {
+		m := held[q.Device]
+		if m == nil || q.Has&rdmanl.HasKernName != 0 {
 			continue
 		}
-		if q.Has&rdmanl.HasPDN != 0 {
-			if pd, ok := pds[key{q.Device, q.PDN}]; ok {
-				if pd.Has&rdmanl.HasPID != 0 {
-					q.Owner = tasks.owner(pd.PID, FromPD)
-				}
-				if q.Owner == nil && pd.Has&rdmanl.HasCtxN != 0 {
-					if c, ok := ctxs[key{q.Device, pd.CtxN}]; ok && c.Has&rdmanl.HasPID != 0 {
-						q.Owner = tasks.owner(c.PID, FromCtx)
-					}
-				}
+		if c, ok := tabs[q.Device].ctxOf(q); ok {
+			if h, ok := m[c]; ok {
+				q.Holders, q.HoldersCertain = h.holders, h.certain
 			}
 		}
-		q.CreatorGone = q.Owner == nil
 	}
-	return nil
 }
 
 // chardevName names dev's uverbs char device: GET_CHARDEV, else sysfs.
@@ -298,6 +394,9 @@ type taskCache struct {
 type taskEntry struct {
 	t   Task
 	err error
+	// owners are the Owners handed out, by source: the QPs of one
+	// process share one.
+	owners map[OwnerSource]*Owner
 }
 
 // owner is the live process behind a reported thread or process id, or
@@ -312,10 +411,17 @@ func (c *taskCache) owner(id uint32, via OwnerSource) *Owner {
 	if e.err != nil {
 		return nil
 	}
+	if o := e.owners[via]; o != nil {
+		return o
+	}
 	o := &Owner{PID: e.t.TGID, Comm: e.t.Comm, Zombie: e.t.Zombie, Via: via}
 	if e.t.TGID != id {
 		o.TID = id
 	}
+	if e.owners == nil {
+		e.owners = map[OwnerSource]*Owner{}
+	}
+	e.owners[via] = o
 	return o
 }
 

@@ -16,6 +16,20 @@ import (
 // empty); tests point it at a recorded or synthetic tree.
 type Proc struct {
 	Root string
+	// SameFile tells whether two processes' fds are one open file; nil
+	// means kcmp(2) on the real /proc (Root "" or "/proc"), and no way to
+	// tell on another tree.
+	SameFile SameFileFunc
+}
+
+func (p Proc) sameFile() SameFileFunc {
+	if p.SameFile != nil {
+		return p.SameFile
+	}
+	if p.Root == "" || filepath.Clean(p.Root) == "/proc" {
+		return kcmpSameFile
+	}
+	return nil
 }
 
 func (p Proc) path(elem ...string) string {
