@@ -90,7 +90,7 @@ func TestParseProcCgroup(t *testing.T) {
 	k8s := "/kubepods/besteffort/pod" + uid + "/" + id
 	for _, c := range []struct {
 		name, text, path string
-		err             error
+		err              error
 	}{
 		{"v2", "0::" + k8s + "\n", k8s, nil},
 		{"v2 removed cgroup", "0::" + k8s + " (deleted)\n", k8s, nil},
