@@ -22,6 +22,7 @@ import (
 	"path"
 
 	"github.com/qpdrain/qpdrain/rdmanl"
+	"github.com/qpdrain/qpdrain/workload"
 )
 
 // Source is what a snapshot reads from RDMA netlink; *rdmanl.Conn is one.
@@ -57,6 +58,9 @@ type Owner struct {
 	// Zombie: the process has exited and is waiting to be reaped.
 	Zombie bool        `json:"zombie,omitempty"`
 	Via    OwnerSource `json:"via"`
+	// Workload is what the process's cgroup says of it; nil when it could
+	// not be read.
+	Workload *workload.Workload `json:"cgroup,omitempty"`
 }
 
 // QP is one QP with its owner and the holders of its device.
@@ -195,6 +199,7 @@ func Take(ctx context.Context, src Source, opts Options) (*Snapshot, error) {
 			return nil, err
 		}
 	}
+	fillWorkloads(snap, opts.Proc)
 	return snap, nil
 }
 
