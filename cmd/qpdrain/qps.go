@@ -68,7 +68,7 @@ func newQPsCmd(opts *globalOptions) *cobra.Command {
 	var host hostOptions
 	var summary bool
 	cmd := &cobra.Command{
-		Use:   "qps [link DEV[/PORT]] [lqpn N] [state S] [type T] [pid P] ...",
+		Use:   "qps [link DEV[/PORT]] [lqpn N] [state S] [type T] [pid P] [cgroup PATH] [pod UID] ...",
 		Short: "List every QP on the host, with its owner and the processes that hold it, as `rdma resource show qp`",
 		Long: `List the QPs of every RDMA device on the host through RDMA netlink, as
 "rdma resource show qp" does, with its filters (link DEV[/PORT], lqpn, rqpn,
@@ -77,8 +77,11 @@ as "RTS,ERR" or "1-9,12") and its words. Beyond rdma, each QP gets its owner:
 the process of the thread the kernel names, else the process the QP's PD or
 device context names (the creating thread may have exited), and the
 processes that hold its device's uverbs file open or mapped (a forked child,
-a process the fd was passed to). With -j, objects carry rdma's keys plus
-"owner", "creator_gone" and "holders"; -d adds owners and holders to text.
+a process the fd was passed to), and each process's workload from its cgroup
+(the systemd unit, the container, the Kubernetes pod UID and QoS class; the
+filters cgroup PATH and pod UID select by it). With -j, objects carry rdma's
+keys plus "owner" (its "cgroup" the workload), "creator_gone" and "holders";
+-d adds owners, their workloads and holders to text.
 --summary counts QPs per device by type and state, next to the device's
 max_qp. Exits 3 when the host has no RDMA devices, 2 on errors.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -302,6 +305,7 @@ func appendOwner(b []byte, q *inventory.QP) []byte {
 		if q.Owner.Zombie {
 			b = append(b, " (zombie)"...)
 		}
+		b = appendWorkload(b, q.Owner.Workload)
 	case q.CreatorGone:
 		b = append(b, " owner - (creator gone)"...)
 	}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/qpdrain/qpdrain/rdmanl/inventory"
+	"github.com/qpdrain/qpdrain/workload"
+)
+
+const (
+	testPodUID = "8f3a2c1d-5e6b-4a7c-9d0e-1f2a3b4c5d6e"
+	testCID    = "4c8b2d1f0e9a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c"
+	testPodCg  = "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod8f3a2c1d_5e6b_4a7c_9d0e_1f2a3b4c5d6e.slice/cri-containerd-" + testCID + ".scope"
+)
+
+// workloadQPs are testQPs with workloads: 17's owner in a pod, 19's
+// holder (its creator gone) in a service, 33's owner in a pod's zombie
+// whose workload does not count.
+func workloadQPs() []inventory.QP {
+	qps := testQPs()
+	pod := workload.Parse(testPodCg)
+	svc := workload.Parse("/system.slice/app.service")
+	qps[0].Owner.Workload = &pod
+	qps[1].Holders[0].Workload = &svc
+	qps[3].Owner.Workload = &pod
+	qps[3].Owner.Zombie = true
+	return qps
+}
+
+func TestQPWorkloadFilters(t *testing.T) {
+	qps := workloadQPs()
+	for _, tc := range []struct {
+		args []string
+		want []uint32
+		err  string
+	}{
+		{[]string{"pod", testPodUID}, []uint32{17}, ""},
+		{[]string{"pod", strings.ReplaceAll(strings.ToUpper(testPodUID), "-", "_")}, []uint32{17}, ""},
+		{[]string{"pod", "0000,1111"}, nil, ""},
+		{[]string{"cgroup", "/kubepods.slice"}, []uint32{17}, ""},
+		{[]string{"cgroup", "/kubepods.slice/"}, []uint32{17}, ""},
+		{[]string{"cgroup", "/kubepods"}, nil, ""},
+		{[]string{"cgroup", "/system.slice/app.service,/kubepods.slice"}, []uint32{17, 19}, ""},
+		{[]string{"cgroup", "/"}, []uint32{17, 19}, ""},
+		{[]string{"cgroup", "/system.slice", "link", "rxe0/1"}, nil, ""},
+		{[]string{"cgroup", "system.slice"}, nil, "is not a cgroup path"},
+		{[]string{"pod", "a,"}, nil, "empty word"},
+	} {
+		f, err := parseQPFilter(tc.args)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%v: err %v, want %q", tc.args, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%v: %v", tc.args, err)
+			continue
+		}
+		var got []uint32
+		for i := range qps {
+			if f.match(&qps[i]) {
+				got = append(got, qps[i].LQPN)
+			}
+		}
+		if !equalU32(got, tc.want) {
+			t.Errorf("%v: %v, want %v", tc.args, got, tc.want)
+		}
+	}
+}
+
+func TestQPWorkloadOutput(t *testing.T) {
+	qps := workloadQPs()
+	want := " owner 100/server via qp cgroup " + testPodCg + " pod " + testPodUID + " container containerd://" + testCID + " holders 100/server\n"
+	if got := string(appendQPLine(nil, &qps[0], true)); !strings.HasSuffix(got, want) {
+		t.Errorf("-d line:\n got  %q\n want ...%q", got, want)
+	}
+	var b bytes.Buffer
+	f, _ := parseQPFilter([]string{"lqpn", "17"})
+	if err := printQPs(&b, &inventory.Snapshot{QPs: qps}, &f, true, false); err != nil {
+		t.Fatal(err)
+	}
+	wantJSON := `"owner":{"pid":100,"tid":105,"comm":"server","via":"qp","cgroup":{"path":"` + testPodCg + `","slice":"kubepods-besteffort-pod8f3a2c1d_5e6b_4a7c_9d0e_1f2a3b4c5d6e.slice",` +
+		`"unit":"cri-containerd-` + testCID + `.scope","container_id":"` + testCID + `","runtime":"containerd","pod_uid":"` + testPodUID + `","qos_class":"BestEffort"}}`
+	if !strings.Contains(b.String(), wantJSON) {
+		t.Errorf("-j:\n got  %s\n want ...%s", b.String(), wantJSON)
+	}
+}
