@@ -63,7 +63,7 @@ func toSample(snap *inventory.Snapshot, at time.Time) leaks.Sample {
 		if q.Owner == nil || q.Owner.Via == inventory.FromKernel || q.Owner.Zombie {
 			return leaks.Process{}
 		}
-		return leaks.Process{PID: int(q.Owner.PID), Comm: q.Owner.Comm}
+		return leaks.Process{PID: int(q.Owner.PID), Comm: q.Owner.Comm, Workload: q.Owner.Workload}
 	}
 	owners := make([]map[int]bool, len(snap.Devices))
 	for i := range snap.QPs {
@@ -80,7 +80,7 @@ func toSample(snap *inventory.Snapshot, at time.Time) leaks.Sample {
 	for i, d := range snap.Devices {
 		var all, free []leaks.Process
 		for _, h := range d.Holders {
-			p := leaks.Process{PID: int(h.PID), Comm: h.Comm}
+			p := leaks.Process{PID: int(h.PID), Comm: h.Comm, Workload: h.Workload}
 			all = append(all, p)
 			if !owners[i][p.PID] {
 				free = append(free, p)

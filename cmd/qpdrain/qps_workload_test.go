@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/qpdrain/qpdrain/leaks"
+	"github.com/qpdrain/qpdrain/rdmanl"
 	"github.com/qpdrain/qpdrain/rdmanl/inventory"
 	"github.com/qpdrain/qpdrain/workload"
 )
@@ -86,5 +89,46 @@ func TestQPWorkloadOutput(t *testing.T) {
 		`"unit":"cri-containerd-` + testCID + `.scope","container_id":"` + testCID + `","runtime":"containerd","pod_uid":"` + testPodUID + `","qos_class":"BestEffort"}}`
 	if !strings.Contains(b.String(), wantJSON) {
 		t.Errorf("-j:\n got  %s\n want ...%s", b.String(), wantJSON)
+	}
+}
+
+// TestLeaksNameWorkload: the leak analysis sees the snapshot's workloads,
+// and a finding's text line names its pod and container.
+func TestLeaksNameWorkload(t *testing.T) {
+	qps := workloadQPs()
+	snap := &inventory.Snapshot{Devices: []inventory.Device{{Device: rdmanl.Device{Index: 1, Name: "rxe0"}, Holders: qps[1].Holders},
+		{Device: rdmanl.Device{Index: 2, Name: "mlx5_0"}}}, QPs: qps}
+	s := toSample(snap, time.Unix(1, 0))
+	var owner, orphan *leaks.QP
+	for i := range s.Devices[0].QPs {
+		switch q := &s.Devices[0].QPs[i]; q.LQPN {
+		case 17:
+			owner = q
+		case 19:
+			orphan = q
+		}
+	}
+	if owner == nil || owner.Workload() != qps[0].Owner.Workload || orphan == nil || orphan.Workload() != qps[1].Holders[0].Workload {
+		t.Fatalf("sample lost the workloads: %+v", s.Devices[0].QPs)
+	}
+	r := leaks.Analyze([]leaks.Sample{s, s, s}, leaks.Options{})
+	var b strings.Builder
+	if err := formatLeaks(&b, &r, time.Second, false); err != nil {
+		t.Fatal(err)
+	}
+	want := "orphaned link rxe0 cgroup /system.slice/app.service qps 1 lqpn 19\n"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("leaks text lacks %q:\n%s", want, b.String())
+	}
+	pod := workload.Parse(testPodCg)
+	r = leaks.Report{Samples: 3, Findings: []leaks.Finding{{Reason: leaks.StuckInError, Device: "rxe0",
+		Owner: &leaks.Process{PID: 100, Comm: "trainer", Workload: &pod}, QPs: []leaks.QPRef{{LQPN: 17}}}}}
+	b.Reset()
+	if err := formatLeaks(&b, &r, time.Second, false); err != nil {
+		t.Fatal(err)
+	}
+	want = "stuck-in-error link rxe0 pid 100 comm trainer cgroup " + testPodCg + " pod " + testPodUID + " container containerd://" + testCID + " qps 1 lqpn 17\n"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("leaks text lacks %q:\n%s", want, b.String())
 	}
 }
