@@ -19,9 +19,11 @@
 // (containerd, cri-dockerd), crio-<id> (CRI-O), or /docker/<id> for Docker
 // outside Kubernetes.
 //
-// Paths are as the reading process's cgroup namespace shows them: a reader
-// in a container with its own cgroup namespace sees others' paths relative
-// to its root (leading "/.." segments), which still parse.
+// Paths are as the reading process's cgroup namespace shows them
+// (cgroup_namespaces(7)): a reader in a container with its own cgroup
+// namespace sees others' paths relative to its root, with a leading "/.."
+// per ancestor level; their pod and container still parse, but the levels
+// above the common ancestor are not named.
 package workload
 
 import (
@@ -167,7 +169,9 @@ func ParseProcCgroup(b []byte) (Workload, error) {
 // named them).
 func Parse(path string) Workload {
 	w := Workload{Path: path}
-	kube := false
+	// A path outside the reader's cgroup namespace starts with "..": the
+	// kubepods level may be among the unnamed ancestors.
+	kube := strings.HasPrefix(path, "/..")
 	var qos QoS
 	parent := ""
 	for _, seg := range segments(path) {

@@ -52,6 +52,8 @@ func TestParse(t *testing.T) {
 			Workload{Slice: "kubepods-burstable.slice"}},
 		{"reader in its own cgroup namespace", "/../../kubepods-besteffort-pod" + uidEsc + ".slice/cri-containerd-" + id + ".scope",
 			Workload{Slice: "kubepods-besteffort-pod" + uidEsc + ".slice", Unit: "cri-containerd-" + id + ".scope", ContainerID: id, Runtime: Containerd, PodUID: uid, QoS: BestEffort}},
+		{"reader in its own cgroup namespace, cgroupfs", "/../../../burstable/pod" + uid + "/" + id,
+			Workload{ContainerID: id, PodUID: uid, QoS: Burstable}},
 		{"docker systemd", "/system.slice/docker-" + id + ".scope",
 			Workload{Slice: "system.slice", Unit: "docker-" + id + ".scope", ContainerID: id, Runtime: Docker}},
 		{"docker cgroupfs", "/docker/" + id, Workload{ContainerID: id, Runtime: Docker}},
