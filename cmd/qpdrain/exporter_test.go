@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"io"
 	"math/big"
@@ -16,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -206,6 +208,22 @@ func TestExporterFlags(t *testing.T) {
 	}
 	if def := newExporterCmd(&globalOptions{}).Flags().Lookup("web.listen-address").DefValue; def != "[:9879]" {
 		t.Errorf("default listen address %s", def)
+	}
+	// The DaemonSet's arguments are the exporter's.
+	ds, err := os.ReadFile("../../deploy/qpdrain-exporter.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`args: \[("exporter"[^\]]*)\]`).FindSubmatch(ds)
+	if m == nil {
+		t.Fatal("deploy/qpdrain-exporter.yaml has no exporter args")
+	}
+	var args []string
+	if err := json.Unmarshal([]byte("["+string(m[1])+"]"), &args); err != nil {
+		t.Fatal(err)
+	}
+	if err := newExporterCmd(&globalOptions{}).ParseFlags(args[1:]); err != nil {
+		t.Errorf("the DaemonSet's args %q: %v", args, err)
 	}
 	bad := filepath.Join(t.TempDir(), "web.yml")
 	if err := os.WriteFile(bad, []byte("tls_server_config:\n  cert_file: /no/such/cert.pem\n"), 0o600); err != nil {
