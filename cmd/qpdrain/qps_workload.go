@@ -88,18 +88,19 @@ func qpWorkloads(q *inventory.QP) []*workload.Workload {
 	return out
 }
 
-// appendWorkload adds a workload to a -d line: its cgroup, and the pod
-// and container where the path names them (the container as Kubernetes
-// spells containerID).
+// appendWorkload adds a workload to a text line: the pod where the path
+// names one, else the cgroup path, then the container (as Kubernetes
+// spells containerID). -j has the whole path and the rest.
 func appendWorkload(b []byte, w *workload.Workload) []byte {
 	if w == nil {
 		return b
 	}
-	b = append(b, " cgroup "...)
-	b = append(b, w.Path...)
 	if w.PodUID != "" {
 		b = append(b, " pod "...)
 		b = append(b, w.PodUID...)
+	} else {
+		b = append(b, " cgroup "...)
+		b = append(b, w.Path...)
 	}
 	if c := w.Container(); c != "" {
 		b = append(b, " container "...)

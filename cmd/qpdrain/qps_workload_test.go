@@ -76,7 +76,7 @@ func TestQPWorkloadFilters(t *testing.T) {
 
 func TestQPWorkloadOutput(t *testing.T) {
 	qps := workloadQPs()
-	want := " owner 100/server via qp cgroup " + testPodCg + " pod " + testPodUID + " container containerd://" + testCID + " holders 100/server\n"
+	want := " owner 100/server via qp pod " + testPodUID + " container containerd://" + testCID + " holders 100/server\n"
 	if got := string(appendQPLine(nil, &qps[0], true)); !strings.HasSuffix(got, want) {
 		t.Errorf("-d line:\n got  %q\n want ...%q", got, want)
 	}
@@ -127,7 +127,7 @@ func TestLeaksNameWorkload(t *testing.T) {
 	if err := formatLeaks(&b, &r, time.Second, false); err != nil {
 		t.Fatal(err)
 	}
-	want = "stuck-in-error link rxe0 pid 100 comm trainer cgroup " + testPodCg + " pod " + testPodUID + " container containerd://" + testCID + " qps 1 lqpn 17\n"
+	want = "stuck-in-error link rxe0 pid 100 comm trainer pod " + testPodUID + " container containerd://" + testCID + " qps 1 lqpn 17\n"
 	if !strings.Contains(b.String(), want) {
 		t.Errorf("leaks text lacks %q:\n%s", want, b.String())
 	}
