@@ -27,12 +27,7 @@ func testQPs() []inventory.QP {
 }
 
 func TestQPFilters(t *testing.T) {
-	qps := testQPs()
-	for _, tc := range []struct {
-		args []string
-		want []uint32
-		err  string
-	}{
+	checkQPFilters(t, testQPs(), []qpFilterCase{
 		{nil, []uint32{17, 19, 1, 33}, ""},
 		{[]string{"link", "rxe0"}, []uint32{17, 19, 1}, ""},
 		{[]string{"link", "rxe0/1"}, []uint32{17, 1}, ""},
@@ -52,7 +47,20 @@ func TestQPFilters(t *testing.T) {
 		{[]string{"lqpn", "x"}, nil, "is not a number"},
 		{[]string{"link", "rxe0/x"}, nil, "is not a port number"},
 		{[]string{"state", "RTS,"}, nil, "empty word"},
-	} {
+	})
+}
+
+// qpFilterCase is qps's filter args, and the QPs they select or the error
+// they give.
+type qpFilterCase struct {
+	args []string
+	want []uint32
+	err  string
+}
+
+func checkQPFilters(t *testing.T, qps []inventory.QP, cases []qpFilterCase) {
+	t.Helper()
+	for _, tc := range cases {
 		f, err := parseQPFilter(tc.args)
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {

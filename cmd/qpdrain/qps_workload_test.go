@@ -33,12 +33,7 @@ func workloadQPs() []inventory.QP {
 }
 
 func TestQPWorkloadFilters(t *testing.T) {
-	qps := workloadQPs()
-	for _, tc := range []struct {
-		args []string
-		want []uint32
-		err  string
-	}{
+	checkQPFilters(t, workloadQPs(), []qpFilterCase{
 		{[]string{"pod", testPodUID}, []uint32{17}, ""},
 		{[]string{"pod", strings.ReplaceAll(strings.ToUpper(testPodUID), "-", "_")}, []uint32{17}, ""},
 		{[]string{"pod", "0000,1111"}, nil, ""},
@@ -50,28 +45,7 @@ func TestQPWorkloadFilters(t *testing.T) {
 		{[]string{"cgroup", "/system.slice", "link", "rxe0/1"}, nil, ""},
 		{[]string{"cgroup", "system.slice"}, nil, "is not a cgroup path"},
 		{[]string{"pod", "a,"}, nil, "empty word"},
-	} {
-		f, err := parseQPFilter(tc.args)
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("%v: err %v, want %q", tc.args, err, tc.err)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("%v: %v", tc.args, err)
-			continue
-		}
-		var got []uint32
-		for i := range qps {
-			if f.match(&qps[i]) {
-				got = append(got, qps[i].LQPN)
-			}
-		}
-		if !equalU32(got, tc.want) {
-			t.Errorf("%v: %v, want %v", tc.args, got, tc.want)
-		}
-	}
+	})
 }
 
 func TestQPWorkloadOutput(t *testing.T) {
