@@ -29,6 +29,7 @@ package workload
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -173,10 +174,8 @@ func Parse(path string) Workload {
 	// kubepods level may be among the unnamed ancestors.
 	kube := strings.HasPrefix(path, "/..")
 	var qos QoS
-	parent := ""
-	for _, seg := range segments(path) {
-		prev := parent
-		parent = seg
+	segs := segments(path)
+	for i, seg := range segs {
 		switch {
 		case w.Unit == "" && (strings.HasSuffix(seg, ".service") || strings.HasSuffix(seg, ".scope")):
 			w.Unit = seg
@@ -219,13 +218,13 @@ func Parse(path string) Workload {
 		if w.ContainerID == "" {
 			w.ContainerID, w.Runtime = container(seg)
 			// Docker outside Kubernetes under cgroupfs: /docker/<id>.
-			if w.ContainerID != "" && w.Runtime == "" && prev == "docker" {
+			if w.ContainerID != "" && w.Runtime == "" && i > 0 && segs[i-1] == "docker" {
 				w.Runtime = Docker
 			}
 		}
 	}
 	if w.PodUID != "" {
-		w.QoS = cmpOr(qos, Guaranteed)
+		w.QoS = cmp.Or(qos, Guaranteed)
 	}
 	return w
 }
@@ -296,11 +295,4 @@ func isHex(s string) bool {
 		}
 	}
 	return s != ""
-}
-
-func cmpOr(a, b QoS) QoS {
-	if a != "" {
-		return a
-	}
-	return b
 }
