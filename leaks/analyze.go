@@ -406,7 +406,7 @@ func kernelRemedy(dev, kern string) string {
 func procList(ps []Process) string {
 	parts := make([]string, len(ps))
 	for i, p := range ps {
-		parts[i] = fmt.Sprintf("pid %d (%s)", p.PID, p.Comm)
+		parts[i] = fmt.Sprintf("pid %d (%s%s)", p.PID, p.Comm, p.in())
 	}
 	return strings.Join(parts, ", ")
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/qpdrain/qpdrain/workload"
 )
 
 // ErrNoRDMA is what a Sampler returns when the host has no RDMA device to
@@ -14,6 +16,9 @@ var ErrNoRDMA = errors.New("no RDMA devices on this host")
 type Process struct {
 	PID  int    `json:"pid"`
 	Comm string `json:"comm"`
+	// Workload is what the process's cgroup says of it (its pod,
+	// container, unit); nil when unknown.
+	Workload *workload.Workload `json:"cgroup,omitempty"`
 }
 
 // QP is one QP of one sample: what RDMA netlink's QP dump reports, with

@@ -3,8 +3,10 @@
 // (WriteTextfile, after a qpdrain leaks run) and for a scraped daemon
 // (Exporter, a fresh read of the host per scrape).
 //
-// Labels stay low-cardinality: device, port, type, state and reason; never
-// a pid or a QP number, which change with every process and connection.
+// Labels stay low-cardinality: device, port, type, state and reason, and
+// for the per-workload metrics the pod UID and the top-level cgroup
+// (bounded by the live pods); never a pid, a container or a QP number,
+// which change with every process and connection.
 // A port of 0 stands for QPs the kernel reports without one (RESET).
 package metrics
 
@@ -77,12 +79,14 @@ func collect(ch chan<- prometheus.Metric, r *leaks.Report, last leaks.Sample) {
 			ch <- prometheus.MustNewConstMetric(findingQPsDesc, prometheus.GaugeValue, float64(r.QPCount(reason, d.Name)), string(reason), d.Name)
 		}
 	}
+	collectWorkloads(ch, r, last)
 	ch <- prometheus.MustNewConstMetric(windowDesc, prometheus.GaugeValue, r.Window().Seconds())
 	ch <- prometheus.MustNewConstMetric(samplesDesc, prometheus.GaugeValue, float64(r.Samples))
 }
 
 func describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{qpsDesc, maxQPDesc, findingsDesc, findingQPsDesc, windowDesc, samplesDesc} {
+	for _, d := range []*prometheus.Desc{qpsDesc, maxQPDesc, findingsDesc, findingQPsDesc, windowDesc, samplesDesc,
+		workloadQPsDesc, workloadFindingsDesc, workloadFindingQPsDesc} {
 		ch <- d
 	}
 }

@@ -156,11 +156,32 @@ func TestAlertRules(t *testing.T) {
 	}
 	exp := prometheus.NewPedanticRegistry()
 	exp.MustRegister(NewExporter(&stepSampler{}, ExporterOptions{}))
-	written := scrape(t, reg) + scrape(t, exp)
+	pods := []leaks.Sample{podHost(t0), podHost(t0.Add(time.Second))}
+	pr := leaks.Analyze(pods, leaks.Options{})
+	preg, err := Registry(&pr, pods)
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := scrape(t, reg) + scrape(t, exp) + scrape(t, preg)
 	for _, name := range regexp.MustCompile(`qpdrain_[a-z_]+`).FindAllString(string(text), -1) {
 		if !strings.Contains(written, "# TYPE "+name+" ") {
 			t.Errorf("%s names %s, which qpdrain does not write", rules, name)
 		}
 	}
+	const tests = "../deploy/qpdrain-rules.test.yaml"
+	unit, err := os.ReadFile(tests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alerts := regexp.MustCompile(`(?m)^\s*- alert: (\S+)$`).FindAllStringSubmatch(string(text), -1)
+	if len(alerts) == 0 {
+		t.Fatalf("%s has no alerts", rules)
+	}
+	for _, a := range alerts {
+		if !strings.Contains(string(unit), "alertname: "+a[1]+"\n") {
+			t.Errorf("alert %s has no unit test in %s", a[1], tests)
+		}
+	}
 	promcheck.CheckRules(t, rules)
+	promcheck.TestRules(t, tests)
 }

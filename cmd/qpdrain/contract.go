@@ -319,6 +319,34 @@ func stringFlag(f *pflag.FlagSet, p *string, name, def, usage string, check func
 		check: check, format: func(s string) string { return s }}, name, usage)
 }
 
+// stringsFlag defines a repeatable string flag, each of whose values must
+// pass check; the first value given replaces def.
+func stringsFlag(f *pflag.FlagSet, p *[]string, name string, def []string, usage string, check func(string) error) {
+	*p = def
+	f.Var(&checkedStrings{p: p, check: check}, name, usage)
+}
+
+// checkedStrings is the value of a stringsFlag.
+type checkedStrings struct {
+	p     *[]string
+	set   bool
+	check func(string) error
+}
+
+func (v *checkedStrings) Set(s string) error {
+	if err := v.check(s); err != nil {
+		return err
+	}
+	if !v.set {
+		*v.p, v.set = nil, true
+	}
+	*v.p = append(*v.p, s)
+	return nil
+}
+
+func (v *checkedStrings) Type() string   { return "stringArray" }
+func (v *checkedStrings) String() string { return "[" + strings.Join(*v.p, ",") + "]" }
+
 // outputFile returns a check of a file the command will write: its
 // extension is one of exts (any case; none when exts is empty) and its
 // directory exists and takes a new file, so that the command fails before

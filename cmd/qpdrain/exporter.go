@@ -5,15 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/qpdrain/qpdrain/leaks"
 	"github.com/qpdrain/qpdrain/metrics"
@@ -23,10 +27,14 @@ func init() { subcommands = append(subcommands, newExporterCmd) }
 
 // exporterOptions are the flags of "qpdrain exporter".
 type exporterOptions struct {
-	listen    string
-	window    time.Duration
-	nearLimit float64
-	host      hostOptions
+	// listen, telemetryPath and webConfig are the flags every Prometheus
+	// exporter shares (exporter-toolkit's web package).
+	listen        []string
+	telemetryPath string
+	webConfig     string
+	window        time.Duration
+	nearLimit     float64
+	host          hostOptions
 }
 
 func newExporterCmd(opts *globalOptions) *cobra.Command {
@@ -34,30 +42,67 @@ func newExporterCmd(opts *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "exporter",
 		Short: "Serve the host's QPs and leak findings as Prometheus metrics on /metrics",
-		Long: `Serve Prometheus metrics on --listen: each scrape of /metrics reads the host's QPs afresh
-through RDMA netlink (qpdrain_qps by device, port, type and state; qpdrain_device_max_qp), runs
-the leak analysis of qpdrain leaks over the scrapes of the last --window (qpdrain_leak_findings
-and qpdrain_leak_qps by reason and device), and reports its own cost (qpdrain_scrape_duration_seconds,
-qpdrain_scrape_errors_total). No label carries a pid or a QP number. deploy/ has a DaemonSet
-and alert rules. It stops on SIGINT or SIGTERM, its normal end: exit 0.`,
+		Long: `Serve Prometheus metrics on each --web.listen-address: each scrape of --web.telemetry-path
+reads the host's QPs afresh through RDMA netlink (qpdrain_qps by device, port, type and state;
+qpdrain_workload_qps by device, state and pod UID or top-level cgroup; qpdrain_device_max_qp),
+runs the leak analysis of qpdrain leaks over the scrapes of the last --window
+(qpdrain_leak_findings and qpdrain_leak_qps by reason and device, qpdrain_workload_leak_* also
+by workload), and reports its own cost (qpdrain_scrape_duration_seconds,
+qpdrain_scrape_errors_total). No label carries a pid, a container or a QP number.
+--web.config.file enables TLS and basic authentication as Prometheus's exporter-toolkit reads
+them (its docs/web-configuration.md: tls_server_config, basic_auth_users with bcrypt hashes).
+/ is a landing page. deploy/ has a DaemonSet and alert rules. It stops on SIGINT or SIGTERM, its
+normal end: exit 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Every input is checked before the first listener opens.
+			if err := o.check(); err != nil {
+				return withExitCode(exitError, err)
+			}
 			// A signal cancels the context (execute): the exporter's normal
 			// end, exit 0.
 			ctx := cmdContext(cmd)
-			ln, err := net.Listen("tcp", o.listen)
-			if err != nil {
-				return withExitCode(exitError, fmt.Errorf("listening on %s: %w", o.listen, err))
+			var lns []net.Listener
+			for _, addr := range o.listen {
+				ln, err := net.Listen("tcp", addr)
+				if err != nil {
+					closeAll(lns)
+					return withExitCode(exitError, fmt.Errorf("listening on %s: %w", addr, err))
+				}
+				lns = append(lns, ln)
 			}
-			return serveExporter(ctx, ln, cmd.ErrOrStderr(), opts, o)
+			return serveExporter(ctx, lns, cmd.ErrOrStderr(), opts, o)
 		},
 	}
 	o.host.flags(cmd, metrics.DefaultScrapeTimeout)
 	f := cmd.Flags()
-	stringFlag(f, &o.listen, "listen", ":9879", "the address to serve /metrics on (HOST:PORT, :PORT)", listenAddress)
+	stringsFlag(f, &o.listen, "web.listen-address", []string{":9879"}, "address to serve the landing page and metrics on (HOST:PORT, :PORT); repeat for more (--listen is an alias)", listenAddress)
+	f.StringVar(&o.telemetryPath, "web.telemetry-path", "/metrics", "path to serve the metrics on")
+	f.StringVar(&o.webConfig, "web.config.file", "", "web configuration file for TLS and basic authentication (Prometheus exporter-toolkit's format)")
+	// --listen was this command's flag before it took the exporters' names.
+	f.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		if name == "listen" {
+			name = "web.listen-address"
+		}
+		return pflag.NormalizedName(name)
+	})
 	durationFlag(f, &o.window, "window", metrics.DefaultWindow, "how far back the scrapes behind the findings reach", positive)
 	floatFlag(f, &o.nearLimit, "near-limit", leaks.DefaultNearLimit, "fraction of max_qp at which a device is near its limit", fraction(true))
 	return cmd
+}
+
+// check refuses what the flags' own checks cannot see alone: a telemetry
+// path that is not below /, a web config file exporter-toolkit rejects.
+func (o *exporterOptions) check() error {
+	if !strings.HasPrefix(o.telemetryPath, "/") || o.telemetryPath == "/" {
+		return fmt.Errorf("--web.telemetry-path %q: want a path below / (/ is the landing page)", o.telemetryPath)
+	}
+	if o.webConfig != "" {
+		if err := web.Validate(o.webConfig); err != nil {
+			return fmt.Errorf("--web.config.file %s: %w", o.webConfig, err)
+		}
+	}
+	return nil
 }
 
 // listenAddress refuses what net.Listen would not take, or would take as
@@ -71,6 +116,12 @@ func listenAddress(addr string) error {
 		return fmt.Errorf("port %q: want 1 to 65535", port)
 	}
 	return nil
+}
+
+func closeAll(lns []net.Listener) {
+	for _, ln := range lns {
+		ln.Close()
+	}
 }
 
 // limitCache asks each device its max_qp once: it does not change.
@@ -119,11 +170,25 @@ type samplerFunc func(ctx context.Context) (leaks.Sample, error)
 
 func (f samplerFunc) Sample(ctx context.Context) (leaks.Sample, error) { return f(ctx) }
 
-// serveExporter serves /metrics on ln until ctx is done.
-func serveExporter(ctx context.Context, ln net.Listener, stderr io.Writer, opts *globalOptions, o *exporterOptions) error {
+// serveExporter serves the landing page and the metrics on lns until ctx
+// is done, closing them.
+func serveExporter(ctx context.Context, lns []net.Listener, stderr io.Writer, opts *globalOptions, o *exporterOptions) error {
+	fail := func(err error) error {
+		closeAll(lns)
+		return withExitCode(exitError, err)
+	}
+	landing, err := web.NewLandingPage(web.LandingConfig{
+		Name:        "qpdrain exporter",
+		Description: "The host's RDMA QPs, by device, state and workload, and the leaks among them",
+		Links:       []web.LandingLinks{{Address: o.telemetryPath, Text: "Metrics"}},
+		Profiling:   "false",
+	})
+	if err != nil {
+		return fail(fmt.Errorf("the landing page: %w", err))
+	}
 	h, err := openHost(o.host, stderr)
 	if err != nil {
-		ln.Close()
+		closeAll(lns)
 		return hostError(err)
 	}
 	defer h.Close()
@@ -135,25 +200,22 @@ func serveExporter(ctx context.Context, ln net.Listener, stderr io.Writer, opts 
 	})
 	reg := prometheus.NewRegistry()
 	if err := reg.Register(exp); err != nil {
-		ln.Close()
-		return withExitCode(exitError, fmt.Errorf("registering the exporter: %w", err))
+		return fail(fmt.Errorf("registering the exporter: %w", err))
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: opts.log}))
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/" {
-			http.NotFound(w, r)
-			return
-		}
-		fmt.Fprintln(w, "qpdrain exporter: the host's QPs and leak findings on /metrics")
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	opts.log.WithField("listen", ln.Addr().String()).Info("serving /metrics")
+	mux.Handle(o.telemetryPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: opts.log}))
+	mux.Handle("/", landing)
+	// The toolkit logs the startup lines (the address, TLS on or off) at
+	// info, whatever --log-level: an operator needs them.
+	log := toolkitLogger(stderr, opts.logFormat)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	flags := &web.FlagConfig{WebListenAddresses: &o.listen, WebSystemdSocket: new(bool), WebConfigFile: &o.webConfig}
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
+	go func() { done <- web.ServeMultiple(lns, srv, flags, log) }()
 	select {
 	case err := <-done:
-		return withExitCode(exitError, fmt.Errorf("serving /metrics: %w", err))
+		closeAll(lns)
+		return withExitCode(exitError, fmt.Errorf("serving %s: %w", o.telemetryPath, err))
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -162,7 +224,16 @@ func serveExporter(ctx context.Context, ln net.Listener, stderr io.Writer, opts 
 		return withExitCode(exitError, fmt.Errorf("stopping the exporter: %w", err))
 	}
 	if err := <-done; !errors.Is(err, http.ErrServerClosed) {
-		return withExitCode(exitError, fmt.Errorf("serving /metrics: %w", err))
+		return withExitCode(exitError, fmt.Errorf("serving %s: %w", o.telemetryPath, err))
 	}
 	return nil
+}
+
+// toolkitLogger is the log of exporter-toolkit's web package, in
+// --log-format.
+func toolkitLogger(w io.Writer, format string) *slog.Logger {
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, nil))
+	}
+	return slog.New(slog.NewTextHandler(w, nil))
 }

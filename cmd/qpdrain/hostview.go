@@ -76,7 +76,7 @@ func toSample(snap *inventory.Snapshot, at time.Time) leaks.Sample {
 		}
 		ps := make([]leaks.Process, len(hs))
 		for i, h := range hs {
-			ps[i] = leaks.Process{PID: int(h.PID), Comm: h.Comm}
+			ps[i] = leaks.Process{PID: int(h.PID), Comm: h.Comm, Workload: h.Workload}
 		}
 		converted[&hs[0]] = ps
 		return ps
@@ -86,7 +86,7 @@ func toSample(snap *inventory.Snapshot, at time.Time) leaks.Sample {
 		d := byIndex[q.Device]
 		lq := leaks.QP{Port: q.Port, LQPN: q.LQPN, Type: q.Type.String(), State: q.State.String(), KernName: q.KernName}
 		if q.Owner != nil && q.Owner.Via != inventory.FromKernel && !q.Owner.Zombie {
-			lq.Owner = leaks.Process{PID: int(q.Owner.PID), Comm: q.Owner.Comm}
+			lq.Owner = leaks.Process{PID: int(q.Owner.PID), Comm: q.Owner.Comm, Workload: q.Owner.Workload}
 		}
 		if lq.KernName == "" {
 			lq.Holders, lq.HoldersCertain = holders(q.Holders), q.HoldersCertain

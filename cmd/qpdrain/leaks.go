@@ -199,6 +199,7 @@ func formatLeaks(w io.Writer, r *leaks.Report, interval time.Duration, details b
 		case f.KernName != "":
 			who = " comm [" + f.KernName + "]"
 		}
+		who = string(appendWorkload([]byte(who), f.Workload()))
 		fmt.Fprintf(w, "%s link %s%s", f.Reason, f.Device, who)
 		if len(f.QPs) > 0 {
 			fmt.Fprintf(w, " qps %d lqpn %s", len(f.QPs), lqpnList(f.QPs, details))

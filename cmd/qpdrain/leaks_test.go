@@ -362,7 +362,7 @@ func scrapeExporter(t *testing.T, host hostOptions) []byte {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- serveExporter(ctx, ln, io.Discard, opts, &exporterOptions{window: time.Minute, nearLimit: 0.9, host: host})
+		done <- serveExporter(ctx, []net.Listener{ln}, io.Discard, opts, &exporterOptions{telemetryPath: "/metrics", window: time.Minute, nearLimit: 0.9, host: host})
 	}()
 	defer func() {
 		cancel()

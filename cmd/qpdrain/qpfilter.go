@@ -22,6 +22,8 @@ type qpFilter struct {
 	portNone bool
 	nums     map[string][][2]uint32
 	words    map[string][]string
+	// workload are the workloadQPFilters given (qps_workload.go).
+	workload []func(*inventory.QP) bool
 }
 
 // Filter names, as rdma spells them.
@@ -54,7 +56,7 @@ func wordsOf(name func(uint8) string) []string {
 
 func parseQPFilter(args []string) (qpFilter, error) {
 	f := qpFilter{nums: map[string][][2]uint32{}, words: map[string][]string{}}
-	known := "link, " + strings.Join(numericQPFilters, ", ") + ", " + strings.Join(wordQPFilters, ", ")
+	known := "link, " + strings.Join(numericQPFilters, ", ") + ", " + strings.Join(wordQPFilters, ", ") + ", cgroup, pod"
 	for i := 0; i < len(args); i += 2 {
 		name := args[i]
 		if i+1 >= len(args) {
@@ -83,6 +85,12 @@ func parseQPFilter(args []string) (qpFilter, error) {
 				}
 				f.words[name] = append(f.words[name], w)
 			}
+		case workloadQPFilters[name] != nil:
+			m, err := workloadQPFilters[name](val)
+			if err != nil {
+				return f, err
+			}
+			f.workload = append(f.workload, m)
 		default:
 			return f, fmt.Errorf("unknown filter %q: want one of %s", name, known)
 		}
@@ -211,6 +219,11 @@ func (f *qpFilter) match(q *inventory.QP) bool {
 	for name, words := range f.words {
 		v, ok := qpWord(q, name)
 		if !ok || !contains(words, v) {
+			return false
+		}
+	}
+	for _, m := range f.workload {
+		if !m(q) {
 			return false
 		}
 	}

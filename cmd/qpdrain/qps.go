@@ -79,7 +79,7 @@ func newQPsCmd(opts *globalOptions) *cobra.Command {
 	var host hostOptions
 	var summary bool
 	cmd := &cobra.Command{
-		Use:   "qps [link DEV[/PORT]] [lqpn N] [state S] [type T] [pid P] ...",
+		Use:   "qps [link DEV[/PORT]] [lqpn N] [state S] [type T] [pid P] [cgroup PATH] [pod UID] ...",
 		Short: "List every QP on the host, with its owner and the processes that hold it, as `rdma resource show qp`",
 		Long: `List the QPs of every RDMA device on the host through RDMA netlink, as
 "rdma resource show qp" does, with its filters (link DEV[/PORT], lqpn, rqpn,
@@ -92,11 +92,13 @@ processes that hold its context, its open uverbs file, by an fd or mappings
 groups the fds into open files, and a context is tied to its file through
 its live creator or by elimination; where that proves nothing the holders
 are the candidates ("holders_certain": false, "one-of" in text). A zombie
-creator is gone ("creator_gone"). With -j, objects carry rdma's keys plus
-"owner", "creator_gone", "holders" and "holders_certain"; -d adds owners
-and holders to text. Filter words are rdma's (state RTS, type RC,
-path-mig-state MIGRATED; any case); an unknown word or a port the device
-lacks is an error.
+creator is gone ("creator_gone"). Each process gets its workload from its
+cgroup (the systemd unit, the container, the Kubernetes pod UID and QoS
+class; the filters cgroup PATH and pod UID select by it). With -j, objects
+carry rdma's keys plus "owner" (its "cgroup" the workload), "creator_gone",
+"holders" and "holders_certain"; -d adds owners, their workloads and holders
+to text. Filter words are rdma's (state RTS, type RC, path-mig-state
+MIGRATED; any case); an unknown word or a port the device lacks is an error.
 --summary counts QPs per device by type and state, next to the device's
 max_qp. Exits 3 when the host has no RDMA devices, 2 on errors.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -394,6 +396,7 @@ func appendOwner(b []byte, q *inventory.QP) []byte {
 		if q.Owner.Zombie {
 			b = append(b, " (zombie)"...)
 		}
+		b = appendWorkload(b, q.Owner.Workload)
 	case q.CreatorGone:
 		b = append(b, " owner - (creator gone)"...)
 	}

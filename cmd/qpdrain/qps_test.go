@@ -28,12 +28,7 @@ func testQPs() []inventory.QP {
 }
 
 func TestQPFilters(t *testing.T) {
-	qps := testQPs()
-	for _, tc := range []struct {
-		args []string
-		want []uint32
-		err  string
-	}{
+	checkQPFilters(t, testQPs(), []qpFilterCase{
 		{nil, []uint32{17, 19, 1, 33}, ""},
 		{[]string{"link", "rxe0"}, []uint32{17, 19, 1}, ""},
 		{[]string{"link", "rxe0/1"}, []uint32{17, 1}, ""},
@@ -57,7 +52,20 @@ func TestQPFilters(t *testing.T) {
 		{[]string{"type", "rc,XYZ"}, nil, "want one of SMI, GSI, RC, UC, UD, RAW_IPV6, RAW_ETHERTYPE, UNKNOWN, RAW_PACKET, XRC_INI, XRC_TGT"},
 		{[]string{"path-mig-state", "moved"}, nil, "want one of MIGRATED, REARM, ARMED, UNKNOWN"},
 		{[]string{"path-mig-state", "migrated"}, []uint32{17}, ""},
-	} {
+	})
+}
+
+// qpFilterCase is qps's filter args, and the QPs they select or the error
+// they give.
+type qpFilterCase struct {
+	args []string
+	want []uint32
+	err  string
+}
+
+func checkQPFilters(t *testing.T, qps []inventory.QP, cases []qpFilterCase) {
+	t.Helper()
+	for _, tc := range cases {
 		f, err := parseQPFilter(tc.args)
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {

@@ -1,6 +1,6 @@
 // Package promcheck runs Prometheus's own linter, `promtool check metrics`
 // (Debian's prometheus package; scripts/deps.sh installs it), on metrics a
-// test produced. Without promtool a test skips, saying so, except in CI
+// test produced, and promtool's checks and unit tests of alert rules. Without promtool a test skips, saying so, except in CI
 // (CI=true), where the check is required and its absence fails the test.
 package promcheck
 
@@ -45,5 +45,15 @@ func CheckRules(t testing.TB, path string) {
 	out, err := exec.Command(promtool(t), "check", "rules", path).CombinedOutput()
 	if err != nil {
 		t.Errorf("promtool check rules %s: %v\n%s", path, err, out)
+	}
+}
+
+// TestRules fails t unless `promtool test rules` passes the rule unit
+// tests at path.
+func TestRules(t testing.TB, path string) {
+	t.Helper()
+	out, err := exec.Command(promtool(t), "test", "rules", path).CombinedOutput()
+	if err != nil {
+		t.Errorf("promtool test rules %s: %v\n%s", path, err, out)
 	}
 }

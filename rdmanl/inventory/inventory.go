@@ -25,6 +25,7 @@ import (
 	"path"
 
 	"github.com/qpdrain/qpdrain/rdmanl"
+	"github.com/qpdrain/qpdrain/workload"
 )
 
 // Source is what a snapshot reads from RDMA netlink; *rdmanl.Conn is one.
@@ -60,6 +61,9 @@ type Owner struct {
 	// Zombie: the process has exited and is waiting to be reaped.
 	Zombie bool        `json:"zombie,omitempty"`
 	Via    OwnerSource `json:"via"`
+	// Workload is what the process's cgroup says of it; nil when it could
+	// not be read.
+	Workload *workload.Workload `json:"cgroup,omitempty"`
 }
 
 // QP is one QP with its owner and the holders of its device.
@@ -217,6 +221,7 @@ func Take(ctx context.Context, src Source, opts Options) (*Snapshot, error) {
 		// A zombie has closed its files: it can destroy nothing.
 		q.CreatorGone = q.Has&rdmanl.HasKernName == 0 && (q.Owner == nil || q.Owner.Zombie)
 	}
+	fillWorkloads(snap, opts.Proc)
 	return snap, nil
 }
 

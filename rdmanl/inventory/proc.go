@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/qpdrain/qpdrain/workload"
 )
 
 // Proc reads a /proc tree. Root is the directory that holds it ("/proc" when
@@ -108,6 +110,9 @@ type Holder struct {
 	// mappings (/proc/<pid>/maps): it closed its fds but keeps the queues.
 	// The maps of a process with an fd on a wanted device are not read.
 	Mapped bool `json:"mapped,omitempty"`
+	// Workload is what the process's cgroup says of it; nil when it could
+	// not be read.
+	Workload *workload.Workload `json:"cgroup,omitempty"`
 }
 
 // Holders scans every process for fds on, else mappings of, the char
