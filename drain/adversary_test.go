@@ -110,7 +110,7 @@ func (q *advQP) PostSend(wrs []ibv.SendWR) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.sqUsed[q.Num()]+len(wrs) > q.sendWR {
-		return &ibv.PostError{Index: 0, Err: fmt.Errorf("send queue of qpn %#x holds %d unpolled WRs: %w", q.Num(), q.sendWR, ibv.ErrQueueFull)}
+		return &ibv.PostError{Index: 0, Err: fmt.Errorf("send queue of qpn %d holds %d unpolled WRs: %w", q.Num(), q.sendWR, ibv.ErrQueueFull)}
 	}
 	if err := q.QP.PostSend(wrs); err != nil {
 		return err
@@ -196,7 +196,7 @@ func (c *advCQ) Poll(wcs []ibv.WC) (int, error) {
 			continue
 		}
 		if rep := h.Report(); rep.Outcome == drain.Safe {
-			found = append(found, fmt.Sprintf("qpn %#x: completion wr_id %#x polled after it was declared safe\n%s", wcs[i].QPNum, wcs[i].ID, rep))
+			found = append(found, fmt.Sprintf("qpn %d: completion wr_id %#x polled after it was declared safe\n%s", wcs[i].QPNum, wcs[i].ID, rep))
 		}
 	}
 	a.mu.Lock()

@@ -158,7 +158,7 @@ func TestDrainQPPastLastWQE(t *testing.T) {
 	for _, qp := range []ibv.QP{told, untold} {
 		devtest.ToError(t, qp)
 		if ev := devtest.WaitEvent(t, dev, devtest.Timeout); ev.Type != ibv.EventQPLastWQEReached || ev.QP.Num() != qp.Num() {
-			t.Fatalf("got event %v, want QP_LAST_WQE_REACHED for qpn %#x", ev, qp.Num())
+			t.Fatalf("got event %v, want QP_LAST_WQE_REACHED for qpn %d", ev, qp.Num())
 		}
 	}
 	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: 50 * time.Millisecond, DrainTimeout: devtest.Timeout})
@@ -226,7 +226,7 @@ func TestReaperBatches(t *testing.T) {
 	}
 	for _, rep := range reps[:24] {
 		if rep.Recv.By != drain.ProofBarrier || rep.Send.By != drain.ProofNoSends {
-			t.Errorf("qpn %#x: proofs %v, %v; want a barrier and the caller's statement", rep.QPNum, rep.Recv, rep.Send)
+			t.Errorf("qpn %d: proofs %v, %v; want a barrier and the caller's statement", rep.QPNum, rep.Recv, rep.Send)
 		}
 	}
 	if claimed != 2 {
@@ -257,7 +257,7 @@ func TestReaperOneAtATime(t *testing.T) {
 	for _, rep := range waitAll(t, hs) {
 		for _, s := range rep.Steps {
 			if s.Kind == drain.StepDrainPosted && (s.Carrier != rep.QPNum || s.Count != 1) {
-				t.Errorf("qpn %#x: %v, want its own drain WR for itself alone", rep.QPNum, s)
+				t.Errorf("qpn %d: %v, want its own drain WR for itself alone", rep.QPNum, s)
 			}
 		}
 	}

@@ -94,15 +94,15 @@ func ExampleReaper() {
 
 	for _, h := range handles {
 		rep, err := h.Wait(ctx)
-		fmt.Printf("qpn %#x: %s, batch of %d, err %v\n", rep.QPNum, rep.Outcome, rep.Batch, err)
+		fmt.Printf("qpn %d: %s, batch of %d, err %v\n", rep.QPNum, rep.Outcome, rep.Batch, err)
 		// Safe: h.QP().Close() may run now.
 	}
 	fmt.Println("drain WRs:", reaper.Stats().DrainWRs)
 	// Output:
-	// qpn 0x11: safe, batch of 1, err <nil>
-	// qpn 0x13: safe, batch of 3, err <nil>
-	// qpn 0x15: safe, batch of 3, err <nil>
-	// qpn 0x17: safe, batch of 3, err <nil>
+	// qpn 17: safe, batch of 1, err <nil>
+	// qpn 19: safe, batch of 3, err <nil>
+	// qpn 21: safe, batch of 3, err <nil>
+	// qpn 23: safe, batch of 3, err <nil>
 	// drain WRs: 2
 }
 

@@ -109,7 +109,7 @@ func TestExploreSafeMeansNothingOutstanding(t *testing.T) {
 				checked[i] = true
 				if left := h.QP().(*soft.QP).Outstanding(); left != 0 {
 					rep, _ := h.Wait(context.Background())
-					t.Errorf("qpn %#x called %s with %d WRs still to complete:\n%s", h.QP().Num(), rep.Outcome, left, rep)
+					t.Errorf("qpn %d called %s with %d WRs still to complete:\n%s", h.QP().Num(), rep.Outcome, left, rep)
 				}
 			}
 		}

@@ -302,7 +302,7 @@ func waitAll(t testing.TB, hs []*drain.Handle) []*drain.Report {
 	for i, h := range hs {
 		rep, err := h.Wait(ctx)
 		if err != nil {
-			t.Fatalf("draining qpn %#x: %v\n%s", h.QP().Num(), err, rep)
+			t.Fatalf("draining qpn %d: %v\n%s", h.QP().Num(), err, rep)
 		}
 		checkProof(t, rep)
 		reps[i] = rep
@@ -334,11 +334,11 @@ func checkProof(t testing.TB, rep *drain.Report) {
 	switch rep.Outcome {
 	case drain.Safe:
 		if !rep.Proven() {
-			t.Errorf("qpn %#x is safe without a proof for every queue:\n%s", rep.QPNum, rep)
+			t.Errorf("qpn %d is safe without a proof for every queue:\n%s", rep.QPNum, rep)
 		}
 	case drain.DestroyedAfterEmptyCQ:
 		if rep.Proven() || rep.Stall == nil {
-			t.Errorf("qpn %#x released by the policy with every queue proven or no stall:\n%s", rep.QPNum, rep)
+			t.Errorf("qpn %d released by the policy with every queue proven or no stall:\n%s", rep.QPNum, rep)
 		}
 	}
 	for _, p := range []drain.QueueProof{rep.Recv, rep.Send} {
@@ -365,7 +365,7 @@ func checkProof(t testing.TB, rep *drain.Report) {
 			ok = false
 		}
 		if !ok {
-			t.Errorf("qpn %#x: proof %v not backed by the report:\n%s", rep.QPNum, p, rep)
+			t.Errorf("qpn %d: proof %v not backed by the report:\n%s", rep.QPNum, p, rep)
 		}
 	}
 }
@@ -374,7 +374,7 @@ func add(t testing.TB, rp *drain.Reaper, qp ibv.QP, o drain.AddOptions) *drain.H
 	t.Helper()
 	h, err := rp.Add(qp, o)
 	if err != nil {
-		t.Fatalf("adding qpn %#x: %v", qp.Num(), err)
+		t.Fatalf("adding qpn %d: %v", qp.Num(), err)
 	}
 	return h
 }

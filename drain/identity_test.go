@@ -59,7 +59,7 @@ func (s *stepper) step() {
 		s.rp.CQEmpty()
 	} else {
 		if h := s.byNum[wc[0].QPNum]; h != nil && h.Report().Outcome == drain.Safe {
-			s.t.Errorf("false safe: completion wr_id %#x of qpn %#x polled after it was called safe:\n%s", wc[0].ID, wc[0].QPNum, h.Report())
+			s.t.Errorf("false safe: completion wr_id %#x of qpn %d polled after it was called safe:\n%s", wc[0].ID, wc[0].QPNum, h.Report())
 		}
 		s.rp.HandleWC(wc[0])
 	}
@@ -96,7 +96,7 @@ func (s *stepper) check() {
 		switch {
 		case rep.Outcome == drain.Safe:
 			if left := qp.Outstanding(); left != 0 {
-				s.t.Errorf("false safe: qpn %#x called safe with %d WRs still to complete:\n%s", rep.QPNum, left, rep)
+				s.t.Errorf("false safe: qpn %d called safe with %d WRs still to complete:\n%s", rep.QPNum, left, rep)
 			}
 		case rep.Outcome != drain.Quarantined:
 			// Handed back: the caller may destroy it now.

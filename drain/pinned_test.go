@@ -163,7 +163,7 @@ func TestMaxBatchCap(t *testing.T) {
 	pollUntilDone(t, rp, r.cq)
 	for _, rep := range waitAll(t, hs) {
 		if rep.Batch > 2 {
-			t.Errorf("qpn %#x released by a barrier for %d QPs, MaxBatch 2\n%s", rep.QPNum, rep.Batch, rep)
+			t.Errorf("qpn %d released by a barrier for %d QPs, MaxBatch 2\n%s", rep.QPNum, rep.Batch, rep)
 		}
 	}
 	if st := rp.Stats(); st.DrainWRs < 3 {
@@ -198,7 +198,7 @@ func TestForeignDrainWCReleasesNothing(t *testing.T) {
 			t.Errorf("completion %#x not claimed", wc.ID)
 		}
 		if rep := h.Report(); rep.Outcome != drain.Pending {
-			t.Fatalf("completion %#x on qpn %#x ended the drain:\n%s", wc.ID, wc.QPNum, rep)
+			t.Fatalf("completion %#x on qpn %d ended the drain:\n%s", wc.ID, wc.QPNum, rep)
 		}
 	}
 	if st := rp.Stats(); st.LateDrainWCs != 2 || st.InFlight != 1 {

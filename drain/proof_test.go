@@ -36,7 +36,7 @@ func sends(t *testing.T, qp ibv.QP, first uint64, n int) {
 		wrs[i] = ibv.SendWR{ID: sendIDBase | first + uint64(i), Opcode: ibv.WRSend, Flags: ibv.SendSignaled}
 	}
 	if err := qp.PostSend(wrs); err != nil {
-		t.Fatalf("posting %d sends on qpn %#x: %v", n, qp.Num(), err)
+		t.Fatalf("posting %d sends on qpn %d: %v", n, qp.Num(), err)
 	}
 }
 
@@ -189,7 +189,7 @@ func TestReusedQPNumber(t *testing.T) {
 	reused := r.pair(false)
 	for tries := 0; reused.Num() != old.Num(); tries++ {
 		if tries == 64 {
-			t.Fatalf("seed %d: qpn %#x not reused in 64 QPs", sched.Seed, old.Num())
+			t.Fatalf("seed %d: qpn %d not reused in 64 QPs", sched.Seed, old.Num())
 		}
 		reused = r.pair(false)
 	}
@@ -231,7 +231,7 @@ func TestHeadroomHolds(t *testing.T) {
 		rep, err := h.Wait(testCtx(t))
 		checkProof(t, rep)
 		if err == nil {
-			t.Errorf("qpn %#x safe, want a stall: its drain WR completes after DrainTimeout\n%s", rep.QPNum, rep)
+			t.Errorf("qpn %d safe, want a stall: its drain WR completes after DrainTimeout\n%s", rep.QPNum, rep)
 		}
 	}
 	for a.pending() {
@@ -348,7 +348,7 @@ func TestDrainAll(t *testing.T) {
 	for i, rep := range reps {
 		checkProof(t, rep)
 		if rep.QPNum != qps[i].Num() || rep.Outcome != drain.Safe {
-			t.Errorf("report %d: qpn %#x %s, want qpn %#x safe", i, rep.QPNum, rep.Outcome, qps[i].Num())
+			t.Errorf("report %d: qpn %d %s, want qpn %d safe", i, rep.QPNum, rep.Outcome, qps[i].Num())
 		}
 	}
 	other := devtest.NewRC(t, r.pd, devtest.RCConfig{Cap: qpCap})

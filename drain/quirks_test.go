@@ -244,7 +244,7 @@ func toRTR(t *testing.T, dev ibv.Context, qp, peer ibv.QP) {
 	}
 	for _, s := range steps {
 		if err := qp.Modify(s.attr, s.mask); err != nil {
-			t.Fatalf("moving qpn %#x to %s: %v", qp.Num(), s.attr.State, err)
+			t.Fatalf("moving qpn %d to %s: %v", qp.Num(), s.attr.State, err)
 		}
 	}
 }
@@ -285,6 +285,6 @@ func TestStallIsLogged(t *testing.T) {
 	entries := hook.AllEntries()
 	if len(entries) != 2 || entries[0].Data["lqpn"] != qp.Num() || !strings.Contains(entries[0].Message, "no Last WQE Reached") ||
 		!strings.Contains(entries[1].Message, "quarantined") {
-		t.Errorf("log entries %v, want the stall and the quarantine of qpn %#x", entries, qp.Num())
+		t.Errorf("log entries %v, want the stall and the quarantine of qpn %d", entries, qp.Num())
 	}
 }

@@ -201,7 +201,7 @@ func (h *Handle) Wait(ctx context.Context) (*Report, error) {
 			if rep.Outcome != Pending {
 				return rep, rep.Err
 			}
-			return rep, fmt.Errorf("qpn %#x: %w: %w", h.qpn, h.waitingFor(), context.Cause(ctx))
+			return rep, fmt.Errorf("qpn %d: %w: %w", h.qpn, h.waitingFor(), context.Cause(ctx))
 		}
 	}
 }
@@ -352,14 +352,14 @@ func (r *Reaper) at(now time.Time) time.Duration { return now.Sub(r.epoch) }
 func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
 	qpn := qp.Num()
 	if t := qp.Type(); t != ibv.QPTRC && t != ibv.QPTUC {
-		return nil, fmt.Errorf("qpn %#x is a %s QP: %w", qpn, t, ErrUnsupportedQP)
+		return nil, fmt.Errorf("qpn %d is a %s QP: %w", qpn, t, ErrUnsupportedQP)
 	}
 	if qp.SendCQ() != r.cq || qp.RecvCQ() != r.cq {
-		return nil, fmt.Errorf("qpn %#x does not complete into the reaper's CQ on both queues: %w", qpn, ErrUnsupportedQP)
+		return nil, fmt.Errorf("qpn %d does not complete into the reaper's CQ on both queues: %w", qpn, ErrUnsupportedQP)
 	}
 	srq := qp.SRQ() != nil
 	if o.CountRecvs && !srq && (r.opts.Queue == nil || o.Recvs < 0) {
-		return nil, fmt.Errorf("qpn %#x: counting %d receives needs a non-negative count and Options.Queue: %w", qpn, o.Recvs, ibv.ErrInvalidArgument)
+		return nil, fmt.Errorf("qpn %d: counting %d receives needs a non-negative count and Options.Queue: %w", qpn, o.Recvs, ibv.ErrInvalidArgument)
 	}
 	now := time.Now()
 	h := &Handle{r: r, qp: qp, qpn: qpn, srq: srq, lastWQE: srq && o.LastWQESeen, noSends: o.NoSends, stated: o.LastWQESeen}
@@ -375,16 +375,16 @@ func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
 	switch old := r.byNum[qpn]; {
 	case r.shut:
 		r.mu.Unlock()
-		return nil, fmt.Errorf("adding qpn %#x: %w", qpn, ErrShutdown)
+		return nil, fmt.Errorf("adding qpn %d: %w", qpn, ErrShutdown)
 	case r.cqErr != nil:
 		r.mu.Unlock()
-		return nil, fmt.Errorf("adding qpn %#x: %w", qpn, r.cqErr)
+		return nil, fmt.Errorf("adding qpn %d: %w", qpn, r.cqErr)
 	case old != nil && old.qp == qp:
 		r.mu.Unlock()
-		return nil, fmt.Errorf("qpn %#x is already being drained: %w", qpn, ibv.ErrBusy)
+		return nil, fmt.Errorf("qpn %d is already being drained: %w", qpn, ibv.ErrBusy)
 	case old != nil && old.stage != stageQuarantine:
 		r.mu.Unlock()
-		return nil, fmt.Errorf("qpn %#x names another QP still being drained: %w", qpn, ibv.ErrBusy)
+		return nil, fmt.Errorf("qpn %d names another QP still being drained: %w", qpn, ibv.ErrBusy)
 	}
 	// A quarantined QP that had this number was destroyed by its owner
 	// and the number reused: it keeps its place in the quarantine, and the
@@ -454,7 +454,7 @@ func (r *Reaper) started(h *Handle, steps []Step, err error, now time.Time) {
 		// A CQ error or shutdown ended the drain meanwhile.
 		return
 	case err != nil:
-		r.finish(h, Failed, fmt.Errorf("qpn %#x: %w: %w", h.qpn, ErrModifyToError, err), now)
+		r.finish(h, Failed, fmt.Errorf("qpn %d: %w: %w", h.qpn, ErrModifyToError, err), now)
 		return
 	}
 	foundInError := len(steps) == 1 && steps[0].From == ibv.QPSErr
@@ -552,7 +552,7 @@ func (r *Reaper) place(h *Handle, now time.Time) {
 	default:
 		// Not reachable: every open queue above has something to wait
 		// for. Should it happen, the QP is not safe.
-		r.finish(h, Failed, fmt.Errorf("qpn %#x: %w: nothing left that could prove it", h.qpn, ErrDrainNotFlushed), now)
+		r.finish(h, Failed, fmt.Errorf("qpn %d: %w: nothing left that could prove it", h.qpn, ErrDrainNotFlushed), now)
 	}
 }
 
@@ -590,7 +590,7 @@ func (r *Reaper) post(now time.Time) {
 		id := r.nextID()
 		if err := c.qp.PostSend([]ibv.SendWR{{ID: id, Opcode: ibv.WRSend, Flags: ibv.SendSignaled}}); err != nil {
 			// Its send queue was stated empty: the QP cannot carry it.
-			r.finish(c, Failed, fmt.Errorf("posting a barrier drain WR on qpn %#x: %w: %w", c.qpn, ErrPostDrain, err), now)
+			r.finish(c, Failed, fmt.Errorf("posting a barrier drain WR on qpn %d: %w: %w", c.qpn, ErrPostDrain, err), now)
 			c = next
 			continue
 		}
@@ -650,7 +650,7 @@ func (r *Reaper) posted(h *Handle, id uint64, err error, what string, now time.T
 		h.full, h.retryGen = true, r.pollGen
 		return false
 	}
-	r.finish(h, Failed, fmt.Errorf("posting the %s on qpn %#x: %w: %w", what, h.qpn, ErrPostDrain, err), now)
+	r.finish(h, Failed, fmt.Errorf("posting the %s on qpn %d: %w: %w", what, h.qpn, ErrPostDrain, err), now)
 	return false
 }
 
@@ -898,7 +898,7 @@ func (r *Reaper) cqError(now time.Time) {
 		if h.stage == stageQuarantine {
 			continue
 		}
-		r.finish(h, Failed, fmt.Errorf("qpn %#x: %w", h.qpn, r.cqErr), now)
+		r.finish(h, Failed, fmt.Errorf("qpn %d: %w", h.qpn, r.cqErr), now)
 	}
 	// Nothing more will be polled from the CQ.
 	clear(r.wrs)
@@ -971,7 +971,7 @@ func (r *Reaper) expire(now time.Time) {
 	}
 	for h := r.errorList.head; h != nil && h.deadline <= t; h = r.errorList.head {
 		r.errorList.remove(h)
-		err := fmt.Errorf("qpn %#x: %w within %v", h.qpn, ErrNoLastWQE, r.opts.LastWQETimeout)
+		err := fmt.Errorf("qpn %d: %w within %v", h.qpn, ErrNoLastWQE, r.opts.LastWQETimeout)
 		if r.eventsSeen == 0 && r.opts.Events == nil {
 			err = fmt.Errorf("%w: no async event was delivered to the reaper (Options.Events unset, HandleEvent never called)", err)
 		}
@@ -999,17 +999,17 @@ func (r *Reaper) stallErr(h *Handle) error {
 	d := r.opts.DrainTimeout
 	switch {
 	case h.sendID != 0:
-		return fmt.Errorf("qpn %#x: %w: WR %#x posted on qpn %#x, no completion within %v", h.qpn, ErrDrainNotFlushed, h.sendID, h.qpn, d)
+		return fmt.Errorf("qpn %d: %w: WR %#x posted on qpn %d, no completion within %v", h.qpn, ErrDrainNotFlushed, h.sendID, h.qpn, d)
 	case h.recvID != 0:
-		return fmt.Errorf("qpn %#x: %w: receive drain WR %#x, no completion within %v", h.qpn, ErrDrainNotFlushed, h.recvID, d)
+		return fmt.Errorf("qpn %d: %w: receive drain WR %#x, no completion within %v", h.qpn, ErrDrainNotFlushed, h.recvID, d)
 	case (h.needSend || h.needRecv) && h.full:
-		return fmt.Errorf("qpn %#x: %w: %w after every poll for %v", h.qpn, ErrPostDrain, ibv.ErrQueueFull, d)
+		return fmt.Errorf("qpn %d: %w: %w after every poll for %v", h.qpn, ErrPostDrain, ibv.ErrQueueFull, d)
 	case h.needSend || h.needRecv:
-		return fmt.Errorf("qpn %#x: %w within %v: %d drain WRs outstanding, headroom %d", h.qpn, ErrNoHeadroom, d, r.inFlight, r.opts.Headroom)
+		return fmt.Errorf("qpn %d: %w within %v: %d drain WRs outstanding, headroom %d", h.qpn, ErrNoHeadroom, d, r.inFlight, r.opts.Headroom)
 	case h.countRecvs && h.recvsLeft > 0:
-		return fmt.Errorf("qpn %#x: %w: %d of %d back within %v", h.qpn, ErrRecvsMissing, h.report.Recv.Count, h.report.Recv.Count+h.recvsLeft, d)
+		return fmt.Errorf("qpn %d: %w: %d of %d back within %v", h.qpn, ErrRecvsMissing, h.report.Recv.Count, h.report.Recv.Count+h.recvsLeft, d)
 	}
-	return fmt.Errorf("qpn %#x: %w: no barrier drain WR posted after Last WQE Reached completed within %v", h.qpn, ErrDrainNotFlushed, d)
+	return fmt.Errorf("qpn %d: %w: no barrier drain WR posted after Last WQE Reached completed within %v", h.qpn, ErrDrainNotFlushed, d)
 }
 
 // stall records that h's current step ran out of time and applies the
@@ -1098,7 +1098,7 @@ func (r *Reaper) forget(h *Handle) {
 func (r *Reaper) conclude(h *Handle, o Outcome, err error, now time.Time) {
 	rep := &h.report
 	if o == Safe && !rep.Proven() {
-		o, err = Failed, fmt.Errorf("qpn %#x: %w: a queue has no proof", h.qpn, ErrDrainNotFlushed)
+		o, err = Failed, fmt.Errorf("qpn %d: %w: a queue has no proof", h.qpn, ErrDrainNotFlushed)
 	}
 	if rep.Recv.By == ProofNone {
 		switch {
@@ -1195,7 +1195,7 @@ func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 	now := time.Now()
 	for _, h := range r.byNum {
 		if h.stage != stageQuarantine {
-			r.finish(h, Failed, fmt.Errorf("qpn %#x: %w", h.qpn, ErrShutdown), now)
+			r.finish(h, Failed, fmt.Errorf("qpn %d: %w", h.qpn, ErrShutdown), now)
 		}
 	}
 	var notSafe []*Handle

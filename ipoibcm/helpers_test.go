@@ -167,7 +167,7 @@ func (r *rig) kinds(qpn uint32) []EventKind {
 func (r *rig) wantKinds(qpn uint32, want ...EventKind) {
 	r.t.Helper()
 	if got := r.kinds(qpn); !slices.Equal(got, want) {
-		r.t.Errorf("qp %#x events %v, want %v", qpn, got, want)
+		r.t.Errorf("qpn %d events %v, want %v", qpn, got, want)
 	}
 }
 
@@ -222,9 +222,9 @@ func (r *rig) wantKernelDrain(qpn uint32, before ...EventKind) {
 		} else {
 			break
 		}
-		r.t.Logf("qp %#x: Last WQE Reached again after the drain WR, another drain WR (ipoib_cm_rx_event_handler)", qpn)
+		r.t.Logf("qpn %d: Last WQE Reached again after the drain WR, another drain WR (ipoib_cm_rx_event_handler)", qpn)
 	}
 	if !ok || !slices.Equal(got[i:], []EventKind{EventDrained, EventReaped}) {
-		r.t.Errorf("qp %#x events %v, want %v, %v, then drained, reaped", qpn, got, before, pair)
+		r.t.Errorf("qpn %d events %v, want %v, %v, then drained, reaped", qpn, got, before, pair)
 	}
 }

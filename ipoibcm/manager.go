@@ -233,7 +233,7 @@ func (m *Manager) toError(c *Conn, now time.Time) {
 		c.errAt = now
 	}
 	if err := c.qp.Modify(ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState); err != nil {
-		m.warn("unable to move qp %#x to error state: %v", c.qpn, err)
+		m.warn("unable to move qpn %d to error state: %v", c.qpn, err)
 	}
 }
 
@@ -248,7 +248,7 @@ func (m *Manager) Accept(peer uint32, route rcsetup.Route) (*Conn, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.stopped {
-		return nil, fmt.Errorf("accepting a connection from qp %#x: %w", peer, ErrStopped)
+		return nil, fmt.Errorf("accepting a connection from qpn %d: %w", peer, ErrStopped)
 	}
 	now := m.clock.Now()
 	reject := func(r RejectReason, err error) (*Conn, error) {
@@ -317,7 +317,7 @@ func (m *Manager) Disconnect(c *Conn) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if c.list == ListNone || c.m != m {
-		return fmt.Errorf("disconnecting qp %#x: not a connection of this manager: %w", c.qpn, ibv.ErrInvalidArgument)
+		return fmt.Errorf("disconnecting qpn %d: not a connection of this manager: %w", c.qpn, ibv.ErrInvalidArgument)
 	}
 	now := m.clock.Now()
 	m.stats.Disconnects++

@@ -127,7 +127,7 @@ func (m *Manager) startRxDrain(now time.Time) {
 	first := m.lists[ListFlush].head
 	if err := first.qp.PostSend([]ibv.SendWR{{ID: KernelDrainWRID, Opcode: ibv.WRSend, Flags: ibv.SendSignaled}}); err != nil {
 		m.stats.DrainPostFailed++
-		m.warn("failed to post drain wr on qp %#x: %v", first.qpn, err)
+		m.warn("failed to post drain wr on qpn %d: %v", first.qpn, err)
 	} else {
 		m.stats.DrainWRs++
 	}
@@ -218,7 +218,7 @@ func (m *Manager) repost(c *Conn, slot int) error {
 		// As ipoib_cm_handle_rx_wc: the count drops, nothing else. Should
 		// it reach 0 this way, no flush will ever reap the QP.
 		c.recvCount--
-		m.warn("ipoib_cm_post_receive_nonsrq failed for qp %#x buf %d: %v", c.qpn, slot, err)
+		m.warn("ipoib_cm_post_receive_nonsrq failed for qpn %d buf %d: %v", c.qpn, slot, err)
 	}
 	return nil
 }
@@ -253,7 +253,7 @@ func (m *Manager) reap(now time.Time) {
 func (m *Manager) destroy(c *Conn, now time.Time) {
 	m.move(c, ListNone, false)
 	if err := c.qp.Close(); err != nil {
-		m.warn("destroying qp %#x: %v", c.qpn, err)
+		m.warn("destroying qpn %d: %v", c.qpn, err)
 	}
 	delete(m.conns, c.qpn)
 	m.remember(c.qpn)
