@@ -155,6 +155,7 @@ type wr struct {
 	id       uint64
 	postedAt int64
 	inError  bool // posted while its QP was in ERROR
+	signaled bool // a send that completes with a WC on success (IBV_SEND_SIGNALED or sq_sig_all)
 }
 
 type queue struct {
@@ -171,6 +172,7 @@ type qp struct {
 	sq, rq      queue
 	srq         *srq
 	ex          bool
+	sigAll      bool
 	reachedRTR  bool
 	errAt       int64 // when it entered ERROR; 0 when not in ERROR
 	lastWQE     bool  // the program got Last WQE Reached for it
@@ -336,7 +338,7 @@ func (a *analysis) step(p *proc, r Record) {
 			return
 		}
 		p.sum.Posted++
-		w := wr{id: r.Uint("wr"), postedAt: r.T, inError: q.errAt != 0}
+		w := wr{id: r.Uint("wr"), postedAt: r.T, inError: q.errAt != 0, signaled: q.sigAll || r.Uint("sig") == 1}
 		if r.Kind == "send" {
 			push(&q.sq, w, r.T)
 		} else {
@@ -391,7 +393,7 @@ func (a *analysis) create(p *proc, r Record) {
 		return // the same QP recorded twice (a provider's create_qp calling another)
 	}
 	q := &qp{ptr: ptr, ctx: r.Uint("ctx"), qpn: uint32(r.Uint("qpn")), typ: ibv.QPType(r.Uint("type")),
-		dev: p.ctxDev[r.Uint("ctx")], ex: r.Uint("ex") == 1,
+		dev: p.ctxDev[r.Uint("ctx")], ex: r.Uint("ex") == 1, sigAll: r.Uint("sig_all") == 1,
 		sq: queue{name: "send", cq: p.cqs[r.Uint("scq")]}, rq: queue{name: "recv", cq: p.cqs[r.Uint("rcq")]}}
 	if s := p.srqs[r.Uint("srq")]; s != nil {
 		q.srq = s
@@ -443,15 +445,10 @@ func dropQueue(q *queue) {
 	q.wrs = nil
 }
 
-// retire removes the WR id from q: on a send queue with the unsignaled WRs
+// retire removes WR i from q: on a send queue with the unsignaled WRs
 // before it, which complete with it (IBTA vol. 1 10.8.3.1: completions in
-// order); on a receive queue or SRQ that WR only. It reports whether id was
-// there.
-func retire(q *queue, id uint64, countCQ bool) bool {
-	i := indexOf(q, id)
-	if i < 0 {
-		return false
-	}
+// order); on a receive queue or SRQ that WR only.
+func retire(q *queue, i int, countCQ bool) {
 	n := 1
 	if q.name == "send" {
 		n = i + 1
@@ -462,12 +459,15 @@ func retire(q *queue, id uint64, countCQ bool) bool {
 	if countCQ && q.cq != nil {
 		q.cq.add(-n, 0)
 	}
-	return true
 }
 
-func indexOf(q *queue, id uint64) int {
+// indexOf finds the WR a completion of id is for: the first one with that
+// id, on a send queue the first signaled one when the completion is a
+// success (an unsignaled send has none then; programs such as perftest give
+// every WR the same id and signal one in many).
+func indexOf(q *queue, id uint64, success bool) int {
 	for i, w := range q.wrs {
-		if w.id == id {
+		if w.id == id && (q.name != "send" || !success || w.signaled) {
 			return i
 		}
 	}
@@ -517,12 +517,12 @@ func (a *analysis) completion(p *proc, r Record) {
 	}
 	best, bi := (*queue)(nil), -1
 	for _, cand := range cands {
-		if i := indexOf(cand, id); i >= 0 && (bi < 0 || i < bi) {
+		if i := indexOf(cand, id, status == ibv.WCSuccess); i >= 0 && (bi < 0 || i < bi) {
 			best, bi = cand, i
 		}
 	}
 	if best != nil {
-		retire(best, id, !late)
+		retire(best, bi, !late)
 	}
 }
 
@@ -552,12 +552,12 @@ func (a *analysis) destroy(p *proc, r Record) {
 			a.unknownLastWQE[q.dev] = true
 			a.notes = append(a.notes, fmt.Sprintf("pid %d: qpn %d on an SRQ was destroyed without its Last WQE Reached; whether %s raises it is unknown (run qpdrain check on it)", p.pid, q.qpn, q.dev))
 		case know.Raises:
-			ev := "never moved to ERROR"
+			ev := "was destroyed without ever being moved to ERROR, so"
 			if q.errAt != 0 {
-				ev = fmt.Sprintf("destroyed %v after ERROR", fmtDur(r.T-q.errAt))
+				ev = fmt.Sprintf("was destroyed %v after ERROR,", fmtDur(r.T-q.errAt))
 			}
 			a.add(Finding{Kind: SRQDestroyedBeforeLastWQE, PID: p.pid, Device: q.dev, Object: fmt.Sprintf("qpn %d", q.qpn), Queue: "srq", At: a.at(r.T),
-				Evidence: fmt.Sprintf("qpn %d (on SRQ 0x%x) %s, without the program getting IBV_EVENT_QP_LAST_WQE_REACHED for it; %s raises it (%s)", q.qpn, q.srq.ptr, ev, q.dev, know.Source)})
+				Evidence: fmt.Sprintf("qpn %d (on SRQ 0x%x) %s before the program got IBV_EVENT_QP_LAST_WQE_REACHED for it; %s raises it (%s)", q.qpn, q.srq.ptr, ev, q.dev, know.Source)})
 		}
 	}
 }

@@ -83,6 +83,13 @@ func srqPair() *stream {
 	return s.at(10, "mod", "qp=0x32", "state=6", "ret=0")
 }
 
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func kinds(rep *Report) []Kind {
 	var ks []Kind
 	for _, f := range rep.Findings {
@@ -115,6 +122,14 @@ func TestAnalyze(t *testing.T) {
 			at(11, "wc", "cq=0x20", "wr=0xb", "st=0", "op=0", "qpn=17").
 			at(11, "wc", "cq=0x20", "wr=0x1", "st=0", "op=128", "qpn=18").
 			at(11, "wc", "cq=0x20", "wr=0x2", "st=0", "op=128", "qpn=18").teardown(20), Options{}, nil, ""},
+		{"one signaled send in many, every WR with the same id (perftest)", func() *stream {
+			s := rcPair()
+			for i := 1; i <= 8; i++ {
+				s.at(10, "send", "qp=0x31", "wr=0x0", "op=0", fmt.Sprintf("sig=%d", b2i(i%4 == 0)), "ok=1")
+			}
+			return s.at(11, "wc", "cq=0x20", "wr=0x0", "st=0", "op=1", "qpn=17").
+				at(11, "wc", "cq=0x20", "wr=0x0", "st=0", "op=1", "qpn=17").teardown(20)
+		}(), Options{}, nil, ""},
 		{"a WR not posted (ok=0) is not outstanding", rcPair().traffic(10).
 			at(15, "send", "qp=0x31", "wr=0x9", "op=2", "sig=1", "ok=0", "ret=12").teardown(20), Options{}, nil, ""},
 		{"RESET empties the queues", rcPair().at(10, "recv", "qp=0x32", "wr=0x1", "ok=1").
@@ -127,7 +142,7 @@ func TestAnalyze(t *testing.T) {
 			at(20, "qpd", "qp=0x31", "ret=0").at(20, "qpd", "qp=0x32", "ret=0"), Options{}, []Kind{DestroyedWithOutstanding},
 			"on its send queue (first wr_id 0x5), it never entered ERROR"},
 		{"srq QP destroyed before Last WQE Reached", srqPair().at(11, "qpd", "qp=0x32", "ret=0").at(12, "exit"), raises,
-			[]Kind{SRQDestroyedBeforeLastWQE}, "qpn 18 (on SRQ 0x40) destroyed 1.0 ms after ERROR"},
+			[]Kind{SRQDestroyedBeforeLastWQE}, "qpn 18 (on SRQ 0x40) was destroyed 1.0 ms after ERROR, before the program got IBV_EVENT_QP_LAST_WQE_REACHED"},
 		{"srq QP after its Last WQE Reached", srqPair().
 			at(11, "ev", "ctx=0x10", "type=16", "qp=0x32", "qpn=18").at(11, "ack", "type=16", "qp=0x32", "qpn=18").
 			at(12, "qpd", "qp=0x32", "ret=0").at(12, "exit"), raises, nil, ""},
