@@ -551,7 +551,9 @@ func (a *analysis) destroy(p *proc, r Record) {
 		case !ok:
 			a.unknownLastWQE[q.dev] = true
 			a.notes = append(a.notes, fmt.Sprintf("pid %d: qpn %d on an SRQ was destroyed without its Last WQE Reached; whether %s raises it is unknown (run qpdrain check on it)", p.pid, q.qpn, q.dev))
-		case know.Raises:
+		case !know.Raises:
+			a.notes = append(a.notes, fmt.Sprintf("pid %d: qpn %d on an SRQ was destroyed without its Last WQE Reached, which %s does not raise (%s): a drain there needs another proof that the QP consumes no more SRQ WQEs", p.pid, q.qpn, q.dev, know.Source))
+		default:
 			ev := "was destroyed without ever being moved to ERROR, so"
 			if q.errAt != 0 {
 				ev = fmt.Sprintf("was destroyed %v after ERROR,", fmtDur(r.T-q.errAt))

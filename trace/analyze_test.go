@@ -146,6 +146,8 @@ func TestAnalyze(t *testing.T) {
 		{"srq QP after its Last WQE Reached", srqPair().
 			at(11, "ev", "ctx=0x10", "type=16", "qp=0x32", "qpn=18").at(11, "ack", "type=16", "qp=0x32", "qpn=18").
 			at(12, "qpd", "qp=0x32", "ret=0").at(12, "exit"), raises, nil, ""},
+		{"srq QP, the device does not raise it: a note", srqPair().at(11, "qpd", "qp=0x32", "ret=0").at(12, "exit"),
+			Options{LastWQE: func(string) (LastWQE, bool) { return LastWQE{Source: "test"}, true }}, nil, ""},
 		{"srq QP, device unknown: a note", srqPair().at(11, "qpd", "qp=0x32", "ret=0").at(12, "exit"), Options{}, nil, ""},
 		{"srq QP, the trace shows the device raises it", srqPair().
 			at(2, "qp", "ctx=0x10", "qp=0x33", "qpn=19", "type=2", "scq=0x20", "rcq=0x20", "srq=0x40", "max_send_wr=16", "max_recv_wr=0", "sig_all=0", "ex=0").

@@ -40,7 +40,7 @@ kinds() { grep -oE '^[a-z-]+  pid' "$1" | cut -d' ' -f1 | sort -u | tr '\n' ' ';
 for p in PLANTED; do
 	./qpdrain trace --shim ./shim.so --report $p.report -- ./$p > $p.out 2>&1
 	rc=$?
-	echo "@@ $p exit=$rc kinds=$(kinds $p.report)"
+	echo "@@ $p exit=$rc kinds=$(kinds $p.report)notes=$(grep -c 'which rxe0 does not raise' $p.report)"
 	cat $p.report
 done
 pair() {
@@ -163,7 +163,14 @@ func checkVMVerdicts(t *testing.T, out string, kernels int) {
 			if want != "" {
 				wantExit, want = 1, want+" "
 			}
-			if v := got[name]; v != fmt.Sprintf("exit=%d kinds=%s", wantExit, want) {
+			v := got[name]
+			if name == "srq_lastwqe" && v == "exit=0 kinds=notes=1" {
+				// The device does not raise Last WQE Reached (rxe on 6.1):
+				// nothing to wait for, and the report says so.
+				t.Logf("%s: %s: clean, the device does not raise Last WQE Reached", kernel, name)
+				continue
+			}
+			if v != fmt.Sprintf("exit=%d kinds=%snotes=0", wantExit, want) {
 				t.Errorf("%s: %s: %q, want exit %d and exactly the findings %q", kernel, name, v, wantExit, want)
 			}
 		}

@@ -3,7 +3,7 @@
  * where there is no RDMA device. It gives one device, "fake0", whose RC QPs
  * deliver a send to the connected QP's receive at once, complete every WR
  * on its CQ, flush every outstanding WR when a QP enters ERROR, raise Last
- * WQE Reached for a QP on an SRQ then, and post-and-poll through the
+ * WQE Reached for a QP on an SRQ then, and an armed SRQ limit event, and post-and-poll through the
  * context's ops table as real providers do, so the shim wraps it the same
  * way. Single-threaded programs only; bounded rings, no error paths beyond
  * ENOMEM/ENOSPC. Its own verbs are versioned IBVERBS_1.1 like rdma-core's.
@@ -29,6 +29,7 @@ struct fsrq {
 	struct ibv_srq srq;
 	uint64_t id[RING];
 	unsigned head, tail;
+	unsigned limit; /* armed: raise SRQ_LIMIT_REACHED below it */
 };
 
 struct fqp {
@@ -71,6 +72,13 @@ static int take_recv(struct fqp *q, uint64_t *id)
 		if (s->head == s->tail)
 			return 0;
 		*id = s->id[s->head++ % RING];
+		if (s->limit && s->tail - s->head < s->limit) {
+			struct ibv_async_event ev = { .element.srq = &s->srq, .event_type = IBV_EVENT_SRQ_LIMIT_REACHED };
+
+			s->limit = 0;
+			if (write(evpipe[1], &ev, sizeof(ev)) != sizeof(ev))
+				abort();
+		}
 		return 1;
 	}
 	if (q->rhead == q->rtail)
@@ -242,6 +250,13 @@ struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr
 	s->srq.context = pd->context;
 	s->srq.pd = pd;
 	return &s->srq;
+}
+
+int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *attr, int mask)
+{
+	if (mask & IBV_SRQ_LIMIT)
+		((struct fsrq *)srq)->limit = attr->srq_limit;
+	return 0;
 }
 
 int ibv_destroy_srq(struct ibv_srq *srq)
