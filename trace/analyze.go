@@ -35,13 +35,13 @@ const (
 
 // rules cites what each finding breaks.
 var rules = map[Kind]string{
-	DestroyedWithOutstanding:  "a QP is destroyed only after every WR it was given has completed: move it to ERROR and poll its flushes (kernel ib_drain_qp(), drivers/infiniband/core/verbs.c); a destroyed QP's WRs never complete (ibv_destroy_qp(3))",
-	SRQDestroyedBeforeLastWQE: "a QP on an SRQ may still consume SRQ WQEs until the device raises IBV_EVENT_QP_LAST_WQE_REACHED for it after ERROR (IBTA vol. 1 11.6.3.2; ibv_get_async_event(3)); destroying it earlier loses receives (kernel ib_drain_qp() waits for it, ipoib_cm.c's rx_drain_list too)",
-	CompletionForDestroyedQP:  "the CQ of a destroyed QP can still hold its completions: poll them (or drain) before ibv_destroy_qp, or the program handles a WC whose QP and buffers are gone",
-	CQOverSize:                "a CQ must hold every completion that can be outstanding at once, flushes included: a QP in ERROR flushes every WR, signaled or not (ibv_create_cq(3), IBTA vol. 1 11.4.2.1), so more outstanding WRs than cqe is an overrun waiting to happen",
-	CQOverrun:                 "a CQ that overruns loses completions and raises IBV_EVENT_CQ_ERR (ibv_create_cq(3), ibv_get_async_event(3))",
-	EventNotAcked:             "every event ibv_get_async_event returns must be acknowledged with ibv_ack_async_event; ibv_destroy_qp/cq/srq wait for the acknowledgements of their object's events and block forever without them (ibv_get_async_event(3))",
-	PostedInErrorNotFlushed:   "a WR posted to a QP in ERROR completes with IBV_WC_WR_FLUSH_ERR (IBTA vol. 1 C10-42 for receives, 10.8.3.3 for sends); one that never completes is the provider's flush bug, and a drain that waits for it waits forever",
+	DestroyedWithOutstanding:  "IBTA vol. 1 §10.3.1 (QP error state): a QP's outstanding WRs complete with WR_FLUSH_ERR once it enters ERROR, and ibv_destroy_qp(3) releases the WRs of a QP destroyed earlier without completions: move it to ERROR and poll every flush before destroying it (the kernel's ib_drain_qp(), drivers/infiniband/core/verbs.c)",
+	SRQDestroyedBeforeLastWQE: "IBTA vol. 1 o11-5.2.5: an SRQ-attached QP entering ERROR raises IBV_EVENT_QP_LAST_WQE_REACHED; until then it may still consume SRQ WQEs, so it is destroyed only after the event (ib_drain_qp(), ipoib_cm.c's rx_drain_list)",
+	CompletionForDestroyedQP:  "a QP's completions are polled before it is destroyed: providers differ on what a destroy does to those still in its CQs (libmlx5's mlx5_destroy_qp removes them, __mlx5_cq_clean; rxe leaves them), so the program gets a WC whose QP and buffers are gone",
+	CQOverSize:                "ibv_create_cq(3), ibv_get_async_event(3) (IBV_EVENT_CQ_ERR: CQ overrun): a CQ holds every completion that can be outstanding at once, and a QP entering ERROR completes every outstanding WR with WR_FLUSH_ERR (IBTA vol. 1 §10.3.1), so more outstanding WRs than cqe is an overrun waiting to happen",
+	CQOverrun:                 "ibv_get_async_event(3) (IBV_EVENT_CQ_ERR: \"CQ is in error (CQ overrun)\"): completions were lost",
+	EventNotAcked:             "ibv_get_async_event(3): every event it returns is acknowledged with ibv_ack_async_event; ibv_destroy_qp, ibv_destroy_cq and ibv_destroy_srq wait for their object's events to be acknowledged and block forever without it",
+	PostedInErrorNotFlushed:   "IBTA vol. 1 §10.3.1 (a send posted in ERROR completes with WR_FLUSH_ERR), C10-42 (a receive posted in ERROR too): one that never completes is the provider's flush bug, and a drain that waits for it waits forever",
 }
 
 // Rule is the rule a finding of kind k breaks, with its citation.
@@ -323,7 +323,7 @@ func (a *analysis) step(p *proc, r Record) {
 				q.errAt = r.T
 			}
 		case st == ibv.QPSReset:
-			// RESET empties the queues without completions (IBTA vol. 1 10.3.1).
+			// RESET empties the work queues without completions (IBTA vol. 1 §10.3.1).
 			dropQueue(&q.sq)
 			dropQueue(&q.rq)
 			q.errAt = 0
@@ -446,8 +446,8 @@ func dropQueue(q *queue) {
 }
 
 // retire removes WR i from q: on a send queue with the unsignaled WRs
-// before it, which complete with it (IBTA vol. 1 10.8.3.1: completions in
-// order); on a receive queue or SRQ that WR only.
+// before it, which complete with it (completions are ordered within a work queue,
+// IBTA vol. 1 ch. 10); on a receive queue or SRQ that WR only.
 func retire(q *queue, i int, countCQ bool) {
 	n := 1
 	if q.name == "send" {
@@ -494,7 +494,7 @@ func (a *analysis) completion(p *proc, r Record) {
 	}
 	status, op, id := ibv.WCStatus(r.Uint("st")), ibv.WCOpcode(r.Uint("op")), r.Uint("wr")
 	if status != ibv.WCSuccess && status != ibv.WCWRFlushErr && q.errAt == 0 && q.typ != ibv.QPTUD {
-		q.errAt = r.T // a completion in error moves a connected QP to ERROR (IBTA vol. 1 10.8.3.2)
+		q.errAt = r.T // a completion in error moves a connected QP to ERROR (IBTA vol. 1 §10.3.1)
 	}
 	var cands []*queue
 	if q.sq.cq == c {
