@@ -42,25 +42,37 @@ type Record struct {
 	// T is CLOCK_MONOTONIC in nanoseconds; PID and TID the writer's.
 	T        int64
 	PID, TID int
-	// fields holds the other keys, as written.
-	fields map[string]string
+	// fields holds the other keys, as written: a few per record, so a
+	// slice (a map would cost several times the record's size).
+	fields []field
+}
+
+type field struct{ key, value string }
+
+func (r Record) lookup(key string) (string, bool) {
+	for _, f := range r.fields {
+		if f.key == key {
+			return f.value, true
+		}
+	}
+	return "", false
 }
 
 // Has reports whether the record has key.
-func (r Record) Has(key string) bool { _, ok := r.fields[key]; return ok }
+func (r Record) Has(key string) bool { _, ok := r.lookup(key); return ok }
 
 // Str is key's value as written ("" when absent).
-func (r Record) Str(key string) string { return r.fields[key] }
+func (r Record) Str(key string) string { v, _ := r.lookup(key); return v }
 
 // Uint is key's value as a number (decimal, or hex with 0x); 0 when absent.
 func (r Record) Uint(key string) uint64 {
-	v, _ := strconv.ParseUint(r.fields[key], 0, 64)
+	v, _ := strconv.ParseUint(r.Str(key), 0, 64)
 	return v
 }
 
 // Int is key's value as a signed number; 0 when absent.
 func (r Record) Int(key string) int64 {
-	v, _ := strconv.ParseInt(r.fields[key], 0, 64)
+	v, _ := strconv.ParseInt(r.Str(key), 0, 64)
 	return v
 }
 
@@ -109,22 +121,27 @@ func parseLine(s string) (Record, error) {
 	if len(f) < 4 {
 		return Record{}, fmt.Errorf("%q: want KIND t= pid= tid= ...", s)
 	}
-	rec := Record{Kind: f[0], fields: make(map[string]string, len(f))}
-	for _, kv := range f[1:] {
+	rec := Record{Kind: f[0], fields: make([]field, 0, len(f)-4)}
+	var head [3]uint64
+	for i, kv := range f[1:] {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
 			return Record{}, fmt.Errorf("%q: field %q is not KEY=VALUE", s, kv)
 		}
-		rec.fields[k] = v
-	}
-	for _, k := range []string{"t", "pid", "tid"} {
-		if _, err := strconv.ParseUint(rec.fields[k], 10, 64); err != nil {
-			return Record{}, fmt.Errorf("%q: %s=%q is not a number", s, k, rec.fields[k])
+		if i < 3 {
+			// t, pid and tid come first, in that order
+			n, err := strconv.ParseUint(v, 10, 64)
+			if want := [3]string{"t", "pid", "tid"}[i]; k != want || err != nil {
+				return Record{}, fmt.Errorf("%q: want %s=NUMBER as field %d, not %q", s, want, i+1, kv)
+			}
+			head[i] = n
+			continue
 		}
+		rec.fields = append(rec.fields, field{k, v})
 	}
-	rec.T, rec.PID, rec.TID = rec.Int("t"), int(rec.Int("pid")), int(rec.Int("tid"))
+	rec.T, rec.PID, rec.TID = int64(head[0]), int(head[1]), int(head[2])
 	for _, k := range required[rec.Kind] {
-		v, ok := rec.fields[k]
+		v, ok := rec.lookup(k)
 		if !ok {
 			return Record{}, fmt.Errorf("%q: %s record without %s=", s, rec.Kind, k)
 		}
