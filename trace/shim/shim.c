@@ -20,8 +20,9 @@
  * with their own integer formatting and write them with write(2), so they
  * are async-signal-safe as far as the provider's own post/poll are; errno is
  * preserved; the pid is re-read in the child after fork (pthread_atfork);
- * the record descriptor is close-on-exec and moved above the descriptors
- * programs use, and an exec'd program reopens the file by name.
+ * the record descriptor is opened at the first ibv_open_device, close-on-exec
+ * and above the descriptors programs use, and an exec'd program reopens the
+ * file by name.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -57,6 +58,7 @@ struct ctx_slot {
 static struct ctx_slot slots[MAX_CONTEXTS];
 static pthread_mutex_t slots_mu = PTHREAD_MUTEX_INITIALIZER;
 static int rec_fd = -1;
+static char rec_path[4096]; /* QPDRAIN_TRACE_FILE, copied at load time */
 static int opened; /* a device was opened: the exit record matters */
 static pid_t cached_pid;
 static __thread pid_t cached_tid __attribute__((tls_model("initial-exec")));
@@ -113,21 +115,31 @@ __attribute__((constructor)) static void shim_init(void)
 	resolve_all();
 	cached_pid = getpid();
 	pthread_atfork(NULL, NULL, after_fork_child);
-	if (path && *path) {
-		int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
-
-		if (fd >= 0) {
-			/* above the descriptors programs number themselves */
-			int high = fcntl(fd, F_DUPFD_CLOEXEC, 900);
-
-			if (high >= 0) {
-				close(fd);
-				fd = high;
-			}
-			rec_fd = fd;
-		}
-	}
+	if (path && strlen(path) < sizeof(rec_path))
+		strcpy(rec_path, path);
 	errno = saved;
+}
+
+/* open_records opens the record file the first time a device is opened (under
+ * slots_mu), so that processes of the program that use no device get no
+ * extra descriptor. */
+static void open_records(void)
+{
+	int fd;
+
+	if (rec_fd >= 0 || !rec_path[0])
+		return;
+	fd = open(rec_path, O_WRONLY | O_APPEND | O_CLOEXEC);
+	if (fd >= 0) {
+		/* above the descriptors programs number themselves */
+		int high = fcntl(fd, F_DUPFD_CLOEXEC, 900);
+
+		if (high >= 0) {
+			close(fd);
+			fd = high;
+		}
+		__atomic_store_n(&rec_fd, fd, __ATOMIC_RELEASE);
+	}
 }
 
 /* rec is a record under construction, on the caller's stack. */
@@ -209,12 +221,13 @@ static void begin(struct rec *r, const char *kind)
 static void emit(struct rec *r)
 {
 	ssize_t w;
+	int fd = __atomic_load_n(&rec_fd, __ATOMIC_ACQUIRE);
 
-	if (rec_fd < 0)
+	if (fd < 0)
 		return;
 	r->buf[r->n++] = '\n';
 	do
-		w = write(rec_fd, r->buf, r->n);
+		w = write(fd, r->buf, r->n);
 	while (w < 0 && errno == EINTR);
 }
 
@@ -294,7 +307,7 @@ static int wrap_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 		*bad = badl;
 	for (struct ibv_send_wr *w = wr; w; w = w->next) {
 		struct rec r;
-		int posted = !(ret && w == badl);
+		int posted = !(ret && (w == badl || !badl)); /* no bad_wr: take the first as failed */
 
 		begin(&r, "send");
 		put_ptr(&r, "qp", qp);
@@ -316,7 +329,7 @@ static void rec_recv_chain(const char *kind, const char *key, const void *obj, s
 {
 	for (struct ibv_recv_wr *w = wr; w; w = w->next) {
 		struct rec r;
-		int posted = !(ret && w == badl);
+		int posted = !(ret && (w == badl || !badl));
 
 		begin(&r, kind);
 		put_ptr(&r, key, obj);
@@ -467,6 +480,7 @@ static int wrap_context(struct ibv_context *ctx)
 	int done = 0;
 
 	pthread_mutex_lock(&slots_mu);
+	open_records();
 	for (int i = 0; i < MAX_CONTEXTS && !done; i++) {
 		struct ctx_slot *s = &slots[i];
 
@@ -694,12 +708,19 @@ static void rec_event(const char *kind, struct ibv_context *ctx, const struct ib
 	case IBV_EVENT_GID_CHANGE:
 		put_uint(&r, "port", (uint64_t)ev->element.port_num, 0);
 		break;
-	case IBV_EVENT_DEVICE_FATAL:
-		break;
-	default: /* the QP events */
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST:
+	case IBV_EVENT_SQ_DRAINED:
+	case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR:
+	case IBV_EVENT_QP_LAST_WQE_REACHED:
 		put_ptr(&r, "qp", ev->element.qp);
 		if (ev->element.qp)
 			put_uint(&r, "qpn", ev->element.qp->qp_num, 0);
+		break;
+	default: /* IBV_EVENT_DEVICE_FATAL, IBV_EVENT_WQ_FATAL (a WQ, not traced) and newer kinds: the type only */
 		break;
 	}
 	emit(&r);
