@@ -84,10 +84,11 @@ type Options struct {
 	// FlushWait is how long a WR posted in ERROR is given to be flushed
 	// before it counts as never flushed (default DefaultFlushWait).
 	FlushWait time.Duration
-	// LastWQE tells, per device name, whether it raises Last WQE Reached;
-	// a device the trace itself saw raise it needs no entry. Nil or
-	// missing entries mean unknown: an SRQ QP destroyed too early on such a
-	// device is a note, not a finding.
+	// LastWQE tells Analyze, per device name, whether it raises Last WQE
+	// Reached; a device the trace itself saw raise it needs no entry. Nil
+	// or missing entries mean unknown: an SRQ QP destroyed too early on
+	// such a device is a note, not a finding. (Analyzer.Report takes it as
+	// its argument instead.)
 	LastWQE func(device string) (LastWQE, bool)
 }
 
@@ -122,32 +123,77 @@ type Report struct {
 // Clean reports whether the report has no finding.
 func (r *Report) Clean() bool { return len(r.Findings) == 0 }
 
+// Analyzer judges a trace's records as they are read, so that a long trace
+// is never held in memory: Add each record in order, then Report. It is
+// not safe for concurrent use.
+type Analyzer struct{ a *analysis }
+
+// NewAnalyzer starts an analysis with o (o.LastWQE is not used: Report takes it).
+func NewAnalyzer(o Options) *Analyzer {
+	if o.FlushWait <= 0 {
+		o.FlushWait = DefaultFlushWait
+	}
+	return &Analyzer{a: newAnalysis(o)}
+}
+
+// Add judges the next record.
+func (z *Analyzer) Add(r Record) {
+	a := z.a
+	if a.n == 0 {
+		a.t0 = r.T
+	}
+	a.n++
+	p := a.proc(r.PID)
+	if r.T > p.end {
+		p.end = r.T
+	}
+	a.step(p, r)
+}
+
 // NeedsLastWQE lists the devices on which an SRQ QP was destroyed before its
-// Last WQE Reached and whose behaviour Analyze did not know: the ones to run
-// the flush check's last-wqe-reached probe on.
-func NeedsLastWQE(recs []Record) []string {
-	a := newAnalysis(Options{LastWQE: func(string) (LastWQE, bool) { return LastWQE{}, false }})
-	a.run(recs)
+// Last WQE Reached and whose behaviour the trace itself does not show (the
+// device raised it for no QP of the trace): the ones to run the flush
+// check's last-wqe-reached probe on before Report.
+func (z *Analyzer) NeedsLastWQE() []string {
+	seen := map[string]bool{}
 	var devs []string
-	for d := range a.unknownLastWQE {
-		devs = append(devs, d)
+	for _, d := range z.a.earlySRQ {
+		if _, shown := z.a.raisesSeen[d.q.dev]; !shown && !seen[d.q.dev] {
+			seen[d.q.dev] = true
+			devs = append(devs, d.q.dev)
+		}
 	}
 	sort.Strings(devs)
 	return devs
 }
 
-// Analyze judges a trace's records. It never fails: records it cannot place
-// (a completion of a QP it never saw created) become notes.
-func Analyze(recs []Record, o Options) *Report {
-	if o.FlushWait <= 0 {
-		o.FlushWait = DefaultFlushWait
+// Report ends the analysis: what is left outstanding at the end of each
+// process is judged, and the SRQ QPs destroyed early with lastWQE (per
+// device; nil means unknown everywhere). It never fails: records it cannot
+// place (a completion of a QP it never saw created) become notes. Call it
+// once.
+func (z *Analyzer) Report(lastWQE func(device string) (LastWQE, bool)) *Report {
+	a := z.a
+	if lastWQE == nil {
+		lastWQE = func(string) (LastWQE, bool) { return LastWQE{}, false }
 	}
-	if o.LastWQE == nil {
-		o.LastWQE = func(string) (LastWQE, bool) { return LastWQE{}, false }
+	for _, d := range a.earlySRQ {
+		a.judgeSRQ(d, lastWQE)
 	}
-	a := newAnalysis(o)
-	a.run(recs)
+	for _, pid := range a.order {
+		a.finish(a.procs[pid])
+	}
 	return a.report()
+}
+
+// Analyze judges a trace's records held in memory (Analyzer, with
+// o.LastWQE for Report).
+func Analyze(recs []Record, o Options) *Report {
+	z := NewAnalyzer(o)
+	for _, r := range recs {
+		z.Add(r)
+	}
+	return z.Report(o.LastWQE)
 }
 
 // wr is one posted WR that has not completed.
@@ -214,22 +260,32 @@ type proc struct {
 }
 
 type analysis struct {
-	o              Options
-	t0             int64
-	procs          map[int]*proc
-	order          []int
-	notes          []string
-	findings       []Finding
-	raisesSeen     map[string]int // device -> a qpn it raised Last WQE Reached for
-	unknownLastWQE map[string]bool
-	unknownQPN     map[int]int
+	o          Options
+	t0         int64
+	n          int                  // records added
+	ctxDev     map[[2]uint64]string // (pid, ctx) -> device
+	earlySRQ   []earlyDestroy
+	procs      map[int]*proc
+	order      []int
+	notes      []string
+	findings   []Finding
+	raisesSeen map[string]int // device -> a qpn it raised Last WQE Reached for
+	unknownQPN map[int]int
+}
+
+// earlyDestroy is an SRQ QP destroyed without its Last WQE Reached, judged
+// at the end, once the whole trace has shown whether its device raises it.
+type earlyDestroy struct {
+	p  *proc
+	q  *qp
+	at int64
 }
 
 func newAnalysis(o Options) *analysis {
 	if o.FlushWait <= 0 {
 		o.FlushWait = DefaultFlushWait
 	}
-	return &analysis{o: o, procs: map[int]*proc{}, raisesSeen: map[string]int{}, unknownLastWQE: map[string]bool{}, unknownQPN: map[int]int{}}
+	return &analysis{o: o, procs: map[int]*proc{}, ctxDev: map[[2]uint64]string{}, raisesSeen: map[string]int{}, unknownQPN: map[int]int{}}
 }
 
 func (a *analysis) proc(pid int) *proc {
@@ -251,41 +307,11 @@ func (a *analysis) add(f Finding) {
 	a.findings = append(a.findings, f)
 }
 
-func (a *analysis) run(recs []Record) {
-	if len(recs) > 0 {
-		a.t0 = recs[0].T
-	}
-	// The Last WQE Reached a device raised anywhere in the trace tells
-	// whether it raises it, before the destroys are judged.
-	devOf := map[[2]uint64]string{}
-	for _, r := range recs {
-		switch {
-		case r.Kind == "open":
-			devOf[[2]uint64{uint64(r.PID), r.Uint("ctx")}] = r.Str("dev")
-		case r.Kind == "ev" && ibv.EventType(r.Uint("type")) == ibv.EventQPLastWQEReached:
-			if d, ok := devOf[[2]uint64{uint64(r.PID), r.Uint("ctx")}]; ok {
-				if _, seen := a.raisesSeen[d]; !seen {
-					a.raisesSeen[d] = int(r.Uint("qpn"))
-				}
-			}
-		}
-	}
-	for _, r := range recs {
-		p := a.proc(r.PID)
-		if r.T > p.end {
-			p.end = r.T
-		}
-		a.step(p, r)
-	}
-	for _, pid := range a.order {
-		a.finish(a.procs[pid])
-	}
-}
-
 func (a *analysis) step(p *proc, r Record) {
 	switch r.Kind {
 	case "open":
 		p.ctxDev[r.Uint("ctx")] = r.Str("dev")
+		a.ctxDev[[2]uint64{uint64(p.pid), r.Uint("ctx")}] = r.Str("dev")
 		p.sum.Devices = appendUnique(p.sum.Devices, r.Str("dev"))
 		if r.Has("traced") && r.Uint("traced") == 0 {
 			a.notes = append(a.notes, fmt.Sprintf("pid %d: a context on %s was not traced (more than the shim's 64 open contexts)", p.pid, r.Str("dev")))
@@ -367,6 +393,11 @@ func (a *analysis) step(p *proc, r Record) {
 		case ibv.EventQPLastWQEReached:
 			if q := p.qps[r.Uint("qp")]; q != nil {
 				q.lastWQE = true
+			}
+			if d, ok := a.ctxDev[[2]uint64{uint64(p.pid), r.Uint("ctx")}]; ok {
+				if _, seen := a.raisesSeen[d]; !seen {
+					a.raisesSeen[d] = int(r.Uint("qpn"))
+				}
 			}
 		case ibv.EventQPFatal, ibv.EventQPReqErr, ibv.EventQPAccessErr:
 			if q := p.qps[r.Uint("qp")]; q != nil && q.errAt == 0 {
@@ -543,24 +574,29 @@ func (a *analysis) destroy(p *proc, r Record) {
 		}
 	}
 	if q.srq != nil && q.reachedRTR && !q.lastWQE {
-		know, ok := a.o.LastWQE(q.dev)
-		if qpn, seen := a.raisesSeen[q.dev]; seen {
-			know, ok = LastWQE{Raises: true, Source: fmt.Sprintf("this trace: %s raised it for qpn %d", q.dev, qpn)}, true
+		a.earlySRQ = append(a.earlySRQ, earlyDestroy{p: p, q: q, at: r.T})
+	}
+}
+
+// judgeSRQ judges an SRQ QP destroyed before its Last WQE Reached.
+func (a *analysis) judgeSRQ(d earlyDestroy, lastWQE func(string) (LastWQE, bool)) {
+	p, q := d.p, d.q
+	know, ok := lastWQE(q.dev)
+	if qpn, seen := a.raisesSeen[q.dev]; seen {
+		know, ok = LastWQE{Raises: true, Source: fmt.Sprintf("this trace: %s raised it for qpn %d", q.dev, qpn)}, true
+	}
+	switch {
+	case !ok:
+		a.notes = append(a.notes, fmt.Sprintf("pid %d: qpn %d on an SRQ was destroyed without its Last WQE Reached; whether %s raises it is unknown (run qpdrain check on it)", p.pid, q.qpn, q.dev))
+	case !know.Raises:
+		a.notes = append(a.notes, fmt.Sprintf("pid %d: qpn %d on an SRQ was destroyed without its Last WQE Reached, which %s does not raise (%s): a drain there needs another proof that the QP consumes no more SRQ WQEs", p.pid, q.qpn, q.dev, know.Source))
+	default:
+		ev := "was destroyed without ever being moved to ERROR, so"
+		if q.errAt != 0 {
+			ev = fmt.Sprintf("was destroyed %v after ERROR,", fmtDur(d.at-q.errAt))
 		}
-		switch {
-		case !ok:
-			a.unknownLastWQE[q.dev] = true
-			a.notes = append(a.notes, fmt.Sprintf("pid %d: qpn %d on an SRQ was destroyed without its Last WQE Reached; whether %s raises it is unknown (run qpdrain check on it)", p.pid, q.qpn, q.dev))
-		case !know.Raises:
-			a.notes = append(a.notes, fmt.Sprintf("pid %d: qpn %d on an SRQ was destroyed without its Last WQE Reached, which %s does not raise (%s): a drain there needs another proof that the QP consumes no more SRQ WQEs", p.pid, q.qpn, q.dev, know.Source))
-		default:
-			ev := "was destroyed without ever being moved to ERROR, so"
-			if q.errAt != 0 {
-				ev = fmt.Sprintf("was destroyed %v after ERROR,", fmtDur(r.T-q.errAt))
-			}
-			a.add(Finding{Kind: SRQDestroyedBeforeLastWQE, PID: p.pid, Device: q.dev, Object: fmt.Sprintf("qpn %d", q.qpn), Queue: "srq", At: a.at(r.T),
-				Evidence: fmt.Sprintf("qpn %d (on SRQ 0x%x) %s before the program got IBV_EVENT_QP_LAST_WQE_REACHED for it; %s raises it (%s)", q.qpn, q.srq.ptr, ev, q.dev, know.Source)})
-		}
+		a.add(Finding{Kind: SRQDestroyedBeforeLastWQE, PID: p.pid, Device: q.dev, Object: fmt.Sprintf("qpn %d", q.qpn), Queue: "srq", At: a.at(d.at),
+			Evidence: fmt.Sprintf("qpn %d (on SRQ 0x%x) %s before the program got IBV_EVENT_QP_LAST_WQE_REACHED for it; %s raises it (%s)", q.qpn, q.srq.ptr, ev, q.dev, know.Source)})
 	}
 }
 

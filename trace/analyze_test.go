@@ -233,8 +233,15 @@ func text(t *testing.T, rep *Report) string {
 
 func TestNotes(t *testing.T) {
 	recs := srqPair().at(11, "qpd", "qp=0x32", "ret=0").at(12, "exit").records(t)
-	if got := NeedsLastWQE(recs); fmt.Sprint(got) != "[rxe0]" {
+	z := NewAnalyzer(Options{})
+	for _, r := range recs {
+		z.Add(r)
+	}
+	if got := z.NeedsLastWQE(); fmt.Sprint(got) != "[rxe0]" {
 		t.Errorf("NeedsLastWQE = %v, want [rxe0]", got)
+	}
+	if rep := z.Report(func(string) (LastWQE, bool) { return LastWQE{Raises: true, Source: "probe"}, true }); fmt.Sprint(kinds(rep)) != "[srq-destroyed-before-last-wqe]" {
+		t.Errorf("Report with the device's answer: %v", kinds(rep))
 	}
 	rep := Analyze(recs, Options{})
 	if len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "whether rxe0 raises it is unknown") {

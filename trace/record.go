@@ -95,24 +95,32 @@ var required = map[string][]string{
 // number; so is a last line without its newline (a record cut short).
 func Parse(r io.Reader) ([]Record, error) {
 	var out []Record
+	err := Scan(r, func(rec Record) { out = append(out, rec) })
+	return out, err
+}
+
+// Scan reads the shim's records as Parse does, giving each to each as it is
+// read, so that a long trace is never held in memory; its errors are
+// Parse's.
+func Scan(r io.Reader, each func(Record)) error {
 	br := bufio.NewReader(r)
 	for line := 1; ; line++ {
 		s, err := br.ReadString('\n')
 		if err == io.EOF {
 			if s != "" {
-				return out, fmt.Errorf("%w: line %d: cut short (no newline): %q", ErrBadRecord, line, s)
+				return fmt.Errorf("%w: line %d: cut short (no newline): %q", ErrBadRecord, line, s)
 			}
-			return out, nil
+			return nil
 		}
 		if err != nil {
-			return out, fmt.Errorf("reading trace records: %w", err)
+			return fmt.Errorf("reading trace records: %w", err)
 		}
 		rec, err := parseLine(strings.TrimSuffix(s, "\n"))
 		if err != nil {
-			return out, fmt.Errorf("%w: line %d: %v", ErrBadRecord, line, err)
+			return fmt.Errorf("%w: line %d: %v", ErrBadRecord, line, err)
 		}
 		rec.Line = line
-		out = append(out, rec)
+		each(rec)
 	}
 }
 

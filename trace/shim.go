@@ -113,6 +113,9 @@ type RunSpec struct {
 	// Records, when set, is the file the records are written to and kept
 	// in; otherwise a temporary file is used and removed.
 	Records string
+	// Each, when set, is given each record as it is read after the program
+	// ended (to an Analyzer, say), and Result.Records stays empty.
+	Each func(Record)
 }
 
 // Result is how a traced program ended and what it did.
@@ -121,7 +124,8 @@ type Result struct {
 	Status string
 	// ExitCode is its exit status, or -1 when a signal ended it.
 	ExitCode int
-	// Records are the shim's records of every process of the program.
+	// Records are the shim's records of every process of the program
+	// (none when RunSpec.Each took them).
 	Records []Record
 }
 
@@ -224,8 +228,11 @@ func Run(ctx context.Context, spec RunSpec) (*Result, error) {
 		return res, fmt.Errorf("trace: records: %w", err)
 	}
 	defer f.Close()
-	res.Records, err = Parse(f)
-	if err != nil {
+	each := spec.Each
+	if each == nil {
+		each = func(r Record) { res.Records = append(res.Records, r) }
+	}
+	if err := Scan(f, each); err != nil {
 		return res, fmt.Errorf("trace: %s's records: %w", strings.Join(spec.Argv, " "), err)
 	}
 	return res, nil

@@ -92,13 +92,13 @@ func runTrace(ctx context.Context, stdout io.Writer, opts *globalOptions, o *tra
 		return withExitCode(exitError, fmt.Errorf("trace: --last-wqe %q: want auto, raises or never", o.lastWQE))
 	}
 	out := traceOutput{}
-	var recs []trace.Record
+	z := trace.NewAnalyzer(trace.Options{FlushWait: o.flushWait})
 	if o.from != "" {
 		f, err := os.Open(o.from)
 		if err != nil {
 			return withExitCode(exitError, fmt.Errorf("trace: %w", err))
 		}
-		recs, err = trace.Parse(f)
+		err = trace.Scan(f, z.Add)
 		f.Close()
 		if err != nil {
 			return withExitCode(exitError, fmt.Errorf("trace: %s: %w", o.from, err))
@@ -115,19 +115,17 @@ func runTrace(ctx context.Context, stdout io.Writer, opts *globalOptions, o *tra
 				return withExitCode(code, fmt.Errorf("trace: %w", err))
 			}
 		}
-		res, err := trace.Run(ctx, trace.RunSpec{Shim: shim, Argv: args, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Records: o.records})
+		res, err := trace.Run(ctx, trace.RunSpec{Shim: shim, Argv: args, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Records: o.records, Each: z.Add})
 		if errors.Is(err, trace.ErrNotSupported) {
 			return withExitCode(exitUnsupported, err)
 		}
 		if err != nil {
 			return withExitCode(exitError, err)
 		}
-		recs = res.Records
 		out.Program, out.Status, out.ExitCode = args, res.Status, &res.ExitCode
-		opts.log.WithField("records", len(recs)).WithField("status", res.Status).Debug("traced program ended")
+		opts.log.WithField("status", res.Status).Debug("traced program ended")
 	}
-	known := lastWQEKnowledge(ctx, opts, o.lastWQE, recs)
-	out.Report = trace.Analyze(recs, trace.Options{FlushWait: o.flushWait, LastWQE: known})
+	out.Report = z.Report(lastWQEKnowledge(ctx, opts, o.lastWQE, z.NeedsLastWQE()))
 	w := stdout
 	if o.report != "" {
 		f, err := os.Create(o.report)
@@ -163,15 +161,16 @@ func writeTrace(w io.Writer, opts *globalOptions, out traceOutput) error {
 
 // lastWQEKnowledge answers, per device, whether it raises Last WQE Reached:
 // as --last-wqe says, or (auto) by running the flush check's
-// last-wqe-reached probe on each device an SRQ QP was destroyed too early on.
-func lastWQEKnowledge(ctx context.Context, opts *globalOptions, mode string, recs []trace.Record) func(string) (trace.LastWQE, bool) {
+// last-wqe-reached probe on each of devs (the devices an SRQ QP was
+// destroyed too early on, whose behaviour the trace does not show).
+func lastWQEKnowledge(ctx context.Context, opts *globalOptions, mode string, devs []string) func(string) (trace.LastWQE, bool) {
 	if mode != "auto" {
 		k := trace.LastWQE{Raises: mode == "raises", Source: "--last-wqe " + mode}
 		return func(string) (trace.LastWQE, bool) { return k, true }
 	}
 	known := map[string]trace.LastWQE{}
 	probe, _ := flushcheck.Lookup("last-wqe-reached")
-	for _, dev := range trace.NeedsLastWQE(recs) {
+	for _, dev := range devs {
 		r, err := runProbeOn(ctx, probe, dev)
 		if err != nil {
 			opts.log.WithError(err).WithField("device", dev).Warning("cannot run the last-wqe-reached probe")
