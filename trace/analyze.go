@@ -413,6 +413,13 @@ func (a *analysis) step(p *proc, r Record) {
 		if p.pending[key] > 0 {
 			p.pending[key]--
 		}
+	case "qpxlost":
+		// a batch of more WRs than the shim holds between ibv_wr_start and
+		// ibv_wr_complete: its send queue can no longer be judged
+		if q := p.qps[r.Uint("qp")]; q != nil && !q.ex {
+			q.ex = true
+			a.notes = append(a.notes, fmt.Sprintf("pid %d: qpn %d posted more than 256 WRs in one ibv_wr_start/ibv_wr_complete batch, more than the shim records: its send queue is not judged", p.pid, q.qpn))
+		}
 	case "exit":
 		p.sum.Exited = true
 	}
@@ -436,7 +443,7 @@ func (a *analysis) create(p *proc, r Record) {
 	p.all = append(p.all, q)
 	p.sum.QPs++
 	if q.ex {
-		a.notes = append(a.notes, fmt.Sprintf("pid %d: qpn %d uses the ibv_qp_ex send path (ibv_wr_start/ibv_wr_complete), which the shim does not trace: its send queue is not judged", p.pid, q.qpn))
+		a.notes = append(a.notes, fmt.Sprintf("pid %d: qpn %d uses ibv_qp_ex send operations the shim does not take over (bind_mw, send_tso, atomic_write, or its table of 1024 such QPs was full): its send queue is not judged", p.pid, q.qpn))
 	}
 }
 

@@ -193,7 +193,7 @@ func TestAnalyze(t *testing.T) {
 		{"posted in ERROR, flushed", rcPair().traffic(10).
 			at(20, "mod", "qp=0x32", "state=6", "ret=0").at(30, "recv", "qp=0x32", "wr=0x5", "ok=1").
 			at(31, "wc", "cq=0x20", "wr=0x5", "st=5", "op=0", "qpn=18").teardown(1300), Options{}, nil, ""},
-		{"the ibv_qp_ex send path is not judged", func() *stream {
+		{"an ibv_qp_ex send path the shim could not take over is not judged", func() *stream {
 			s := &stream{}
 			return s.at(0, "open", "ctx=0x10", "dev=rxe0").at(1, "cq", "ctx=0x10", "cq=0x20", "cqe=16", "ex=0").
 				at(2, "qp", "ctx=0x10", "qp=0x31", "qpn=17", "type=2", "scq=0x20", "rcq=0x20", "srq=0x0", "ex=1").

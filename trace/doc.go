@@ -11,10 +11,12 @@
 // its size or overrunning, async events never acknowledged, and WRs posted in
 // ERROR that were never flushed.
 //
-// What the shim does not see: the ibv_qp_ex send path (ibv_wr_start,
-// ibv_wr_*, ibv_wr_complete) and the ibv_cq_ex poll path (ibv_start_poll,
-// ibv_next_poll), whose function pointers live in each QP and CQ; objects
-// using them are named in the report's notes and their queues not judged.
+// The ibv_qp_ex send path (ibv_wr_start, ibv_wr_*, ibv_wr_complete) keeps
+// its function pointers in each QP: the shim takes over those of the send
+// operations it knows, per QP. What it does not see: the ibv_cq_ex poll path
+// (ibv_start_poll, ibv_next_poll) and the ibv_qp_ex operations it does not
+// know; objects using them are named in the report's notes and their queues
+// not judged.
 // A program that looks libibverbs's symbols up in a dlopen() handle of its
 // own bypasses the interposed verbs.
 package trace

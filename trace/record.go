@@ -23,7 +23,7 @@ var ErrBadRecord = errors.New("bad trace record")
 //	srq     ctx srq max_wr         an SRQ was created
 //	srqd    srq begin | srq ret    ibv_destroy_srq called | returned
 //	qp      ctx qp qpn type scq rcq srq max_send_wr max_recv_wr sig_all ex
-//	                               a QP was created (ex: with an ibv_qp_ex send path, which the shim does not see)
+//	                               a QP was created (ex=1: an ibv_qp_ex send path the shim could not take over)
 //	mod     qp state ret           ibv_modify_qp with IBV_QP_STATE
 //	qpd     qp begin | qp ret      ibv_destroy_qp called | returned
 //	send    qp wr op sig ok [ret]  one WR of ibv_post_send (ok=0: the first one not posted, ret the error)
@@ -33,6 +33,7 @@ var ErrBadRecord = errors.New("bad trace record")
 //	pollerr cq ret                 ibv_poll_cq returned an error
 //	ev      ctx type [qp qpn|cq|srq|port]   ibv_get_async_event returned an event
 //	ack     type [qp qpn|cq|srq|port]       ibv_ack_async_event
+//	qpxlost qp                     an ibv_wr_start/ibv_wr_complete batch had more WRs than the shim holds
 //	fail    verb errno             a create failed
 //	exit                           the process exits normally (after a device was opened)
 type Record struct {

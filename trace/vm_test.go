@@ -26,6 +26,7 @@ var planted = map[string]string{
 	"cq_oversize":     string(CQOverSize),
 	"unacked":         string(EventNotAcked),
 	"posted_in_error": string(PostedInErrorNotFlushed),
+	"qpx_outstanding": string(DestroyedWithOutstanding),
 	"postpoll":        "",
 }
 

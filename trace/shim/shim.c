@@ -12,7 +12,9 @@
  * interposes the exported verbs that create and destroy objects and open
  * devices, and once ibv_open_device returns it replaces that context's post
  * and poll entries (and the verbs_context create_*_ex entries the inline
- * ibv_create_*_ex use) by wrappers that record and call the saved originals.
+ * ibv_create_*_ex use) by wrappers that record and call the saved originals;
+ * a QP created with ibv_qp_ex send operations gets its builders (ibv_wr_*)
+ * wrapped the same way.
  *
  * Safe in an arbitrary program: the wrappers allocate nothing and take no
  * lock (the context table is read with acquire loads, written under a mutex
@@ -76,6 +78,39 @@ static int (*real_destroy_qp)(struct ibv_qp *);
 static int (*real_get_async_event)(struct ibv_context *, struct ibv_async_event *);
 static void (*real_ack_async_event)(struct ibv_async_event *);
 
+/* qpx_slot holds one ibv_qp_ex's original send builders and the WRs built
+ * since ibv_wr_start, recorded when ibv_wr_complete posts them. The builders
+ * live in each QP (per provider and QP type), hence a table of QPs, open
+ * addressed by pointer; a QP must not be built on by two threads at once
+ * (ibv_wr_post(3)), so a slot's batch needs no lock. */
+#define MAX_QPX 1024
+#define QPX_BATCH 256
+struct qpx_slot {
+	struct ibv_qp_ex *qpx; /* NULL: free; TOMB: was used */
+	void (*wr_start)(struct ibv_qp_ex *);
+	int (*wr_complete)(struct ibv_qp_ex *);
+	void (*wr_abort)(struct ibv_qp_ex *);
+	void (*wr_send)(struct ibv_qp_ex *);
+	void (*wr_send_imm)(struct ibv_qp_ex *, __be32);
+	void (*wr_send_inv)(struct ibv_qp_ex *, uint32_t);
+	void (*wr_rdma_write)(struct ibv_qp_ex *, uint32_t, uint64_t);
+	void (*wr_rdma_write_imm)(struct ibv_qp_ex *, uint32_t, uint64_t, __be32);
+	void (*wr_rdma_read)(struct ibv_qp_ex *, uint32_t, uint64_t);
+	void (*wr_atomic_cmp_swp)(struct ibv_qp_ex *, uint32_t, uint64_t, uint64_t, uint64_t);
+	void (*wr_atomic_fetch_add)(struct ibv_qp_ex *, uint32_t, uint64_t, uint64_t);
+	void (*wr_local_inv)(struct ibv_qp_ex *, uint32_t);
+	int n;
+	int overflow;
+	struct {
+		uint64_t id;
+		uint8_t op, sig;
+	} batch[QPX_BATCH];
+};
+#define QPX_TOMB ((struct ibv_qp_ex *)1)
+
+static struct qpx_slot qpx_slots[MAX_QPX];
+static struct ibv_qp_ex *(*real_qp_to_qp_ex)(struct ibv_qp *);
+
 static void *resolve(const char *name)
 {
 	void *p = dlvsym(RTLD_NEXT, name, IBVERBS_VERSION);
@@ -99,6 +134,7 @@ static void resolve_all(void)
 	real_destroy_qp = resolve("ibv_destroy_qp");
 	real_get_async_event = resolve("ibv_get_async_event");
 	real_ack_async_event = resolve("ibv_ack_async_event");
+	real_qp_to_qp_ex = dlsym(RTLD_NEXT, "ibv_qp_to_qp_ex");
 }
 
 static void after_fork_child(void)
@@ -409,6 +445,230 @@ static int wrap_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc)
 	return n;
 }
 
+static unsigned qpx_hash(const struct ibv_qp_ex *q) { return (unsigned)(((uintptr_t)q >> 4) % MAX_QPX); }
+
+static struct qpx_slot *qpx_find(const struct ibv_qp_ex *q)
+{
+	for (unsigned i = qpx_hash(q), k = 0; k < MAX_QPX; k++, i = (i + 1) % MAX_QPX) {
+		struct ibv_qp_ex *p = __atomic_load_n(&qpx_slots[i].qpx, __ATOMIC_ACQUIRE);
+
+		if (p == q)
+			return &qpx_slots[i];
+		if (!p)
+			return NULL;
+	}
+	return NULL;
+}
+
+/* qpx_note adds the WR a builder just started to its QP's batch. */
+static struct qpx_slot *qpx_note(struct ibv_qp_ex *q, enum ibv_wr_opcode op)
+{
+	struct qpx_slot *s = qpx_find(q);
+
+	if (!s)
+		return NULL;
+	if (s->n < QPX_BATCH) {
+		s->batch[s->n].id = q->wr_id;
+		s->batch[s->n].op = (uint8_t)op;
+		s->batch[s->n].sig = (q->wr_flags & IBV_SEND_SIGNALED) != 0;
+		s->n++;
+	} else {
+		s->overflow = 1;
+	}
+	return s;
+}
+
+static void qpx_start(struct ibv_qp_ex *q)
+{
+	struct qpx_slot *s = qpx_find(q);
+
+	if (!s)
+		return;
+	s->n = 0;
+	s->overflow = 0;
+	s->wr_start(q);
+}
+
+static void qpx_abort(struct ibv_qp_ex *q)
+{
+	struct qpx_slot *s = qpx_find(q);
+
+	if (!s)
+		return;
+	s->n = 0;
+	s->wr_abort(q);
+}
+
+static int qpx_complete(struct ibv_qp_ex *q)
+{
+	struct qpx_slot *s = qpx_find(q);
+	int ret, saved;
+
+	if (!s)
+		return ENODEV;
+	ret = s->wr_complete(q);
+	saved = errno;
+	/* ibv_wr_complete posts the whole batch or, failing, none of it (ibv_wr_post(3)) */
+	for (int i = 0; i < s->n; i++) {
+		struct rec r;
+
+		begin(&r, "send");
+		put_ptr(&r, "qp", &q->qp_base);
+		put_uint(&r, "wr", s->batch[i].id, 1);
+		put_uint(&r, "op", s->batch[i].op, 0);
+		put_uint(&r, "sig", s->batch[i].sig, 0);
+		put_uint(&r, "ok", ret == 0, 0);
+		if (ret)
+			put_int(&r, "ret", ret);
+		emit(&r);
+		if (ret)
+			break;
+	}
+	if (s->overflow) {
+		struct rec r;
+
+		begin(&r, "qpxlost");
+		put_ptr(&r, "qp", &q->qp_base);
+		emit(&r);
+	}
+	s->n = 0;
+	errno = saved;
+	return ret;
+}
+
+static void qpx_send(struct ibv_qp_ex *q)
+{
+	struct qpx_slot *s = qpx_note(q, IBV_WR_SEND);
+	if (s)
+		s->wr_send(q);
+}
+
+static void qpx_send_imm(struct ibv_qp_ex *q, __be32 imm)
+{
+	struct qpx_slot *s = qpx_note(q, IBV_WR_SEND_WITH_IMM);
+	if (s)
+		s->wr_send_imm(q, imm);
+}
+
+static void qpx_send_inv(struct ibv_qp_ex *q, uint32_t rkey)
+{
+	struct qpx_slot *s = qpx_note(q, IBV_WR_SEND_WITH_INV);
+	if (s)
+		s->wr_send_inv(q, rkey);
+}
+
+static void qpx_rdma_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr)
+{
+	struct qpx_slot *s = qpx_note(q, IBV_WR_RDMA_WRITE);
+	if (s)
+		s->wr_rdma_write(q, rkey, addr);
+}
+
+static void qpx_rdma_write_imm(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr, __be32 imm)
+{
+	struct qpx_slot *s = qpx_note(q, IBV_WR_RDMA_WRITE_WITH_IMM);
+	if (s)
+		s->wr_rdma_write_imm(q, rkey, addr, imm);
+}
+
+static void qpx_rdma_read(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr)
+{
+	struct qpx_slot *s = qpx_note(q, IBV_WR_RDMA_READ);
+	if (s)
+		s->wr_rdma_read(q, rkey, addr);
+}
+
+static void qpx_atomic_cmp_swp(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr, uint64_t cmp, uint64_t swp)
+{
+	struct qpx_slot *s = qpx_note(q, IBV_WR_ATOMIC_CMP_AND_SWP);
+	if (s)
+		s->wr_atomic_cmp_swp(q, rkey, addr, cmp, swp);
+}
+
+static void qpx_atomic_fetch_add(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr, uint64_t add)
+{
+	struct qpx_slot *s = qpx_note(q, IBV_WR_ATOMIC_FETCH_AND_ADD);
+	if (s)
+		s->wr_atomic_fetch_add(q, rkey, addr, add);
+}
+
+static void qpx_local_inv(struct ibv_qp_ex *q, uint32_t rkey)
+{
+	struct qpx_slot *s = qpx_note(q, IBV_WR_LOCAL_INV);
+	if (s)
+		s->wr_local_inv(q, rkey);
+}
+
+/* qpx_wrap takes over q's builders when the shim knows every one the
+ * provider set (bind_mw, send_tso, atomic_write and newer ones are not
+ * wrapped: a QP whose send_ops_flags ask for them stays untraced). It
+ * returns whether it did. */
+static int qpx_wrap(struct ibv_qp_ex *q, uint64_t ops)
+{
+	const uint64_t known = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+			       IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+			       IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
+	int done = 0;
+
+	if (!q || (ops & ~known))
+		return 0;
+	pthread_mutex_lock(&slots_mu);
+	for (unsigned i = qpx_hash(q), k = 0; k < MAX_QPX && !done; k++, i = (i + 1) % MAX_QPX) {
+		struct qpx_slot *s = &qpx_slots[i];
+
+		if (s->qpx && s->qpx != QPX_TOMB)
+			continue;
+		s->wr_start = q->wr_start;
+		s->wr_complete = q->wr_complete;
+		s->wr_abort = q->wr_abort;
+		s->wr_send = q->wr_send;
+		s->wr_send_imm = q->wr_send_imm;
+		s->wr_send_inv = q->wr_send_inv;
+		s->wr_rdma_write = q->wr_rdma_write;
+		s->wr_rdma_write_imm = q->wr_rdma_write_imm;
+		s->wr_rdma_read = q->wr_rdma_read;
+		s->wr_atomic_cmp_swp = q->wr_atomic_cmp_swp;
+		s->wr_atomic_fetch_add = q->wr_atomic_fetch_add;
+		s->wr_local_inv = q->wr_local_inv;
+		s->n = 0;
+		__atomic_store_n(&s->qpx, q, __ATOMIC_RELEASE);
+#define WRAP(f, w) do { if (q->f) q->f = w; } while (0)
+		WRAP(wr_start, qpx_start);
+		WRAP(wr_complete, qpx_complete);
+		WRAP(wr_abort, qpx_abort);
+		WRAP(wr_send, qpx_send);
+		WRAP(wr_send_imm, qpx_send_imm);
+		WRAP(wr_send_inv, qpx_send_inv);
+		WRAP(wr_rdma_write, qpx_rdma_write);
+		WRAP(wr_rdma_write_imm, qpx_rdma_write_imm);
+		WRAP(wr_rdma_read, qpx_rdma_read);
+		WRAP(wr_atomic_cmp_swp, qpx_atomic_cmp_swp);
+		WRAP(wr_atomic_fetch_add, qpx_atomic_fetch_add);
+		WRAP(wr_local_inv, qpx_local_inv);
+#undef WRAP
+		done = 1;
+	}
+	pthread_mutex_unlock(&slots_mu);
+	return done;
+}
+
+/* qpx_forget frees qp's slot when it is destroyed (a tombstone, so that
+ * probes past it still find later QPs). */
+static void qpx_forget(struct ibv_qp *qp)
+{
+	struct qpx_slot *s;
+
+	if (!real_qp_to_qp_ex)
+		return;
+	pthread_mutex_lock(&slots_mu);
+	for (unsigned i = 0; i < MAX_QPX; i++) {
+		s = &qpx_slots[i];
+		if (s->qpx && s->qpx != QPX_TOMB && &s->qpx->qp_base == qp)
+			__atomic_store_n(&s->qpx, QPX_TOMB, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&slots_mu);
+}
+
 static struct ibv_qp *wrap_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr)
 {
 	struct ctx_slot *s = find_slot(ctx);
@@ -421,10 +681,14 @@ static struct ibv_qp *wrap_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_i
 	}
 	qp = s->create_qp_ex(ctx, attr);
 	saved = errno;
-	if (qp)
-		rec_qp("qp", qp, ctx, &attr->cap, attr->sq_sig_all,
-		       (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && attr->send_ops_flags);
-	else
+	if (qp) {
+		int ex = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && attr->send_ops_flags;
+
+		/* ex=1: an ibv_qp_ex send path the shim could not take over */
+		if (ex && real_qp_to_qp_ex && qpx_wrap(real_qp_to_qp_ex(qp), attr->send_ops_flags))
+			ex = 0;
+		rec_qp("qp", qp, ctx, &attr->cap, attr->sq_sig_all, ex);
+	} else
 		rec_fail("ibv_create_qp_ex", saved);
 	errno = saved;
 	return qp;
@@ -678,6 +942,8 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 	rec_destroy("qpd", "qp", qp, 0, 0);
 	ret = real_destroy_qp(qp);
 	saved = errno;
+	if (ret == 0)
+		qpx_forget(qp);
 	rec_destroy("qpd", "qp", qp, 1, ret);
 	errno = saved;
 	return ret;
