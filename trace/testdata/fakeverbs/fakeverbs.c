@@ -1,12 +1,12 @@
 /*
  * fakeverbs: a stand-in libibverbs.so.1 for the host tests of the trace shim,
  * where there is no RDMA device. It gives one device, "fake0", whose RC QPs
- * deliver a send to the connected QP's receive at once, complete every WR
- * on its CQ, flush every outstanding WR when a QP enters ERROR, raise Last
- * WQE Reached for a QP on an SRQ then, and an armed SRQ limit event, and post-and-poll through the
- * context's ops table as real providers do, so the shim wraps it the same
- * way. Single-threaded programs only; bounded rings, no error paths beyond
- * ENOMEM/ENOSPC. Its own verbs are versioned IBVERBS_1.1 like rdma-core's.
+ * deliver a send to the connected QP's receive at once and complete every
+ * WR on its CQ; a QP entering ERROR flushes its receives, or raises Last WQE
+ * Reached when it is on an SRQ; an armed SRQ limit raises its event. Posts
+ * and polls go through the context's ops table as with real providers, so
+ * the shim wraps them the same way. Single-threaded programs only; bounded
+ * rings. Its verbs are versioned IBVERBS_1.1, as rdma-core's.
  */
 #define _GNU_SOURCE
 #include <errno.h>
