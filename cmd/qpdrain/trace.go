@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/qpdrain/qpdrain/flushcheck"
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/trace"
+)
+
+func init() { subcommands = append(subcommands, newTraceCmd) }
+
+// traceOptions are the flags of "qpdrain trace".
+type traceOptions struct {
+	report    string
+	records   string
+	from      string
+	shim      string
+	shimCache string
+	lastWQE   string
+	flushWait time.Duration
+}
+
+// traceOutput is "qpdrain trace -j"'s document.
+type traceOutput struct {
+	Program  []string `json:"program,omitempty"`
+	Status   string   `json:"status,omitempty"`
+	ExitCode *int     `json:"exit_code,omitempty"`
+	*trace.Report
+}
+
+func newTraceCmd(opts *globalOptions) *cobra.Command {
+	o := &traceOptions{}
+	cmd := &cobra.Command{
+		Use:   "trace [flags] -- PROGRAM ARGS...",
+		Short: "Run an unchanged RDMA program with a libibverbs shim and judge how it tears its QPs down",
+		Long: "Run PROGRAM with a small shim preloaded over libibverbs (compiled with the host's cc on first use,\n" +
+			"cached by its source's hash; --shim takes one built elsewhere) that records the life of every QP, CQ\n" +
+			"and SRQ of every process of the program, then judge the records: " + kindList() + ".\n" +
+			"The program's input, output and exit status are its own; the report goes to stdout after it ends,\n" +
+			"or to --report FILE. --from FILE judges records kept earlier with --records.\n" +
+			"Whether a device raises Last WQE Reached (--last-wqe auto) comes from the trace itself, else from\n" +
+			"the flush check's last-wqe-reached probe, run on that device after the program ends.\n" +
+			"Exit status 0 clean, 1 findings, 2 error, 3 no C compiler for the shim or not Linux. See docs/TRACE.md.",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if (len(args) == 0) == (o.from == "") {
+				return withExitCode(exitError, errors.New("trace: give a program to run (after --) or --from FILE, not both"))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if ctx == nil {
+				ctx = context.Background()
+			}
+			return runTrace(ctx, cmd.OutOrStdout(), opts, o, args)
+		},
+	}
+	f := cmd.Flags()
+	f.SetInterspersed(false) // the program's own flags are not qpdrain's
+	f.StringVar(&o.report, "report", "", "write the report to FILE instead of stdout")
+	f.StringVar(&o.records, "records", "", "keep the shim's raw records in FILE")
+	f.StringVar(&o.from, "from", "", "judge the records in FILE (kept with --records) instead of running a program")
+	f.StringVar(&o.shim, "shim", "", "the shim shared object to preload (default: build it with $CC or cc)")
+	f.StringVar(&o.shimCache, "shim-cache", "", "where built shims are kept (default: the user's cache directory, qpdrain/trace)")
+	f.StringVar(&o.lastWQE, "last-wqe", "auto", "whether the devices raise Last WQE Reached: auto, raises, never")
+	f.DurationVar(&o.flushWait, "flush-wait", trace.DefaultFlushWait, "how long a WR posted in ERROR may stay unflushed before it counts as never flushed")
+	return cmd
+}
+
+func kindList() string {
+	var ks []string
+	for _, k := range trace.Kinds() {
+		ks = append(ks, string(k))
+	}
+	return strings.Join(ks, ", ")
+}
+
+func runTrace(ctx context.Context, stdout io.Writer, opts *globalOptions, o *traceOptions, args []string) error {
+	switch o.lastWQE {
+	case "auto", "raises", "never":
+	default:
+		return withExitCode(exitError, fmt.Errorf("trace: --last-wqe %q: want auto, raises or never", o.lastWQE))
+	}
+	out := traceOutput{}
+	z := trace.NewAnalyzer(trace.Options{FlushWait: o.flushWait})
+	if o.from != "" {
+		f, err := os.Open(o.from)
+		if err != nil {
+			return withExitCode(exitError, fmt.Errorf("trace: %w", err))
+		}
+		err = trace.Scan(f, z.Add)
+		f.Close()
+		if err != nil {
+			return withExitCode(exitError, fmt.Errorf("trace: %s: %w", o.from, err))
+		}
+	} else {
+		shim := o.shim
+		if shim == "" {
+			var err error
+			if shim, err = trace.BuildShim(ctx, o.shimCache); err != nil {
+				code := exitError
+				if errors.Is(err, trace.ErrNoCompiler) {
+					code = exitUnsupported
+				}
+				return withExitCode(code, fmt.Errorf("trace: %w", err))
+			}
+		}
+		res, err := trace.Run(ctx, trace.RunSpec{Shim: shim, Argv: args, Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Records: o.records, Each: z.Add})
+		if errors.Is(err, trace.ErrNotSupported) {
+			return withExitCode(exitUnsupported, err)
+		}
+		if err != nil {
+			return withExitCode(exitError, err)
+		}
+		out.Program, out.Status, out.ExitCode = args, res.Status, &res.ExitCode
+		opts.log.WithField("status", res.Status).Debug("traced program ended")
+	}
+	out.Report = z.Report(lastWQEKnowledge(ctx, opts, o.lastWQE, z.NeedsLastWQE()))
+	w := stdout
+	if o.report != "" {
+		f, err := os.Create(o.report)
+		if err != nil {
+			return withExitCode(exitError, fmt.Errorf("trace: --report: %w", err))
+		}
+		defer f.Close()
+		w = f
+	}
+	if err := writeTrace(w, opts, out); err != nil {
+		return withExitCode(exitError, fmt.Errorf("trace: writing the report: %w", err))
+	}
+	if !out.Clean() {
+		return withExitCode(exitFindings, fmt.Errorf("%d findings", len(out.Findings)))
+	}
+	return nil
+}
+
+func writeTrace(w io.Writer, opts *globalOptions, out traceOutput) error {
+	if opts.json {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		return enc.Encode(out)
+	}
+	if out.Program != nil {
+		if _, err := fmt.Fprintf(w, "qpdrain trace: %s: %s\n", strings.Join(out.Program, " "), out.Status); err != nil {
+			return err
+		}
+	}
+	return out.WriteText(w, opts.details)
+}
+
+// lastWQEKnowledge answers, per device, whether it raises Last WQE Reached:
+// as --last-wqe says, or (auto) by running the flush check's
+// last-wqe-reached probe on each of devs (the devices an SRQ QP was
+// destroyed too early on, whose behaviour the trace does not show).
+func lastWQEKnowledge(ctx context.Context, opts *globalOptions, mode string, devs []string) func(string) (trace.LastWQE, bool) {
+	if mode != "auto" {
+		k := trace.LastWQE{Raises: mode == "raises", Source: "--last-wqe " + mode}
+		return func(string) (trace.LastWQE, bool) { return k, true }
+	}
+	known := map[string]trace.LastWQE{}
+	probe, _ := flushcheck.Lookup("last-wqe-reached")
+	for _, dev := range devs {
+		r, err := runProbeOn(ctx, probe, dev)
+		if err != nil {
+			opts.log.WithError(err).WithField("device", dev).Warning("cannot run the last-wqe-reached probe")
+			continue
+		}
+		switch {
+		case r.Outcome == flushcheck.Pass:
+			known[dev] = trace.LastWQE{Raises: true, Source: "qpdrain check's last-wqe-reached probe, run now: " + r.Observed}
+		case r.Outcome == flushcheck.Deviation && strings.Contains(r.Observed, "no Last WQE Reached"):
+			known[dev] = trace.LastWQE{Raises: false, Source: "qpdrain check's last-wqe-reached probe, run now: " + r.Observed}
+		case r.Outcome == flushcheck.Deviation:
+			known[dev] = trace.LastWQE{Raises: true, Source: "qpdrain check's last-wqe-reached probe, run now (it deviates otherwise): " + r.Observed}
+		default:
+			opts.log.WithError(r.Err).WithField("device", dev).Warning("the last-wqe-reached probe could not run")
+		}
+	}
+	return func(dev string) (trace.LastWQE, bool) { k, ok := known[dev]; return k, ok }
+}
+
+func runProbeOn(ctx context.Context, p flushcheck.Probe, dev string) (flushcheck.Result, error) {
+	d, err := ibv.Open(dev)
+	if err != nil {
+		return flushcheck.Result{}, err
+	}
+	r := p.Run(ctx, d, flushcheck.Options{})
+	if err := d.Close(); err != nil {
+		return r, fmt.Errorf("closing %s: %w", dev, err)
+	}
+	return r, nil
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runTraceCmd(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	root := newRootCmd(&out, &errOut)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), err
+}
+
+// traceRecords is a kept trace (--records) of a program that destroys a QP
+// on an SRQ 1 ms after moving it to ERROR, without waiting for Last WQE
+// Reached.
+const traceRecords = `open t=1000000 pid=7 tid=7 ctx=0x10 dev=rxe0 traced=1
+cq t=1000000 pid=7 tid=7 ctx=0x10 cq=0x20 cqe=16 ex=0
+srq t=1000000 pid=7 tid=7 ctx=0x10 srq=0x40 max_wr=16
+qp t=2000000 pid=7 tid=7 ctx=0x10 qp=0x31 qpn=17 type=2 scq=0x20 rcq=0x20 srq=0x40 max_send_wr=8 max_recv_wr=0 sig_all=0 ex=0
+mod t=3000000 pid=7 tid=7 qp=0x31 state=3 ret=0
+mod t=4000000 pid=7 tid=7 qp=0x31 state=6 ret=0
+qpd t=5000000 pid=7 tid=7 qp=0x31 begin=1
+qpd t=5000000 pid=7 tid=7 qp=0x31 ret=0
+exit t=6000000 pid=7 tid=7
+`
+
+func TestTraceFrom(t *testing.T) {
+	dir := t.TempDir()
+	rec := filepath.Join(dir, "run.rec")
+	if err := os.WriteFile(rec, []byte(traceRecords), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runTraceCmd(t, "trace", "-d", "--last-wqe", "raises", "--from", rec)
+	if code := exitCodeOf(err); code != exitFindings {
+		t.Fatalf("exit %d (%v), want %d:\n%s", code, err, exitFindings, out)
+	}
+	for _, want := range []string{"pid 7 on rxe0: 1 QPs, 1 CQs, 1 SRQs", "1 finding(s):",
+		"srq-destroyed-before-last-wqe  pid 7  rxe0  qpn 17  srq queue  at 4.0 ms",
+		"was destroyed 1.0 ms after ERROR, before the program got IBV_EVENT_QP_LAST_WQE_REACHED for it; rxe0 raises it (--last-wqe raises)",
+		"  rule: IBTA vol. 1 o11-5.2.5"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	// never: a note, clean; -j into --report, nothing on stdout
+	report := filepath.Join(dir, "r.json")
+	out, err = runTraceCmd(t, "trace", "-j", "--last-wqe", "never", "--report", report, "--from", rec)
+	if code := exitCodeOf(err); code != exitClean || out != "" {
+		t.Fatalf("exit %d (%v), stdout %q; want clean, nothing on stdout", code, err, out)
+	}
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Findings []json.RawMessage `json:"findings"`
+		Notes    []string          `json:"notes"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil || len(doc.Findings) != 0 || len(doc.Notes) != 1 || !strings.Contains(doc.Notes[0], "which rxe0 does not raise (--last-wqe never)") {
+		t.Errorf("--report -j: %v\n%s", err, b)
+	}
+}
+
+func TestTraceBadArgs(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.rec")
+	if err := os.WriteFile(bad, []byte("open t=1 pid=1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"trace"}, "give a program to run (after --) or --from FILE"},
+		{[]string{"trace", "--from", bad, "--", "true"}, "not both"},
+		{[]string{"trace", "--last-wqe", "maybe", "--from", bad}, `--last-wqe "maybe": want auto, raises or never`},
+		{[]string{"trace", "--from", bad}, "bad trace record: line 1"},
+		{[]string{"trace", "--from", filepath.Join(t.TempDir(), "none")}, "no such file"},
+	} {
+		_, err := runTraceCmd(t, tc.args...)
+		if code := exitCodeOf(err); code != exitError || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: exit %d, %v; want %d with %q", tc.args, code, err, exitError, tc.want)
+		}
+	}
+}

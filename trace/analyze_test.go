@@ -1,0 +1,281 @@
+package trace
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/qpdrain/qpdrain/internal/testmain"
+)
+
+func TestMain(m *testing.M) { testmain.Run(m) }
+
+// stream builds a synthetic record stream, one process (pid 100), times in ms.
+type stream struct{ b strings.Builder }
+
+func (s *stream) at(ms int, kind string, kv ...string) *stream {
+	fmt.Fprintf(&s.b, "%s t=%d pid=100 tid=100", kind, int64(ms)*1_000_000+5_000_000_000)
+	for _, x := range kv {
+		s.b.WriteString(" " + x)
+	}
+	s.b.WriteString("\n")
+	return s
+}
+
+func (s *stream) records(t *testing.T) []Record {
+	t.Helper()
+	recs, err := Parse(strings.NewReader(s.b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
+// rcPair opens rxe0 and creates one CQ (cqe 16) and two RC QPs on it, qpn 17
+// and 18, moved to RTS: what the synthetic programs share.
+func rcPair() *stream {
+	s := &stream{}
+	s.at(0, "open", "ctx=0x10", "dev=rxe0", "traced=1").
+		at(1, "cq", "ctx=0x10", "cq=0x20", "cqe=16", "ex=0")
+	for _, q := range []struct{ ptr, qpn string }{{"0x31", "17"}, {"0x32", "18"}} {
+		s.at(2, "qp", "ctx=0x10", "qp="+q.ptr, "qpn="+q.qpn, "type=2", "scq=0x20", "rcq=0x20", "srq=0x0", "max_send_wr=16", "max_recv_wr=16", "sig_all=0", "ex=0")
+		for _, st := range []string{"1", "2", "3"} {
+			s.at(3, "mod", "qp="+q.ptr, "state="+st, "ret=0")
+		}
+	}
+	return s
+}
+
+// traffic: qpn 17 sends one message to qpn 18, both completions polled.
+func (s *stream) traffic(ms int) *stream {
+	return s.at(ms, "recv", "qp=0x32", "wr=0x1", "ok=1").
+		at(ms, "send", "qp=0x31", "wr=0x2", "op=2", "sig=1", "ok=1").
+		at(ms+1, "wc", "cq=0x20", "wr=0x2", "st=0", "op=0", "qpn=17").
+		at(ms+1, "wc", "cq=0x20", "wr=0x1", "st=0", "op=128", "qpn=18")
+}
+
+// teardown: both QPs to ERROR, destroyed, then the CQ; the device closed.
+func (s *stream) teardown(ms int) *stream {
+	return s.at(ms, "mod", "qp=0x31", "state=6", "ret=0").
+		at(ms, "mod", "qp=0x32", "state=6", "ret=0").
+		at(ms+1, "qpd", "qp=0x31", "begin=1").at(ms+1, "qpd", "qp=0x31", "ret=0").
+		at(ms+1, "qpd", "qp=0x32", "begin=1").at(ms+1, "qpd", "qp=0x32", "ret=0").
+		at(ms+2, "cqd", "cq=0x20", "begin=1").at(ms+2, "cqd", "cq=0x20", "ret=0").
+		at(ms+3, "close", "ctx=0x10", "ret=0").at(ms+3, "exit")
+}
+
+// srqPair: like rcPair, qpn 18 on SRQ 0x40 with 4 receives posted to the SRQ.
+func srqPair() *stream {
+	s := &stream{}
+	s.at(0, "open", "ctx=0x10", "dev=rxe0", "traced=1").
+		at(1, "cq", "ctx=0x10", "cq=0x20", "cqe=16", "ex=0").
+		at(1, "srq", "ctx=0x10", "srq=0x40", "max_wr=16")
+	for i := 1; i <= 4; i++ {
+		s.at(1, "srecv", "srq=0x40", fmt.Sprintf("wr=0x%x", 100+i), "ok=1")
+	}
+	s.at(2, "qp", "ctx=0x10", "qp=0x32", "qpn=18", "type=2", "scq=0x20", "rcq=0x20", "srq=0x40", "max_send_wr=16", "max_recv_wr=0", "sig_all=0", "ex=0")
+	for _, st := range []string{"1", "2", "3"} {
+		s.at(3, "mod", "qp=0x32", "state="+st, "ret=0")
+	}
+	return s.at(10, "mod", "qp=0x32", "state=6", "ret=0")
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func kinds(rep *Report) []Kind {
+	var ks []Kind
+	for _, f := range rep.Findings {
+		ks = append(ks, f.Kind)
+	}
+	return ks
+}
+
+func TestAnalyze(t *testing.T) {
+	raises := Options{LastWQE: func(dev string) (LastWQE, bool) {
+		return LastWQE{Raises: true, Source: "test"}, dev == "rxe0"
+	}}
+	for _, tc := range []struct {
+		name     string
+		s        *stream
+		o        Options
+		want     []Kind
+		evidence string // in the first finding's evidence
+	}{
+		{"clean", rcPair().traffic(10).teardown(20), Options{}, nil, ""},
+		{"clean with flushes", rcPair().traffic(10).
+			at(15, "recv", "qp=0x32", "wr=0x7", "ok=1").at(15, "recv", "qp=0x32", "wr=0x8", "ok=1").
+			at(20, "mod", "qp=0x32", "state=6", "ret=0").
+			at(21, "wc", "cq=0x20", "wr=0x7", "st=5", "op=0", "qpn=18").
+			at(21, "wc", "cq=0x20", "wr=0x8", "st=5", "op=0", "qpn=18").teardown(30), Options{}, nil, ""},
+		{"unsignaled sends retire with the signaled one after them", rcPair().
+			at(10, "recv", "qp=0x32", "wr=0x1", "ok=1").at(10, "recv", "qp=0x32", "wr=0x2", "ok=1").
+			at(10, "send", "qp=0x31", "wr=0xa", "op=2", "sig=0", "ok=1").
+			at(10, "send", "qp=0x31", "wr=0xb", "op=2", "sig=1", "ok=1").
+			at(11, "wc", "cq=0x20", "wr=0xb", "st=0", "op=0", "qpn=17").
+			at(11, "wc", "cq=0x20", "wr=0x1", "st=0", "op=128", "qpn=18").
+			at(11, "wc", "cq=0x20", "wr=0x2", "st=0", "op=128", "qpn=18").teardown(20), Options{}, nil, ""},
+		{"one signaled send in many, every WR with the same id (perftest)", func() *stream {
+			s := rcPair()
+			for i := 1; i <= 8; i++ {
+				s.at(10, "send", "qp=0x31", "wr=0x0", "op=0", fmt.Sprintf("sig=%d", b2i(i%4 == 0)), "ok=1")
+			}
+			return s.at(11, "wc", "cq=0x20", "wr=0x0", "st=0", "op=1", "qpn=17").
+				at(11, "wc", "cq=0x20", "wr=0x0", "st=0", "op=1", "qpn=17").teardown(20)
+		}(), Options{}, nil, ""},
+		{"a WR not posted (ok=0) is not outstanding", rcPair().traffic(10).
+			at(15, "send", "qp=0x31", "wr=0x9", "op=2", "sig=1", "ok=0", "ret=12").teardown(20), Options{}, nil, ""},
+		{"RESET empties the queues", rcPair().at(10, "recv", "qp=0x32", "wr=0x1", "ok=1").
+			at(11, "mod", "qp=0x32", "state=0", "ret=0").teardown(20), Options{}, nil, ""},
+		{"destroyed with outstanding", rcPair().
+			at(10, "recv", "qp=0x32", "wr=0x1", "ok=1").at(10, "recv", "qp=0x32", "wr=0x2", "ok=1").
+			teardown(20), Options{}, []Kind{DestroyedWithOutstanding},
+			"qpn 18 destroyed with 2 WR(s) outstanding on its recv queue (first wr_id 0x1), 1.0 ms after ERROR"},
+		{"destroyed without ERROR", rcPair().at(10, "send", "qp=0x31", "wr=0x5", "op=2", "sig=1", "ok=1").
+			at(20, "qpd", "qp=0x31", "ret=0").at(20, "qpd", "qp=0x32", "ret=0"), Options{}, []Kind{DestroyedWithOutstanding},
+			"on its send queue (first wr_id 0x5), it never entered ERROR"},
+		{"srq QP destroyed before Last WQE Reached", srqPair().at(11, "qpd", "qp=0x32", "ret=0").at(12, "exit"), raises,
+			[]Kind{SRQDestroyedBeforeLastWQE}, "qpn 18 (on SRQ 0x40) was destroyed 1.0 ms after ERROR, before the program got IBV_EVENT_QP_LAST_WQE_REACHED"},
+		{"srq QP after its Last WQE Reached", srqPair().
+			at(11, "ev", "ctx=0x10", "type=16", "qp=0x32", "qpn=18").at(11, "ack", "type=16", "qp=0x32", "qpn=18").
+			at(12, "qpd", "qp=0x32", "ret=0").at(12, "exit"), raises, nil, ""},
+		{"srq QP, the device does not raise it: a note", srqPair().at(11, "qpd", "qp=0x32", "ret=0").at(12, "exit"),
+			Options{LastWQE: func(string) (LastWQE, bool) { return LastWQE{Source: "test"}, true }}, nil, ""},
+		{"srq QP, device unknown: a note", srqPair().at(11, "qpd", "qp=0x32", "ret=0").at(12, "exit"), Options{}, nil, ""},
+		{"srq QP, the trace shows the device raises it", srqPair().
+			at(2, "qp", "ctx=0x10", "qp=0x33", "qpn=19", "type=2", "scq=0x20", "rcq=0x20", "srq=0x40", "max_send_wr=16", "max_recv_wr=0", "sig_all=0", "ex=0").
+			at(3, "mod", "qp=0x33", "state=2", "ret=0").at(10, "mod", "qp=0x33", "state=6", "ret=0").
+			at(11, "ev", "ctx=0x10", "type=16", "qp=0x33", "qpn=19").at(11, "ack", "type=16", "qp=0x33", "qpn=19").
+			at(12, "qpd", "qp=0x33", "ret=0").at(12, "qpd", "qp=0x32", "ret=0").at(13, "exit"), Options{},
+			[]Kind{SRQDestroyedBeforeLastWQE}, "rxe0 raises it (this trace: rxe0 raised it for qpn 19)"},
+		{"completion for a destroyed QP", rcPair().
+			at(10, "recv", "qp=0x32", "wr=0x1", "ok=1").at(10, "send", "qp=0x31", "wr=0x2", "op=2", "sig=1", "ok=1").
+			at(11, "qpd", "qp=0x31", "ret=0").
+			at(12, "wc", "cq=0x20", "wr=0x2", "st=0", "op=0", "qpn=17").
+			at(12, "wc", "cq=0x20", "wr=0x1", "st=0", "op=128", "qpn=18").
+			at(20, "mod", "qp=0x32", "state=6", "ret=0").at(21, "qpd", "qp=0x32", "ret=0").at(22, "exit"), Options{},
+			[]Kind{CompletionForDestroyedQP}, "1 completion(s) of qpn 17 polled after it was destroyed, the first 1.0 ms after ibv_destroy_qp"},
+		{"CQ over its size", func() *stream {
+			s := rcPair()
+			for i := 0; i < 20; i++ {
+				s.at(10, "recv", "qp=0x32", fmt.Sprintf("wr=0x%x", i+1), "ok=1")
+			}
+			for i := 0; i < 20; i++ {
+				s.at(11, "send", "qp=0x31", "wr=0x99", "op=0", "sig=1", "ok=1").
+					at(12, "wc", "cq=0x20", "wr=0x99", "st=0", "op=0", "qpn=17").
+					at(12, "wc", "cq=0x20", fmt.Sprintf("wr=0x%x", i+1), "st=0", "op=128", "qpn=18")
+			}
+			return s.teardown(20)
+		}(), Options{}, []Kind{CQOverSize}, "up to 21 WRs outstanding whose completions go to this CQ of cqe 16"},
+		{"CQ overrun", rcPair().traffic(10).at(15, "pollerr", "cq=0x20", "ret=-1").teardown(20), Options{},
+			[]Kind{CQOverrun}, "ibv_poll_cq returned -1"},
+		{"CQ_ERR", rcPair().traffic(10).at(15, "ev", "ctx=0x10", "type=0", "cq=0x20").at(15, "ack", "type=0", "cq=0x20").teardown(20), Options{},
+			[]Kind{CQOverrun}, "IBV_EVENT_CQ_ERR at 15.0 ms"},
+		{"async event not acknowledged", srqPair().
+			at(11, "ev", "ctx=0x10", "type=16", "qp=0x32", "qpn=18").at(20, "exit"), raises,
+			[]Kind{EventNotAcked}, "1 IBV_EVENT_QP_LAST_WQE_REACHED of qpn 18 never acknowledged"},
+		{"posted in ERROR, never flushed, process ended", rcPair().traffic(10).
+			at(20, "mod", "qp=0x32", "state=6", "ret=0").at(30, "recv", "qp=0x32", "wr=0x5", "ok=1").at(1300, "exit"), Options{},
+			[]Kind{PostedInErrorNotFlushed}, "1 WR(s) posted to the recv queue of qpn 18 in ERROR (first wr_id 0x5, 10.0 ms after ERROR) had no completion 1270.0 ms later, when the process ended"},
+		{"posted in ERROR, never flushed, then destroyed", rcPair().traffic(10).
+			at(20, "mod", "qp=0x32", "state=6", "ret=0").at(30, "recv", "qp=0x32", "wr=0x5", "ok=1").teardown(1300), Options{},
+			[]Kind{PostedInErrorNotFlushed}, "when it was destroyed"},
+		{"posted in ERROR and destroyed at once: destroyed with outstanding", rcPair().traffic(10).
+			at(20, "mod", "qp=0x32", "state=6", "ret=0").at(30, "recv", "qp=0x32", "wr=0x5", "ok=1").teardown(31), Options{},
+			[]Kind{DestroyedWithOutstanding}, "qpn 18 destroyed with 1 WR(s) outstanding on its recv queue"},
+		{"posted in ERROR, flushed", rcPair().traffic(10).
+			at(20, "mod", "qp=0x32", "state=6", "ret=0").at(30, "recv", "qp=0x32", "wr=0x5", "ok=1").
+			at(31, "wc", "cq=0x20", "wr=0x5", "st=5", "op=0", "qpn=18").teardown(1300), Options{}, nil, ""},
+		{"an ibv_qp_ex send path the shim could not take over is not judged", func() *stream {
+			s := &stream{}
+			return s.at(0, "open", "ctx=0x10", "dev=rxe0").at(1, "cq", "ctx=0x10", "cq=0x20", "cqe=16", "ex=0").
+				at(2, "qp", "ctx=0x10", "qp=0x31", "qpn=17", "type=2", "scq=0x20", "rcq=0x20", "srq=0x0", "ex=1").
+				at(3, "send", "qp=0x31", "wr=0x1", "op=0", "sig=1", "ok=1").at(4, "qpd", "qp=0x31", "ret=0")
+		}(), Options{}, nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := Analyze(tc.s.records(t), tc.o)
+			got := kinds(rep)
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("findings %v, want %v:\n%s", got, tc.want, text(t, rep))
+			}
+			if tc.evidence != "" && !strings.Contains(rep.Findings[0].Evidence, tc.evidence) {
+				t.Errorf("evidence %q lacks %q", rep.Findings[0].Evidence, tc.evidence)
+			}
+			for _, f := range rep.Findings {
+				if f.Rule == "" || f.Rule != Rule(f.Kind) {
+					t.Errorf("%s has no rule", f.Kind)
+				}
+			}
+			out := text(t, rep)
+			if rep.Clean() != strings.Contains(out, "\nclean\n") {
+				t.Errorf("text says clean %v, report %v:\n%s", !rep.Clean(), rep.Clean(), out)
+			}
+		})
+	}
+}
+
+func text(t *testing.T, rep *Report) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := rep.WriteText(&b, true); err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func TestNotes(t *testing.T) {
+	recs := srqPair().at(11, "qpd", "qp=0x32", "ret=0").at(12, "exit").records(t)
+	z := NewAnalyzer(Options{})
+	for _, r := range recs {
+		z.Add(r)
+	}
+	if got := z.NeedsLastWQE(); fmt.Sprint(got) != "[rxe0]" {
+		t.Errorf("NeedsLastWQE = %v, want [rxe0]", got)
+	}
+	if rep := z.Report(func(string) (LastWQE, bool) { return LastWQE{Raises: true, Source: "probe"}, true }); fmt.Sprint(kinds(rep)) != "[srq-destroyed-before-last-wqe]" {
+		t.Errorf("Report with the device's answer: %v", kinds(rep))
+	}
+	rep := Analyze(recs, Options{})
+	if len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "whether rxe0 raises it is unknown") {
+		t.Errorf("notes %q", rep.Notes)
+	}
+	if len(rep.Processes) != 1 || rep.Processes[0].SRQs != 1 || rep.Processes[0].Posted != 4 || !rep.Processes[0].Exited {
+		t.Errorf("processes %+v", rep.Processes)
+	}
+	b, err := json.Marshal(rep)
+	if err != nil || !strings.Contains(string(b), `"findings":[]`) {
+		t.Errorf("JSON %s, %v", b, err)
+	}
+	// A process that never opened a device is not listed.
+	empty := Analyze((&stream{}).at(0, "fail", "verb=ibv_create_cq", "errno=12").records(t), Options{})
+	if len(empty.Processes) != 0 || !strings.Contains(text(t, empty), "no process of the program opened an RDMA device\nclean\n") {
+		t.Errorf("empty trace: %+v", empty)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, in := range []string{
+		"open t=1 pid=1\n",
+		"open t=x pid=1 tid=1 ctx=0x1 dev=a\n",
+		"open t=1 pid=1 tid=1 dev=a\n",
+		"wc t=1 pid=1 tid=1 cq=0x1 wr=zz st=0 qpn=1\n",
+		"open t=1 pid=1 tid=1 ctx\n",
+		"exit t=1 pid=1 tid=1",
+	} {
+		if _, err := Parse(strings.NewReader(in)); !errors.Is(err, ErrBadRecord) {
+			t.Errorf("Parse(%q) = %v, want ErrBadRecord", in, err)
+		}
+	}
+	recs, err := Parse(strings.NewReader("newkind t=1 pid=1 tid=2 what=ever\n"))
+	if err != nil || len(recs) != 1 || recs[0].TID != 2 || recs[0].Str("what") != "ever" {
+		t.Errorf("an unknown kind: %+v, %v", recs, err)
+	}
+}

@@ -1,0 +1,171 @@
+package trace
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// hostRig builds, on this host, the shim, testdata/fakeverbs (a stand-in
+// libibverbs.so.1 with one loopback device, for hosts without RDMA) and the
+// named planted programs (linked against the real libibverbs, run against
+// the fake through LD_LIBRARY_PATH).
+func hostRig(t *testing.T, progs ...string) (shim, dir string) {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("LD_PRELOAD is Linux's")
+	}
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("no gcc (scripts/deps.sh installs it with libibverbs-dev)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir = t.TempDir()
+	shim, err := BuildShim(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := filepath.Join(dir, "lib")
+	if err := os.Mkdir(fake, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	build(t, ctx, "gcc", "-shared", "-fPIC", "-O2", "-Wall", "-o", filepath.Join(fake, "libibverbs.so.1"),
+		"-Wl,-soname,libibverbs.so.1", "-Wl,--version-script=testdata/fakeverbs/fakeverbs.map", "testdata/fakeverbs/fakeverbs.c")
+	for _, p := range progs {
+		build(t, ctx, "gcc", "-O1", "-Wall", "-o", filepath.Join(dir, p), filepath.Join("testdata", "progs", p+".c"), "-libverbs")
+	}
+	t.Setenv("LD_LIBRARY_PATH", fake)
+	return shim, dir
+}
+
+// runOut runs argv (traced with shim, or not when shim is ""), its stdout to
+// a file, and returns that output and the result.
+func runOut(t *testing.T, shim string, argv ...string) (string, *Result) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(t.TempDir(), "stdout"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var res *Result
+	if shim == "" {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Stdout = f
+		_ = cmd.Run()
+		res = &Result{Status: cmd.ProcessState.String(), ExitCode: cmd.ProcessState.ExitCode()}
+	} else if res, err = Run(context.Background(), RunSpec{Shim: shim, Argv: argv, Stdout: f}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b), res
+}
+
+// TestHostPlanted traces the planted programs against the fake provider:
+// each produces exactly its finding (posted_in_error none: the fake
+// flushes a WR posted in ERROR at once), with the program's output and exit
+// status unchanged.
+func TestHostPlanted(t *testing.T) {
+	var names []string
+	for n := range planted {
+		if !strings.HasPrefix(n, "qpx_") {
+			names = append(names, n)
+		}
+	}
+	shim, dir := hostRig(t, names...)
+	raises := Options{LastWQE: func(string) (LastWQE, bool) { return LastWQE{Raises: true, Source: "the fake raises it"}, true }}
+	for name, want := range planted {
+		if name == "posted_in_error" {
+			want = ""
+		}
+		if strings.HasPrefix(name, "qpx_") {
+			continue // the fake has no ibv_qp_ex: rxe in the VM tests it
+		}
+		t.Run(name, func(t *testing.T) {
+			argv := []string{filepath.Join(dir, name)}
+			if name == "postpoll" {
+				argv = append(argv, "1000")
+			}
+			plain, pres := runOut(t, "", argv...)
+			traced, res := runOut(t, shim, argv...)
+			if pres.Status != "exit status 0" || res.Status != pres.Status {
+				t.Fatalf("status traced %q, untraced %q", res.Status, pres.Status)
+			}
+			if mask(traced) != mask(plain) {
+				t.Errorf("output traced %q, untraced %q", traced, plain)
+			}
+			rep := Analyze(res.Records, raises)
+			if got := strings.TrimSpace(strings.Join(kindStrings(rep), " ")); got != want {
+				t.Errorf("findings %q, want %q:\n%s", got, want, text(t, rep))
+			}
+			if len(rep.Processes) != 1 || rep.Processes[0].Devices[0] != "fake0" || !rep.Processes[0].Exited {
+				t.Errorf("processes %+v", rep.Processes)
+			}
+		})
+	}
+}
+
+// mask hides the numbers of postpoll's timing line.
+func mask(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' || r == '.' {
+			return -1
+		}
+		return r
+	}, s)
+}
+
+func kindStrings(rep *Report) []string {
+	var s []string
+	for _, k := range kinds(rep) {
+		s = append(s, string(k))
+	}
+	return s
+}
+
+// TestHostBehaviour: the shim leaves exit statuses and signals as they
+// are, follows the processes a program forks and execs, and records nothing
+// for processes that open no device.
+func TestHostBehaviour(t *testing.T) {
+	shim, dir := hostRig(t, "clean")
+	for _, tc := range []struct {
+		script, status string
+		procs          int
+	}{
+		{"exit 3", "exit status 3", 0},
+		{"kill -TERM $$", "signal: terminated", 0},
+		{"kill -SEGV $$", "signal: segmentation fault", 0},
+		// a shell forks two children that exec the program: two processes traced
+		{"./clean & ./clean; wait", "exit status 0", 2},
+	} {
+		out, res := runOut(t, shim, "sh", "-c", "cd "+dir+" || exit 9; "+tc.script)
+		if res.Status != tc.status {
+			t.Errorf("%q traced: %q, want %q", tc.script, res.Status, tc.status)
+		}
+		rep := Analyze(res.Records, Options{})
+		if len(rep.Processes) != tc.procs || !rep.Clean() {
+			t.Errorf("%q: %d processes, clean %v, want %d clean:\n%s%s", tc.script, len(rep.Processes), rep.Clean(), tc.procs, text(t, rep), out)
+		}
+	}
+}
+
+func TestBuildShimErrors(t *testing.T) {
+	t.Setenv("CC", "no-such-compiler-here")
+	if _, err := BuildShim(context.Background(), t.TempDir()); !errors.Is(err, ErrNoCompiler) {
+		t.Errorf("BuildShim without a compiler: %v, want ErrNoCompiler", err)
+	}
+	if _, err := Run(context.Background(), RunSpec{Shim: filepath.Join(t.TempDir(), "none.so"), Argv: []string{"true"}}); err == nil {
+		t.Error("Run with a missing shim succeeded")
+	}
+	if _, err := Run(context.Background(), RunSpec{Shim: "x", Argv: nil}); err == nil {
+		t.Error("Run without a program succeeded")
+	}
+}

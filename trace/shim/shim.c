@@ -1,0 +1,1027 @@
+/*
+ * qpdrain trace shim: preloaded (LD_PRELOAD) into an unchanged program, it
+ * records the life of every QP, CQ and SRQ the program creates through
+ * libibverbs, one text line per event, to the file named by
+ * QPDRAIN_TRACE_FILE (opened O_APPEND, so every record is one atomic write(2)
+ * and the processes of a program can share it). qpdrain's trace package
+ * parses and judges the records (record.go in the trace package documents the format).
+ *
+ * ibv_post_send, ibv_post_recv, ibv_post_srq_recv and ibv_poll_cq are static
+ * inline in <infiniband/verbs.h>: they call through the ibv_context_ops table
+ * of the object's context, so no symbol can interpose them. The shim
+ * interposes the exported verbs that create and destroy objects and open
+ * devices, and once ibv_open_device returns it replaces that context's post
+ * and poll entries (and the verbs_context create_*_ex entries the inline
+ * ibv_create_*_ex use) by wrappers that record and call the saved originals;
+ * a QP created with ibv_qp_ex send operations gets its builders (ibv_wr_*)
+ * wrapped the same way.
+ *
+ * Safe in an arbitrary program: the wrappers allocate nothing and take no
+ * lock (the context table is read with acquire loads, written under a mutex
+ * by ibv_open_device/ibv_close_device only), format records on the stack
+ * with their own integer formatting and write them with write(2), so they
+ * are async-signal-safe as far as the provider's own post/poll are; errno is
+ * preserved; the pid is re-read in the child after fork (pthread_atfork);
+ * the record descriptor is opened at the first ibv_open_device, close-on-exec
+ * and above the descriptors programs use, and an exec'd program reopens the
+ * file by name.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+
+#define MAX_CONTEXTS 64
+#define REC_MAX 512 /* well under PIPE_BUF: one write(2) is one record */
+#define IBVERBS_VERSION "IBVERBS_1.1"
+
+/* ctx_slot holds one open context's original ops; ctx is published last
+ * (release) so a wrapper that finds it (acquire) sees the originals. */
+struct ctx_slot {
+	struct ibv_context *ctx;
+	int (*post_send)(struct ibv_qp *, struct ibv_send_wr *, struct ibv_send_wr **);
+	int (*post_recv)(struct ibv_qp *, struct ibv_recv_wr *, struct ibv_recv_wr **);
+	int (*post_srq_recv)(struct ibv_srq *, struct ibv_recv_wr *, struct ibv_recv_wr **);
+	int (*poll_cq)(struct ibv_cq *, int, struct ibv_wc *);
+	struct ibv_qp *(*create_qp_ex)(struct ibv_context *, struct ibv_qp_init_attr_ex *);
+	struct ibv_cq_ex *(*create_cq_ex)(struct ibv_context *, struct ibv_cq_init_attr_ex *);
+	struct ibv_srq *(*create_srq_ex)(struct ibv_context *, struct ibv_srq_init_attr_ex *);
+};
+
+static struct ctx_slot slots[MAX_CONTEXTS];
+static pthread_mutex_t slots_mu = PTHREAD_MUTEX_INITIALIZER;
+static int rec_fd = -1;
+static char rec_path[4096]; /* QPDRAIN_TRACE_FILE, copied at load time */
+static int opened; /* a device was opened: the exit record matters */
+static pid_t cached_pid;
+static __thread pid_t cached_tid __attribute__((tls_model("initial-exec")));
+
+/* The exported verbs, resolved once at load time. */
+static struct ibv_context *(*real_open_device)(struct ibv_device *);
+static int (*real_close_device)(struct ibv_context *);
+static struct ibv_cq *(*real_create_cq)(struct ibv_context *, int, void *, struct ibv_comp_channel *, int);
+static int (*real_destroy_cq)(struct ibv_cq *);
+static struct ibv_srq *(*real_create_srq)(struct ibv_pd *, struct ibv_srq_init_attr *);
+static int (*real_destroy_srq)(struct ibv_srq *);
+static struct ibv_qp *(*real_create_qp)(struct ibv_pd *, struct ibv_qp_init_attr *);
+static int (*real_modify_qp)(struct ibv_qp *, struct ibv_qp_attr *, int);
+static int (*real_destroy_qp)(struct ibv_qp *);
+static int (*real_get_async_event)(struct ibv_context *, struct ibv_async_event *);
+static void (*real_ack_async_event)(struct ibv_async_event *);
+
+/* qpx_slot holds one ibv_qp_ex's original send builders and the WRs built
+ * since ibv_wr_start, recorded when ibv_wr_complete posts them. The builders
+ * live in each QP (per provider and QP type), hence a table of QPs, open
+ * addressed by pointer; a QP must not be built on by two threads at once
+ * (ibv_wr_post(3)), so a slot's batch needs no lock. */
+#define MAX_QPX 1024
+#define QPX_BATCH 256
+struct qpx_slot {
+	struct ibv_qp_ex *qpx; /* NULL: free; TOMB: was used */
+	void (*wr_start)(struct ibv_qp_ex *);
+	int (*wr_complete)(struct ibv_qp_ex *);
+	void (*wr_abort)(struct ibv_qp_ex *);
+	void (*wr_send)(struct ibv_qp_ex *);
+	void (*wr_send_imm)(struct ibv_qp_ex *, __be32);
+	void (*wr_send_inv)(struct ibv_qp_ex *, uint32_t);
+	void (*wr_rdma_write)(struct ibv_qp_ex *, uint32_t, uint64_t);
+	void (*wr_rdma_write_imm)(struct ibv_qp_ex *, uint32_t, uint64_t, __be32);
+	void (*wr_rdma_read)(struct ibv_qp_ex *, uint32_t, uint64_t);
+	void (*wr_atomic_cmp_swp)(struct ibv_qp_ex *, uint32_t, uint64_t, uint64_t, uint64_t);
+	void (*wr_atomic_fetch_add)(struct ibv_qp_ex *, uint32_t, uint64_t, uint64_t);
+	void (*wr_local_inv)(struct ibv_qp_ex *, uint32_t);
+	int n;
+	int overflow;
+	struct {
+		uint64_t id;
+		uint8_t op, sig;
+	} batch[QPX_BATCH];
+};
+#define QPX_TOMB ((struct ibv_qp_ex *)1)
+
+static struct qpx_slot qpx_slots[MAX_QPX];
+static struct ibv_qp_ex *(*real_qp_to_qp_ex)(struct ibv_qp *);
+
+static void *resolve(const char *name)
+{
+	void *p = dlvsym(RTLD_NEXT, name, IBVERBS_VERSION);
+	return p ? p : dlsym(RTLD_NEXT, name);
+}
+
+/* resolve_all finds the exported verbs behind the shim's. It runs at load
+ * time and again at the first ibv_open_device when libibverbs was not loaded
+ * then (a program that dlopen()s it): every other verb the shim interposes
+ * takes an object of an opened context. */
+static void resolve_all(void)
+{
+	real_open_device = resolve("ibv_open_device");
+	real_close_device = resolve("ibv_close_device");
+	real_create_cq = resolve("ibv_create_cq");
+	real_destroy_cq = resolve("ibv_destroy_cq");
+	real_create_srq = resolve("ibv_create_srq");
+	real_destroy_srq = resolve("ibv_destroy_srq");
+	real_create_qp = resolve("ibv_create_qp");
+	real_modify_qp = resolve("ibv_modify_qp");
+	real_destroy_qp = resolve("ibv_destroy_qp");
+	real_get_async_event = resolve("ibv_get_async_event");
+	real_ack_async_event = resolve("ibv_ack_async_event");
+	real_qp_to_qp_ex = dlsym(RTLD_NEXT, "ibv_qp_to_qp_ex");
+}
+
+static void after_fork_child(void)
+{
+	cached_pid = getpid();
+	cached_tid = 0;
+}
+
+__attribute__((constructor)) static void shim_init(void)
+{
+	int saved = errno;
+	const char *path = getenv("QPDRAIN_TRACE_FILE");
+
+	resolve_all();
+	cached_pid = getpid();
+	pthread_atfork(NULL, NULL, after_fork_child);
+	if (path && strlen(path) < sizeof(rec_path))
+		strcpy(rec_path, path);
+	errno = saved;
+}
+
+/* open_records opens the record file the first time a device is opened (under
+ * slots_mu), so that processes of the program that use no device get no
+ * extra descriptor. */
+static void open_records(void)
+{
+	int fd;
+
+	if (rec_fd >= 0 || !rec_path[0])
+		return;
+	fd = open(rec_path, O_WRONLY | O_APPEND | O_CLOEXEC);
+	if (fd >= 0) {
+		/* above the descriptors programs number themselves */
+		int high = fcntl(fd, F_DUPFD_CLOEXEC, 900);
+
+		if (high >= 0) {
+			close(fd);
+			fd = high;
+		}
+		__atomic_store_n(&rec_fd, fd, __ATOMIC_RELEASE);
+	}
+}
+
+/* rec is a record under construction, on the caller's stack. */
+struct rec {
+	char buf[REC_MAX];
+	size_t n;
+};
+
+static void put_str(struct rec *r, const char *s)
+{
+	while (*s && r->n < REC_MAX - 1)
+		r->buf[r->n++] = *s++;
+}
+
+/* put_key writes " key=" and put_digits v in base 10 or 16. */
+static void put_key(struct rec *r, const char *key)
+{
+	put_str(r, " ");
+	put_str(r, key);
+	put_str(r, "=");
+}
+
+static void put_digits(struct rec *r, uint64_t v, unsigned base)
+{
+	char tmp[24];
+	int i = 0;
+
+	do {
+		tmp[i++] = "0123456789abcdef"[v % base];
+		v /= base;
+	} while (v);
+	while (i > 0 && r->n < REC_MAX - 1)
+		r->buf[r->n++] = tmp[--i];
+}
+
+static void put_uint(struct rec *r, const char *key, uint64_t v, int hex)
+{
+	put_key(r, key);
+	if (hex)
+		put_str(r, "0x");
+	put_digits(r, v, hex ? 16 : 10);
+}
+
+static void put_int(struct rec *r, const char *key, int64_t v)
+{
+	put_key(r, key);
+	if (v < 0)
+		put_str(r, "-");
+	put_digits(r, v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v, 10);
+}
+
+static void put_ptr(struct rec *r, const char *key, const void *p) { put_uint(r, key, (uint64_t)(uintptr_t)p, 1); }
+
+/* put_name writes " key=NAME", NAME cut to the characters a record can hold. */
+static void put_name(struct rec *r, const char *key, const char *s)
+{
+	put_key(r, key);
+	for (int i = 0; s && s[i] && i < 64 && r->n < REC_MAX - 1; i++) {
+		char c = s[i];
+		r->buf[r->n++] = (c > ' ' && c < 127 && c != '=') ? c : '_';
+	}
+}
+
+/* begin starts a record: "KIND t=NS pid=PID tid=TID". */
+static void begin(struct rec *r, const char *kind)
+{
+	struct timespec ts;
+
+	if (!cached_tid)
+		cached_tid = (pid_t)syscall(SYS_gettid);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	r->n = 0;
+	put_str(r, kind);
+	put_uint(r, "t", (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec, 0);
+	put_uint(r, "pid", (uint64_t)cached_pid, 0);
+	put_uint(r, "tid", (uint64_t)cached_tid, 0);
+}
+
+static void emit(struct rec *r)
+{
+	ssize_t w;
+	int fd = __atomic_load_n(&rec_fd, __ATOMIC_ACQUIRE);
+
+	if (fd < 0)
+		return;
+	r->buf[r->n++] = '\n';
+	do
+		w = write(fd, r->buf, r->n);
+	while (w < 0 && errno == EINTR);
+}
+
+static struct ctx_slot *find_slot(const struct ibv_context *ctx)
+{
+	for (int i = 0; i < MAX_CONTEXTS; i++)
+		if (__atomic_load_n(&slots[i].ctx, __ATOMIC_ACQUIRE) == ctx)
+			return &slots[i];
+	return NULL;
+}
+
+static void rec_qp(const char *kind, struct ibv_qp *qp, struct ibv_context *ctx, const struct ibv_qp_cap *cap, int sig_all, int ex)
+{
+	struct rec r;
+
+	begin(&r, kind);
+	put_ptr(&r, "ctx", ctx);
+	put_ptr(&r, "qp", qp);
+	put_uint(&r, "qpn", qp->qp_num, 0);
+	put_uint(&r, "type", qp->qp_type, 0);
+	put_ptr(&r, "scq", qp->send_cq);
+	put_ptr(&r, "rcq", qp->recv_cq);
+	put_ptr(&r, "srq", qp->srq);
+	put_uint(&r, "max_send_wr", cap->max_send_wr, 0);
+	put_uint(&r, "max_recv_wr", cap->max_recv_wr, 0);
+	put_uint(&r, "sig_all", sig_all != 0, 0);
+	put_uint(&r, "ex", ex != 0, 0);
+	emit(&r);
+}
+
+static void rec_fail(const char *verb, int err)
+{
+	struct rec r;
+
+	begin(&r, "fail");
+	put_name(&r, "verb", verb);
+	put_int(&r, "errno", err);
+	emit(&r);
+}
+
+static void rec_cq(struct ibv_cq *cq, struct ibv_context *ctx, int ex)
+{
+	struct rec r;
+
+	begin(&r, "cq");
+	put_ptr(&r, "ctx", ctx);
+	put_ptr(&r, "cq", cq);
+	put_int(&r, "cqe", cq->cqe);
+	put_uint(&r, "ex", ex != 0, 0);
+	emit(&r);
+}
+
+static void rec_srq(struct ibv_srq *srq, struct ibv_context *ctx, uint32_t max_wr)
+{
+	struct rec r;
+
+	begin(&r, "srq");
+	put_ptr(&r, "ctx", ctx);
+	put_ptr(&r, "srq", srq);
+	put_uint(&r, "max_wr", max_wr, 0);
+	emit(&r);
+}
+
+/* ---- the ops-table wrappers ---- */
+
+static int wrap_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	struct ctx_slot *s = find_slot(qp->context);
+	struct ibv_send_wr *badl = NULL;
+	int ret, saved;
+
+	if (!s)
+		return ENODEV; /* the context was closed: posting to it is the program's bug */
+	ret = s->post_send(qp, wr, &badl);
+	saved = errno;
+	if (bad)
+		*bad = badl;
+	for (struct ibv_send_wr *w = wr; w; w = w->next) {
+		struct rec r;
+		int posted = !(ret && (w == badl || !badl)); /* no bad_wr: take the first as failed */
+
+		begin(&r, "send");
+		put_ptr(&r, "qp", qp);
+		put_uint(&r, "wr", w->wr_id, 1);
+		put_uint(&r, "op", w->opcode, 0);
+		put_uint(&r, "sig", (w->send_flags & IBV_SEND_SIGNALED) != 0, 0);
+		put_uint(&r, "ok", posted, 0);
+		if (!posted)
+			put_int(&r, "ret", ret);
+		emit(&r);
+		if (!posted)
+			break; /* bad_wr and the WRs after it were not posted */
+	}
+	errno = saved;
+	return ret;
+}
+
+static void rec_recv_chain(const char *kind, const char *key, const void *obj, struct ibv_recv_wr *wr, struct ibv_recv_wr *badl, int ret)
+{
+	for (struct ibv_recv_wr *w = wr; w; w = w->next) {
+		struct rec r;
+		int posted = !(ret && (w == badl || !badl));
+
+		begin(&r, kind);
+		put_ptr(&r, key, obj);
+		put_uint(&r, "wr", w->wr_id, 1);
+		put_uint(&r, "ok", posted, 0);
+		if (!posted)
+			put_int(&r, "ret", ret);
+		emit(&r);
+		if (!posted)
+			break;
+	}
+}
+
+static int wrap_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct ctx_slot *s = find_slot(qp->context);
+	struct ibv_recv_wr *badl = NULL;
+	int ret, saved;
+
+	if (!s)
+		return ENODEV;
+	ret = s->post_recv(qp, wr, &badl);
+	saved = errno;
+	if (bad)
+		*bad = badl;
+	rec_recv_chain("recv", "qp", qp, wr, badl, ret);
+	errno = saved;
+	return ret;
+}
+
+static int wrap_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct ctx_slot *s = find_slot(srq->context);
+	struct ibv_recv_wr *badl = NULL;
+	int ret, saved;
+
+	if (!s)
+		return ENODEV;
+	ret = s->post_srq_recv(srq, wr, &badl);
+	saved = errno;
+	if (bad)
+		*bad = badl;
+	rec_recv_chain("srecv", "srq", srq, wr, badl, ret);
+	errno = saved;
+	return ret;
+}
+
+static int wrap_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc)
+{
+	struct ctx_slot *s = find_slot(cq->context);
+	int n, saved;
+
+	if (!s)
+		return -1;
+	n = s->poll_cq(cq, num, wc);
+	saved = errno;
+	if (n < 0) {
+		struct rec r;
+
+		begin(&r, "pollerr");
+		put_ptr(&r, "cq", cq);
+		put_int(&r, "ret", n);
+		emit(&r);
+	}
+	for (int i = 0; i < n; i++) {
+		struct rec r;
+
+		begin(&r, "wc");
+		put_ptr(&r, "cq", cq);
+		put_uint(&r, "wr", wc[i].wr_id, 1);
+		put_uint(&r, "st", wc[i].status, 0);
+		put_uint(&r, "op", wc[i].opcode, 0);
+		put_uint(&r, "qpn", wc[i].qp_num, 0);
+		emit(&r);
+	}
+	errno = saved;
+	return n;
+}
+
+static unsigned qpx_hash(const struct ibv_qp_ex *q) { return (unsigned)(((uintptr_t)q >> 4) % MAX_QPX); }
+
+static struct qpx_slot *qpx_find(const struct ibv_qp_ex *q)
+{
+	for (unsigned i = qpx_hash(q), k = 0; k < MAX_QPX; k++, i = (i + 1) % MAX_QPX) {
+		struct ibv_qp_ex *p = __atomic_load_n(&qpx_slots[i].qpx, __ATOMIC_ACQUIRE);
+
+		if (p == q)
+			return &qpx_slots[i];
+		if (!p)
+			return NULL;
+	}
+	return NULL;
+}
+
+/* qpx_note adds the WR a builder just started to its QP's batch. */
+static struct qpx_slot *qpx_note(struct ibv_qp_ex *q, enum ibv_wr_opcode op)
+{
+	struct qpx_slot *s = qpx_find(q);
+
+	if (!s)
+		return NULL;
+	if (s->n < QPX_BATCH) {
+		s->batch[s->n].id = q->wr_id;
+		s->batch[s->n].op = (uint8_t)op;
+		s->batch[s->n].sig = (q->wr_flags & IBV_SEND_SIGNALED) != 0;
+		s->n++;
+	} else {
+		s->overflow = 1;
+	}
+	return s;
+}
+
+static void qpx_start(struct ibv_qp_ex *q)
+{
+	struct qpx_slot *s = qpx_find(q);
+
+	if (!s)
+		return;
+	s->n = 0;
+	s->overflow = 0;
+	s->wr_start(q);
+}
+
+static void qpx_abort(struct ibv_qp_ex *q)
+{
+	struct qpx_slot *s = qpx_find(q);
+
+	if (!s)
+		return;
+	s->n = 0;
+	s->wr_abort(q);
+}
+
+static int qpx_complete(struct ibv_qp_ex *q)
+{
+	struct qpx_slot *s = qpx_find(q);
+	int ret, saved;
+
+	if (!s)
+		return ENODEV;
+	ret = s->wr_complete(q);
+	saved = errno;
+	/* ibv_wr_complete posts the whole batch or, failing, none of it (ibv_wr_post(3)) */
+	for (int i = 0; i < s->n; i++) {
+		struct rec r;
+
+		begin(&r, "send");
+		put_ptr(&r, "qp", &q->qp_base);
+		put_uint(&r, "wr", s->batch[i].id, 1);
+		put_uint(&r, "op", s->batch[i].op, 0);
+		put_uint(&r, "sig", s->batch[i].sig, 0);
+		put_uint(&r, "ok", ret == 0, 0);
+		if (ret)
+			put_int(&r, "ret", ret);
+		emit(&r);
+		if (ret)
+			break;
+	}
+	if (s->overflow) {
+		struct rec r;
+
+		begin(&r, "qpxlost");
+		put_ptr(&r, "qp", &q->qp_base);
+		emit(&r);
+	}
+	s->n = 0;
+	errno = saved;
+	return ret;
+}
+
+static void qpx_send(struct ibv_qp_ex *q)
+{
+	struct qpx_slot *s = qpx_note(q, IBV_WR_SEND);
+	if (s)
+		s->wr_send(q);
+}
+
+static void qpx_send_imm(struct ibv_qp_ex *q, __be32 imm)
+{
+	struct qpx_slot *s = qpx_note(q, IBV_WR_SEND_WITH_IMM);
+	if (s)
+		s->wr_send_imm(q, imm);
+}
+
+static void qpx_send_inv(struct ibv_qp_ex *q, uint32_t rkey)
+{
+	struct qpx_slot *s = qpx_note(q, IBV_WR_SEND_WITH_INV);
+	if (s)
+		s->wr_send_inv(q, rkey);
+}
+
+static void qpx_rdma_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr)
+{
+	struct qpx_slot *s = qpx_note(q, IBV_WR_RDMA_WRITE);
+	if (s)
+		s->wr_rdma_write(q, rkey, addr);
+}
+
+static void qpx_rdma_write_imm(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr, __be32 imm)
+{
+	struct qpx_slot *s = qpx_note(q, IBV_WR_RDMA_WRITE_WITH_IMM);
+	if (s)
+		s->wr_rdma_write_imm(q, rkey, addr, imm);
+}
+
+static void qpx_rdma_read(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr)
+{
+	struct qpx_slot *s = qpx_note(q, IBV_WR_RDMA_READ);
+	if (s)
+		s->wr_rdma_read(q, rkey, addr);
+}
+
+static void qpx_atomic_cmp_swp(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr, uint64_t cmp, uint64_t swp)
+{
+	struct qpx_slot *s = qpx_note(q, IBV_WR_ATOMIC_CMP_AND_SWP);
+	if (s)
+		s->wr_atomic_cmp_swp(q, rkey, addr, cmp, swp);
+}
+
+static void qpx_atomic_fetch_add(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr, uint64_t add)
+{
+	struct qpx_slot *s = qpx_note(q, IBV_WR_ATOMIC_FETCH_AND_ADD);
+	if (s)
+		s->wr_atomic_fetch_add(q, rkey, addr, add);
+}
+
+static void qpx_local_inv(struct ibv_qp_ex *q, uint32_t rkey)
+{
+	struct qpx_slot *s = qpx_note(q, IBV_WR_LOCAL_INV);
+	if (s)
+		s->wr_local_inv(q, rkey);
+}
+
+/* qpx_wrap takes over q's builders when the shim knows every one the
+ * provider set (bind_mw, send_tso, atomic_write and newer ones are not
+ * wrapped: a QP whose send_ops_flags ask for them stays untraced). It
+ * returns whether it did. */
+static int qpx_wrap(struct ibv_qp_ex *q, uint64_t ops)
+{
+	const uint64_t known = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+			       IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+			       IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
+	int done = 0;
+
+	if (!q || (ops & ~known))
+		return 0;
+	pthread_mutex_lock(&slots_mu);
+	for (unsigned i = qpx_hash(q), k = 0; k < MAX_QPX && !done; k++, i = (i + 1) % MAX_QPX) {
+		struct qpx_slot *s = &qpx_slots[i];
+
+		if (s->qpx && s->qpx != QPX_TOMB)
+			continue;
+		s->wr_start = q->wr_start;
+		s->wr_complete = q->wr_complete;
+		s->wr_abort = q->wr_abort;
+		s->wr_send = q->wr_send;
+		s->wr_send_imm = q->wr_send_imm;
+		s->wr_send_inv = q->wr_send_inv;
+		s->wr_rdma_write = q->wr_rdma_write;
+		s->wr_rdma_write_imm = q->wr_rdma_write_imm;
+		s->wr_rdma_read = q->wr_rdma_read;
+		s->wr_atomic_cmp_swp = q->wr_atomic_cmp_swp;
+		s->wr_atomic_fetch_add = q->wr_atomic_fetch_add;
+		s->wr_local_inv = q->wr_local_inv;
+		s->n = 0;
+		__atomic_store_n(&s->qpx, q, __ATOMIC_RELEASE);
+#define WRAP(f, w) do { if (q->f) q->f = w; } while (0)
+		WRAP(wr_start, qpx_start);
+		WRAP(wr_complete, qpx_complete);
+		WRAP(wr_abort, qpx_abort);
+		WRAP(wr_send, qpx_send);
+		WRAP(wr_send_imm, qpx_send_imm);
+		WRAP(wr_send_inv, qpx_send_inv);
+		WRAP(wr_rdma_write, qpx_rdma_write);
+		WRAP(wr_rdma_write_imm, qpx_rdma_write_imm);
+		WRAP(wr_rdma_read, qpx_rdma_read);
+		WRAP(wr_atomic_cmp_swp, qpx_atomic_cmp_swp);
+		WRAP(wr_atomic_fetch_add, qpx_atomic_fetch_add);
+		WRAP(wr_local_inv, qpx_local_inv);
+#undef WRAP
+		done = 1;
+	}
+	pthread_mutex_unlock(&slots_mu);
+	return done;
+}
+
+/* qpx_forget frees qp's slot when it is destroyed (a tombstone, so that
+ * probes past it still find later QPs). */
+static void qpx_forget(struct ibv_qp *qp)
+{
+	struct qpx_slot *s;
+
+	if (!real_qp_to_qp_ex)
+		return;
+	pthread_mutex_lock(&slots_mu);
+	for (unsigned i = 0; i < MAX_QPX; i++) {
+		s = &qpx_slots[i];
+		if (s->qpx && s->qpx != QPX_TOMB && &s->qpx->qp_base == qp)
+			__atomic_store_n(&s->qpx, QPX_TOMB, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&slots_mu);
+}
+
+static struct ibv_qp *wrap_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr)
+{
+	struct ctx_slot *s = find_slot(ctx);
+	struct ibv_qp *qp;
+	int saved;
+
+	if (!s) {
+		errno = ENODEV;
+		return NULL;
+	}
+	qp = s->create_qp_ex(ctx, attr);
+	saved = errno;
+	if (qp) {
+		int ex = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && attr->send_ops_flags;
+
+		/* ex=1: an ibv_qp_ex send path the shim could not take over */
+		if (ex && real_qp_to_qp_ex && qpx_wrap(real_qp_to_qp_ex(qp), attr->send_ops_flags))
+			ex = 0;
+		rec_qp("qp", qp, ctx, &attr->cap, attr->sq_sig_all, ex);
+	} else
+		rec_fail("ibv_create_qp_ex", saved);
+	errno = saved;
+	return qp;
+}
+
+static struct ibv_cq_ex *wrap_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr)
+{
+	struct ctx_slot *s = find_slot(ctx);
+	struct ibv_cq_ex *cq;
+	int saved;
+
+	if (!s) {
+		errno = ENODEV;
+		return NULL;
+	}
+	cq = s->create_cq_ex(ctx, attr);
+	saved = errno;
+	if (cq)
+		rec_cq(ibv_cq_ex_to_cq(cq), ctx, 1);
+	else
+		rec_fail("ibv_create_cq_ex", saved);
+	errno = saved;
+	return cq;
+}
+
+static struct ibv_srq *wrap_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_attr_ex *attr)
+{
+	struct ctx_slot *s = find_slot(ctx);
+	struct ibv_srq *srq;
+	int saved;
+
+	if (!s) {
+		errno = ENODEV;
+		return NULL;
+	}
+	srq = s->create_srq_ex(ctx, attr);
+	saved = errno;
+	if (srq)
+		rec_srq(srq, ctx, attr->attr.max_wr);
+	else
+		rec_fail("ibv_create_srq_ex", saved);
+	errno = saved;
+	return srq;
+}
+
+/* ---- the exported verbs ---- */
+
+/* wrap_context saves ctx's ops and installs the wrappers; it returns 0 when
+ * the table is full (the context then runs untraced, and says so). */
+static int wrap_context(struct ibv_context *ctx)
+{
+	struct verbs_context *vctx;
+	int done = 0;
+
+	pthread_mutex_lock(&slots_mu);
+	open_records();
+	for (int i = 0; i < MAX_CONTEXTS && !done; i++) {
+		struct ctx_slot *s = &slots[i];
+
+		if (s->ctx)
+			continue;
+		s->post_send = ctx->ops.post_send;
+		s->post_recv = ctx->ops.post_recv;
+		s->post_srq_recv = ctx->ops.post_srq_recv;
+		s->poll_cq = ctx->ops.poll_cq;
+		s->create_qp_ex = NULL;
+		s->create_cq_ex = NULL;
+		s->create_srq_ex = NULL;
+		if ((vctx = verbs_get_ctx_op(ctx, create_qp_ex)))
+			s->create_qp_ex = vctx->create_qp_ex;
+		if ((vctx = verbs_get_ctx_op(ctx, create_cq_ex)))
+			s->create_cq_ex = vctx->create_cq_ex;
+		if ((vctx = verbs_get_ctx_op(ctx, create_srq_ex)))
+			s->create_srq_ex = vctx->create_srq_ex;
+		__atomic_store_n(&s->ctx, ctx, __ATOMIC_RELEASE);
+		if (s->post_send)
+			ctx->ops.post_send = wrap_post_send;
+		if (s->post_recv)
+			ctx->ops.post_recv = wrap_post_recv;
+		if (s->post_srq_recv)
+			ctx->ops.post_srq_recv = wrap_post_srq_recv;
+		if (s->poll_cq)
+			ctx->ops.poll_cq = wrap_poll_cq;
+		vctx = verbs_get_ctx(ctx);
+		if (s->create_qp_ex)
+			vctx->create_qp_ex = wrap_create_qp_ex;
+		if (s->create_cq_ex)
+			vctx->create_cq_ex = wrap_create_cq_ex;
+		if (s->create_srq_ex)
+			vctx->create_srq_ex = wrap_create_srq_ex;
+		done = 1;
+	}
+	pthread_mutex_unlock(&slots_mu);
+	return done;
+}
+
+struct ibv_context *ibv_open_device(struct ibv_device *dev)
+{
+	struct ibv_context *ctx;
+	int saved;
+
+	if (!real_open_device)
+		resolve_all();
+	if (!real_open_device) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	ctx = real_open_device(dev);
+	saved = errno;
+	if (ctx) {
+		struct rec r;
+		int traced = wrap_context(ctx);
+
+		__atomic_store_n(&opened, 1, __ATOMIC_RELAXED);
+
+		begin(&r, "open");
+		put_ptr(&r, "ctx", ctx);
+		put_name(&r, "dev", dev->name);
+		put_uint(&r, "traced", traced, 0);
+		emit(&r);
+	}
+	errno = saved;
+	return ctx;
+}
+
+int ibv_close_device(struct ibv_context *ctx)
+{
+	struct rec r;
+	int ret, saved;
+
+	ret = real_close_device(ctx);
+	saved = errno;
+	if (ret == 0) {
+		struct ctx_slot *s = find_slot(ctx);
+
+		if (s) {
+			pthread_mutex_lock(&slots_mu);
+			__atomic_store_n(&s->ctx, NULL, __ATOMIC_RELEASE);
+			pthread_mutex_unlock(&slots_mu);
+		}
+	}
+	begin(&r, "close");
+	put_ptr(&r, "ctx", ctx);
+	put_int(&r, "ret", ret);
+	emit(&r);
+	errno = saved;
+	return ret;
+}
+
+struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context, struct ibv_comp_channel *channel, int comp_vector)
+{
+	struct ibv_cq *cq = real_create_cq(ctx, cqe, cq_context, channel, comp_vector);
+	int saved = errno;
+
+	if (cq)
+		rec_cq(cq, ctx, 0);
+	else
+		rec_fail("ibv_create_cq", saved);
+	errno = saved;
+	return cq;
+}
+
+/* rec_destroy writes "KIND t= pid= tid= KEY=OBJ [ret=RET]"; a destroy is
+ * recorded before it is called too ("begin"), so one that blocks (a QP with
+ * unacknowledged events) shows. */
+static void rec_destroy(const char *kind, const char *key, const void *obj, int phase_end, int ret)
+{
+	struct rec r;
+
+	begin(&r, kind);
+	put_ptr(&r, key, obj);
+	if (phase_end)
+		put_int(&r, "ret", ret);
+	else
+		put_str(&r, " begin=1");
+	emit(&r);
+}
+
+int ibv_destroy_cq(struct ibv_cq *cq)
+{
+	int ret, saved;
+
+	rec_destroy("cqd", "cq", cq, 0, 0);
+	ret = real_destroy_cq(cq);
+	saved = errno;
+	rec_destroy("cqd", "cq", cq, 1, ret);
+	errno = saved;
+	return ret;
+}
+
+struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
+{
+	struct ibv_srq *srq = real_create_srq(pd, attr);
+	int saved = errno;
+
+	if (srq)
+		rec_srq(srq, pd->context, attr->attr.max_wr);
+	else
+		rec_fail("ibv_create_srq", saved);
+	errno = saved;
+	return srq;
+}
+
+int ibv_destroy_srq(struct ibv_srq *srq)
+{
+	int ret, saved;
+
+	rec_destroy("srqd", "srq", srq, 0, 0);
+	ret = real_destroy_srq(srq);
+	saved = errno;
+	rec_destroy("srqd", "srq", srq, 1, ret);
+	errno = saved;
+	return ret;
+}
+
+struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	struct ibv_qp *qp = real_create_qp(pd, attr);
+	int saved = errno;
+
+	if (qp)
+		rec_qp("qp", qp, pd->context, &attr->cap, attr->sq_sig_all, 0);
+	else
+		rec_fail("ibv_create_qp", saved);
+	errno = saved;
+	return qp;
+}
+
+int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
+{
+	int ret = real_modify_qp(qp, attr, mask);
+	int saved = errno;
+
+	if (mask & IBV_QP_STATE) {
+		struct rec r;
+
+		begin(&r, "mod");
+		put_ptr(&r, "qp", qp);
+		put_uint(&r, "state", attr->qp_state, 0);
+		put_int(&r, "ret", ret);
+		emit(&r);
+	}
+	errno = saved;
+	return ret;
+}
+
+int ibv_destroy_qp(struct ibv_qp *qp)
+{
+	int ret, saved;
+
+	rec_destroy("qpd", "qp", qp, 0, 0);
+	ret = real_destroy_qp(qp);
+	saved = errno;
+	if (ret == 0)
+		qpx_forget(qp);
+	rec_destroy("qpd", "qp", qp, 1, ret);
+	errno = saved;
+	return ret;
+}
+
+/* rec_event writes an async event's record: its type and the object it names. */
+static void rec_event(const char *kind, struct ibv_context *ctx, const struct ibv_async_event *ev)
+{
+	struct rec r;
+
+	begin(&r, kind);
+	put_ptr(&r, "ctx", ctx);
+	put_uint(&r, "type", ev->event_type, 0);
+	switch (ev->event_type) {
+	case IBV_EVENT_CQ_ERR:
+		put_ptr(&r, "cq", ev->element.cq);
+		break;
+	case IBV_EVENT_SRQ_ERR:
+	case IBV_EVENT_SRQ_LIMIT_REACHED:
+		put_ptr(&r, "srq", ev->element.srq);
+		break;
+	case IBV_EVENT_PORT_ACTIVE:
+	case IBV_EVENT_PORT_ERR:
+	case IBV_EVENT_LID_CHANGE:
+	case IBV_EVENT_PKEY_CHANGE:
+	case IBV_EVENT_SM_CHANGE:
+	case IBV_EVENT_CLIENT_REREGISTER:
+	case IBV_EVENT_GID_CHANGE:
+		put_uint(&r, "port", (uint64_t)ev->element.port_num, 0);
+		break;
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_REQ_ERR:
+	case IBV_EVENT_QP_ACCESS_ERR:
+	case IBV_EVENT_COMM_EST:
+	case IBV_EVENT_SQ_DRAINED:
+	case IBV_EVENT_PATH_MIG:
+	case IBV_EVENT_PATH_MIG_ERR:
+	case IBV_EVENT_QP_LAST_WQE_REACHED:
+		put_ptr(&r, "qp", ev->element.qp);
+		if (ev->element.qp)
+			put_uint(&r, "qpn", ev->element.qp->qp_num, 0);
+		break;
+	default: /* IBV_EVENT_DEVICE_FATAL, IBV_EVENT_WQ_FATAL (a WQ, not traced) and newer kinds: the type only */
+		break;
+	}
+	emit(&r);
+}
+
+int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
+{
+	int ret = real_get_async_event(ctx, ev);
+	int saved = errno;
+
+	if (ret == 0)
+		rec_event("ev", ctx, ev);
+	errno = saved;
+	return ret;
+}
+
+void ibv_ack_async_event(struct ibv_async_event *ev)
+{
+	int saved;
+
+	/* recorded first: the event's object may be freed as soon as it is acknowledged */
+	saved = errno;
+	rec_event("ack", NULL, ev);
+	errno = saved;
+	real_ack_async_event(ev);
+}
+
+__attribute__((destructor)) static void shim_fini(void)
+{
+	struct rec r;
+	int saved = errno;
+
+	if (!__atomic_load_n(&opened, __ATOMIC_RELAXED))
+		return;
+	begin(&r, "exit");
+	emit(&r);
+	errno = saved;
+}
