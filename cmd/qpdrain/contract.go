@@ -312,6 +312,18 @@ func nonEmpty(s string) error {
 	return nil
 }
 
+// oneOf refuses a word that is not one of words.
+func oneOf(words ...string) func(string) error {
+	return func(s string) error {
+		for _, w := range words {
+			if s == w {
+				return nil
+			}
+		}
+		return fmt.Errorf("want one of %s", strings.Join(words, ", "))
+	}
+}
+
 // stringFlag defines a string flag whose value must pass check.
 func stringFlag(f *pflag.FlagSet, p *string, name, def, usage string, check func(string) error) {
 	*p = def

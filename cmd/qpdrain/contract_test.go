@@ -115,6 +115,14 @@ func TestContractBadInputs(t *testing.T) {
 		{[]string{"rxe", "del", "--timeout", "0", "x"}, exitError, `"--timeout" flag`},
 
 		{[]string{"scenario", "nope"}, exitError, "nope"},
+
+		{[]string{"trace"}, exitError, "give a program to run"},
+		{[]string{"trace", "--report", "DIR/missing/r.txt", "--", "true"}, exitError, "no such file or directory"},
+		{[]string{"trace", "--records", "DIR/missing/r.bin", "--", "true"}, exitError, "no such file or directory"},
+		{[]string{"trace", "--last-wqe", "sometimes", "--", "true"}, exitError, "want one of auto, raises, never"},
+		{[]string{"trace", "--flush-wait", "0", "--", "true"}, exitError, `"--flush-wait" flag: want a positive duration`},
+		{[]string{"trace", "--from", "DIR/missing.rec"}, exitError, "no such file or directory"},
+		{[]string{"exporter", "--web.telemetry-path", "/"}, exitError, "--web.telemetry-path"},
 	}
 	for _, c := range cases {
 		dir := t.TempDir()

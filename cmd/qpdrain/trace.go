@@ -67,13 +67,13 @@ func newTraceCmd(opts *globalOptions) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.SetInterspersed(false) // the program's own flags are not qpdrain's
-	f.StringVar(&o.report, "report", "", "write the report to FILE instead of stdout")
-	f.StringVar(&o.records, "records", "", "keep the shim's raw records in FILE")
+	stringFlag(f, &o.report, "report", "", "write the report to FILE instead of stdout (whole, or not at all)", outputFile())
+	stringFlag(f, &o.records, "records", "", "keep the shim's raw records in FILE", outputFile())
 	f.StringVar(&o.from, "from", "", "judge the records in FILE (kept with --records) instead of running a program")
 	f.StringVar(&o.shim, "shim", "", "the shim shared object to preload (default: build it with $CC or cc)")
 	f.StringVar(&o.shimCache, "shim-cache", "", "where built shims are kept (default: the user's cache directory, qpdrain/trace)")
-	f.StringVar(&o.lastWQE, "last-wqe", "auto", "whether the devices raise Last WQE Reached: auto, raises, never")
-	f.DurationVar(&o.flushWait, "flush-wait", trace.DefaultFlushWait, "how long a WR posted in ERROR may stay unflushed before it counts as never flushed")
+	stringFlag(f, &o.lastWQE, "last-wqe", "auto", "whether the devices raise Last WQE Reached: auto, raises, never", oneOf("auto", "raises", "never"))
+	durationFlag(f, &o.flushWait, "flush-wait", trace.DefaultFlushWait, "how long a WR posted in ERROR may stay unflushed before it counts as never flushed", positive)
 	return cmd
 }
 
@@ -86,11 +86,6 @@ func kindList() string {
 }
 
 func runTrace(ctx context.Context, stdout io.Writer, opts *globalOptions, o *traceOptions, args []string) error {
-	switch o.lastWQE {
-	case "auto", "raises", "never":
-	default:
-		return withExitCode(exitError, fmt.Errorf("trace: --last-wqe %q: want auto, raises or never", o.lastWQE))
-	}
 	out := traceOutput{}
 	z := trace.NewAnalyzer(trace.Options{FlushWait: o.flushWait})
 	if o.from != "" {
@@ -126,16 +121,14 @@ func runTrace(ctx context.Context, stdout io.Writer, opts *globalOptions, o *tra
 		opts.log.WithField("status", res.Status).Debug("traced program ended")
 	}
 	out.Report = z.Report(lastWQEKnowledge(ctx, opts, o.lastWQE, z.NeedsLastWQE()))
-	w := stdout
+	write := func(w io.Writer) error { return writeTrace(w, opts, out) }
+	var err error
 	if o.report != "" {
-		f, err := os.Create(o.report)
-		if err != nil {
-			return withExitCode(exitError, fmt.Errorf("trace: --report: %w", err))
-		}
-		defer f.Close()
-		w = f
+		err = writeFileAtomic(o.report, write)
+	} else {
+		err = write(stdout)
 	}
-	if err := writeTrace(w, opts, out); err != nil {
+	if err != nil {
 		return withExitCode(exitError, fmt.Errorf("trace: writing the report: %w", err))
 	}
 	if !out.Clean() {

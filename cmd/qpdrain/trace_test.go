@@ -80,7 +80,7 @@ func TestTraceBadArgs(t *testing.T) {
 	}{
 		{[]string{"trace"}, "give a program to run (after --) or --from FILE"},
 		{[]string{"trace", "--from", bad, "--", "true"}, "not both"},
-		{[]string{"trace", "--last-wqe", "maybe", "--from", bad}, `--last-wqe "maybe": want auto, raises or never`},
+		{[]string{"trace", "--last-wqe", "maybe", "--from", bad}, `"maybe" for "--last-wqe" flag: want one of auto, raises, never`},
 		{[]string{"trace", "--from", bad}, "bad trace record: line 1"},
 		{[]string{"trace", "--from", filepath.Join(t.TempDir(), "none")}, "no such file"},
 	} {
