@@ -40,6 +40,9 @@ rc=0
 [ "$rc" = 0 ] || exit "$rc"
 
 if [ "${RXE_VM_SELFTEST:-1}" != 0 ]; then
+	# -v: each test's time, and the KVM fallback lines of TestVMKVMFallback (a fake qemu that fails
+	# under KVM); TestVMStopKillsQEMU signals the binary built above.
 	echo "== qpdrain vm's own tests (red runs on purpose)"
-	QPDRAIN_VM_TEST=1 QPDRAIN_VM_CACHE=$RXE_CACHE go test -count=1 -run '^TestVM' ./internal/vm
+	QPDRAIN_VM_TEST=1 QPDRAIN_VM_CACHE=$RXE_CACHE QPDRAIN_VM_BIN=$RXE_ROOT/.cache/qpdrain \
+		go test -count=1 -v -run '^TestVM' ./internal/vm
 fi
