@@ -307,6 +307,8 @@ func TestVMStopKillsQEMU(t *testing.T) {
 			cmd.Env = append(os.Environ(), mark)
 			cmd.Stdout, cmd.Stderr = out, out
 			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a job of its own, as a shell starts it
+			// An orphaned qemu holds the output pipe open: Wait must not wait for it.
+			cmd.WaitDelay = 5 * time.Second
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -346,6 +348,9 @@ func TestVMStopKillsQEMU(t *testing.T) {
 				}
 			case <-time.After(time.Minute):
 				syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				for _, p := range marked(mark) {
+					syscall.Kill(p.pid, syscall.SIGKILL)
+				}
 				<-done
 				t.Fatalf("qpdrain vm run did not end within a minute of %v", sig)
 			}
