@@ -52,7 +52,7 @@ func kvmBroken(cache, key string) string {
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if k, msg, ok := cutKey(line); ok && k == key {
-			return msg + " (" + kvmRecordFile(cache) + "; --accel kvm tries it)"
+			return msg + "; recorded in " + kvmRecordFile(cache) + ", --accel kvm tries KVM"
 		}
 	}
 	return ""

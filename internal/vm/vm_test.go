@@ -257,13 +257,13 @@ func TestKVMBroken(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := kvmBroken(dir, key); !strings.HasPrefix(got, "KVM internal error. Suberror: 1 (") {
+	if got := kvmBroken(dir, key); !strings.HasPrefix(got, "KVM internal error. Suberror: 1; recorded in ") {
 		t.Errorf("the key's record: %q", got)
 	}
 	if got := kvmBroken(dir, otherKernel); got != "" {
 		t.Errorf("another host kernel's record: %q", got)
 	}
-	if got := kvmBroken(dir, otherQEMU); !strings.HasPrefix(got, "MSR (") {
+	if got := kvmBroken(dir, otherQEMU); !strings.HasPrefix(got, "MSR; recorded in ") {
 		t.Errorf("the other qemu's record: %q", got)
 	}
 	b, err := os.ReadFile(kvmRecordFile(dir))
