@@ -304,10 +304,15 @@ func run(ctx context.Context, o Options, dir string, modeEnv []string, what stri
 	cmd.Stderr = o.Stdout
 	inProcessGroup(cmd)
 	cmd.WaitDelay = 10 * time.Second
+	// vm.sh leaves qemu's message in run/kvm-fallback when KVM failed before
+	// the guest started and TCG then started it: KVM, not the image, is at
+	// fault. An earlier run's file must not be taken for this run's.
+	fallback := filepath.Join(cache, "run", "kvm-fallback")
+	if err := os.Remove(fallback); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("clearing the last run's KVM fallback: %w", err)
+	}
 	err = cmd.Run()
-	// vm.sh leaves qemu's message here when KVM failed before the guest
-	// started and TCG then started it: KVM, not the image, is at fault.
-	if msg := readLine(filepath.Join(cache, "run", "kvm-fallback")); msg != "" {
+	if msg := readLine(fallback); msg != "" {
 		if rerr := recordKVMBroken(cache, kvmKey(), msg); rerr != nil {
 			fmt.Fprintf(o.Stdout, "qpdrain vm: %v\n", rerr)
 		}

@@ -40,7 +40,6 @@ echo "vm:   kernels ready in $(rxe_since "$start")s"
 t=$(rxe_now)
 run=$RXE_CACHE/run
 mkdir -p "$run"
-rm -f "$run/kvm-fallback"
 payload=$run/payload
 # The sentinel's token: random, so that no output of the payload can fake a verdict line.
 RXE_TOKEN=$(od -An -tx1 -N8 /dev/urandom | tr -d ' \n')
