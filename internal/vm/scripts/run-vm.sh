@@ -133,17 +133,19 @@ start_limit=${RXE_KVM_START_TIMEOUT:-120}
 ) &
 beat=$!
 printed=0
+qrc=0
+# (stderr closed: bash reports a job killed by a signal, qemu's abort, as "Aborted ... timeout ...",
+# when it reaps it; the verdict below says what happened)
 {
 	while IFS= read -r line || [ -n "$line" ]; do
 		show "$line"
 		printed=$((printed + 1))
 		echo "$printed" >"$run/printed"
 	done < <(tail -n +1 -s 0.2 -F --pid="$qpid" "$run/result.log" 2>/dev/null | clean)
-}
-kill "$beat" 2>/dev/null || true
-wait "$beat" 2>/dev/null || true
-qrc=0
-wait "$qpid" || qrc=$? # (not a failed step: the ERR trap stays quiet)
+	kill "$beat" || true
+	wait "$beat" || true
+	wait "$qpid" || qrc=$? # (not a failed step: the ERR trap stays quiet)
+} 2>/dev/null
 wall=$(rxe_since "$t0")
 
 # Whatever the live stream missed (tail exits once qemu is gone) is printed now.
@@ -174,9 +176,7 @@ if [ "${accel[1]}" = kvm ] && [ ! -s "$run/sentinels" ]; then
 	kvm_failed="$kvm_failed; qemu said: ${msg:-nothing}"
 	if [ "${RXE_ACCEL_AUTO:-0}" = 1 ]; then
 		echo "$kvm_failed" >"$run/accel-failed"
-		# bash reports a job killed by a signal (qemu's abort: "Aborted ... timeout ...") on its way
-		# out; vm.sh's one line says it all
-		exec 2>/dev/null
+		exec 2>/dev/null # (bash may report qemu's abort on its way out too; vm.sh's line says it)
 		exit 4
 	fi
 fi
