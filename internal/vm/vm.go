@@ -288,6 +288,9 @@ func run(ctx context.Context, o Options, dir string, modeEnv []string, what stri
 		"RXE_SUITES="+strings.Join(suites, " "),
 		"RXE_ACCEL="+string(accel),
 		"RXE_ACCEL_AUTO="+boolEnv(auto),
+		// what run-vm.sh watches: a qpdrain killed without a word (SIGKILL)
+		// takes its VM down with it
+		"RXE_OWNER_PID="+strconv.Itoa(os.Getpid()),
 	)
 	if o.Timeout > 0 {
 		env = append(env, "RXE_TIMEOUT="+strconv.Itoa(int(o.Timeout.Round(time.Second)/time.Second)))

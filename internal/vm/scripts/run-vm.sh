@@ -6,6 +6,7 @@
 # rxe0, every smoke test passed, every PKG (a test package, or "run": the command of qpdrain vm run)
 # reported exit=0 and the guest powered off by itself.
 # Needs RXE_TOKEN (the one baked into INITRD). RXE_TIMEOUT: seconds before qemu is killed (480).
+# RXE_OWNER_PID: the qpdrain process; the VM is stopped within a second or two once it is gone.
 # Under KVM, a qemu that exits, aborts or hangs (RXE_KVM_START_TIMEOUT seconds, 120, without a line
 # from the guest's /init) before the guest's first sentinel line is a KVM failure, whatever qemu
 # printed: with RXE_ACCEL_AUTO=1 the script then writes the reason, one line, to RUNDIR/accel-failed
@@ -106,6 +107,10 @@ start_limit=${RXE_KVM_START_TIMEOUT:-120}
 		wait "$nap"
 		# qemu gone (and this script with it, if it was killed): nothing left to watch
 		kill -0 "$qpid" 2>/dev/null || exit 0
+		# qpdrain gone without stopping the run (SIGKILL, a crash): stop everything it started
+		if [ -n "${RXE_OWNER_PID:-}" ] && ! kill -0 "$RXE_OWNER_PID" 2>/dev/null; then
+			kill -TERM 0
+		fi
 		tick=$((tick + 1))
 		if [ "${accel[1]}" = kvm ] && ! grep -qF "$mark" "$run/result.log" 2>/dev/null; then
 			why=
