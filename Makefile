@@ -13,8 +13,10 @@ test: deps vet build unit unit-adversarial test-rxe
 deps:
 	@scripts/deps.sh
 
+## vet: gofmt, go vet, and no build output tracked by git (an ELF file or a file over 1 MB).
 vet:
 	@echo "== go vet"
+	@scripts/check-tracked.sh
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt would change:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
 

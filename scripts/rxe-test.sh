@@ -41,9 +41,12 @@ rc=0
 [ "$rc" = 0 ] || exit "$rc"
 
 echo "== qpdrain trace's planted programs on rxe (docs/TRACE.md)"
-QPDRAIN_VM_TEST=1 QPDRAIN_VM_CACHE=$RXE_CACHE RXE_KERNELS=$RXE_KERNELS go test -short -count=1 -run '^TestVMTrace$' ./trace
+QPDRAIN_VM_TEST=1 QPDRAIN_VM_CACHE=$RXE_CACHE RXE_KERNELS=$RXE_KERNELS go test -short -count=1 -timeout 30m -run '^TestVMTrace$' ./trace
 
 if [ "${RXE_VM_SELFTEST:-1}" != 0 ]; then
+	# -v: each test's time, and the KVM fallback lines of TestVMKVMFallback (a fake qemu that fails
+	# under KVM); TestVMStopKillsQEMU signals the binary built above.
 	echo "== qpdrain vm's own tests (red runs on purpose)"
-	QPDRAIN_VM_TEST=1 QPDRAIN_VM_CACHE=$RXE_CACHE go test -count=1 -run '^TestVM' ./internal/vm
+	QPDRAIN_VM_TEST=1 QPDRAIN_VM_CACHE=$RXE_CACHE QPDRAIN_VM_BIN=$RXE_ROOT/.cache/qpdrain \
+		go test -count=1 -v -timeout 30m -run '^TestVM' ./internal/vm
 fi
