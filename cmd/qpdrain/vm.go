@@ -41,7 +41,7 @@ Exit status 0 when every kernel passed, 1 when one failed, 2 on bad arguments, 3
 cannot run it (packages missing and not root, no network for a cold cache).`,
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&o.kernels, "kernels", os.Getenv("RXE_KERNELS"), "kernels, comma-separated: 6.1, 6.12, newest, default, all (default $RXE_KERNELS, else 6.1,6.12)")
+	pf.StringVar(&o.kernels, "kernels", os.Getenv("RXE_KERNELS"), "kernels, comma-separated: 6.1, 6.12, newest, default, all (default $RXE_KERNELS, else 6.1,6.12,newest)")
 	pf.StringVar(&o.cache, "cache", "", "cache directory (default $QPDRAIN_VM_CACHE, else the user's cache dir/qpdrain/vm)")
 	pf.StringVar(&o.accel, "accel", "auto", "qemu accelerator: auto (KVM when /dev/kvm is usable), kvm or tcg")
 	pf.DurationVar(&o.timeout, "timeout", 0, "deadline of each VM, after which it is killed and the run fails (default $RXE_TIMEOUT seconds, else 480s)")
