@@ -4,7 +4,8 @@
 # harness other projects use; docs/VM.md), then qpdrain vm's own VM tests (red runs on purpose).
 # `make test-rxe` runs it; docs/TESTING.md explains it. Settings (environment): RXE_TEST_PKGS and
 # RXE_KERNELS (defaults in scripts/rxe/common.sh), RXE_CACHE, RXE_REFRESH=1, RXE_TIMEOUT,
-# RXE_TEST_ARGS, RXE_GO_TEST_FLAGS, RXE_ADD_CMD; RXE_VM_SELFTEST=0 leaves out qpdrain vm's tests.
+# RXE_TEST_ARGS, RXE_GO_TEST_FLAGS, RXE_ADD_CMD; RXE_VM_SELFTEST=0 leaves out qpdrain vm's tests,
+# RXE_CHECK_RECORD=0 the check's records (scripts/rxe/check-record.sh).
 #
 # Exit status: 0 when every kernel passed; 1 when a test, a smoke test or the guest failed. When the
 # stage cannot run here (packages missing and not root, no network to fill the cache) it says so
@@ -38,6 +39,9 @@ rc=0
 .cache/qpdrain vm go-test --cache "$RXE_CACHE" --kernels "$RXE_KERNELS" $RXE_TEST_PKGS || rc=$?
 [ "$rc" = 3 ] && not_run "qpdrain vm cannot run here (see above)"
 [ "$rc" = 0 ] || exit "$rc"
+
+# qpdrain check on each kernel, recorded (make providers-rxe keeps them; docs/PROVIDERS.md)
+[ "${RXE_CHECK_RECORD:-1}" = 0 ] || scripts/rxe/check-record.sh
 
 if [ "${RXE_VM_SELFTEST:-1}" != 0 ]; then
 	echo "== qpdrain vm's own tests (red runs on purpose)"
