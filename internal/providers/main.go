@@ -268,7 +268,23 @@ func lessNumbers(a, b []int) bool {
 // cell escapes s for a Markdown table cell.
 func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
 
-// probeTable renders one row per probe (in the first record's order) and
+// union returns the names each record lists, in the order they first
+// appear, each once.
+func union(cols []column, names func(Record) []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, c := range cols {
+		for _, n := range names(c.rec) {
+			if !seen[n] {
+				seen[n] = true
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// probeTable renders one row per probe (in the records' order) and
 // one column per record: the outcome, bold when it is not a pass, and what
 // the probe observed.
 func probeTable(cols []column) string {
@@ -278,10 +294,15 @@ func probeTable(cols []column) string {
 		b.WriteString(" " + c.header + " |")
 	}
 	b.WriteString("\n|---|" + strings.Repeat("---|", len(cols)) + "\n")
-	for _, p := range cols[0].rec.Probes {
-		b.WriteString("| `" + p.Name + "` |")
+	for _, name := range union(cols, func(r Record) (ns []string) {
+		for _, p := range r.Probes {
+			ns = append(ns, p.Name)
+		}
+		return ns
+	}) {
+		b.WriteString("| `" + name + "` |")
 		for _, c := range cols {
-			b.WriteString(" " + probeCell(c.rec, p.Name) + " |")
+			b.WriteString(" " + probeCell(c.rec, name) + " |")
 		}
 		b.WriteString("\n")
 	}
@@ -302,7 +323,8 @@ func probeCell(rec Record, name string) string {
 }
 
 // settingsTable renders the drain settings (flushcheck.Settings) each
-// record's findings imply, one row per setting of the first record.
+// record's findings imply, one row per setting any record has ("-" where
+// a record has none: flushcheck.Settings names some only when they apply).
 func settingsTable(cols []column) string {
 	var b strings.Builder
 	b.WriteString("| Setting |")
@@ -310,12 +332,17 @@ func settingsTable(cols []column) string {
 		b.WriteString(" " + c.header + " |")
 	}
 	b.WriteString("\n|---|" + strings.Repeat("---|", len(cols)) + "\n")
-	for _, s := range cols[0].rec.Settings {
-		b.WriteString("| " + cell(s.Name) + " |")
+	for _, name := range union(cols, func(r Record) (ns []string) {
+		for _, s := range r.Settings {
+			ns = append(ns, s.Name)
+		}
+		return ns
+	}) {
+		b.WriteString("| " + cell(name) + " |")
 		for _, c := range cols {
 			v := "-"
 			for _, o := range c.rec.Settings {
-				if o.Name == s.Name {
+				if o.Name == name {
 					v = "`" + cell(o.Value) + "`"
 				}
 			}

@@ -70,7 +70,7 @@ func TestParseVMOutput(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, out, want string
-		is          error
+		is              error
 	}{
 		{"probe error", vmOutput("6.1", "2"), `exited with "2"`, nil},
 		{"no end", strings.Split(vmOutput("6.1", "0"), "vm: still")[0], "no end marker", nil},
