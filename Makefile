@@ -56,7 +56,8 @@ test-pyverbs:
 ## providers-rxe: record the check on rxe0 per kernel of the matrix first (a VM run).
 .PHONY: providers providers-rxe
 providers:
-	$(GO) run ./cmd/qpdrain check --device soft -j > testdata/providers/soft.json
+	$(GO) run ./cmd/qpdrain check --device soft -j > testdata/providers/soft.json.new
+	mv testdata/providers/soft.json.new testdata/providers/soft.json
 	$(GO) run ./internal/providers render
 providers-rxe:
 	RXE_CHECK_REPLACE=1 scripts/rxe/check-record.sh testdata/providers
