@@ -53,6 +53,18 @@ test-rxe:
 test-pyverbs:
 	@scripts/rxe/pyverbs.sh
 
+## providers: record `qpdrain check --device soft -j` and render docs/PROVIDERS.md's check tables
+## from testdata/providers (internal/providers; its test fails when they disagree).
+## providers-rxe: record the check on rxe0 per kernel of the matrix first (a VM run).
+.PHONY: providers providers-rxe
+providers:
+	$(GO) run ./cmd/qpdrain check --device soft -j > testdata/providers/soft.json.new
+	mv testdata/providers/soft.json.new testdata/providers/soft.json
+	$(GO) run ./internal/providers render
+providers-rxe:
+	RXE_CHECK_REPLACE=1 scripts/rxe/check-record.sh testdata/providers
+	$(GO) run ./internal/providers render
+
 ## demo: the main job — the provider flush check (the first RDMA device, or the soft device when
 ## there is none), then the SRQ-fault scenario on soft devices, then the IPoIB-CM churn of the eHCA case
 ## under both drain policies, with its plots.

@@ -46,7 +46,7 @@ cannot run it (packages missing and not root, no network for a cold cache).`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&o.kernels, "kernels", os.Getenv("RXE_KERNELS"), "kernels, comma-separated: 6.1, 6.12, newest, default, all (default $RXE_KERNELS, else 6.1,6.12)")
+	pf.StringVar(&o.kernels, "kernels", os.Getenv("RXE_KERNELS"), "kernels, comma-separated: 6.1, 6.12, newest, default, all (default $RXE_KERNELS, else 6.1,6.12,newest)")
 	pf.StringVar(&o.cache, "cache", "", "cache directory (default $QPDRAIN_VM_CACHE, else the user's cache dir/qpdrain/vm)")
 	pf.StringVar(&o.accel, "accel", "auto", "qemu accelerator: auto (KVM when it starts the guest, else TCG), kvm or tcg")
 	pf.StringVar(&o.kvmDev, "kvm-device", "", "the KVM device auto probes (default $QPDRAIN_VM_KVM_DEVICE, else /dev/kvm; a missing path means no KVM)")

@@ -21,14 +21,14 @@ type Kernel struct {
 	Default bool `json:"default"`
 }
 
-// Kernels is the matrix: Debian 12's kernel, bookworm-backports' 6.12, and,
-// opt-in, the newest kernel the Debian archive offers with a valid signature
+// Kernels is the matrix: Debian 12's kernel, bookworm-backports' 6.12, and
+// the newest kernel the Debian archive offers with a valid signature
 // (trixie-backports; sid's and experimental's Release files can be expired on
-// a mirror snapshot, and apt refuses them).
+// a mirror snapshot, and apt refuses them), the one current distributions run.
 var Kernels = []Kernel{
 	{Name: "6.1", Suite: "bookworm", Default: true},
 	{Name: "6.12", Suite: "bookworm-backports", Default: true},
-	{Name: "newest", Suite: "trixie-backports"},
+	{Name: "newest", Suite: "trixie-backports", Default: true},
 }
 
 // ErrUnknownKernel is returned for a kernel name that is neither a name nor a

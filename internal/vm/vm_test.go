@@ -31,11 +31,11 @@ func TestParseKernels(t *testing.T) {
 		in   string
 		want []string
 	}{
-		{"", []string{"6.1", "6.12"}},
+		{"", []string{"6.1", "6.12", "newest"}},
 		{"6.12", []string{"6.12"}},
 		{"bookworm bookworm-backports", []string{"6.1", "6.12"}},
 		{"6.12,6.1,6.12", []string{"6.12", "6.1"}},
-		{"default,newest", []string{"6.1", "6.12", "newest"}},
+		{"newest,default", []string{"newest", "6.1", "6.12"}},
 		{"all", []string{"6.1", "6.12", "newest"}},
 		{"trixie-backports", []string{"newest"}},
 	} {
