@@ -273,6 +273,22 @@ func TestVMKVMFallback(t *testing.T) {
 	}
 }
 
+// TestVMBootCrashRetried: under TCG, a guest kernel that crashes before
+// its /init, before anything under test ran, is booted once more, saying
+// so with the kernel's first complaint, and the run passes.
+func TestVMBootCrashRetried(t *testing.T) {
+	o, out := vmOptions(t, 0)
+	o.Accel = AccelTCG
+	fakeQEMU(t, "")
+	t.Setenv("FAKE_QEMU_TCG", "crash-once")
+	t.Setenv("FAKE_QEMU_STATE", t.TempDir())
+	if err := Run(runCtx(t), o, RunSpec{Command: []string{"/bin/true"}}); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	wantOutput(t, out.String(), "the guest kernel crashed before its /init (Oops: int3: 0000 [#1] PREEMPT SMP NOPTI): booting it once more",
+		"vm PASS [", "vm: 1 passed, 0 failed")
+}
+
 // TestVMRunTmpFiles: a script under /tmp (a fresh mktemp -d) passed with
 // --files is in the guest at the same path and runs there.
 func TestVMRunTmpFiles(t *testing.T) {

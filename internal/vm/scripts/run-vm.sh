@@ -11,6 +11,8 @@
 # from the guest's /init) before the guest's first sentinel line is a KVM failure, whatever qemu
 # printed: with RXE_ACCEL_AUTO=1 the script then writes the reason, one line, to RUNDIR/accel-failed
 # and exits 4 without a verdict (vm.sh runs the kernel again under TCG); without it, the kernel fails.
+# With RXE_BOOT_RETRY=1, a guest kernel that crashes under TCG before its /init exits 5 without a
+# verdict, its first complaint in RUNDIR/boot-failed (vm.sh boots it once more).
 # RXE_FAIL_ON_WARN=1 also fails on a kernel WARNING; RXE_BOOT=bzimage boots vmlinuz even when
 # the uncompressed PVH vmlinux is there. Leaves console.log (ttyS0: firmware and
 # kernel), result.log (ttyS1: tests and sentinels), qemu.err and summary in RUNDIR.
@@ -80,7 +82,7 @@ t0=$(rxe_now)
 accel=(-accel tcg -cpu max)
 [ "${RXE_ACCEL:-tcg}" = kvm ] && accel=(-accel kvm -cpu host)
 echo "$tag == boot (qemu ${accel[1]^^}, -smp 2, ${kernel##*/}, deadline ${deadline}s)"
-# The brief's command line plus: oops=panic (an oops ends the run at once instead of hanging it),
+# A serial console, no network, no reboot; oops=panic (an oops ends the run at once instead of hanging it),
 # the console on ttyS0 into console.log, and a second serial port (ttyS1) that only /init writes.
 # timeout --foreground stays in this script's process group, so that stopping the run (qpdrain vm
 # signals the group) stops qemu too; without it, timeout leads a group of its own and qemu outlives
@@ -183,6 +185,18 @@ if [ "${accel[1]}" = kvm ] && [ ! -s "$run/sentinels" ]; then
 		echo "$kvm_failed" >"$run/accel-failed"
 		exec 2>/dev/null # (bash may report qemu's abort on its way out too; vm.sh's line says it)
 		exit 4
+	fi
+fi
+# Under TCG, a guest kernel that crashed before its /init (no sentinel; an Oops or a panic on the
+# console) failed to boot, before any code under test ran: seen once on 7.3 under TCG with -smp 2
+# (an int3 Oops in sched_clock_tick, 1.3 s into boot, where nine other boots were clean), the mark
+# of an emulated CPU, not of the kernel. With RXE_BOOT_RETRY=1 the script writes the first complaint
+# to RUNDIR/boot-failed and exits 5 without a verdict, and vm.sh boots the kernel once more.
+if [ "${accel[1]}" = tcg ] && [ ! -s "$run/sentinels" ] && [ "${RXE_BOOT_RETRY:-0}" = 1 ]; then
+	crash=$({ grep -m 1 -E 'BUG:|Oops|general protection|Kernel panic' "$run/console.txt" || true; } | cut -c 1-200)
+	if [ -n "$crash" ]; then
+		echo "$crash" >"$run/boot-failed"
+		exit 5
 	fi
 fi
 if [ -n "$kvm_failed" ]; then

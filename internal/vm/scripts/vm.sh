@@ -61,6 +61,17 @@ esac
 "$here/stage.sh" "$run/tests" "$payload"
 echo "vm:   payload ($(du -sh "$payload.cpio" | cut -f1)) ready in $(rxe_since "$t")s"
 
+# boot KDIR RUNDIR: one VM of the kernel in KDIR, run-vm.sh's exit status. A guest kernel that
+# crashed under TCG before its /init ran, before anything under test (run-vm.sh's 5), is booted once
+# more, saying so; a second crash is the kernel's verdict.
+boot() {
+	local rc=0
+	RXE_BOOT_RETRY=1 "$here/run-vm.sh" "$1" "$2/initrd" "$2" "${units[@]}" || rc=$?
+	[ "$rc" = 5 ] || return "$rc"
+	echo "vm: [$(cat "$1/kver")] the guest kernel crashed before its /init ($(cat "$2/boot-failed")): booting it once more"
+	"$here/run-vm.sh" "$1" "$2/initrd" "$2" "${units[@]}"
+}
+
 echo "vm: [4/4] one VM per kernel"
 failed=0
 summaries=()
@@ -70,13 +81,13 @@ for kd in "${kdirs[@]}"; do
 	mkdir -p "$rd"
 	"$here/build-initrd.sh" "$kd" "$payload.cpio" "$rd/initrd"
 	rc=0
-	"$here/run-vm.sh" "$kd" "$rd/initrd" "$rd" "${units[@]}" || rc=$?
+	boot "$kd" "$rd" || rc=$?
 	if [ "$rc" = 4 ] && [ "${RXE_ACCEL_AUTO:-0}" = 1 ]; then
 		why=$(cat "$rd/accel-failed")
 		echo "vm: [$kver] KVM failed before the guest started: $why; running it under TCG"
 		export RXE_ACCEL=tcg
 		rc=0
-		"$here/run-vm.sh" "$kd" "$rd/initrd" "$rd" "${units[@]}" || rc=$?
+		boot "$kd" "$rd" || rc=$?
 		# TCG started the guest where KVM did not: KVM's fault, remembered for later runs
 		if grep -q '^stage init' "$rd/sentinels" 2>/dev/null; then
 			echo "$why" >"$run/kvm-fallback"
