@@ -224,4 +224,11 @@ type AddOptions struct {
 	// instead. Ignored for an SRQ-attached QP.
 	CountRecvs bool
 	Recvs      int
+	// StateKnown says State is the QP's state now, as the caller who moved
+	// it there knows: Add then queries nothing and starts from State (a QP
+	// stated in ERROR is not modified at all). The caller answers for it:
+	// a QP stated in ERROR that is not there is never flushed, and its
+	// drain stalls at its deadlines. Without it Add queries the state.
+	StateKnown bool
+	State      ibv.QPState
 }

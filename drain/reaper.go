@@ -55,6 +55,7 @@ const (
 type list struct {
 	head, tail *Handle
 	n          int
+	of         stage // the stage this list holds
 }
 
 // push inserts h in deadline order, searching from the tail: QPs usually
@@ -64,7 +65,7 @@ func (l *list) push(h *Handle) {
 	for at != nil && at.deadline > h.deadline {
 		at = at.prev
 	}
-	h.list, h.prev = l, at
+	h.on, h.prev = l.of, at
 	if at == nil {
 		h.next, l.head = l.head, h
 	} else {
@@ -89,7 +90,7 @@ func (l *list) remove(h *Handle) {
 	} else {
 		l.tail = h.prev
 	}
-	h.list, h.prev, h.next = nil, nil, nil
+	h.on, h.prev, h.next = stageAdding, nil, nil
 	l.n--
 }
 
@@ -101,10 +102,13 @@ type Handle struct {
 	r   *Reaper
 	qp  ibv.QP
 	qpn uint32
+	// given is the state AddOptions stated, QPSUnknown when none was.
+	given ibv.QPState
 
 	// Guarded by r.mu.
 	done        chan struct{} // made by Done on demand, closed at the outcome
 	stage       stage
+	on          stage // the stage of the list h is on, stageAdding for none (a byte: a pointer would cost 8 per QP)
 	srq         bool
 	ended       bool
 	lastWQE     bool // Last WQE Reached seen before the QP became ready, or stated
@@ -127,7 +131,6 @@ type Handle struct {
 	added        time.Duration // since r.epoch
 	deadline     time.Duration // since r.epoch, of the wait the QP's list stands for
 	stalledAt    time.Duration
-	list         *list
 	prev, next   *Handle
 	report       Report
 }
@@ -318,6 +321,12 @@ type Reaper struct {
 	cqErr      error
 	shut       bool
 	stats      Stats
+	// sendWR and recvWR are the one-WR lists of every drain WR post, kept
+	// here so that a post allocates nothing (a provider copies the WRs it
+	// takes). A WR list names one QP (ibv_post_send(3)) and every QP's
+	// drain WR goes on its own queue, so there is nothing to chain.
+	sendWR [1]ibv.SendWR
+	recvWR [1]ibv.RecvWR
 }
 
 // NewReaper returns a reaper for the QPs that complete into cq. Every QP
@@ -327,7 +336,7 @@ type Reaper struct {
 // receive slot.
 func NewReaper(cq ibv.CQ, opts Options) *Reaper {
 	o := opts.withDefaults()
-	return &Reaper{
+	r := &Reaper{
 		cq:      cq,
 		opts:    o,
 		epoch:   time.Now(),
@@ -335,6 +344,31 @@ func NewReaper(cq ibv.CQ, opts Options) *Reaper {
 		wrs:     make(map[uint64]*Handle),
 		history: eventHistory{max: o.EventHistory},
 	}
+	for s := stageProving; s < stageDone; s++ {
+		r.listOf(s).of = s
+	}
+	return r
+}
+
+// listOf is the list of stage s, nil for a stage that has none.
+func (r *Reaper) listOf(s stage) *list {
+	switch s {
+	case stageProving:
+		return &r.provingList
+	case stageError:
+		return &r.errorList
+	case stageFlush:
+		return &r.flushList
+	case stageWait:
+		return &r.waitList
+	case stageBarrier:
+		return &r.barrierList
+	case stageEmptyWait:
+		return &r.emptyWaitList
+	case stageQuarantine:
+		return &r.quarantine
+	}
+	return nil
 }
 
 func (r *Reaper) at(now time.Time) time.Duration { return now.Sub(r.epoch) }
@@ -348,8 +382,121 @@ func (r *Reaper) at(now time.Time) time.Duration { return now.Sub(r.epoch) }
 // when qp cannot be taken at all: ErrUnsupportedQP, ibv.ErrBusy for a QP
 // already being drained, ibv.ErrInvalidArgument for AddOptions that cannot
 // be honoured, ErrShutdown, ErrCQError; every later failure is reported by
-// the handle.
+// the handle. A QP whose state is stated in ERROR
+// (AddOptions.StateKnown) takes one lock round trip and no verbs call
+// but its drain WRs' posts.
 func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
+	var h *Handle
+	var err error
+	r.addAll([]ibv.QP{qp}, o, func(_ int, nh *Handle, e error) { h, err = nh, e })
+	return h, err
+}
+
+// AddAll is Add of every QP of qps with the same AddOptions, in one pass:
+// the reaper's lock is taken once for the QPs stated in ERROR and twice
+// for the others (before and after their moves to ERROR, which are made
+// without it), its maps are sized for the batch, and the drain WRs are
+// posted together once every QP is in. hs[i] is qps[i]'s handle, nil when
+// Add would have refused it; err joins the refusals, each naming its QP.
+func (r *Reaper) AddAll(qps []ibv.QP, o AddOptions) (hs []*Handle, err error) {
+	hs = make([]*Handle, len(qps))
+	var errs []error
+	r.addAll(qps, o, func(i int, h *Handle, e error) {
+		hs[i] = h
+		if e != nil {
+			errs = append(errs, e)
+		}
+	})
+	return hs, errors.Join(errs...)
+}
+
+// addAll adds qps and tells done, in order, each one's handle or refusal.
+func (r *Reaper) addAll(qps []ibv.QP, o AddOptions, done func(i int, h *Handle, err error)) {
+	now := time.Now()
+	hs := make([]*Handle, len(qps))
+	for i, qp := range qps {
+		h, err := r.newHandle(qp, o, now)
+		if err != nil {
+			done(i, nil, err)
+			continue
+		}
+		hs[i] = h
+	}
+	move := make([]bool, len(hs))
+	toMove := 0
+	r.mu.Lock()
+	r.reserve(len(qps))
+	for i, h := range hs {
+		if h == nil {
+			continue
+		}
+		if err := r.admit(h, now); err != nil {
+			hs[i] = nil
+			done(i, nil, err)
+			continue
+		}
+		if h.stage != stageAdding {
+			continue // proving: only a poll moves it on
+		}
+		if h.given == ibv.QPSErr {
+			steps, err := r.moveToError(h, now)
+			h.report.Steps = steps // the first: nothing came before
+			r.started(h, steps, err, now)
+			continue
+		}
+		move[i] = true
+		toMove++
+	}
+	if toMove == 0 {
+		r.post(now)
+		r.mu.Unlock()
+		for i, h := range hs {
+			if h != nil {
+				done(i, h, nil)
+			}
+		}
+		return
+	}
+	r.mu.Unlock()
+
+	type moved struct {
+		steps []Step
+		err   error
+	}
+	ms := make([]moved, len(hs))
+	for i, h := range hs {
+		if move[i] {
+			ms[i].steps, ms[i].err = r.moveToError(h, now)
+		}
+	}
+
+	r.mu.Lock()
+	now = time.Now()
+	for i, h := range hs {
+		if !move[i] {
+			continue
+		}
+		// Completions and events that arrived during the modify were
+		// caused by it: the transitions go first.
+		if len(h.report.Steps) == 0 {
+			h.report.Steps = ms[i].steps
+		} else {
+			h.report.Steps = slices.Insert(h.report.Steps, 0, ms[i].steps...)
+		}
+		r.started(h, ms[i].steps, ms[i].err, now)
+	}
+	r.post(now)
+	r.mu.Unlock()
+	for i, h := range hs {
+		if h != nil {
+			done(i, h, nil)
+		}
+	}
+}
+
+// newHandle checks what Add can check of qp and o without the lock and
+// returns qp's handle.
+func (r *Reaper) newHandle(qp ibv.QP, o AddOptions, now time.Time) (*Handle, error) {
 	qpn := qp.Num()
 	if t := qp.Type(); t != ibv.QPTRC && t != ibv.QPTUC {
 		return nil, fmt.Errorf("qpn %d is a %s QP: %w", qpn, t, ErrUnsupportedQP)
@@ -361,8 +508,13 @@ func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
 	if o.CountRecvs && !srq && (r.opts.Queue == nil || o.Recvs < 0) {
 		return nil, fmt.Errorf("qpn %d: counting %d receives needs a non-negative count and Options.Queue: %w", qpn, o.Recvs, ibv.ErrInvalidArgument)
 	}
-	now := time.Now()
-	h := &Handle{r: r, qp: qp, qpn: qpn, srq: srq, lastWQE: srq && o.LastWQESeen, noSends: o.NoSends, stated: o.LastWQESeen}
+	if o.StateKnown && o.State > ibv.QPSErr {
+		return nil, fmt.Errorf("qpn %d: stated state %s is not a QP state: %w", qpn, o.State, ibv.ErrInvalidArgument)
+	}
+	h := &Handle{r: r, qp: qp, qpn: qpn, given: ibv.QPSUnknown, srq: srq, lastWQE: srq && o.LastWQESeen, noSends: o.NoSends, stated: o.LastWQESeen}
+	if o.StateKnown {
+		h.given = o.State
+	}
 	h.report = Report{QPNum: qpn, SRQ: srq, Start: now}
 	if o.CountRecvs && !srq {
 		h.countRecvs, h.recvsLeft = true, o.Recvs
@@ -370,27 +522,42 @@ func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
 			h.report.Recv.By = ProofRecvCount
 		}
 	}
+	return h, nil
+}
 
-	r.mu.Lock()
+// reserve sizes the reaper's empty maps for n more QPs, so that a batch
+// does not grow them step by step; a map in use keeps its size.
+func (r *Reaper) reserve(n int) {
+	if n <= 1 {
+		return
+	}
+	if len(r.byNum) == 0 {
+		r.byNum = make(map[uint32]*Handle, n)
+	}
+	if len(r.wrs) == 0 {
+		r.wrs = make(map[uint64]*Handle, min(2*n, r.opts.Headroom))
+	}
+}
+
+// admit enters h under r.mu: its QP number names it from now on, so that
+// the flushes and events its move to ERROR causes are attributed to it
+// even if another goroutine polls them before Add returns. A QP counting
+// its receives is left proving; every other one is left adding.
+func (r *Reaper) admit(h *Handle, now time.Time) error {
+	qpn := h.qpn
 	switch old := r.byNum[qpn]; {
 	case r.shut:
-		r.mu.Unlock()
-		return nil, fmt.Errorf("adding qpn %d: %w", qpn, ErrShutdown)
+		return fmt.Errorf("adding qpn %d: %w", qpn, ErrShutdown)
 	case r.cqErr != nil:
-		r.mu.Unlock()
-		return nil, fmt.Errorf("adding qpn %d: %w", qpn, r.cqErr)
-	case old != nil && old.qp == qp:
-		r.mu.Unlock()
-		return nil, fmt.Errorf("qpn %d is already being drained: %w", qpn, ibv.ErrBusy)
+		return fmt.Errorf("adding qpn %d: %w", qpn, r.cqErr)
+	case old != nil && old.qp == h.qp:
+		return fmt.Errorf("qpn %d is already being drained: %w", qpn, ibv.ErrBusy)
 	case old != nil && old.stage != stageQuarantine:
-		r.mu.Unlock()
-		return nil, fmt.Errorf("qpn %d names another QP still being drained: %w", qpn, ibv.ErrBusy)
+		return fmt.Errorf("qpn %d names another QP still being drained: %w", qpn, ibv.ErrBusy)
 	}
 	// A quarantined QP that had this number was destroyed by its owner
 	// and the number reused: it keeps its place in the quarantine, and the
-	// number now stands for the new QP. The entry is made before the move
-	// to ERROR, so that the flushes and events it causes are attributed
-	// to this QP even if another goroutine polls them before Add returns.
+	// number now stands for the new QP.
 	r.byNum[qpn] = h
 	r.stats.Added++
 	r.stats.Pending++
@@ -409,20 +576,8 @@ func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
 		if r.wake != nil {
 			r.wake()
 		}
-		r.mu.Unlock()
-		return h, nil
 	}
-	r.mu.Unlock()
-
-	steps, err := r.moveToError(qp, now)
-
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	// Completions and events that arrived during the modify were caused by
-	// it: the transitions go first.
-	h.report.Steps = slices.Insert(h.report.Steps, 0, steps...)
-	r.started(h, steps, err, time.Now())
-	return h, nil
+	return nil
 }
 
 // begin starts the drain of a QP counting its receives: proven, once a
@@ -441,7 +596,7 @@ func (r *Reaper) begin(h *Handle, proven bool, now time.Time) {
 		h.step(Step{At: now, Kind: StepCountNotTrusted})
 	}
 	h.stage = stageAdding
-	steps, err := r.moveToError(h.qp, now)
+	steps, err := r.moveToError(h, now)
 	h.report.Steps = append(h.report.Steps, steps...)
 	r.started(h, steps, err, now)
 }
@@ -484,17 +639,23 @@ func (r *Reaper) started(h *Handle, steps []Step, err error, now time.Time) {
 	} else {
 		r.ready(h, now)
 	}
-	r.post(now)
 }
 
-// moveToError moves qp to ERROR unless it is there, through RTS when
-// Options.ViaRTS asks it of a QP in RTR, and returns the transitions.
-func (r *Reaper) moveToError(qp ibv.QP, began time.Time) ([]Step, error) {
-	attr, _, err := qp.Query(ibv.QPAttrState)
-	if err != nil {
-		return []Step{{At: began, Kind: StepState, From: ibv.QPSUnknown, To: ibv.QPSErr}}, fmt.Errorf("querying the state: %w", err)
+// moveToError moves h's QP to ERROR unless it is there, through RTS when
+// Options.ViaRTS asks it of a QP in RTR, and returns the transitions. It
+// queries the state only when AddOptions did not state it.
+func (r *Reaper) moveToError(h *Handle, began time.Time) ([]Step, error) {
+	qp, from := h.qp, h.given
+	if from == ibv.QPSUnknown {
+		attr, _, err := qp.Query(ibv.QPAttrState)
+		if err != nil {
+			return []Step{{At: began, Kind: StepState, From: ibv.QPSUnknown, To: ibv.QPSErr}}, fmt.Errorf("querying the state: %w", err)
+		}
+		from = attr.State
 	}
-	from := attr.State
+	if from == ibv.QPSErr {
+		return []Step{{At: began, Kind: StepState, From: from, To: ibv.QPSErr}}, nil
+	}
 	var steps []Step
 	if from == ibv.QPSRTR && r.opts.ViaRTS {
 		// The attributes RTR -> RTS requires (IBTA Table 91); their values
@@ -508,9 +669,6 @@ func (r *Reaper) moveToError(qp ibv.QP, began time.Time) ([]Step, error) {
 		from = ibv.QPSRTS
 	}
 	steps = append(steps, Step{At: began, Kind: StepState, From: from, To: ibv.QPSErr})
-	if from == ibv.QPSErr {
-		return steps, nil
-	}
 	if err := qp.Modify(ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState); err != nil {
 		return steps, fmt.Errorf("modifying %s -> ERR: %w", from, err)
 	}
@@ -588,7 +746,7 @@ func (r *Reaper) post(now time.Time) {
 	for c := r.barrierList.head; c != nil && r.inFlight < r.opts.Headroom; {
 		next := c.next
 		id := r.nextID()
-		if err := c.qp.PostSend([]ibv.SendWR{{ID: id, Opcode: ibv.WRSend, Flags: ibv.SendSignaled}}); err != nil {
+		if err := c.qp.PostSend(r.drainSend(id)); err != nil {
 			// Its send queue was stated empty: the QP cannot carry it.
 			r.finish(c, Failed, fmt.Errorf("posting a barrier drain WR on qpn %d: %w: %w", c.qpn, ErrPostDrain, err), now)
 			c = next
@@ -602,6 +760,18 @@ func (r *Reaper) post(now time.Time) {
 	}
 }
 
+// drainSend is the WR list of a send drain WR with id.
+func (r *Reaper) drainSend(id uint64) []ibv.SendWR {
+	r.sendWR[0] = ibv.SendWR{ID: id, Opcode: ibv.WRSend, Flags: ibv.SendSignaled}
+	return r.sendWR[:]
+}
+
+// drainRecv is the WR list of a receive drain WR with id.
+func (r *Reaper) drainRecv(id uint64) []ibv.RecvWR {
+	r.recvWR[0] = ibv.RecvWR{ID: id}
+	return r.recvWR[:]
+}
+
 // postFor posts h's missing drain WRs, receive first: a provider that
 // flushes a receive posted in ERROR only when a later post reaches the QP
 // (rxe on Linux 6.12, docs/PROVIDERS.md) gets the send drain WR as that
@@ -609,7 +779,7 @@ func (r *Reaper) post(now time.Time) {
 func (r *Reaper) postFor(h *Handle, now time.Time) {
 	if h.needRecv && r.inFlight < r.opts.Headroom {
 		id := r.nextID()
-		if !r.posted(h, id, h.qp.PostRecv([]ibv.RecvWR{{ID: id}}), "receive drain WR", now) {
+		if !r.posted(h, id, h.qp.PostRecv(r.drainRecv(id)), "receive drain WR", now) {
 			return
 		}
 		h.needRecv, h.recvID = false, id
@@ -619,7 +789,7 @@ func (r *Reaper) postFor(h *Handle, now time.Time) {
 	}
 	if h.needSend && r.inFlight < r.opts.Headroom {
 		id := r.nextID()
-		if !r.posted(h, id, h.qp.PostSend([]ibv.SendWR{{ID: id, Opcode: ibv.WRSend, Flags: ibv.SendSignaled}}), "drain WR", now) {
+		if !r.posted(h, id, h.qp.PostSend(r.drainSend(id)), "drain WR", now) {
 			return
 		}
 		h.needSend, h.sendID = false, id
@@ -1061,8 +1231,8 @@ func (r *Reaper) giveUp(h *Handle, now time.Time) {
 
 // finish gives h its outcome and forgets it.
 func (r *Reaper) finish(h *Handle, o Outcome, err error, now time.Time) {
-	if h.list != nil {
-		h.list.remove(h)
+	if l := r.listOf(h.on); l != nil {
+		l.remove(h)
 	}
 	// Its drain WRs keep their headroom until a poll after this one finds
 	// the CQ empty: also under DestroyWhenEmpty, whose empty poll released

@@ -187,15 +187,13 @@ func (r *Reaper) DrainAll(ctx context.Context, qps []ibv.QP, o AddOptions) ([]*R
 	hs := make([]*Handle, len(qps))
 	reps := make([]*Report, len(qps))
 	var errs []error
-	for i, qp := range qps {
-		h, err := r.Add(qp, o)
+	r.addAll(qps, o, func(i int, h *Handle, err error) {
 		if err != nil {
-			reps[i] = &Report{QPNum: qp.Num(), SRQ: qp.SRQ() != nil, Start: time.Now(), Outcome: Failed, Err: err}
+			reps[i] = &Report{QPNum: qps[i].Num(), SRQ: qps[i].SRQ() != nil, Start: time.Now(), Outcome: Failed, Err: err}
 			errs = append(errs, err)
-			continue
 		}
 		hs[i] = h
-	}
+	})
 	for i, h := range hs {
 		if h == nil {
 			continue
