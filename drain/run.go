@@ -13,6 +13,10 @@ import (
 // pollBatch is how many completions Poll moves per call.
 const pollBatch = 64
 
+// pollBufs holds Poll's completion arrays: an array handed to the CQ
+// interface escapes, and one per call would be an allocation per poll.
+var pollBufs = sync.Pool{New: func() any { return new([pollBatch]ibv.WC) }}
+
 // maxIdleSleep caps Run's back-off between empty polls when it has no
 // completion channel.
 const maxIdleSleep = time.Millisecond
@@ -23,7 +27,8 @@ const maxIdleSleep = time.Millisecond
 // that finds nothing counts as CQEmpty. It returns how many completions
 // it polled.
 func (r *Reaper) Poll() (int, error) {
-	var wcs [pollBatch]ibv.WC
+	wcs := pollBufs.Get().(*[pollBatch]ibv.WC)
+	defer pollBufs.Put(wcs)
 	polledAt := time.Now()
 	n, err := r.cq.Poll(wcs[:])
 	if err != nil {
