@@ -47,7 +47,10 @@
 //
 // Events and completions count for a drain only if they come from the QP
 // being drained, in the error episode being drained, and, for drain WRs,
-// from this reaper:
+// from this reaper. "The QP" is a value compared with ==: a QP's SendCQ and
+// RecvCQ must return the reaper's very CQ value, an event must carry the
+// very QP value given to Add, and Add refuses (ErrUnsupportedQP) a QP or
+// CQ value that cannot be compared. The rules:
 //
 //   - An event must carry that very QP object: a QP of another device with
 //     the same number, or a destroyed QP whose number was reused, is not

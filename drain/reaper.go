@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -321,6 +322,7 @@ type Reaper struct {
 	cqErr      error
 	shut       bool
 	stats      Stats
+	cqOK       bool // cq can be compared (identifiable)
 	// sendWR and recvWR are the one-WR lists of every drain WR post, kept
 	// here so that a post allocates nothing (a provider copies the WRs it
 	// takes). A WR list names one QP (ibv_post_send(3)) and every QP's
@@ -334,6 +336,13 @@ type Reaper struct {
 // must keep Options.Headroom slots for drain WRs, each QP's send queue one
 // slot, and each QP with its own receive queue and no receive count one
 // receive slot.
+//
+// The reaper tells QPs and CQs apart by identity (==): a QP's SendCQ and
+// RecvCQ must return the very value cq is, and an async event must carry
+// the very QP value handed to Add, so a wrapper must return the same
+// value every time (a pointer, or a comparable struct around one). Add
+// refuses, with ErrUnsupportedQP, a QP whose value cannot be compared, and
+// every QP when cq's cannot.
 func NewReaper(cq ibv.CQ, opts Options) *Reaper {
 	o := opts.withDefaults()
 	r := &Reaper{
@@ -343,6 +352,7 @@ func NewReaper(cq ibv.CQ, opts Options) *Reaper {
 		byNum:   make(map[uint32]*Handle),
 		wrs:     make(map[uint64]*Handle),
 		history: eventHistory{max: o.EventHistory},
+		cqOK:    identifiable(cq),
 	}
 	for s := stageProving; s < stageDone; s++ {
 		r.listOf(s).of = s
@@ -497,7 +507,16 @@ func (r *Reaper) addAll(qps []ibv.QP, o AddOptions, done func(i int, h *Handle, 
 // newHandle checks what Add can check of qp and o without the lock and
 // returns qp's handle.
 func (r *Reaper) newHandle(qp ibv.QP, o AddOptions, now time.Time) (*Handle, error) {
+	if qp == nil {
+		return nil, fmt.Errorf("adding a nil QP: %w", ibv.ErrInvalidArgument)
+	}
 	qpn := qp.Num()
+	switch {
+	case !r.cqOK:
+		return nil, fmt.Errorf("qpn %d: the reaper's CQ, a %T, cannot be compared, and the reaper tells CQs apart by identity: %w", qpn, r.cq, ErrUnsupportedQP)
+	case !identifiable(qp):
+		return nil, fmt.Errorf("qpn %d: a %T cannot be compared, and the reaper tells QPs apart by identity: %w", qpn, qp, ErrUnsupportedQP)
+	}
 	if t := qp.Type(); t != ibv.QPTRC && t != ibv.QPTUC {
 		return nil, fmt.Errorf("qpn %d is a %s QP: %w", qpn, t, ErrUnsupportedQP)
 	}
@@ -999,11 +1018,12 @@ func (r *Reaper) HandleEvent(ev ibv.AsyncEvent) (claimed bool) {
 	now := time.Now()
 	defer r.expire(now)
 	r.eventsSeen++
-	if ev.Type == ibv.EventCQErr && ev.CQ != nil && ev.CQ == r.cq {
+	if ev.Type == ibv.EventCQErr && ev.CQ != nil && r.cqOK && identifiable(ev.CQ) && ev.CQ == r.cq {
 		r.cqError(now)
 		return true
 	}
-	if ev.QP == nil {
+	if ev.QP == nil || !identifiable(ev.QP) {
+		// Add refused every QP whose value cannot be compared.
 		return false
 	}
 	h := r.byNum[ev.QP.Num()]
@@ -1390,6 +1410,13 @@ func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 
 // eventHistory remembers the Last WQE Reached of QPs not being drained,
 // by QP object, the oldest dropped first once max are held.
+// identifiable reports whether v can be compared with ==, which the
+// reaper's identity rules and its maps keyed by QP need: a comparison of
+// two values of one type that cannot be compared panics.
+func identifiable(v any) bool {
+	return v != nil && reflect.ValueOf(v).Comparable()
+}
+
 type eventHistory struct {
 	max  int
 	at   map[ibv.QP]time.Time

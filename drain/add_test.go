@@ -66,3 +66,28 @@ func TestAddAllStated(t *testing.T) {
 		t.Errorf("stats %+v: want %d added and safe", st, len(qps))
 	}
 }
+
+// listedQP is a QP wrapper whose value cannot be compared (it holds a
+// slice): the reaper, which tells QPs apart by identity, refuses it with an
+// error instead of panicking on a comparison or a map key.
+type listedQP struct {
+	ibv.QP
+	tags []string
+}
+
+func TestAddRefusesUnidentifiable(t *testing.T) {
+	dev := devtest.Open(t)
+	r := newRig(t, dev, nil, 64)
+	qp := r.pair(true)
+	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout})
+	_, err := rp.Add(listedQP{qp, nil}, drain.AddOptions{})
+	wantErr(t, err, drain.ErrUnsupportedQP)
+	_, err = rp.Add(nil, drain.AddOptions{})
+	wantErr(t, err, ibv.ErrInvalidArgument)
+	if rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventQPLastWQEReached, QP: listedQP{qp, nil}}) {
+		t.Error("an event of a QP that cannot be compared was claimed")
+	}
+	if st := rp.Stats(); st.Added != 0 {
+		t.Errorf("stats %+v: want nothing added", st)
+	}
+}
