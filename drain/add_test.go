@@ -91,3 +91,16 @@ func TestAddRefusesUnidentifiable(t *testing.T) {
 		t.Errorf("stats %+v: want nothing added", st)
 	}
 }
+
+// The CQ room a reaper needs is the caller's WRs plus its headroom,
+// IPoIB-CM's one spare slot by default.
+func TestCQEntries(t *testing.T) {
+	for _, c := range []struct {
+		o         drain.Options
+		wrs, want int
+	}{{drain.Options{}, 10, 10 + drain.DefaultHeadroom}, {drain.Options{Headroom: 4}, 10, 14}, {drain.Options{Headroom: 4}, 0, 4}} {
+		if got := c.o.CQEntries(c.wrs); got != c.want {
+			t.Errorf("Headroom %d: CQEntries(%d) = %d, want %d", c.o.Headroom, c.wrs, got, c.want)
+		}
+	}
+}

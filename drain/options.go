@@ -173,6 +173,12 @@ type Options struct {
 	Log logrus.FieldLogger
 }
 
+// CQEntries is the depth of a CQ that holds the completions of wrs WRs
+// of the caller's and the drain WRs a reaper with these options may have
+// outstanding: wrs plus Headroom (DefaultHeadroom when unset), the room
+// NewReaper requires.
+func (o Options) CQEntries(wrs int) int { return wrs + o.withDefaults().Headroom }
+
 func (o Options) withDefaults() Options {
 	if o.MaxQuarantine <= 0 {
 		o.MaxQuarantine = DefaultMaxQuarantine
