@@ -34,208 +34,6 @@ func IsDrainWRID(id uint64) bool { return id&WRIDMask == WRIDTag }
 // drainSeq numbers the drain WRs of every reaper of the process.
 var drainSeq atomic.Uint64
 
-// stage is where a QP is in its drain; each stage but the transient ones is
-// one of the reaper's lists, named after ipoib_cm.c's where they match.
-type stage uint8
-
-const (
-	stageAdding     stage = iota // being moved to ERROR, on no list yet
-	stageProving                 // provingList: counting receives, waiting for the CQ to be past the number's earlier QPs
-	stageError                   // errorList: waiting for Last WQE Reached
-	stageFlush                   // flushList: ready, a drain WR still to post (headroom, a full queue)
-	stageWait                    // waitList: drain WRs posted, or receives counted, awaited
-	stageBarrier                 // barrierList: only the SRQ side open, waiting for a barrier completion
-	stageEmptyWait               // emptyWaitList: stalled, waiting for an empty poll
-	stageQuarantine              // quarantine: stalled, kept
-	stageDone                    // outcome reached, forgotten by the reaper
-)
-
-// list is an intrusive list of handles ordered by deadline, so moving a QP
-// between lists costs no allocation, removal is O(1), and the first entry
-// is the next to time out.
-type list struct {
-	head, tail *Handle
-	n          int
-	of         stage // the stage this list holds
-}
-
-// push inserts h in deadline order, searching from the tail: QPs usually
-// arrive in the order they time out.
-func (l *list) push(h *Handle) {
-	at := l.tail
-	for at != nil && at.deadline > h.deadline {
-		at = at.prev
-	}
-	h.on, h.prev = l.of, at
-	if at == nil {
-		h.next, l.head = l.head, h
-	} else {
-		h.next, at.next = at.next, h
-	}
-	if h.next != nil {
-		h.next.prev = h
-	} else {
-		l.tail = h
-	}
-	l.n++
-}
-
-func (l *list) remove(h *Handle) {
-	if h.prev != nil {
-		h.prev.next = h.next
-	} else {
-		l.head = h.next
-	}
-	if h.next != nil {
-		h.next.prev = h.prev
-	} else {
-		l.tail = h.prev
-	}
-	h.on, h.prev, h.next = stageAdding, nil, nil
-	l.n--
-}
-
-// closedChan is the Done channel of a handle that ended before anyone asked.
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-// Handle follows one QP through its drain.
-type Handle struct {
-	r   *Reaper
-	qp  ibv.QP
-	qpn uint32
-	// given is the state AddOptions stated, QPSUnknown when none was.
-	given ibv.QPState
-
-	// Guarded by r.mu.
-	done        chan struct{} // made by Done on demand, closed at the outcome
-	stage       stage
-	on          stage // the stage of the list h is on, stageAdding for none (a byte: a pointer would cost 8 per QP)
-	srq         bool
-	ended       bool
-	lastWQE     bool // Last WQE Reached seen before the QP became ready, or stated
-	barrierDone bool // a drain WR posted after the QP became ready completed
-	needSend    bool // a drain WR on its own send queue is still to be posted
-	needRecv    bool // a receive drain WR is still to be posted
-	countRecvs  bool
-	full        bool // the last post found the queue full, at poll generation retryGen
-	stalled     bool
-	unsure      bool // a completion with its number came while stageProving
-	noSends     bool // AddOptions.NoSends
-	stated      bool // AddOptions.LastWQESeen
-	recvsLeft   int
-	sendID      uint64 // outstanding drain WRs
-	recvID      uint64
-	// barrierAfter is the sequence number of the last drain WR posted
-	// before the QP became ready: only a later one is a barrier for it.
-	barrierAfter uint64
-	retryGen     uint64
-	added        time.Duration // since r.epoch
-	deadline     time.Duration // since r.epoch, of the wait the QP's list stands for
-	stalledAt    time.Duration
-	prev, next   *Handle
-	report       Report
-}
-
-// QP is the QP being drained.
-func (h *Handle) QP() ibv.QP { return h.qp }
-
-// Done is closed when the drain has an outcome.
-func (h *Handle) Done() <-chan struct{} {
-	h.r.mu.Lock()
-	defer h.r.mu.Unlock()
-	if h.done == nil {
-		if h.ended {
-			return closedChan
-		}
-		h.done = make(chan struct{})
-	}
-	return h.done
-}
-
-// Report returns a copy of what the drain has seen so far.
-func (h *Handle) Report() *Report {
-	h.r.mu.Lock()
-	defer h.r.mu.Unlock()
-	return h.snapshot()
-}
-
-// snapshot copies the report; r.mu must be held.
-func (h *Handle) snapshot() *Report {
-	rep := h.report
-	rep.Steps = append([]Step(nil), h.report.Steps...)
-	return &rep
-}
-
-// Wait waits until the drain has an outcome and returns its report. The
-// error is nil exactly when the QP may be destroyed. When ctx ends first,
-// the error wraps the sentinel of the step still waited for and ctx's
-// cause, and the drain goes on (bounded by the reaper's timeouts); Wait may
-// be called again. Stall timeouts fire while someone waits, even if no
-// completion or event arrives.
-func (h *Handle) Wait(ctx context.Context) (*Report, error) {
-	r := h.r
-	done := h.Done()
-	// One timer for every stall deadline; since Go 1.23 Reset never
-	// delivers a stale expiry.
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		r.mu.Lock()
-		r.expire(time.Now())
-		next := r.nextDeadline()
-		r.mu.Unlock()
-		select {
-		case <-done:
-			rep := h.Report()
-			return rep, rep.Err
-		default:
-		}
-		var fire <-chan time.Time
-		if !next.IsZero() {
-			timer.Reset(time.Until(next))
-			fire = timer.C
-		}
-		select {
-		case <-done:
-		case <-fire:
-		case <-ctx.Done():
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			rep := h.snapshot()
-			if rep.Outcome != Pending {
-				return rep, rep.Err
-			}
-			return rep, fmt.Errorf("qpn %d: %w: %w", h.qpn, h.waitingFor(), context.Cause(ctx))
-		}
-	}
-}
-
-// waitingFor names the step a pending drain is waiting on.
-func (h *Handle) waitingFor() error {
-	switch {
-	case h.stage == stageAdding:
-		return ErrModifyToError
-	case h.stage == stageError:
-		return ErrNoLastWQE
-	case h.stage == stageEmptyWait || h.stage == stageProving:
-		return ErrCQNotEmpty
-	case h.stage == stageFlush:
-		return ErrNoHeadroom
-	case h.sendID == 0 && h.recvID == 0 && h.countRecvs && h.recvsLeft > 0:
-		return ErrRecvsMissing
-	}
-	return ErrDrainNotFlushed
-}
-
-// step appends s. A drain that goes past its first step takes about 6, so
-// the second grows the slice to 8 at once instead of doubling from 1.
-func (h *Handle) step(s Step) {
-	if st := h.report.Steps; len(st) == cap(st) && cap(st) < 8 {
-		h.report.Steps = append(make([]Step, 0, 8), st...)
-	}
-	h.report.Steps = append(h.report.Steps, s)
-}
-
 // Stats count what a reaper did since it was created.
 type Stats struct {
 	Added        int // QPs handed to Add and accepted
@@ -358,27 +156,6 @@ func NewReaper(cq ibv.CQ, opts Options) *Reaper {
 		r.listOf(s).of = s
 	}
 	return r
-}
-
-// listOf is the list of stage s, nil for a stage that has none.
-func (r *Reaper) listOf(s stage) *list {
-	switch s {
-	case stageProving:
-		return &r.provingList
-	case stageError:
-		return &r.errorList
-	case stageFlush:
-		return &r.flushList
-	case stageWait:
-		return &r.waitList
-	case stageBarrier:
-		return &r.barrierList
-	case stageEmptyWait:
-		return &r.emptyWaitList
-	case stageQuarantine:
-		return &r.quarantine
-	}
-	return nil
 }
 
 func (r *Reaper) at(now time.Time) time.Duration { return now.Sub(r.epoch) }
@@ -694,11 +471,6 @@ func (r *Reaper) moveToError(h *Handle, began time.Time) ([]Step, error) {
 	return steps, nil
 }
 
-func (r *Reaper) nextID() uint64 {
-	r.seq = drainSeq.Add(1)
-	return WRIDTag | r.seq&^WRIDMask
-}
-
 // ready starts the wait for a QP's proofs: only drain WRs posted from now
 // on are barriers for its SRQ side.
 func (r *Reaper) ready(h *Handle, now time.Time) {
@@ -731,116 +503,6 @@ func (r *Reaper) place(h *Handle, now time.Time) {
 		// for. Should it happen, the QP is not safe.
 		r.finish(h, Failed, fmt.Errorf("qpn %d: %w: nothing left that could prove it", h.qpn, ErrDrainNotFlushed), now)
 	}
-}
-
-// track counts a posted drain WR against the headroom.
-func (r *Reaper) track(h *Handle, id uint64) {
-	r.wrs[id] = h
-	r.inFlight++
-	r.newest = id &^ WRIDMask
-	r.stats.MaxInFlight = max(r.stats.MaxInFlight, r.inFlight)
-}
-
-// post posts the drain WRs the flush list waits for, oldest QP first, as
-// far as the headroom allows, then a barrier for the SRQ sides waiting on
-// one if no drain WR posted after them is outstanding. It posts under r.mu
-// so that a WR's completion, which a synchronous provider may produce
-// inside the post, cannot be handed to HandleWC before the reaper knows
-// the WR.
-func (r *Reaper) post(now time.Time) {
-	if r.cqErr != nil || r.shut {
-		return
-	}
-	for h := r.flushList.head; h != nil && r.inFlight < r.opts.Headroom; {
-		next := h.next
-		if !h.full || h.retryGen != r.pollGen {
-			r.postFor(h, now)
-		}
-		h = next
-	}
-	t := r.barrierList.tail
-	if t == nil || r.newest > t.barrierAfter {
-		return
-	}
-	for c := r.barrierList.head; c != nil && r.inFlight < r.opts.Headroom; {
-		next := c.next
-		id := r.nextID()
-		if err := c.qp.PostSend(r.drainSend(id)); err != nil {
-			// Its send queue was stated empty: the QP cannot carry it.
-			r.finish(c, Failed, fmt.Errorf("posting a barrier drain WR on qpn %d: %w: %w", c.qpn, ErrPostDrain, err), now)
-			c = next
-			continue
-		}
-		c.sendID = id
-		r.track(c, id)
-		r.stats.DrainWRs++
-		c.step(Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: c.qpn, Count: r.barrierList.n})
-		return
-	}
-}
-
-// drainSend is the WR list of a send drain WR with id.
-func (r *Reaper) drainSend(id uint64) []ibv.SendWR {
-	r.sendWR[0] = ibv.SendWR{ID: id, Opcode: ibv.WRSend, Flags: ibv.SendSignaled}
-	return r.sendWR[:]
-}
-
-// drainRecv is the WR list of a receive drain WR with id.
-func (r *Reaper) drainRecv(id uint64) []ibv.RecvWR {
-	r.recvWR[0] = ibv.RecvWR{ID: id}
-	return r.recvWR[:]
-}
-
-// postFor posts h's missing drain WRs, receive first: a provider that
-// flushes a receive posted in ERROR only when a later post reaches the QP
-// (rxe on Linux 6.12, docs/PROVIDERS.md) gets the send drain WR as that
-// post.
-func (r *Reaper) postFor(h *Handle, now time.Time) {
-	if h.needRecv && r.inFlight < r.opts.Headroom {
-		id := r.nextID()
-		if !r.posted(h, id, h.qp.PostRecv(r.drainRecv(id)), "receive drain WR", now) {
-			return
-		}
-		h.needRecv, h.recvID = false, id
-		r.track(h, id)
-		r.stats.RecvDrainWRs++
-		h.step(Step{At: now, Kind: StepRecvDrainPosted, WRID: id})
-	}
-	if h.needSend && r.inFlight < r.opts.Headroom {
-		id := r.nextID()
-		if !r.posted(h, id, h.qp.PostSend(r.drainSend(id)), "drain WR", now) {
-			return
-		}
-		h.needSend, h.sendID = false, id
-		r.track(h, id)
-		r.stats.DrainWRs++
-		h.step(Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: h.qpn, Count: 1})
-	}
-	if !h.needSend && !h.needRecv {
-		r.flushList.remove(h)
-		r.place(h, now)
-	}
-}
-
-// posted handles a post's error: a full queue waits for the next poll,
-// which may free a slot (a provider may return send slots only when their
-// completions are polled); anything else fails the drain. It reports
-// whether the WR was posted.
-func (r *Reaper) posted(h *Handle, id uint64, err error, what string, now time.Time) bool {
-	switch {
-	case err == nil:
-		h.full = false
-		return true
-	case errors.Is(err, ibv.ErrQueueFull):
-		if !h.full {
-			r.stats.PostRetries++
-			h.step(Step{At: now, Kind: StepPostRetry, WRID: id})
-		}
-		h.full, h.retryGen = true, r.pollGen
-		return false
-	}
-	r.finish(h, Failed, fmt.Errorf("posting the %s on qpn %d: %w: %w", what, h.qpn, ErrPostDrain, err), now)
-	return false
 }
 
 // HandleWC takes one completion from the caller's poll loop. It returns
@@ -995,15 +657,6 @@ func (r *Reaper) barrier(h *Handle, id uint64, carrier uint32) {
 	}
 }
 
-func (h *Handle) statedLastWQE() bool {
-	for _, s := range h.report.Steps {
-		if s.Kind == StepEvent && s.Event == ibv.EventQPLastWQEReached {
-			return false
-		}
-	}
-	return true
-}
-
 // HandleEvent takes one async event from the caller's event loop. It
 // returns true when the event concerns a QP being drained (the very QP
 // object, not just its number; every such event is recorded in its
@@ -1142,113 +795,6 @@ func (r *Reaper) cqEmpty(polledAt time.Time) {
 	r.expire(now)
 }
 
-// untrack stops counting a drain WR against the headroom.
-func (r *Reaper) untrack(id uint64) {
-	if _, ok := r.wrs[id]; ok {
-		delete(r.wrs, id)
-		r.inFlight--
-		if id&^WRIDMask == r.newest {
-			r.newest = 0
-		}
-	}
-}
-
-// expire applies the policy to every wait that has run out of time.
-func (r *Reaper) expire(now time.Time) {
-	t := r.at(now)
-	for h := r.provingList.head; h != nil && h.deadline <= t; h = r.provingList.head {
-		r.begin(h, false, now)
-	}
-	for h := r.errorList.head; h != nil && h.deadline <= t; h = r.errorList.head {
-		r.errorList.remove(h)
-		err := fmt.Errorf("qpn %d: %w within %v", h.qpn, ErrNoLastWQE, r.opts.LastWQETimeout)
-		if r.eventsSeen == 0 && r.opts.Events == nil {
-			err = fmt.Errorf("%w: no async event was delivered to the reaper (Options.Events unset, HandleEvent never called)", err)
-		}
-		if r.stall(h, err, now) {
-			// The drain WR still orders everything the QP completed so
-			// far; only the proof that nothing is left is missing.
-			r.ready(h, now)
-		}
-	}
-	for _, l := range [...]*list{&r.flushList, &r.waitList, &r.barrierList} {
-		for h := l.head; h != nil && h.deadline <= t; h = l.head {
-			l.remove(h)
-			if r.stall(h, r.stallErr(h), now) {
-				h.needSend, h.needRecv = false, false
-				h.stage = stageEmptyWait
-				r.emptyWaitList.push(h)
-			}
-		}
-	}
-	r.post(now)
-}
-
-// stallErr says why a ready QP is still unproven at its deadline.
-func (r *Reaper) stallErr(h *Handle) error {
-	d := r.opts.DrainTimeout
-	switch {
-	case h.sendID != 0:
-		return fmt.Errorf("qpn %d: %w: WR %#x posted on qpn %d, no completion within %v", h.qpn, ErrDrainNotFlushed, h.sendID, h.qpn, d)
-	case h.recvID != 0:
-		return fmt.Errorf("qpn %d: %w: receive drain WR %#x, no completion within %v", h.qpn, ErrDrainNotFlushed, h.recvID, d)
-	case (h.needSend || h.needRecv) && h.full:
-		return fmt.Errorf("qpn %d: %w: %w after every poll for %v", h.qpn, ErrPostDrain, ibv.ErrQueueFull, d)
-	case h.needSend || h.needRecv:
-		return fmt.Errorf("qpn %d: %w within %v: %d drain WRs outstanding, headroom %d", h.qpn, ErrNoHeadroom, d, r.inFlight, r.opts.Headroom)
-	case h.countRecvs && h.recvsLeft > 0:
-		return fmt.Errorf("qpn %d: %w: %d of %d back within %v", h.qpn, ErrRecvsMissing, h.report.Recv.Count, h.report.Recv.Count+h.recvsLeft, d)
-	}
-	return fmt.Errorf("qpn %d: %w: no barrier drain WR posted after Last WQE Reached completed within %v", h.qpn, ErrDrainNotFlushed, d)
-}
-
-// stall records that h's current step ran out of time and applies the
-// policy. It returns true when the drain goes on (DestroyWhenEmpty); the
-// caller, who knows the step, moves h on.
-func (r *Reaper) stall(h *Handle, err error, now time.Time) bool {
-	h.report.Stall = err
-	h.step(Step{At: now, Kind: StepStall, Err: err})
-	r.logf(h, "drain stalled: %v (policy %s)", err, r.opts.Policy)
-	if r.opts.Policy == DestroyWhenEmpty {
-		if !h.stalled {
-			h.stalled, h.stalledAt = true, r.at(now)
-		}
-		return true
-	}
-	if r.quarantine.n >= r.opts.MaxQuarantine {
-		r.finish(h, Failed, fmt.Errorf("%w (%d QPs): %w", ErrQuarantineFull, r.quarantine.n, err), now)
-		return false
-	}
-	// A quarantined QP is kept, not given up: its drain WRs may still
-	// complete, so they keep counting against the headroom until they do.
-	// They are no barrier one can count on any more.
-	if h.sendID&^WRIDMask == r.newest || h.recvID&^WRIDMask == r.newest {
-		r.newest = 0
-	}
-	h.stage = stageQuarantine
-	r.quarantine.push(h)
-	r.stats.Quarantined++
-	r.stats.Pending--
-	r.conclude(h, Quarantined, fmt.Errorf("%w: %w", ErrQuarantined, err), now)
-	return false
-}
-
-// giveUp hands h's drain WRs over with h to the caller, who may destroy
-// it: they count against the headroom until they complete or a poll after
-// now finds the CQ empty, after which no completion of theirs can sit in
-// it or come from a destroyed QP.
-func (r *Reaper) giveUp(h *Handle, now time.Time) {
-	for _, id := range [...]uint64{h.sendID, h.recvID} {
-		if id != 0 {
-			if id&^WRIDMask == r.newest {
-				r.newest = 0
-			}
-			r.orphans = append(r.orphans, orphan{id: id, at: r.at(now)})
-		}
-	}
-	h.sendID, h.recvID = 0, 0
-}
-
 // finish gives h its outcome and forgets it.
 func (r *Reaper) finish(h *Handle, o Outcome, err error, now time.Time) {
 	if l := r.listOf(h.on); l != nil {
@@ -1323,21 +869,6 @@ func (r *Reaper) logf(h *Handle, format string, args ...any) {
 	r.opts.Log.WithFields(logrus.Fields{"lqpn": h.qpn}).Debugf(format, args...)
 }
 
-// nextDeadline is the earliest time a wait runs out, or zero if nothing
-// waits.
-func (r *Reaper) nextDeadline() time.Time {
-	d := time.Duration(-1)
-	for _, l := range [...]*list{&r.provingList, &r.errorList, &r.flushList, &r.waitList, &r.barrierList} {
-		if h := l.head; h != nil && (d < 0 || h.deadline < d) {
-			d = h.deadline
-		}
-	}
-	if d < 0 {
-		return time.Time{}
-	}
-	return r.epoch.Add(d)
-}
-
 // Stats returns the reaper's counters.
 func (r *Reaper) Stats() Stats {
 	r.mu.Lock()
@@ -1408,47 +939,9 @@ func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 	return notSafe
 }
 
-// eventHistory remembers the Last WQE Reached of QPs not being drained,
-// by QP object, the oldest dropped first once max are held.
 // identifiable reports whether v can be compared with ==, which the
 // reaper's identity rules and its maps keyed by QP need: a comparison of
 // two values of one type that cannot be compared panics.
 func identifiable(v any) bool {
 	return v != nil && reflect.ValueOf(v).Comparable()
-}
-
-type eventHistory struct {
-	max  int
-	at   map[ibv.QP]time.Time
-	ring []ibv.QP
-	next int
-}
-
-func (e *eventHistory) add(qp ibv.QP, at time.Time) {
-	if e.max <= 0 {
-		return
-	}
-	if e.at == nil {
-		e.at = make(map[ibv.QP]time.Time)
-	}
-	if _, ok := e.at[qp]; ok {
-		return
-	}
-	if len(e.ring) < e.max {
-		e.ring = append(e.ring, qp)
-	} else {
-		delete(e.at, e.ring[e.next])
-		e.ring[e.next] = qp
-		e.next = (e.next + 1) % e.max
-	}
-	e.at[qp] = at
-}
-
-// take returns and forgets when qp's Last WQE Reached was seen.
-func (e *eventHistory) take(qp ibv.QP) (time.Time, bool) {
-	at, ok := e.at[qp]
-	if ok {
-		delete(e.at, qp)
-	}
-	return at, ok
 }
