@@ -49,13 +49,11 @@ func (s *benchSetup) close(b *testing.B) {
 	}
 }
 
-// pollAllDrained adds every QP of qps to rp and, as the caller's poll
-// loop, feeds rp (Reaper.Poll) from this goroutine until none is pending,
-// as the polling floor polls.
+// pollAllDrained adds every QP of qps to rp at once (Reaper.AddAll) and,
+// as the caller's poll loop, feeds rp (Reaper.Poll) from this goroutine
+// until none is pending, as the polling floor polls.
 func pollAllDrained(b *testing.B, rp *drain.Reaper, qps []ibv.QP, add drain.AddOptions) {
-	for _, qp := range qps {
-		must(rp.Add(qp, add))
-	}
+	must(rp.AddAll(qps, add))
 	for rp.Stats().Pending > 0 {
 		if _, err := rp.Poll(); err != nil {
 			b.Fatal(err)
@@ -159,7 +157,8 @@ func BenchmarkDrain(b *testing.B) {
 						o.Channel = s.ch
 					}
 					rp := drain.NewReaper(s.cq, o)
-					add := drain.AddOptions{LastWQESeen: true}
+					// The caller moved them to ERROR and says so.
+					add := drain.AddOptions{LastWQESeen: true, StateKnown: true, State: ibv.QPSErr}
 					runtime.GC() // the setup's garbage is not the drain's
 					b.StartTimer()
 					if mode.run {
@@ -273,14 +272,17 @@ func BenchmarkReaperMemory(b *testing.B) {
 // flushes a receive drain WR), each moved to ERROR by Add (so that Run
 // cannot poll a QP's flushes before its count is registered) and drained
 // by a drain WR on its own send queue: batched (headroom 1,024) and one at
-// a time. Only the ibv API is used, so it measures a real provider's drain
-// WR round trip where there is one.
+// a time. "floor" is what the device allows: the same QPs moved to ERROR,
+// one signaled send posted on each as its drain WR would be, and every
+// flush and send completion polled by a loop that drains nothing, timed
+// from the first modify to the last completion. Only the ibv API is used,
+// so it measures a real provider's drain WR round trip where there is one.
 func BenchmarkDrainDevice(b *testing.B) {
 	const n, recvs = 1024, 4
 	for _, mode := range []struct {
 		name     string
 		headroom int
-	}{{"batched", n}, {"one-at-a-time", 1}} {
+	}{{"batched", n}, {"one-at-a-time", 1}, {"floor", 0}} {
 		b.Run(mode.name, func(b *testing.B) {
 			dev := devtest.Open(b)
 			drainWRs := 0
@@ -311,6 +313,18 @@ func BenchmarkDrainDevice(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
+				if mode.headroom == 0 {
+					runtime.GC()
+					b.StartTimer()
+					deviceFloor(b, cq, qps, n*(recvs+1))
+					b.StopTimer()
+					drainWRs += n
+					if err := closers.Close(); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+					continue
+				}
 				rp := drain.NewReaper(cq, drain.Options{Channel: ch, Headroom: mode.headroom, DrainTimeout: devtest.Timeout, Queue: queueOf})
 				ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
 				runDone := make(chan error, 1)
@@ -334,5 +348,32 @@ func BenchmarkDrainDevice(b *testing.B) {
 			}
 			b.ReportMetric(float64(drainWRs)/float64(b.N), "drainWRs/op")
 		})
+	}
+}
+
+// deviceFloor moves every QP of qps to ERROR, posts one signaled send on
+// each (the drain WR a reaper would post, with no reaper's ID), and polls
+// cq until want completions came back, within devtest.Timeout.
+func deviceFloor(b *testing.B, cq ibv.CQ, qps []ibv.QP, want int) {
+	send := []ibv.SendWR{{ID: sendIDBase, Opcode: ibv.WRSend, Flags: ibv.SendSignaled}}
+	for _, qp := range qps {
+		if err := qp.Modify(ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState); err != nil {
+			b.Fatal(err)
+		}
+		if err := qp.PostSend(send); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var wcs [64]ibv.WC
+	deadline := time.Now().Add(devtest.Timeout)
+	for got := 0; got < want; {
+		k, err := cq.Poll(wcs[:])
+		if err != nil {
+			b.Fatal(err)
+		}
+		got += k
+		if k == 0 && time.Now().After(deadline) {
+			b.Fatalf("%d of %d completions within %v", got, want, devtest.Timeout)
+		}
 	}
 }

@@ -47,7 +47,10 @@
 //
 // Events and completions count for a drain only if they come from the QP
 // being drained, in the error episode being drained, and, for drain WRs,
-// from this reaper:
+// from this reaper. "The QP" is a value compared with ==: a QP's SendCQ and
+// RecvCQ must return the reaper's very CQ value, an event must carry the
+// very QP value given to Add, and Add refuses (ErrUnsupportedQP) a QP or
+// CQ value that cannot be compared. The rules:
 //
 //   - An event must carry that very QP object: a QP of another device with
 //     the same number, or a destroyed QP whose number was reused, is not
@@ -55,7 +58,7 @@
 //     the error episode it was raised in, and a move out of ERROR ends the
 //     episode: an event handed over when its QP is no longer in ERROR is
 //     not remembered, Add uses a remembered event only for a QP it finds in
-//     ERROR, and a caller that takes a QP out of ERROR to reuse it calls
+//     ERROR (or that AddOptions.StateKnown states is there), and a caller that takes a QP out of ERROR to reuse it calls
 //     Reaper.Forget (no verb tells the reaper of the move).
 //   - A completion carries only a QP number, which names one live QP at a
 //     time, but a destroyed QP's completions may stay in the CQ (rxe leaves
@@ -162,8 +165,10 @@
 //	}
 //
 // Add starts a QP's drain; the Handle's Done channel closes, and Wait
-// returns, when the drain has an outcome; Reaper.DrainAll adds a set and
-// waits for all of them. A caller that owns the CQ lets the Reaper poll it
+// returns, when the drain has an outcome; Reaper.AddAll adds a set in one
+// pass, and Reaper.DrainAll adds a set and waits for all of them. A caller
+// that moved its QPs to ERROR itself says so (AddOptions.StateKnown), and
+// Add queries and modifies nothing. A caller that owns the CQ lets the Reaper poll it
 // instead: Poll once, or Run until its context ends, event-driven through
 // a completion channel (Options.Channel) or by polling, and reading the
 // device's async events (Options.Events). The package functions DrainAll

@@ -1,6 +1,7 @@
 package drain
 
 import (
+	"context"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -101,6 +102,15 @@ const (
 	DefaultEventHistory = 1024
 )
 
+// EventSource is what Run reads async events from: an ibv.Context is
+// one, and so is anything that hands on a device's events.
+type EventSource interface {
+	// NextAsyncEvent waits for the next async event, as
+	// ibv.Context.NextAsyncEvent does; it returns ctx's error once ctx
+	// ends.
+	NextAsyncEvent(ctx context.Context) (ibv.AsyncEvent, error)
+}
+
 // Options configure a Reaper. The zero value is usable.
 type Options struct {
 	// Policy for stalled drains; the default is Quarantine.
@@ -161,7 +171,7 @@ type Options struct {
 	// events itself and hand them to HandleEvent. Only for callers that
 	// give the reaper the device's event stream; others call HandleEvent
 	// from their own event loop.
-	Events ibv.Context
+	Events EventSource
 	// OnWC receives, in Poll and Run, every completion that is not the
 	// reaper's. Nil drops them (they are counted in Stats.ForeignWCs).
 	OnWC func(ibv.WC)
@@ -172,6 +182,12 @@ type Options struct {
 	// default) logs nothing.
 	Log logrus.FieldLogger
 }
+
+// CQEntries is the depth of a CQ that holds the completions of wrs WRs
+// of the caller's and the drain WRs a reaper with these options may have
+// outstanding: wrs plus Headroom (DefaultHeadroom when unset), the room
+// NewReaper requires.
+func (o Options) CQEntries(wrs int) int { return wrs + o.withDefaults().Headroom }
 
 func (o Options) withDefaults() Options {
 	if o.MaxQuarantine <= 0 {
@@ -224,4 +240,11 @@ type AddOptions struct {
 	// instead. Ignored for an SRQ-attached QP.
 	CountRecvs bool
 	Recvs      int
+	// StateKnown says State is the QP's state now, as the caller who moved
+	// it there knows: Add then queries nothing and starts from State (a QP
+	// stated in ERROR is not modified at all). The caller answers for it:
+	// a QP stated in ERROR that is not there is never flushed, and its
+	// drain stalls at its deadlines. Without it Add queries the state.
+	StateKnown bool
+	State      ibv.QPState
 }

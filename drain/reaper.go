@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -32,205 +33,6 @@ func IsDrainWRID(id uint64) bool { return id&WRIDMask == WRIDTag }
 
 // drainSeq numbers the drain WRs of every reaper of the process.
 var drainSeq atomic.Uint64
-
-// stage is where a QP is in its drain; each stage but the transient ones is
-// one of the reaper's lists, named after ipoib_cm.c's where they match.
-type stage uint8
-
-const (
-	stageAdding     stage = iota // being moved to ERROR, on no list yet
-	stageProving                 // provingList: counting receives, waiting for the CQ to be past the number's earlier QPs
-	stageError                   // errorList: waiting for Last WQE Reached
-	stageFlush                   // flushList: ready, a drain WR still to post (headroom, a full queue)
-	stageWait                    // waitList: drain WRs posted, or receives counted, awaited
-	stageBarrier                 // barrierList: only the SRQ side open, waiting for a barrier completion
-	stageEmptyWait               // emptyWaitList: stalled, waiting for an empty poll
-	stageQuarantine              // quarantine: stalled, kept
-	stageDone                    // outcome reached, forgotten by the reaper
-)
-
-// list is an intrusive list of handles ordered by deadline, so moving a QP
-// between lists costs no allocation, removal is O(1), and the first entry
-// is the next to time out.
-type list struct {
-	head, tail *Handle
-	n          int
-}
-
-// push inserts h in deadline order, searching from the tail: QPs usually
-// arrive in the order they time out.
-func (l *list) push(h *Handle) {
-	at := l.tail
-	for at != nil && at.deadline > h.deadline {
-		at = at.prev
-	}
-	h.list, h.prev = l, at
-	if at == nil {
-		h.next, l.head = l.head, h
-	} else {
-		h.next, at.next = at.next, h
-	}
-	if h.next != nil {
-		h.next.prev = h
-	} else {
-		l.tail = h
-	}
-	l.n++
-}
-
-func (l *list) remove(h *Handle) {
-	if h.prev != nil {
-		h.prev.next = h.next
-	} else {
-		l.head = h.next
-	}
-	if h.next != nil {
-		h.next.prev = h.prev
-	} else {
-		l.tail = h.prev
-	}
-	h.list, h.prev, h.next = nil, nil, nil
-	l.n--
-}
-
-// closedChan is the Done channel of a handle that ended before anyone asked.
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-// Handle follows one QP through its drain.
-type Handle struct {
-	r   *Reaper
-	qp  ibv.QP
-	qpn uint32
-
-	// Guarded by r.mu.
-	done        chan struct{} // made by Done on demand, closed at the outcome
-	stage       stage
-	srq         bool
-	ended       bool
-	lastWQE     bool // Last WQE Reached seen before the QP became ready, or stated
-	barrierDone bool // a drain WR posted after the QP became ready completed
-	needSend    bool // a drain WR on its own send queue is still to be posted
-	needRecv    bool // a receive drain WR is still to be posted
-	countRecvs  bool
-	full        bool // the last post found the queue full, at poll generation retryGen
-	stalled     bool
-	unsure      bool // a completion with its number came while stageProving
-	noSends     bool // AddOptions.NoSends
-	stated      bool // AddOptions.LastWQESeen
-	recvsLeft   int
-	sendID      uint64 // outstanding drain WRs
-	recvID      uint64
-	// barrierAfter is the sequence number of the last drain WR posted
-	// before the QP became ready: only a later one is a barrier for it.
-	barrierAfter uint64
-	retryGen     uint64
-	added        time.Duration // since r.epoch
-	deadline     time.Duration // since r.epoch, of the wait the QP's list stands for
-	stalledAt    time.Duration
-	list         *list
-	prev, next   *Handle
-	report       Report
-}
-
-// QP is the QP being drained.
-func (h *Handle) QP() ibv.QP { return h.qp }
-
-// Done is closed when the drain has an outcome.
-func (h *Handle) Done() <-chan struct{} {
-	h.r.mu.Lock()
-	defer h.r.mu.Unlock()
-	if h.done == nil {
-		if h.ended {
-			return closedChan
-		}
-		h.done = make(chan struct{})
-	}
-	return h.done
-}
-
-// Report returns a copy of what the drain has seen so far.
-func (h *Handle) Report() *Report {
-	h.r.mu.Lock()
-	defer h.r.mu.Unlock()
-	return h.snapshot()
-}
-
-// snapshot copies the report; r.mu must be held.
-func (h *Handle) snapshot() *Report {
-	rep := h.report
-	rep.Steps = append([]Step(nil), h.report.Steps...)
-	return &rep
-}
-
-// Wait waits until the drain has an outcome and returns its report. The
-// error is nil exactly when the QP may be destroyed. When ctx ends first,
-// the error wraps the sentinel of the step still waited for and ctx's
-// cause, and the drain goes on (bounded by the reaper's timeouts); Wait may
-// be called again. Stall timeouts fire while someone waits, even if no
-// completion or event arrives.
-func (h *Handle) Wait(ctx context.Context) (*Report, error) {
-	r := h.r
-	done := h.Done()
-	// One timer for every stall deadline; since Go 1.23 Reset never
-	// delivers a stale expiry.
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		r.mu.Lock()
-		r.expire(time.Now())
-		next := r.nextDeadline()
-		r.mu.Unlock()
-		select {
-		case <-done:
-			rep := h.Report()
-			return rep, rep.Err
-		default:
-		}
-		var fire <-chan time.Time
-		if !next.IsZero() {
-			timer.Reset(time.Until(next))
-			fire = timer.C
-		}
-		select {
-		case <-done:
-		case <-fire:
-		case <-ctx.Done():
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			rep := h.snapshot()
-			if rep.Outcome != Pending {
-				return rep, rep.Err
-			}
-			return rep, fmt.Errorf("qpn %d: %w: %w", h.qpn, h.waitingFor(), context.Cause(ctx))
-		}
-	}
-}
-
-// waitingFor names the step a pending drain is waiting on.
-func (h *Handle) waitingFor() error {
-	switch {
-	case h.stage == stageAdding:
-		return ErrModifyToError
-	case h.stage == stageError:
-		return ErrNoLastWQE
-	case h.stage == stageEmptyWait || h.stage == stageProving:
-		return ErrCQNotEmpty
-	case h.stage == stageFlush:
-		return ErrNoHeadroom
-	case h.sendID == 0 && h.recvID == 0 && h.countRecvs && h.recvsLeft > 0:
-		return ErrRecvsMissing
-	}
-	return ErrDrainNotFlushed
-}
-
-// step appends s. A drain that goes past its first step takes about 6, so
-// the second grows the slice to 8 at once instead of doubling from 1.
-func (h *Handle) step(s Step) {
-	if st := h.report.Steps; len(st) == cap(st) && cap(st) < 8 {
-		h.report.Steps = append(make([]Step, 0, 8), st...)
-	}
-	h.report.Steps = append(h.report.Steps, s)
-}
 
 // Stats count what a reaper did since it was created.
 type Stats struct {
@@ -320,6 +122,13 @@ type Reaper struct {
 	cqErr      error
 	shut       bool
 	stats      Stats
+	cqOK       bool // cq can be compared (identifiable)
+	// sendWR and recvWR are the one-WR lists of every drain WR post, kept
+	// here so that a post allocates nothing (a provider copies the WRs it
+	// takes). A WR list names one QP (ibv_post_send(3)) and every QP's
+	// drain WR goes on its own queue, so there is nothing to chain.
+	sendWR [1]ibv.SendWR
+	recvWR [1]ibv.RecvWR
 }
 
 // NewReaper returns a reaper for the QPs that complete into cq. Every QP
@@ -327,16 +136,28 @@ type Reaper struct {
 // must keep Options.Headroom slots for drain WRs, each QP's send queue one
 // slot, and each QP with its own receive queue and no receive count one
 // receive slot.
+//
+// The reaper tells QPs and CQs apart by identity (==): a QP's SendCQ and
+// RecvCQ must return the very value cq is, and an async event must carry
+// the very QP value handed to Add, so a wrapper must return the same
+// value every time (a pointer, or a comparable struct around one). Add
+// refuses, with ErrUnsupportedQP, a QP whose value cannot be compared, and
+// every QP when cq's cannot.
 func NewReaper(cq ibv.CQ, opts Options) *Reaper {
 	o := opts.withDefaults()
-	return &Reaper{
+	r := &Reaper{
 		cq:      cq,
 		opts:    o,
 		epoch:   time.Now(),
 		byNum:   make(map[uint32]*Handle),
 		wrs:     make(map[uint64]*Handle),
 		history: eventHistory{max: o.EventHistory},
+		cqOK:    identifiable(cq),
 	}
+	for s := stageProving; s < stageDone; s++ {
+		r.listOf(s).of = s
+	}
+	return r
 }
 
 func (r *Reaper) at(now time.Time) time.Duration { return now.Sub(r.epoch) }
@@ -350,9 +171,133 @@ func (r *Reaper) at(now time.Time) time.Duration { return now.Sub(r.epoch) }
 // when qp cannot be taken at all: ErrUnsupportedQP, ibv.ErrBusy for a QP
 // already being drained, ibv.ErrInvalidArgument for AddOptions that cannot
 // be honoured, ErrShutdown, ErrCQError; every later failure is reported by
-// the handle.
+// the handle. A QP whose state is stated in ERROR
+// (AddOptions.StateKnown) takes one lock round trip and no verbs call
+// but its drain WRs' posts.
 func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
+	var h *Handle
+	var err error
+	r.addAll([]ibv.QP{qp}, o, func(_ int, nh *Handle, e error) { h, err = nh, e })
+	return h, err
+}
+
+// AddAll is Add of every QP of qps with the same AddOptions, in one pass:
+// the reaper's lock is taken once for the QPs stated in ERROR and twice
+// for the others (before and after their moves to ERROR, which are made
+// without it), its maps are sized for the batch, and the drain WRs are
+// posted together once every QP is in. hs[i] is qps[i]'s handle, nil when
+// Add would have refused it; err joins the refusals, each naming its QP.
+func (r *Reaper) AddAll(qps []ibv.QP, o AddOptions) (hs []*Handle, err error) {
+	hs = make([]*Handle, len(qps))
+	var errs []error
+	r.addAll(qps, o, func(i int, h *Handle, e error) {
+		hs[i] = h
+		if e != nil {
+			errs = append(errs, e)
+		}
+	})
+	return hs, errors.Join(errs...)
+}
+
+// addAll adds qps and tells done, in order, each one's handle or refusal.
+func (r *Reaper) addAll(qps []ibv.QP, o AddOptions, done func(i int, h *Handle, err error)) {
+	now := time.Now()
+	hs := make([]*Handle, len(qps))
+	for i, qp := range qps {
+		h, err := r.newHandle(qp, o, now)
+		if err != nil {
+			done(i, nil, err)
+			continue
+		}
+		hs[i] = h
+	}
+	move := make([]bool, len(hs))
+	toMove := 0
+	r.mu.Lock()
+	r.reserve(len(qps))
+	for i, h := range hs {
+		if h == nil {
+			continue
+		}
+		if err := r.admit(h, now); err != nil {
+			hs[i] = nil
+			done(i, nil, err)
+			continue
+		}
+		if h.stage != stageAdding {
+			continue // proving: only a poll moves it on
+		}
+		if h.given == ibv.QPSErr {
+			steps, err := r.moveToError(h, now)
+			h.report.Steps = steps // the first: nothing came before
+			r.started(h, steps, err, now)
+			continue
+		}
+		move[i] = true
+		toMove++
+	}
+	if toMove == 0 {
+		r.post(now)
+		r.wakeForDeadline()
+		r.mu.Unlock()
+		for i, h := range hs {
+			if h != nil {
+				done(i, h, nil)
+			}
+		}
+		return
+	}
+	r.mu.Unlock()
+
+	type moved struct {
+		steps []Step
+		err   error
+	}
+	ms := make([]moved, len(hs))
+	for i, h := range hs {
+		if move[i] {
+			ms[i].steps, ms[i].err = r.moveToError(h, now)
+		}
+	}
+
+	r.mu.Lock()
+	now = time.Now()
+	for i, h := range hs {
+		if !move[i] {
+			continue
+		}
+		// Completions and events that arrived during the modify were
+		// caused by it: the transitions go first.
+		if len(h.report.Steps) == 0 {
+			h.report.Steps = ms[i].steps
+		} else {
+			h.report.Steps = slices.Insert(h.report.Steps, 0, ms[i].steps...)
+		}
+		r.started(h, ms[i].steps, ms[i].err, now)
+	}
+	r.post(now)
+	r.wakeForDeadline()
+	r.mu.Unlock()
+	for i, h := range hs {
+		if h != nil {
+			done(i, h, nil)
+		}
+	}
+}
+
+// newHandle checks what Add can check of qp and o without the lock and
+// returns qp's handle.
+func (r *Reaper) newHandle(qp ibv.QP, o AddOptions, now time.Time) (*Handle, error) {
+	if qp == nil {
+		return nil, fmt.Errorf("adding a nil QP: %w", ibv.ErrInvalidArgument)
+	}
 	qpn := qp.Num()
+	switch {
+	case !r.cqOK:
+		return nil, fmt.Errorf("qpn %d: the reaper's CQ, a %T, cannot be compared, and the reaper tells CQs apart by identity: %w", qpn, r.cq, ErrUnsupportedQP)
+	case !identifiable(qp):
+		return nil, fmt.Errorf("qpn %d: a %T cannot be compared, and the reaper tells QPs apart by identity: %w", qpn, qp, ErrUnsupportedQP)
+	}
 	if t := qp.Type(); t != ibv.QPTRC && t != ibv.QPTUC {
 		return nil, fmt.Errorf("qpn %d is a %s QP: %w", qpn, t, ErrUnsupportedQP)
 	}
@@ -363,8 +308,13 @@ func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
 	if o.CountRecvs && !srq && (r.opts.Queue == nil || o.Recvs < 0) {
 		return nil, fmt.Errorf("qpn %d: counting %d receives needs a non-negative count and Options.Queue: %w", qpn, o.Recvs, ibv.ErrInvalidArgument)
 	}
-	now := time.Now()
-	h := &Handle{r: r, qp: qp, qpn: qpn, srq: srq, lastWQE: srq && o.LastWQESeen, noSends: o.NoSends, stated: o.LastWQESeen}
+	if o.StateKnown && o.State > ibv.QPSErr {
+		return nil, fmt.Errorf("qpn %d: stated state %s is not a QP state: %w", qpn, o.State, ibv.ErrInvalidArgument)
+	}
+	h := &Handle{r: r, qp: qp, qpn: qpn, given: ibv.QPSUnknown, srq: srq, lastWQE: srq && o.LastWQESeen, noSends: o.NoSends, stated: o.LastWQESeen}
+	if o.StateKnown {
+		h.given = o.State
+	}
 	h.report = Report{QPNum: qpn, SRQ: srq, Start: now}
 	if o.CountRecvs && !srq {
 		h.countRecvs, h.recvsLeft = true, o.Recvs
@@ -372,27 +322,42 @@ func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
 			h.report.Recv.By = ProofRecvCount
 		}
 	}
+	return h, nil
+}
 
-	r.mu.Lock()
+// reserve sizes the reaper's empty maps for n more QPs, so that a batch
+// does not grow them step by step; a map in use keeps its size.
+func (r *Reaper) reserve(n int) {
+	if n <= 1 {
+		return
+	}
+	if len(r.byNum) == 0 {
+		r.byNum = make(map[uint32]*Handle, n)
+	}
+	if len(r.wrs) == 0 {
+		r.wrs = make(map[uint64]*Handle, min(2*n, r.opts.Headroom))
+	}
+}
+
+// admit enters h under r.mu: its QP number names it from now on, so that
+// the flushes and events its move to ERROR causes are attributed to it
+// even if another goroutine polls them before Add returns. A QP counting
+// its receives is left proving; every other one is left adding.
+func (r *Reaper) admit(h *Handle, now time.Time) error {
+	qpn := h.qpn
 	switch old := r.byNum[qpn]; {
 	case r.shut:
-		r.mu.Unlock()
-		return nil, fmt.Errorf("adding qpn %d: %w", qpn, ErrShutdown)
+		return fmt.Errorf("adding qpn %d: %w", qpn, ErrShutdown)
 	case r.cqErr != nil:
-		r.mu.Unlock()
-		return nil, fmt.Errorf("adding qpn %d: %w", qpn, r.cqErr)
-	case old != nil && old.qp == qp:
-		r.mu.Unlock()
-		return nil, fmt.Errorf("qpn %d is already being drained: %w", qpn, ibv.ErrBusy)
+		return fmt.Errorf("adding qpn %d: %w", qpn, r.cqErr)
+	case old != nil && old.qp == h.qp:
+		return fmt.Errorf("qpn %d is already being drained: %w", qpn, ibv.ErrBusy)
 	case old != nil && old.stage != stageQuarantine:
-		r.mu.Unlock()
-		return nil, fmt.Errorf("qpn %d names another QP still being drained: %w", qpn, ibv.ErrBusy)
+		return fmt.Errorf("qpn %d names another QP still being drained: %w", qpn, ibv.ErrBusy)
 	}
 	// A quarantined QP that had this number was destroyed by its owner
 	// and the number reused: it keeps its place in the quarantine, and the
-	// number now stands for the new QP. The entry is made before the move
-	// to ERROR, so that the flushes and events it causes are attributed
-	// to this QP even if another goroutine polls them before Add returns.
+	// number now stands for the new QP.
 	r.byNum[qpn] = h
 	r.stats.Added++
 	r.stats.Pending++
@@ -411,21 +376,8 @@ func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
 		if r.wake != nil {
 			r.wake()
 		}
-		r.mu.Unlock()
-		return h, nil
 	}
-	r.mu.Unlock()
-
-	steps, err := r.moveToError(qp, now)
-
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	// Completions and events that arrived during the modify were caused by
-	// it: the transitions go first.
-	h.report.Steps = slices.Insert(h.report.Steps, 0, steps...)
-	r.started(h, steps, err, time.Now())
-	r.wakeForDeadline()
-	return h, nil
+	return nil
 }
 
 // begin starts the drain of a QP counting its receives: proven, once a
@@ -444,7 +396,7 @@ func (r *Reaper) begin(h *Handle, proven bool, now time.Time) {
 		h.step(Step{At: now, Kind: StepCountNotTrusted})
 	}
 	h.stage = stageAdding
-	steps, err := r.moveToError(h.qp, now)
+	steps, err := r.moveToError(h, now)
 	h.report.Steps = append(h.report.Steps, steps...)
 	r.started(h, steps, err, now)
 }
@@ -487,17 +439,23 @@ func (r *Reaper) started(h *Handle, steps []Step, err error, now time.Time) {
 	} else {
 		r.ready(h, now)
 	}
-	r.post(now)
 }
 
-// moveToError moves qp to ERROR unless it is there, through RTS when
-// Options.ViaRTS asks it of a QP in RTR, and returns the transitions.
-func (r *Reaper) moveToError(qp ibv.QP, began time.Time) ([]Step, error) {
-	attr, _, err := qp.Query(ibv.QPAttrState)
-	if err != nil {
-		return []Step{{At: began, Kind: StepState, From: ibv.QPSUnknown, To: ibv.QPSErr}}, fmt.Errorf("querying the state: %w", err)
+// moveToError moves h's QP to ERROR unless it is there, through RTS when
+// Options.ViaRTS asks it of a QP in RTR, and returns the transitions. It
+// queries the state only when AddOptions did not state it.
+func (r *Reaper) moveToError(h *Handle, began time.Time) ([]Step, error) {
+	qp, from := h.qp, h.given
+	if from == ibv.QPSUnknown {
+		attr, _, err := qp.Query(ibv.QPAttrState)
+		if err != nil {
+			return []Step{{At: began, Kind: StepState, From: ibv.QPSUnknown, To: ibv.QPSErr}}, fmt.Errorf("querying the state: %w", err)
+		}
+		from = attr.State
 	}
-	from := attr.State
+	if from == ibv.QPSErr {
+		return []Step{{At: began, Kind: StepState, From: from, To: ibv.QPSErr}}, nil
+	}
 	var steps []Step
 	if from == ibv.QPSRTR && r.opts.ViaRTS {
 		// The attributes RTR -> RTS requires (IBTA Table 91); their values
@@ -511,18 +469,10 @@ func (r *Reaper) moveToError(qp ibv.QP, began time.Time) ([]Step, error) {
 		from = ibv.QPSRTS
 	}
 	steps = append(steps, Step{At: began, Kind: StepState, From: from, To: ibv.QPSErr})
-	if from == ibv.QPSErr {
-		return steps, nil
-	}
 	if err := qp.Modify(ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState); err != nil {
 		return steps, fmt.Errorf("modifying %s -> ERR: %w", from, err)
 	}
 	return steps, nil
-}
-
-func (r *Reaper) nextID() uint64 {
-	r.seq = drainSeq.Add(1)
-	return WRIDTag | r.seq&^WRIDMask
 }
 
 // ready starts the wait for a QP's proofs: only drain WRs posted from now
@@ -557,104 +507,6 @@ func (r *Reaper) place(h *Handle, now time.Time) {
 		// for. Should it happen, the QP is not safe.
 		r.finish(h, Failed, fmt.Errorf("qpn %d: %w: nothing left that could prove it", h.qpn, ErrDrainNotFlushed), now)
 	}
-}
-
-// track counts a posted drain WR against the headroom.
-func (r *Reaper) track(h *Handle, id uint64) {
-	r.wrs[id] = h
-	r.inFlight++
-	r.newest = id &^ WRIDMask
-	r.stats.MaxInFlight = max(r.stats.MaxInFlight, r.inFlight)
-}
-
-// post posts the drain WRs the flush list waits for, oldest QP first, as
-// far as the headroom allows, then a barrier for the SRQ sides waiting on
-// one if no drain WR posted after them is outstanding. It posts under r.mu
-// so that a WR's completion, which a synchronous provider may produce
-// inside the post, cannot be handed to HandleWC before the reaper knows
-// the WR.
-func (r *Reaper) post(now time.Time) {
-	if r.cqErr != nil || r.shut {
-		return
-	}
-	for h := r.flushList.head; h != nil && r.inFlight < r.opts.Headroom; {
-		next := h.next
-		if !h.full || h.retryGen != r.pollGen {
-			r.postFor(h, now)
-		}
-		h = next
-	}
-	t := r.barrierList.tail
-	if t == nil || r.newest > t.barrierAfter {
-		return
-	}
-	for c := r.barrierList.head; c != nil && r.inFlight < r.opts.Headroom; {
-		next := c.next
-		id := r.nextID()
-		if err := c.qp.PostSend([]ibv.SendWR{{ID: id, Opcode: ibv.WRSend, Flags: ibv.SendSignaled}}); err != nil {
-			// Its send queue was stated empty: the QP cannot carry it.
-			r.finish(c, Failed, fmt.Errorf("posting a barrier drain WR on qpn %d: %w: %w", c.qpn, ErrPostDrain, err), now)
-			c = next
-			continue
-		}
-		c.sendID = id
-		r.track(c, id)
-		r.stats.DrainWRs++
-		c.step(Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: c.qpn, Count: r.barrierList.n})
-		return
-	}
-}
-
-// postFor posts h's missing drain WRs, receive first: a provider that
-// flushes a receive posted in ERROR only when a later post reaches the QP
-// (rxe on Linux 6.12, docs/PROVIDERS.md) gets the send drain WR as that
-// post.
-func (r *Reaper) postFor(h *Handle, now time.Time) {
-	if h.needRecv && r.inFlight < r.opts.Headroom {
-		id := r.nextID()
-		if !r.posted(h, id, h.qp.PostRecv([]ibv.RecvWR{{ID: id}}), "receive drain WR", now) {
-			return
-		}
-		h.needRecv, h.recvID = false, id
-		r.track(h, id)
-		r.stats.RecvDrainWRs++
-		h.step(Step{At: now, Kind: StepRecvDrainPosted, WRID: id})
-	}
-	if h.needSend && r.inFlight < r.opts.Headroom {
-		id := r.nextID()
-		if !r.posted(h, id, h.qp.PostSend([]ibv.SendWR{{ID: id, Opcode: ibv.WRSend, Flags: ibv.SendSignaled}}), "drain WR", now) {
-			return
-		}
-		h.needSend, h.sendID = false, id
-		r.track(h, id)
-		r.stats.DrainWRs++
-		h.step(Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: h.qpn, Count: 1})
-	}
-	if !h.needSend && !h.needRecv {
-		r.flushList.remove(h)
-		r.place(h, now)
-	}
-}
-
-// posted handles a post's error: a full queue waits for the next poll,
-// which may free a slot (a provider may return send slots only when their
-// completions are polled); anything else fails the drain. It reports
-// whether the WR was posted.
-func (r *Reaper) posted(h *Handle, id uint64, err error, what string, now time.Time) bool {
-	switch {
-	case err == nil:
-		h.full = false
-		return true
-	case errors.Is(err, ibv.ErrQueueFull):
-		if !h.full {
-			r.stats.PostRetries++
-			h.step(Step{At: now, Kind: StepPostRetry, WRID: id})
-		}
-		h.full, h.retryGen = true, r.pollGen
-		return false
-	}
-	r.finish(h, Failed, fmt.Errorf("posting the %s on qpn %d: %w: %w", what, h.qpn, ErrPostDrain, err), now)
-	return false
 }
 
 // HandleWC takes one completion from the caller's poll loop. It returns
@@ -809,15 +661,6 @@ func (r *Reaper) barrier(h *Handle, id uint64, carrier uint32) {
 	}
 }
 
-func (h *Handle) statedLastWQE() bool {
-	for _, s := range h.report.Steps {
-		if s.Kind == StepEvent && s.Event == ibv.EventQPLastWQEReached {
-			return false
-		}
-	}
-	return true
-}
-
 // HandleEvent takes one async event from the caller's event loop. It
 // returns true when the event concerns a QP being drained (the very QP
 // object, not just its number; every such event is recorded in its
@@ -832,11 +675,12 @@ func (r *Reaper) HandleEvent(ev ibv.AsyncEvent) (claimed bool) {
 	now := time.Now()
 	defer r.expire(now)
 	r.eventsSeen++
-	if ev.Type == ibv.EventCQErr && ev.CQ != nil && ev.CQ == r.cq {
+	if ev.Type == ibv.EventCQErr && ev.CQ != nil && r.cqOK && identifiable(ev.CQ) && ev.CQ == r.cq {
 		r.cqError(now)
 		return true
 	}
-	if ev.QP == nil {
+	if ev.QP == nil || !identifiable(ev.QP) {
+		// Add refused every QP whose value cannot be compared.
 		return false
 	}
 	h := r.byNum[ev.QP.Num()]
@@ -955,132 +799,10 @@ func (r *Reaper) cqEmpty(polledAt time.Time) {
 	r.expire(now)
 }
 
-// untrack stops counting a drain WR against the headroom.
-func (r *Reaper) untrack(id uint64) {
-	if _, ok := r.wrs[id]; ok {
-		delete(r.wrs, id)
-		r.inFlight--
-		if id&^WRIDMask == r.newest {
-			r.newest = 0
-		}
-	}
-}
-
-// expire applies the policy to every wait that has run out of time.
-func (r *Reaper) expire(now time.Time) {
-	t := r.at(now)
-	for h := r.provingList.head; h != nil && h.deadline <= t; h = r.provingList.head {
-		r.begin(h, false, now)
-	}
-	for h := r.errorList.head; h != nil && h.deadline <= t; h = r.errorList.head {
-		r.errorList.remove(h)
-		err := fmt.Errorf("qpn %d: %w within %v", h.qpn, ErrNoLastWQE, r.opts.LastWQETimeout)
-		if r.eventsSeen == 0 && r.opts.Events == nil {
-			err = fmt.Errorf("%w: no async event was delivered to the reaper (Options.Events unset, HandleEvent never called)", err)
-		}
-		if r.stall(h, err, now) {
-			// The drain WR still orders everything the QP completed so
-			// far; only the proof that nothing is left is missing.
-			r.ready(h, now)
-		}
-	}
-	for _, l := range [...]*list{&r.flushList, &r.waitList, &r.barrierList} {
-		for h := l.head; h != nil && h.deadline <= t; h = l.head {
-			l.remove(h)
-			if r.stall(h, r.stallErr(h), now) {
-				h.needSend, h.needRecv = false, false
-				h.stage = stageEmptyWait
-				r.emptyWaitList.push(h)
-			}
-		}
-	}
-	r.post(now)
-	r.wakeForDeadline()
-}
-
-// wakeForDeadline ends Run's wait on the completion channel when a wait
-// now runs out before the one Run sleeps until: a drain WR posted with no
-// completion to come (a provider that does not flush it) must still stall
-// on time.
-func (r *Reaper) wakeForDeadline() {
-	if r.wake == nil {
-		return
-	}
-	if next := r.nextDeadline(); !next.IsZero() && (r.wakeAt.IsZero() || next.Before(r.wakeAt)) {
-		r.wake()
-		r.wake = nil
-	}
-}
-
-// stallErr says why a ready QP is still unproven at its deadline.
-func (r *Reaper) stallErr(h *Handle) error {
-	d := r.opts.DrainTimeout
-	switch {
-	case h.sendID != 0:
-		return fmt.Errorf("qpn %d: %w: WR %#x posted on qpn %d, no completion within %v", h.qpn, ErrDrainNotFlushed, h.sendID, h.qpn, d)
-	case h.recvID != 0:
-		return fmt.Errorf("qpn %d: %w: receive drain WR %#x, no completion within %v", h.qpn, ErrDrainNotFlushed, h.recvID, d)
-	case (h.needSend || h.needRecv) && h.full:
-		return fmt.Errorf("qpn %d: %w: %w after every poll for %v", h.qpn, ErrPostDrain, ibv.ErrQueueFull, d)
-	case h.needSend || h.needRecv:
-		return fmt.Errorf("qpn %d: %w within %v: %d drain WRs outstanding, headroom %d", h.qpn, ErrNoHeadroom, d, r.inFlight, r.opts.Headroom)
-	case h.countRecvs && h.recvsLeft > 0:
-		return fmt.Errorf("qpn %d: %w: %d of %d back within %v", h.qpn, ErrRecvsMissing, h.report.Recv.Count, h.report.Recv.Count+h.recvsLeft, d)
-	}
-	return fmt.Errorf("qpn %d: %w: no barrier drain WR posted after Last WQE Reached completed within %v", h.qpn, ErrDrainNotFlushed, d)
-}
-
-// stall records that h's current step ran out of time and applies the
-// policy. It returns true when the drain goes on (DestroyWhenEmpty); the
-// caller, who knows the step, moves h on.
-func (r *Reaper) stall(h *Handle, err error, now time.Time) bool {
-	h.report.Stall = err
-	h.step(Step{At: now, Kind: StepStall, Err: err})
-	r.logf(h, "drain stalled: %v (policy %s)", err, r.opts.Policy)
-	if r.opts.Policy == DestroyWhenEmpty {
-		if !h.stalled {
-			h.stalled, h.stalledAt = true, r.at(now)
-		}
-		return true
-	}
-	if r.quarantine.n >= r.opts.MaxQuarantine {
-		r.finish(h, Failed, fmt.Errorf("%w (%d QPs): %w", ErrQuarantineFull, r.quarantine.n, err), now)
-		return false
-	}
-	// A quarantined QP is kept, not given up: its drain WRs may still
-	// complete, so they keep counting against the headroom until they do.
-	// They are no barrier one can count on any more.
-	if h.sendID&^WRIDMask == r.newest || h.recvID&^WRIDMask == r.newest {
-		r.newest = 0
-	}
-	h.stage = stageQuarantine
-	r.quarantine.push(h)
-	r.stats.Quarantined++
-	r.stats.Pending--
-	r.conclude(h, Quarantined, fmt.Errorf("%w: %w", ErrQuarantined, err), now)
-	return false
-}
-
-// giveUp hands h's drain WRs over with h to the caller, who may destroy
-// it: they count against the headroom until they complete or a poll after
-// now finds the CQ empty, after which no completion of theirs can sit in
-// it or come from a destroyed QP.
-func (r *Reaper) giveUp(h *Handle, now time.Time) {
-	for _, id := range [...]uint64{h.sendID, h.recvID} {
-		if id != 0 {
-			if id&^WRIDMask == r.newest {
-				r.newest = 0
-			}
-			r.orphans = append(r.orphans, orphan{id: id, at: r.at(now)})
-		}
-	}
-	h.sendID, h.recvID = 0, 0
-}
-
 // finish gives h its outcome and forgets it.
 func (r *Reaper) finish(h *Handle, o Outcome, err error, now time.Time) {
-	if h.list != nil {
-		h.list.remove(h)
+	if l := r.listOf(h.on); l != nil {
+		l.remove(h)
 	}
 	// Its drain WRs keep their headroom until a poll after this one finds
 	// the CQ empty: also under DestroyWhenEmpty, whose empty poll released
@@ -1149,21 +871,6 @@ func (r *Reaper) logf(h *Handle, format string, args ...any) {
 		return
 	}
 	r.opts.Log.WithFields(logrus.Fields{"lqpn": h.qpn}).Debugf(format, args...)
-}
-
-// nextDeadline is the earliest time a wait runs out, or zero if nothing
-// waits.
-func (r *Reaper) nextDeadline() time.Time {
-	d := time.Duration(-1)
-	for _, l := range [...]*list{&r.provingList, &r.errorList, &r.flushList, &r.waitList, &r.barrierList} {
-		if h := l.head; h != nil && (d < 0 || h.deadline < d) {
-			d = h.deadline
-		}
-	}
-	if d < 0 {
-		return time.Time{}
-	}
-	return r.epoch.Add(d)
 }
 
 // Stats returns the reaper's counters.
@@ -1236,40 +943,9 @@ func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 	return notSafe
 }
 
-// eventHistory remembers the Last WQE Reached of QPs not being drained,
-// by QP object, the oldest dropped first once max are held.
-type eventHistory struct {
-	max  int
-	at   map[ibv.QP]time.Time
-	ring []ibv.QP
-	next int
-}
-
-func (e *eventHistory) add(qp ibv.QP, at time.Time) {
-	if e.max <= 0 {
-		return
-	}
-	if e.at == nil {
-		e.at = make(map[ibv.QP]time.Time)
-	}
-	if _, ok := e.at[qp]; ok {
-		return
-	}
-	if len(e.ring) < e.max {
-		e.ring = append(e.ring, qp)
-	} else {
-		delete(e.at, e.ring[e.next])
-		e.ring[e.next] = qp
-		e.next = (e.next + 1) % e.max
-	}
-	e.at[qp] = at
-}
-
-// take returns and forgets when qp's Last WQE Reached was seen.
-func (e *eventHistory) take(qp ibv.QP) (time.Time, bool) {
-	at, ok := e.at[qp]
-	if ok {
-		delete(e.at, qp)
-	}
-	return at, ok
+// identifiable reports whether v can be compared with ==, which the
+// reaper's identity rules and its maps keyed by QP need: a comparison of
+// two values of one type that cannot be compared panics.
+func identifiable(v any) bool {
+	return v != nil && reflect.ValueOf(v).Comparable()
 }

@@ -13,6 +13,10 @@ import (
 // pollBatch is how many completions Poll moves per call.
 const pollBatch = 64
 
+// pollBufs holds Poll's completion arrays: an array handed to the CQ
+// interface escapes, and one per call would be an allocation per poll.
+var pollBufs = sync.Pool{New: func() any { return new([pollBatch]ibv.WC) }}
+
 // maxIdleSleep caps Run's back-off between empty polls when it has no
 // completion channel.
 const maxIdleSleep = time.Millisecond
@@ -23,7 +27,8 @@ const maxIdleSleep = time.Millisecond
 // that finds nothing counts as CQEmpty. It returns how many completions
 // it polled.
 func (r *Reaper) Poll() (int, error) {
-	var wcs [pollBatch]ibv.WC
+	wcs := pollBufs.Get().(*[pollBatch]ibv.WC)
+	defer pollBufs.Put(wcs)
 	polledAt := time.Now()
 	n, err := r.cq.Poll(wcs[:])
 	if err != nil {
@@ -189,24 +194,20 @@ func (r *Reaper) runChannel(ctx context.Context) error {
 func (r *Reaper) DrainAll(ctx context.Context, qps []ibv.QP, o AddOptions) ([]*Report, error) {
 	hs := make([]*Handle, len(qps))
 	reps := make([]*Report, len(qps))
-	var errs []error
-	for i, qp := range qps {
-		h, err := r.Add(qp, o)
+	errs := make([]error, len(qps))
+	r.addAll(qps, o, func(i int, h *Handle, err error) {
 		if err != nil {
-			reps[i] = &Report{QPNum: qp.Num(), SRQ: qp.SRQ() != nil, Start: time.Now(), Outcome: Failed, Err: err}
-			errs = append(errs, err)
-			continue
+			reps[i] = &Report{QPNum: qps[i].Num(), SRQ: qps[i].SRQ() != nil, Start: time.Now(), Outcome: Failed, Err: err}
+			errs[i] = err
 		}
 		hs[i] = h
-	}
-	for i, h := range hs {
-		if h == nil {
-			continue
-		}
-		rep, err := h.Wait(ctx)
-		reps[i] = rep
-		if err != nil {
-			errs = append(errs, err)
+	})
+	// QPs end about in the order they were added: waiting for the last
+	// first finds most of the others ended, one wake-up instead of one
+	// per QP.
+	for i := len(hs) - 1; i >= 0; i-- {
+		if hs[i] != nil {
+			reps[i], errs[i] = hs[i].Wait(ctx)
 		}
 	}
 	return reps, errors.Join(errs...)

@@ -174,12 +174,12 @@ func isReal(c Clock) bool {
 // exactly one), and the Bounded policy's headroom. A caller compares it
 // with DeviceAttr.MaxCQE before anything is created.
 func (c Config) CQEntries() int {
-	spare := 1
+	var reserved drain.Options // ipoib_cm.c's one spare slot: DefaultHeadroom
 	if c.Policy == Bounded {
-		spare = max(c.Drain.Headroom, boundedHeadroom)
+		reserved.Headroom = max(c.Drain.Headroom, boundedHeadroom)
 	}
 	if c.NoSRQ {
-		return c.MaxNonSRQConn*c.RecvQueueSize + spare
+		return reserved.CQEntries(c.MaxNonSRQConn * c.RecvQueueSize)
 	}
-	return 2*c.RecvQueueSize + spare
+	return reserved.CQEntries(2 * c.RecvQueueSize)
 }

@@ -1,0 +1,106 @@
+package drain_test
+
+import (
+	"sync/atomic"
+	"testing"
+
+	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/devtest"
+)
+
+// verbCounter is a QP that counts the calls a stated state makes needless.
+type verbCounter struct {
+	ibv.QP
+	calls *atomic.Int32
+}
+
+func (q verbCounter) Query(mask ibv.QPAttrMask) (ibv.QPAttr, ibv.QPInitAttr, error) {
+	q.calls.Add(1)
+	return q.QP.Query(mask)
+}
+
+func (q verbCounter) Modify(attr ibv.QPAttr, mask ibv.QPAttrMask) error {
+	q.calls.Add(1)
+	return q.QP.Modify(attr, mask)
+}
+
+// QPs the caller moved to ERROR and says so are added in one pass with no
+// Query and no Modify, their reports starting from the stated state, and
+// drained as any other; a QP listed twice and a stated state that is not
+// one are refused, naming their QP, and take nothing from the others.
+func TestAddAllStated(t *testing.T) {
+	dev := devtest.Open(t)
+	r := newRig(t, dev, nil, 64)
+	var calls atomic.Int32
+	var qps []ibv.QP
+	for _, qp := range r.pairs(8, false) {
+		if err := qp.Modify(ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState); err != nil {
+			t.Fatal(err)
+		}
+		qps = append(qps, verbCounter{qp, &calls})
+	}
+	rp := drain.NewReaper(r.cq, drain.Options{Headroom: len(qps), DrainTimeout: devtest.Timeout, Queue: queueOf})
+	o := counted
+	o.StateKnown, o.State = true, ibv.QPSErr
+	hs, err := rp.AddAll(append(qps, qps[3]), o)
+	wantErr(t, err, ibv.ErrBusy)
+	if len(hs) != len(qps)+1 || hs[len(qps)] != nil {
+		t.Fatalf("handles %v: want one per QP, none for the QP listed twice", hs)
+	}
+	if _, err := rp.AddAll(qps[:1], drain.AddOptions{StateKnown: true, State: ibv.QPSUnknown}); err == nil {
+		t.Error("a stated state that is no QP state was taken")
+	} else {
+		wantErr(t, err, ibv.ErrInvalidArgument)
+	}
+	pollUntilDone(t, rp, r.cq)
+	for _, rep := range waitAll(t, hs[:len(qps)]) {
+		if s := rep.Steps[0]; s.Kind != drain.StepState || s.From != ibv.QPSErr || s.To != ibv.QPSErr {
+			t.Errorf("first step %v: want the stated ERR -> ERR\n%s", s, rep)
+		}
+	}
+	if n := calls.Load(); n != 0 {
+		t.Errorf("%d Query or Modify calls on QPs stated in ERROR: want none", n)
+	}
+	if st := rp.Stats(); st.Safe != len(qps) || st.Added != len(qps) {
+		t.Errorf("stats %+v: want %d added and safe", st, len(qps))
+	}
+}
+
+// listedQP is a QP wrapper whose value cannot be compared (it holds a
+// slice): the reaper, which tells QPs apart by identity, refuses it with an
+// error instead of panicking on a comparison or a map key.
+type listedQP struct {
+	ibv.QP
+	tags []string
+}
+
+func TestAddRefusesUnidentifiable(t *testing.T) {
+	dev := devtest.Open(t)
+	r := newRig(t, dev, nil, 64)
+	qp := r.pair(true)
+	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout})
+	_, err := rp.Add(listedQP{qp, nil}, drain.AddOptions{})
+	wantErr(t, err, drain.ErrUnsupportedQP)
+	_, err = rp.Add(nil, drain.AddOptions{})
+	wantErr(t, err, ibv.ErrInvalidArgument)
+	if rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventQPLastWQEReached, QP: listedQP{qp, nil}}) {
+		t.Error("an event of a QP that cannot be compared was claimed")
+	}
+	if st := rp.Stats(); st.Added != 0 {
+		t.Errorf("stats %+v: want nothing added", st)
+	}
+}
+
+// The CQ room a reaper needs is the caller's WRs plus its headroom,
+// IPoIB-CM's one spare slot by default.
+func TestCQEntries(t *testing.T) {
+	for _, c := range []struct {
+		o         drain.Options
+		wrs, want int
+	}{{drain.Options{}, 10, 10 + drain.DefaultHeadroom}, {drain.Options{Headroom: 4}, 10, 14}, {drain.Options{Headroom: 4}, 0, 4}} {
+		if got := c.o.CQEntries(c.wrs); got != c.want {
+			t.Errorf("Headroom %d: CQEntries(%d) = %d, want %d", c.o.Headroom, c.wrs, got, c.want)
+		}
+	}
+}

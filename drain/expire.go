@@ -1,0 +1,134 @@
+package drain
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/qpdrain/qpdrain/ibv"
+)
+
+// expire applies the policy to every wait that has run out of time.
+func (r *Reaper) expire(now time.Time) {
+	t := r.at(now)
+	for h := r.provingList.head; h != nil && h.deadline <= t; h = r.provingList.head {
+		r.begin(h, false, now)
+	}
+	for h := r.errorList.head; h != nil && h.deadline <= t; h = r.errorList.head {
+		r.errorList.remove(h)
+		err := fmt.Errorf("qpn %d: %w within %v", h.qpn, ErrNoLastWQE, r.opts.LastWQETimeout)
+		if r.eventsSeen == 0 && r.opts.Events == nil {
+			err = fmt.Errorf("%w: no async event was delivered to the reaper (Options.Events unset, HandleEvent never called)", err)
+		}
+		if r.stall(h, err, now) {
+			// The drain WR still orders everything the QP completed so
+			// far; only the proof that nothing is left is missing.
+			r.ready(h, now)
+		}
+	}
+	for _, l := range [...]*list{&r.flushList, &r.waitList, &r.barrierList} {
+		for h := l.head; h != nil && h.deadline <= t; h = l.head {
+			l.remove(h)
+			if r.stall(h, r.stallErr(h), now) {
+				h.needSend, h.needRecv = false, false
+				h.stage = stageEmptyWait
+				r.emptyWaitList.push(h)
+			}
+		}
+	}
+	r.post(now)
+	r.wakeForDeadline()
+}
+
+// wakeForDeadline ends Run's wait on the completion channel when a wait
+// now runs out before the one Run sleeps until: a drain WR posted with no
+// completion to come (a provider that does not flush it) must still stall
+// on time.
+func (r *Reaper) wakeForDeadline() {
+	if r.wake == nil {
+		return
+	}
+	if next := r.nextDeadline(); !next.IsZero() && (r.wakeAt.IsZero() || next.Before(r.wakeAt)) {
+		r.wake()
+		r.wake = nil
+	}
+}
+
+// stallErr says why a ready QP is still unproven at its deadline.
+func (r *Reaper) stallErr(h *Handle) error {
+	d := r.opts.DrainTimeout
+	switch {
+	case h.sendID != 0:
+		return fmt.Errorf("qpn %d: %w: WR %#x posted on qpn %d, no completion within %v", h.qpn, ErrDrainNotFlushed, h.sendID, h.qpn, d)
+	case h.recvID != 0:
+		return fmt.Errorf("qpn %d: %w: receive drain WR %#x, no completion within %v", h.qpn, ErrDrainNotFlushed, h.recvID, d)
+	case (h.needSend || h.needRecv) && h.full:
+		return fmt.Errorf("qpn %d: %w: %w after every poll for %v", h.qpn, ErrPostDrain, ibv.ErrQueueFull, d)
+	case h.needSend || h.needRecv:
+		return fmt.Errorf("qpn %d: %w within %v: %d drain WRs outstanding, headroom %d", h.qpn, ErrNoHeadroom, d, r.inFlight, r.opts.Headroom)
+	case h.countRecvs && h.recvsLeft > 0:
+		return fmt.Errorf("qpn %d: %w: %d of %d back within %v", h.qpn, ErrRecvsMissing, h.report.Recv.Count, h.report.Recv.Count+h.recvsLeft, d)
+	}
+	return fmt.Errorf("qpn %d: %w: no barrier drain WR posted after Last WQE Reached completed within %v", h.qpn, ErrDrainNotFlushed, d)
+}
+
+// stall records that h's current step ran out of time and applies the
+// policy. It returns true when the drain goes on (DestroyWhenEmpty); the
+// caller, who knows the step, moves h on.
+func (r *Reaper) stall(h *Handle, err error, now time.Time) bool {
+	h.report.Stall = err
+	h.step(Step{At: now, Kind: StepStall, Err: err})
+	r.logf(h, "drain stalled: %v (policy %s)", err, r.opts.Policy)
+	if r.opts.Policy == DestroyWhenEmpty {
+		if !h.stalled {
+			h.stalled, h.stalledAt = true, r.at(now)
+		}
+		return true
+	}
+	if r.quarantine.n >= r.opts.MaxQuarantine {
+		r.finish(h, Failed, fmt.Errorf("%w (%d QPs): %w", ErrQuarantineFull, r.quarantine.n, err), now)
+		return false
+	}
+	// A quarantined QP is kept, not given up: its drain WRs may still
+	// complete, so they keep counting against the headroom until they do.
+	// They are no barrier one can count on any more.
+	if h.sendID&^WRIDMask == r.newest || h.recvID&^WRIDMask == r.newest {
+		r.newest = 0
+	}
+	h.stage = stageQuarantine
+	r.quarantine.push(h)
+	r.stats.Quarantined++
+	r.stats.Pending--
+	r.conclude(h, Quarantined, fmt.Errorf("%w: %w", ErrQuarantined, err), now)
+	return false
+}
+
+// giveUp hands h's drain WRs over with h to the caller, who may destroy
+// it: they count against the headroom until they complete or a poll after
+// now finds the CQ empty, after which no completion of theirs can sit in
+// it or come from a destroyed QP.
+func (r *Reaper) giveUp(h *Handle, now time.Time) {
+	for _, id := range [...]uint64{h.sendID, h.recvID} {
+		if id != 0 {
+			if id&^WRIDMask == r.newest {
+				r.newest = 0
+			}
+			r.orphans = append(r.orphans, orphan{id: id, at: r.at(now)})
+		}
+	}
+	h.sendID, h.recvID = 0, 0
+}
+
+// nextDeadline is the earliest time a wait runs out, or zero if nothing
+// waits.
+func (r *Reaper) nextDeadline() time.Time {
+	d := time.Duration(-1)
+	for _, l := range [...]*list{&r.provingList, &r.errorList, &r.flushList, &r.waitList, &r.barrierList} {
+		if h := l.head; h != nil && (d < 0 || h.deadline < d) {
+			d = h.deadline
+		}
+	}
+	if d < 0 {
+		return time.Time{}
+	}
+	return r.epoch.Add(d)
+}

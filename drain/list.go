@@ -1,0 +1,83 @@
+package drain
+
+// stage is where a QP is in its drain; each stage but the transient ones is
+// one of the reaper's lists, named after ipoib_cm.c's where they match.
+type stage uint8
+
+const (
+	stageAdding     stage = iota // being moved to ERROR, on no list yet
+	stageProving                 // provingList: counting receives, waiting for the CQ to be past the number's earlier QPs
+	stageError                   // errorList: waiting for Last WQE Reached
+	stageFlush                   // flushList: ready, a drain WR still to post (headroom, a full queue)
+	stageWait                    // waitList: drain WRs posted, or receives counted, awaited
+	stageBarrier                 // barrierList: only the SRQ side open, waiting for a barrier completion
+	stageEmptyWait               // emptyWaitList: stalled, waiting for an empty poll
+	stageQuarantine              // quarantine: stalled, kept
+	stageDone                    // outcome reached, forgotten by the reaper
+)
+
+// list is an intrusive list of handles ordered by deadline, so moving a QP
+// between lists costs no allocation, removal is O(1), and the first entry
+// is the next to time out.
+type list struct {
+	head, tail *Handle
+	n          int
+	of         stage // the stage this list holds
+}
+
+// push inserts h in deadline order, searching from the tail: QPs usually
+// arrive in the order they time out.
+func (l *list) push(h *Handle) {
+	at := l.tail
+	for at != nil && at.deadline > h.deadline {
+		at = at.prev
+	}
+	h.on, h.prev = l.of, at
+	if at == nil {
+		h.next, l.head = l.head, h
+	} else {
+		h.next, at.next = at.next, h
+	}
+	if h.next != nil {
+		h.next.prev = h
+	} else {
+		l.tail = h
+	}
+	l.n++
+}
+
+func (l *list) remove(h *Handle) {
+	if h.prev != nil {
+		h.prev.next = h.next
+	} else {
+		l.head = h.next
+	}
+	if h.next != nil {
+		h.next.prev = h.prev
+	} else {
+		l.tail = h.prev
+	}
+	h.on, h.prev, h.next = stageAdding, nil, nil
+	l.n--
+}
+
+// listOf is the list of stage s, nil for a stage that has none.
+func (r *Reaper) listOf(s stage) *list {
+	switch s {
+	case stageProving:
+		return &r.provingList
+	case stageError:
+		return &r.errorList
+	case stageFlush:
+		return &r.flushList
+	case stageWait:
+		return &r.waitList
+	case stageBarrier:
+		return &r.barrierList
+	case stageEmptyWait:
+		return &r.emptyWaitList
+	case stageQuarantine:
+		return &r.quarantine
+	}
+	return nil
+}

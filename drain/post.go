@@ -1,0 +1,135 @@
+package drain
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/qpdrain/qpdrain/ibv"
+)
+
+func (r *Reaper) nextID() uint64 {
+	r.seq = drainSeq.Add(1)
+	return WRIDTag | r.seq&^WRIDMask
+}
+
+// track counts a posted drain WR against the headroom.
+func (r *Reaper) track(h *Handle, id uint64) {
+	r.wrs[id] = h
+	r.inFlight++
+	r.newest = id &^ WRIDMask
+	r.stats.MaxInFlight = max(r.stats.MaxInFlight, r.inFlight)
+}
+
+// post posts the drain WRs the flush list waits for, oldest QP first, as
+// far as the headroom allows, then a barrier for the SRQ sides waiting on
+// one if no drain WR posted after them is outstanding. It posts under r.mu
+// so that a WR's completion, which a synchronous provider may produce
+// inside the post, cannot be handed to HandleWC before the reaper knows
+// the WR.
+func (r *Reaper) post(now time.Time) {
+	if r.cqErr != nil || r.shut {
+		return
+	}
+	for h := r.flushList.head; h != nil && r.inFlight < r.opts.Headroom; {
+		next := h.next
+		if !h.full || h.retryGen != r.pollGen {
+			r.postFor(h, now)
+		}
+		h = next
+	}
+	t := r.barrierList.tail
+	if t == nil || r.newest > t.barrierAfter {
+		return
+	}
+	for c := r.barrierList.head; c != nil && r.inFlight < r.opts.Headroom; {
+		next := c.next
+		id := r.nextID()
+		if err := c.qp.PostSend(r.drainSend(id)); err != nil {
+			// Its send queue was stated empty: the QP cannot carry it.
+			r.finish(c, Failed, fmt.Errorf("posting a barrier drain WR on qpn %d: %w: %w", c.qpn, ErrPostDrain, err), now)
+			c = next
+			continue
+		}
+		c.sendID = id
+		r.track(c, id)
+		r.stats.DrainWRs++
+		c.step(Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: c.qpn, Count: r.barrierList.n})
+		return
+	}
+}
+
+// drainSend is the WR list of a send drain WR with id.
+func (r *Reaper) drainSend(id uint64) []ibv.SendWR {
+	r.sendWR[0] = ibv.SendWR{ID: id, Opcode: ibv.WRSend, Flags: ibv.SendSignaled}
+	return r.sendWR[:]
+}
+
+// drainRecv is the WR list of a receive drain WR with id.
+func (r *Reaper) drainRecv(id uint64) []ibv.RecvWR {
+	r.recvWR[0] = ibv.RecvWR{ID: id}
+	return r.recvWR[:]
+}
+
+// postFor posts h's missing drain WRs, receive first: a provider that
+// flushes a receive posted in ERROR only when a later post reaches the QP
+// (rxe on Linux 6.12, docs/PROVIDERS.md) gets the send drain WR as that
+// post.
+func (r *Reaper) postFor(h *Handle, now time.Time) {
+	if h.needRecv && r.inFlight < r.opts.Headroom {
+		id := r.nextID()
+		if !r.posted(h, id, h.qp.PostRecv(r.drainRecv(id)), "receive drain WR", now) {
+			return
+		}
+		h.needRecv, h.recvID = false, id
+		r.track(h, id)
+		r.stats.RecvDrainWRs++
+		h.step(Step{At: now, Kind: StepRecvDrainPosted, WRID: id})
+	}
+	if h.needSend && r.inFlight < r.opts.Headroom {
+		id := r.nextID()
+		if !r.posted(h, id, h.qp.PostSend(r.drainSend(id)), "drain WR", now) {
+			return
+		}
+		h.needSend, h.sendID = false, id
+		r.track(h, id)
+		r.stats.DrainWRs++
+		h.step(Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: h.qpn, Count: 1})
+	}
+	if !h.needSend && !h.needRecv {
+		r.flushList.remove(h)
+		r.place(h, now)
+	}
+}
+
+// posted handles a post's error: a full queue waits for the next poll,
+// which may free a slot (a provider may return send slots only when their
+// completions are polled); anything else fails the drain. It reports
+// whether the WR was posted.
+func (r *Reaper) posted(h *Handle, id uint64, err error, what string, now time.Time) bool {
+	switch {
+	case err == nil:
+		h.full = false
+		return true
+	case errors.Is(err, ibv.ErrQueueFull):
+		if !h.full {
+			r.stats.PostRetries++
+			h.step(Step{At: now, Kind: StepPostRetry, WRID: id})
+		}
+		h.full, h.retryGen = true, r.pollGen
+		return false
+	}
+	r.finish(h, Failed, fmt.Errorf("posting the %s on qpn %d: %w: %w", what, h.qpn, ErrPostDrain, err), now)
+	return false
+}
+
+// untrack stops counting a drain WR against the headroom.
+func (r *Reaper) untrack(id uint64) {
+	if _, ok := r.wrs[id]; ok {
+		delete(r.wrs, id)
+		r.inFlight--
+		if id&^WRIDMask == r.newest {
+			r.newest = 0
+		}
+	}
+}
