@@ -31,6 +31,9 @@ import (
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/rcsetup"
 	"github.com/qpdrain/qpdrain/soft"
+
+	// A libibverbs device name reaches a real device through ibv.Open.
+	_ "github.com/qpdrain/qpdrain/libibverbs"
 )
 
 // EnvDevice is the environment variable that selects the test device.

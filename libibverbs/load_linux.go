@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package ibv
+package libibverbs
 
 /*
 #include <stdlib.h>
@@ -9,6 +9,7 @@ package ibv
 import "C"
 
 import (
+	"github.com/qpdrain/qpdrain/ibv"
 	"sync"
 	"unsafe"
 )
@@ -31,7 +32,7 @@ func loadFrom(lib string) error {
 	defer C.free(unsafe.Pointer(clib))
 	var what, why *C.char
 	if C.qpd_load(clib, &what, &why) != 0 {
-		e := &LoadError{Library: lib, Reason: C.GoString(why)}
+		e := &ibv.LoadError{Library: lib, Reason: C.GoString(why)}
 		if w := C.GoString(what); w != lib {
 			e.Symbol = w
 		}

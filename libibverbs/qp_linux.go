@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package ibv
+package libibverbs
 
 /*
 #include "verbs_linux.h"
@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"fmt"
+	"github.com/qpdrain/qpdrain/ibv"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -17,8 +18,8 @@ import (
 )
 
 var (
-	_ QP  = (*verbsQP)(nil)
-	_ SRQ = (*verbsSRQ)(nil)
+	_ ibv.QP  = (*verbsQP)(nil)
+	_ ibv.SRQ = (*verbsSRQ)(nil)
 )
 
 // postBuf is C memory reused for every post on one queue. Go writes the
@@ -44,13 +45,13 @@ func (b *postBuf) free() {
 }
 
 // sgeCount is the number of SGEs a batch of WRs needs.
-func sgeCount[W SendWR | RecvWR](wrs []W) int {
+func sgeCount[W ibv.SendWR | ibv.RecvWR](wrs []W) int {
 	n := 0
 	for i := range wrs {
 		switch w := any(&wrs[i]).(type) {
-		case *SendWR:
+		case *ibv.SendWR:
 			n += len(w.SGL)
-		case *RecvWR:
+		case *ibv.RecvWR:
 			n += len(w.SGL)
 		}
 	}
@@ -58,7 +59,7 @@ func sgeCount[W SendWR | RecvWR](wrs []W) int {
 }
 
 // fillSGEs copies sgl into the C SGE array starting at sges.
-func fillSGEs(sges []C.struct_ibv_sge, sgl []SGE) []C.struct_ibv_sge {
+func fillSGEs(sges []C.struct_ibv_sge, sgl []ibv.SGE) []C.struct_ibv_sge {
 	for i, s := range sgl {
 		sges[i] = C.struct_ibv_sge{addr: C.uint64_t(s.Addr), length: C.uint32_t(s.Length), lkey: C.uint32_t(s.LKey)}
 	}
@@ -68,18 +69,18 @@ func fillSGEs(sges []C.struct_ibv_sge, sgl []SGE) []C.struct_ibv_sge {
 // postSend writes wrs into the buffer and posts them on qp. As a provider
 // does with a WR it rejects (bad_wr), a WR the binding cannot express ends
 // the batch: the WRs before it are posted, and the error names it.
-func (b *postBuf) postSend(qp *C.struct_ibv_qp, wrs []SendWR) error {
+func (b *postBuf) postSend(qp *C.struct_ibv_qp, wrs []ibv.SendWR) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	nsge := sgeCount(wrs)
 	if rc := C.qpd_postbuf_reserve(b.buf, C.int(len(wrs)), C.int(nsge), 1); rc != 0 {
-		return &PostError{Index: 0, Err: rcErr(rc)}
+		return &ibv.PostError{Index: 0, Err: rcErr(rc)}
 	}
 	in := unsafe.Slice((*C.struct_qpd_send)(b.buf.in), len(wrs))
 	sges := unsafe.Slice(b.buf.sge, nsge)
 	for i := range wrs {
 		w := &wrs[i]
-		if w.Opcode == WRBindMW || w.Opcode == WRTSO {
+		if w.Opcode == ibv.WRBindMW || w.Opcode == ibv.WRTSO {
 			// SendWR has no memory window or TSO header fields.
 			return b.postPrefix(qp, i, w.Opcode)
 		}
@@ -98,7 +99,7 @@ func (b *postBuf) postSend(qp *C.struct_ibv_qp, wrs []SendWR) error {
 	}
 	var bad C.int
 	if rc := C.qpd_post_send(qp, b.buf, C.int(len(wrs)), &bad); rc != 0 {
-		return &PostError{Index: int(bad), Err: rcErr(rc, ErrQueueFull)}
+		return &ibv.PostError{Index: int(bad), Err: rcErr(rc, ibv.ErrQueueFull)}
 	}
 	return nil
 }
@@ -106,24 +107,24 @@ func (b *postBuf) postSend(qp *C.struct_ibv_qp, wrs []SendWR) error {
 // postPrefix posts the n WRs already in the buffer, those before WR n,
 // whose opcode op the binding cannot post, and reports WR n. It is out of
 // postSend's loop so the common path stays as tight as it was.
-func (b *postBuf) postPrefix(qp *C.struct_ibv_qp, n int, op WROpcode) error {
+func (b *postBuf) postPrefix(qp *C.struct_ibv_qp, n int, op ibv.WROpcode) error {
 	if n > 0 {
 		var bad C.int
 		if rc := C.qpd_post_send(qp, b.buf, C.int(n), &bad); rc != 0 {
-			return &PostError{Index: int(bad), Err: rcErr(rc, ErrQueueFull)}
+			return &ibv.PostError{Index: int(bad), Err: rcErr(rc, ibv.ErrQueueFull)}
 		}
 	}
-	return &PostError{Index: n, Err: fmt.Errorf("opcode %s: %w", op, ErrNotSupported)}
+	return &ibv.PostError{Index: n, Err: fmt.Errorf("opcode %s: %w", op, ibv.ErrNotSupported)}
 }
 
 // postRecv writes wrs into the buffer and posts them on qp or, when qp is
 // nil, on srq.
-func (b *postBuf) postRecv(qp *C.struct_ibv_qp, srq *C.struct_ibv_srq, wrs []RecvWR) error {
+func (b *postBuf) postRecv(qp *C.struct_ibv_qp, srq *C.struct_ibv_srq, wrs []ibv.RecvWR) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	nsge := sgeCount(wrs)
 	if rc := C.qpd_postbuf_reserve(b.buf, C.int(len(wrs)), C.int(nsge), 0); rc != 0 {
-		return &PostError{Index: 0, Err: rcErr(rc)}
+		return &ibv.PostError{Index: 0, Err: rcErr(rc)}
 	}
 	in := unsafe.Slice((*C.struct_qpd_recv)(b.buf.in), len(wrs))
 	sges := unsafe.Slice(b.buf.sge, nsge)
@@ -133,7 +134,7 @@ func (b *postBuf) postRecv(qp *C.struct_ibv_qp, srq *C.struct_ibv_srq, wrs []Rec
 	}
 	var bad C.int
 	if rc := C.qpd_post_recv(qp, srq, b.buf, C.int(len(wrs)), &bad); rc != 0 {
-		return &PostError{Index: int(bad), Err: rcErr(rc, ErrQueueFull)}
+		return &ibv.PostError{Index: int(bad), Err: rcErr(rc, ibv.ErrQueueFull)}
 	}
 	return nil
 }
@@ -148,7 +149,7 @@ type verbsSRQ struct {
 	trace  *objtrace.Record
 }
 
-func newSRQ(p *verbsPD, attr SRQAttr) (*verbsSRQ, error) {
+func newSRQ(p *verbsPD, attr ibv.SRQAttr) (*verbsSRQ, error) {
 	post, err := newPostBuf()
 	if err != nil {
 		return nil, fmt.Errorf("creating SRQ: %w", err)
@@ -164,7 +165,7 @@ func newSRQ(p *verbsPD, attr SRQAttr) (*verbsSRQ, error) {
 	if srq == nil {
 		p.ctx.objs.remove(s.handle)
 		post.free()
-		return nil, fmt.Errorf("creating SRQ of %d WRs: %w", attr.MaxWR, cErr(err, ErrResourceLimit))
+		return nil, fmt.Errorf("creating SRQ of %d WRs: %w", attr.MaxWR, cErr(err, ibv.ErrResourceLimit))
 	}
 	s.srq = srq
 	p.life.users.Add(1)
@@ -172,7 +173,7 @@ func newSRQ(p *verbsPD, attr SRQAttr) (*verbsSRQ, error) {
 	return s, nil
 }
 
-func (s *verbsSRQ) PostRecv(wrs []RecvWR) error {
+func (s *verbsSRQ) PostRecv(wrs []ibv.RecvWR) error {
 	if err := s.life.enter(); err != nil {
 		return err
 	}
@@ -183,19 +184,19 @@ func (s *verbsSRQ) PostRecv(wrs []RecvWR) error {
 	return s.post.postRecv(nil, s.srq, wrs)
 }
 
-func (s *verbsSRQ) Query() (SRQAttr, error) {
+func (s *verbsSRQ) Query() (ibv.SRQAttr, error) {
 	if err := s.life.enter(); err != nil {
-		return SRQAttr{}, err
+		return ibv.SRQAttr{}, err
 	}
 	defer s.life.exit()
 	var a C.struct_ibv_srq_attr
 	if rc := C.qpd_ibv_query_srq(s.srq, &a); rc != 0 {
-		return SRQAttr{}, fmt.Errorf("querying SRQ: %w", rcErr(rc))
+		return ibv.SRQAttr{}, fmt.Errorf("querying SRQ: %w", rcErr(rc))
 	}
-	return SRQAttr{MaxWR: uint32(a.max_wr), MaxSGE: uint32(a.max_sge), SRQLimit: uint32(a.srq_limit)}, nil
+	return ibv.SRQAttr{MaxWR: uint32(a.max_wr), MaxSGE: uint32(a.max_sge), SRQLimit: uint32(a.srq_limit)}, nil
 }
 
-func (s *verbsSRQ) Modify(attr SRQAttr, mask SRQAttrMask) error {
+func (s *verbsSRQ) Modify(attr ibv.SRQAttr, mask ibv.SRQAttrMask) error {
 	if err := s.life.enter(); err != nil {
 		return err
 	}
@@ -212,20 +213,14 @@ func (s *verbsSRQ) Modify(attr SRQAttr, mask SRQAttrMask) error {
 }
 
 func (s *verbsSRQ) Close() error {
-	done, err := s.life.beginClose("SRQ")
-	if done || err != nil {
-		return err
-	}
-	defer s.life.mu.Unlock()
-	if rc := C.qpd_ibv_destroy_srq(s.srq); rc != 0 {
-		return fmt.Errorf("destroying SRQ: %w", rcErr(rc))
-	}
-	s.life.closed = true
-	s.pd.ctx.objs.remove(s.handle)
-	s.post.free()
-	s.pd.life.users.Add(-1)
-	s.trace.Release()
-	return nil
+	return s.life.close("SRQ", s.trace, func() error {
+		if rc := C.qpd_ibv_destroy_srq(s.srq); rc != 0 {
+			return fmt.Errorf("destroying SRQ: %w", rcErr(rc))
+		}
+		s.pd.ctx.objs.remove(s.handle)
+		s.post.free()
+		return nil
+	}, &s.pd.life)
 }
 
 // verbsQP is a queue pair. It keeps its PD, CQs and SRQ open until Close.
@@ -234,7 +229,7 @@ type verbsQP struct {
 	pd       *verbsPD
 	qp       *C.struct_ibv_qp
 	num      uint32
-	typ      QPType
+	typ      ibv.QPType
 	sendCQ   *verbsCQ
 	recvCQ   *verbsCQ
 	srq      *verbsSRQ
@@ -259,18 +254,18 @@ func (q *verbsQP) users() []*lifecycle {
 	return l
 }
 
-func newQP(p *verbsPD, attr QPInitAttr) (*verbsQP, error) {
+func newQP(p *verbsPD, attr ibv.QPInitAttr) (*verbsQP, error) {
 	q := &verbsQP{pd: p, typ: attr.Type, sigAll: attr.SigAll}
 	var ok bool
 	if q.sendCQ, ok = attr.SendCQ.(*verbsCQ); !ok || q.sendCQ == nil || q.sendCQ.ctx != p.ctx {
-		return nil, fmt.Errorf("creating QP: send CQ missing or of another device: %w", ErrInvalidArgument)
+		return nil, fmt.Errorf("creating QP: send CQ missing or of another device: %w", ibv.ErrInvalidArgument)
 	}
 	if q.recvCQ, ok = attr.RecvCQ.(*verbsCQ); !ok || q.recvCQ == nil || q.recvCQ.ctx != p.ctx {
-		return nil, fmt.Errorf("creating QP: receive CQ missing or of another device: %w", ErrInvalidArgument)
+		return nil, fmt.Errorf("creating QP: receive CQ missing or of another device: %w", ibv.ErrInvalidArgument)
 	}
 	if attr.SRQ != nil {
 		if q.srq, ok = attr.SRQ.(*verbsSRQ); !ok || q.srq == nil || q.srq.pd.ctx != p.ctx {
-			return nil, fmt.Errorf("creating QP: SRQ of another device: %w", ErrInvalidArgument)
+			return nil, fmt.Errorf("creating QP: SRQ of another device: %w", ibv.ErrInvalidArgument)
 		}
 	}
 	// Hold the CQs and SRQ open while the QP is created.
@@ -319,7 +314,7 @@ func newQP(p *verbsPD, attr QPInitAttr) (*verbsQP, error) {
 		p.ctx.objs.remove(q.handle)
 		q.sendPost.free()
 		q.recvPost.free()
-		return nil, fmt.Errorf("creating %s QP: %w", attr.Type, cErr(err, ErrResourceLimit))
+		return nil, fmt.Errorf("creating %s QP: %w", attr.Type, cErr(err, ibv.ErrResourceLimit))
 	}
 	q.setQP(unsafe.Pointer(qp))
 	p.life.users.Add(1)
@@ -332,25 +327,25 @@ func newQP(p *verbsPD, attr QPInitAttr) (*verbsQP, error) {
 
 // setQP gives q its struct ibv_qp. It takes an unsafe.Pointer so the
 // benchmark of the binding's own cost can give it a QP of a fake provider
-// (ibv/internal/cverbs).
+// (internal/testing/cverbs).
 func (q *verbsQP) setQP(qp unsafe.Pointer) {
 	q.qp = (*C.struct_ibv_qp)(qp)
 	q.num = uint32(q.qp.qp_num)
 }
 
-func (q *verbsQP) Num() uint32  { return q.num }
-func (q *verbsQP) Type() QPType { return q.typ }
-func (q *verbsQP) SendCQ() CQ   { return q.sendCQ }
-func (q *verbsQP) RecvCQ() CQ   { return q.recvCQ }
+func (q *verbsQP) Num() uint32      { return q.num }
+func (q *verbsQP) Type() ibv.QPType { return q.typ }
+func (q *verbsQP) SendCQ() ibv.CQ   { return q.sendCQ }
+func (q *verbsQP) RecvCQ() ibv.CQ   { return q.recvCQ }
 
-func (q *verbsQP) SRQ() SRQ {
+func (q *verbsQP) SRQ() ibv.SRQ {
 	if q.srq == nil {
 		return nil // a typed nil would not compare equal to nil
 	}
 	return q.srq
 }
 
-func (q *verbsQP) Modify(attr QPAttr, mask QPAttrMask) error {
+func (q *verbsQP) Modify(attr ibv.QPAttr, mask ibv.QPAttrMask) error {
 	if err := q.life.enter(); err != nil {
 		return err
 	}
@@ -362,17 +357,17 @@ func (q *verbsQP) Modify(attr QPAttr, mask QPAttrMask) error {
 	return nil
 }
 
-func (q *verbsQP) Query(mask QPAttrMask) (QPAttr, QPInitAttr, error) {
+func (q *verbsQP) Query(mask ibv.QPAttrMask) (ibv.QPAttr, ibv.QPInitAttr, error) {
 	if err := q.life.enter(); err != nil {
-		return QPAttr{}, QPInitAttr{}, err
+		return ibv.QPAttr{}, ibv.QPInitAttr{}, err
 	}
 	defer q.life.exit()
 	var a C.struct_ibv_qp_attr
 	var init C.struct_ibv_qp_init_attr
 	if rc := C.qpd_ibv_query_qp(q.qp, &a, C.int(mask), &init); rc != 0 {
-		return QPAttr{}, QPInitAttr{}, fmt.Errorf("querying QP %d: %w", q.num, rcErr(rc))
+		return ibv.QPAttr{}, ibv.QPInitAttr{}, fmt.Errorf("querying QP %d: %w", q.num, rcErr(rc))
 	}
-	ia := QPInitAttr{
+	ia := ibv.QPInitAttr{
 		SendCQ: q.sendCQ,
 		RecvCQ: q.recvCQ,
 		SRQ:    q.SRQ(),
@@ -383,7 +378,7 @@ func (q *verbsQP) Query(mask QPAttrMask) (QPAttr, QPInitAttr, error) {
 	return qpAttrFromC(&a), ia, nil
 }
 
-func (q *verbsQP) PostSend(wrs []SendWR) error {
+func (q *verbsQP) PostSend(wrs []ibv.SendWR) error {
 	if err := q.life.enter(); err != nil {
 		return err
 	}
@@ -394,13 +389,13 @@ func (q *verbsQP) PostSend(wrs []SendWR) error {
 	return q.sendPost.postSend(q.qp, wrs)
 }
 
-func (q *verbsQP) PostRecv(wrs []RecvWR) error {
+func (q *verbsQP) PostRecv(wrs []ibv.RecvWR) error {
 	if err := q.life.enter(); err != nil {
 		return err
 	}
 	defer q.life.exit()
 	if q.srq != nil {
-		return &PostError{Index: 0, Err: fmt.Errorf("QP %d receives from an SRQ: %w", q.num, ErrInvalidArgument)}
+		return &ibv.PostError{Index: 0, Err: fmt.Errorf("QP %d receives from an SRQ: %w", q.num, ibv.ErrInvalidArgument)}
 	}
 	if len(wrs) == 0 {
 		return nil
@@ -409,28 +404,19 @@ func (q *verbsQP) PostRecv(wrs []RecvWR) error {
 }
 
 func (q *verbsQP) Close() error {
-	done, err := q.life.beginClose(fmt.Sprintf("QP %d", q.num))
-	if done || err != nil {
-		return err
-	}
-	defer q.life.mu.Unlock()
-	if rc := C.qpd_ibv_destroy_qp(q.qp); rc != 0 {
-		return fmt.Errorf("destroying QP %d: %w", q.num, rcErr(rc))
-	}
-	q.life.closed = true
-	q.pd.ctx.objs.remove(q.handle)
-	q.sendPost.free()
-	q.recvPost.free()
-	for _, l := range q.users() {
-		l.users.Add(-1)
-	}
-	q.pd.life.users.Add(-1)
-	q.trace.Release()
-	return nil
+	return q.life.close(fmt.Sprintf("QP %d", q.num), q.trace, func() error {
+		if rc := C.qpd_ibv_destroy_qp(q.qp); rc != 0 {
+			return fmt.Errorf("destroying QP %d: %w", q.num, rcErr(rc))
+		}
+		q.pd.ctx.objs.remove(q.handle)
+		q.sendPost.free()
+		q.recvPost.free()
+		return nil
+	}, append(q.users(), &q.pd.life)...)
 }
 
-func qpCapFromC(c C.struct_ibv_qp_cap) QPCap {
-	return QPCap{
+func qpCapFromC(c C.struct_ibv_qp_cap) ibv.QPCap {
+	return ibv.QPCap{
 		MaxSendWR:     uint32(c.max_send_wr),
 		MaxRecvWR:     uint32(c.max_recv_wr),
 		MaxSendSGE:    uint32(c.max_send_sge),
@@ -446,7 +432,7 @@ func boolToU8(b bool) C.uint8_t {
 	return 0
 }
 
-func qpAttrToC(a QPAttr) C.struct_ibv_qp_attr {
+func qpAttrToC(a ibv.QPAttr) C.struct_ibv_qp_attr {
 	return C.struct_ibv_qp_attr{
 		qp_state:        C.enum_ibv_qp_state(a.State),
 		cur_qp_state:    C.enum_ibv_qp_state(a.CurState),
@@ -490,20 +476,20 @@ func qpAttrToC(a QPAttr) C.struct_ibv_qp_attr {
 	}
 }
 
-func qpAttrFromC(a *C.struct_ibv_qp_attr) QPAttr {
-	return QPAttr{
-		State:       QPState(a.qp_state),
-		CurState:    QPState(a.cur_qp_state),
-		PathMTU:     MTU(a.path_mtu),
+func qpAttrFromC(a *C.struct_ibv_qp_attr) ibv.QPAttr {
+	return ibv.QPAttr{
+		State:       ibv.QPState(a.qp_state),
+		CurState:    ibv.QPState(a.cur_qp_state),
+		PathMTU:     ibv.MTU(a.path_mtu),
 		QKey:        uint32(a.qkey),
 		RQPSN:       uint32(a.rq_psn),
 		SQPSN:       uint32(a.sq_psn),
 		DestQPNum:   uint32(a.dest_qp_num),
-		AccessFlags: AccessFlags(a.qp_access_flags),
+		AccessFlags: ibv.AccessFlags(a.qp_access_flags),
 		Cap:         qpCapFromC(a.cap),
-		AH: AHAttr{
-			GRH: GlobalRoute{
-				DGID:         GID(a.ah_attr.grh.dgid),
+		AH: ibv.AHAttr{
+			GRH: ibv.GlobalRoute{
+				DGID:         ibv.GID(a.ah_attr.grh.dgid),
 				FlowLabel:    uint32(a.ah_attr.grh.flow_label),
 				SGIDIndex:    uint8(a.ah_attr.grh.sgid_index),
 				HopLimit:     uint8(a.ah_attr.grh.hop_limit),

@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package ibv
+package libibverbs
 
 import (
 	"testing"

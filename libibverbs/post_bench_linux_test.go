@@ -1,12 +1,13 @@
 //go:build linux && cgo
 
-package ibv
+package libibverbs
 
 import (
 	"fmt"
+	"github.com/qpdrain/qpdrain/ibv"
 	"testing"
 
-	"github.com/qpdrain/qpdrain/ibv/internal/cverbs"
+	"github.com/qpdrain/qpdrain/internal/testing/cverbs"
 )
 
 // BenchmarkPostFakeQP is the binding's own cost of QP.PostSend and
@@ -27,12 +28,12 @@ func BenchmarkPostFakeQP(b *testing.B) {
 	}
 	defer q.recvPost.free()
 	for _, batch := range []int{1, 16} {
-		sends := make([]SendWR, batch)
-		recvs := make([]RecvWR, batch)
+		sends := make([]ibv.SendWR, batch)
+		recvs := make([]ibv.RecvWR, batch)
 		for i := range sends {
-			sgl := []SGE{{Addr: 0x1000, Length: 64, LKey: 1}}
-			sends[i] = SendWR{ID: uint64(i), Opcode: WRSend, Flags: SendSignaled, SGL: sgl}
-			recvs[i] = RecvWR{ID: uint64(i), SGL: sgl}
+			sgl := []ibv.SGE{{Addr: 0x1000, Length: 64, LKey: 1}}
+			sends[i] = ibv.SendWR{ID: uint64(i), Opcode: ibv.WRSend, Flags: ibv.SendSignaled, SGL: sgl}
+			recvs[i] = ibv.RecvWR{ID: uint64(i), SGL: sgl}
 		}
 		b.Run(fmt.Sprintf("send/batch=%d", batch), func(b *testing.B) {
 			for b.Loop() {

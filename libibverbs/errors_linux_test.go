@@ -1,9 +1,10 @@
 //go:build linux && cgo
 
-package ibv
+package libibverbs
 
 import (
 	"errors"
+	"github.com/qpdrain/qpdrain/ibv"
 	"syscall"
 	"testing"
 )
@@ -14,14 +15,14 @@ func TestErrnoErr(t *testing.T) {
 		sentinels []error
 		want      error
 	}{
-		{syscall.EINVAL, nil, ErrInvalidArgument},
-		{syscall.EBUSY, nil, ErrBusy},
-		{syscall.EOPNOTSUPP, nil, ErrNotSupported},
-		{syscall.ENODEV, nil, ErrNoDevice},
-		{syscall.ENOMEM, []error{ErrQueueFull}, ErrQueueFull},
-		{syscall.ENOMEM, []error{ErrResourceLimit}, ErrResourceLimit},
+		{syscall.EINVAL, nil, ibv.ErrInvalidArgument},
+		{syscall.EBUSY, nil, ibv.ErrBusy},
+		{syscall.EOPNOTSUPP, nil, ibv.ErrNotSupported},
+		{syscall.ENODEV, nil, ibv.ErrNoDevice},
+		{syscall.ENOMEM, []error{ibv.ErrQueueFull}, ibv.ErrQueueFull},
+		{syscall.ENOMEM, []error{ibv.ErrResourceLimit}, ibv.ErrResourceLimit},
 		{syscall.ENOMEM, nil, syscall.ENOMEM},
-		{syscall.EIO, []error{ErrQueueFull}, syscall.EIO},
+		{syscall.EIO, []error{ibv.ErrQueueFull}, syscall.EIO},
 	} {
 		err := errnoErr(tc.errno, tc.sentinels...)
 		if err != tc.want || !errors.Is(err, tc.errno) {
@@ -37,7 +38,7 @@ func TestErrnoErr(t *testing.T) {
 // the machine has RDMA (the name is unknown) or not (no device at all);
 // without libibverbs it is Load's error.
 func TestOpenMissing(t *testing.T) {
-	want := ErrNoDevice
+	want := ibv.ErrNoDevice
 	if err := Load(); err != nil {
 		want = err
 	}

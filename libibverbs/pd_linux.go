@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package ibv
+package libibverbs
 
 /*
 #include "verbs_linux.h"
@@ -9,14 +9,15 @@ import "C"
 
 import (
 	"fmt"
+	"github.com/qpdrain/qpdrain/ibv"
 	"unsafe"
 
 	"github.com/qpdrain/qpdrain/internal/objtrace"
 )
 
 var (
-	_ PD = (*verbsPD)(nil)
-	_ MR = (*verbsMR)(nil)
+	_ ibv.PD = (*verbsPD)(nil)
+	_ ibv.MR = (*verbsMR)(nil)
 )
 
 // verbsPD is a protection domain; its users are its MRs, QPs and SRQs.
@@ -27,19 +28,19 @@ type verbsPD struct {
 	trace *objtrace.Record
 }
 
-func (p *verbsPD) Context() Context { return p.ctx }
+func (p *verbsPD) Context() ibv.Context { return p.ctx }
 
-func (p *verbsPD) RegMR(buf []byte, access AccessFlags) (MR, error) {
+func (p *verbsPD) RegMR(buf []byte, access ibv.AccessFlags) (ibv.MR, error) {
 	if err := p.life.enter(); err != nil {
 		return nil, err
 	}
 	defer p.life.exit()
 	if len(buf) == 0 {
-		return nil, fmt.Errorf("registering MR of 0 bytes: %w", ErrInvalidArgument)
+		return nil, fmt.Errorf("registering MR of 0 bytes: %w", ibv.ErrInvalidArgument)
 	}
 	mr, err := C.qpd_reg_mr(p.pd, unsafe.Pointer(&buf[0]), C.size_t(len(buf)), C.int(access))
 	if mr == nil {
-		return nil, fmt.Errorf("registering MR of %d bytes: %w", len(buf), cErr(err, ErrResourceLimit))
+		return nil, fmt.Errorf("registering MR of %d bytes: %w", len(buf), cErr(err, ibv.ErrResourceLimit))
 	}
 	p.life.users.Add(1)
 	m := &verbsMR{pd: p, mr: mr, buf: buf, lkey: uint32(mr.lkey), rkey: uint32(mr.rkey), addr: uint64(uintptr(mr.addr))}
@@ -47,7 +48,7 @@ func (p *verbsPD) RegMR(buf []byte, access AccessFlags) (MR, error) {
 	return m, nil
 }
 
-func (p *verbsPD) CreateQP(attr QPInitAttr) (QP, error) {
+func (p *verbsPD) CreateQP(attr ibv.QPInitAttr) (ibv.QP, error) {
 	if err := p.life.enter(); err != nil {
 		return nil, err
 	}
@@ -55,7 +56,7 @@ func (p *verbsPD) CreateQP(attr QPInitAttr) (QP, error) {
 	return newQP(p, attr)
 }
 
-func (p *verbsPD) CreateSRQ(attr SRQAttr) (SRQ, error) {
+func (p *verbsPD) CreateSRQ(attr ibv.SRQAttr) (ibv.SRQ, error) {
 	if err := p.life.enter(); err != nil {
 		return nil, err
 	}
@@ -64,18 +65,12 @@ func (p *verbsPD) CreateSRQ(attr SRQAttr) (SRQ, error) {
 }
 
 func (p *verbsPD) Close() error {
-	done, err := p.life.beginClose("PD")
-	if done || err != nil {
-		return err
-	}
-	defer p.life.mu.Unlock()
-	if rc := C.qpd_ibv_dealloc_pd(p.pd); rc != 0 {
-		return fmt.Errorf("deallocating PD: %w", rcErr(rc))
-	}
-	p.life.closed = true
-	p.ctx.life.users.Add(-1)
-	p.trace.Release()
-	return nil
+	return p.life.close("PD", p.trace, func() error {
+		if rc := C.qpd_ibv_dealloc_pd(p.pd); rc != 0 {
+			return fmt.Errorf("deallocating PD: %w", rcErr(rc))
+		}
+		return nil
+	}, &p.ctx.life)
 }
 
 // verbsMR is a registered memory region. The memory stays owned by the
@@ -99,16 +94,10 @@ func (m *verbsMR) Addr() uint64 { return m.addr }
 func (m *verbsMR) Buf() []byte  { return m.buf }
 
 func (m *verbsMR) Close() error {
-	done, err := m.life.beginClose("MR")
-	if done || err != nil {
-		return err
-	}
-	defer m.life.mu.Unlock()
-	if rc := C.qpd_ibv_dereg_mr(m.mr); rc != 0 {
-		return fmt.Errorf("deregistering MR: %w", rcErr(rc))
-	}
-	m.life.closed = true
-	m.pd.life.users.Add(-1)
-	m.trace.Release()
-	return nil
+	return m.life.close("MR", m.trace, func() error {
+		if rc := C.qpd_ibv_dereg_mr(m.mr); rc != 0 {
+			return fmt.Errorf("deregistering MR: %w", rcErr(rc))
+		}
+		return nil
+	}, &m.pd.life)
 }

@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package ibv
+package libibverbs
 
 /*
 #include <stdlib.h>
@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/qpdrain/qpdrain/ibv"
 	"math"
 	"sync"
 	"syscall"
@@ -22,30 +23,30 @@ import (
 	"github.com/qpdrain/qpdrain/internal/objtrace"
 )
 
-var _ Context = (*verbsContext)(nil)
+var _ ibv.Context = (*verbsContext)(nil)
 
 // Devices lists the RDMA devices libibverbs sees. Without libibverbs it
 // returns Load's *LoadError (ErrNotSupported); on a kernel without RDMA
 // support an error matching ErrNoDevice; with support but no device an
 // empty list.
-func Devices() ([]DeviceInfo, error) {
+func Devices() ([]ibv.DeviceInfo, error) {
 	if err := load(); err != nil {
 		return nil, fmt.Errorf("listing RDMA devices: %w", err)
 	}
 	var n C.int
 	list, err := C.qpd_ibv_get_device_list(&n)
 	if list == nil {
-		return nil, fmt.Errorf("listing RDMA devices: %w (%w)", ErrNoDevice, cErr(err))
+		return nil, fmt.Errorf("listing RDMA devices: %w (%w)", ibv.ErrNoDevice, cErr(err))
 	}
 	defer C.qpd_ibv_free_device_list(list)
 	devs := unsafe.Slice(list, int(n))
-	out := make([]DeviceInfo, 0, len(devs))
+	out := make([]ibv.DeviceInfo, 0, len(devs))
 	for _, d := range devs {
-		out = append(out, DeviceInfo{
+		out = append(out, ibv.DeviceInfo{
 			Name:      C.GoString(C.qpd_ibv_get_device_name(d)),
 			GUID:      uint64(C.qpd_device_guid(d)),
-			NodeType:  NodeType(d.node_type),
-			Transport: TransportType(d.transport_type),
+			NodeType:  ibv.NodeType(d.node_type),
+			Transport: ibv.TransportType(d.transport_type),
 		})
 	}
 	return out, nil
@@ -55,14 +56,14 @@ func Devices() ([]DeviceInfo, error) {
 // goroutine that reads its async events; Close stops it. Without libibverbs
 // it returns Load's *LoadError (ErrNotSupported); a name libibverbs does
 // not list is ErrNoDevice.
-func Open(name string) (Context, error) {
+func Open(name string) (ibv.Context, error) {
 	if err := load(); err != nil {
 		return nil, fmt.Errorf("opening RDMA device %q: %w", name, err)
 	}
 	var n C.int
 	list, err := C.qpd_ibv_get_device_list(&n)
 	if list == nil {
-		return nil, fmt.Errorf("opening RDMA device %q: %w (%w)", name, ErrNoDevice, cErr(err))
+		return nil, fmt.Errorf("opening RDMA device %q: %w (%w)", name, ibv.ErrNoDevice, cErr(err))
 	}
 	defer C.qpd_ibv_free_device_list(list)
 	var dev *C.struct_ibv_device
@@ -73,7 +74,7 @@ func Open(name string) (Context, error) {
 		}
 	}
 	if dev == nil {
-		return nil, fmt.Errorf("opening RDMA device %q: %w", name, ErrNoDevice)
+		return nil, fmt.Errorf("opening RDMA device %q: %w", name, ibv.ErrNoDevice)
 	}
 	cctx, err := C.qpd_ibv_open_device(dev)
 	if cctx == nil {
@@ -107,7 +108,7 @@ type verbsContext struct {
 	// Events read and not yet returned by NextAsyncEvent. notify holds a
 	// token while events are queued; done closes on Close.
 	evMu     sync.Mutex
-	events   []AsyncEvent
+	events   []ibv.AsyncEvent
 	asyncErr error
 	notify   chan struct{}
 	done     chan struct{}
@@ -117,16 +118,16 @@ type verbsContext struct {
 
 func (c *verbsContext) Name() string { return c.name }
 
-func (c *verbsContext) QueryDevice() (DeviceAttr, error) {
+func (c *verbsContext) QueryDevice() (ibv.DeviceAttr, error) {
 	if err := c.life.enter(); err != nil {
-		return DeviceAttr{}, err
+		return ibv.DeviceAttr{}, err
 	}
 	defer c.life.exit()
 	var a C.struct_ibv_device_attr
 	if rc := C.qpd_ibv_query_device(c.ctx, &a); rc != 0 {
-		return DeviceAttr{}, fmt.Errorf("querying device %s: %w", c.name, rcErr(rc))
+		return ibv.DeviceAttr{}, fmt.Errorf("querying device %s: %w", c.name, rcErr(rc))
 	}
-	return DeviceAttr{
+	return ibv.DeviceAttr{
 		FWVer:           C.GoString(&a.fw_ver[0]),
 		NodeGUID:        be64(unsafe.Pointer(&a.node_guid)),
 		SysImageGUID:    be64(unsafe.Pointer(&a.sys_image_guid)),
@@ -148,7 +149,7 @@ func (c *verbsContext) QueryDevice() (DeviceAttr, error) {
 		MaxSRQ:          int(a.max_srq),
 		MaxSRQWR:        int(a.max_srq_wr),
 		MaxSRQSGE:       int(a.max_srq_sge),
-		AtomicCap:       AtomicCap(a.atomic_cap),
+		AtomicCap:       ibv.AtomicCap(a.atomic_cap),
 		PhysPortCnt:     uint8(a.phys_port_cnt),
 	}, nil
 }
@@ -156,19 +157,19 @@ func (c *verbsContext) QueryDevice() (DeviceAttr, error) {
 // be64 reads a big-endian (__be64) field.
 func be64(p unsafe.Pointer) uint64 { return binary.BigEndian.Uint64(unsafe.Slice((*byte)(p), 8)) }
 
-func (c *verbsContext) QueryPort(port uint8) (PortAttr, error) {
+func (c *verbsContext) QueryPort(port uint8) (ibv.PortAttr, error) {
 	if err := c.life.enter(); err != nil {
-		return PortAttr{}, err
+		return ibv.PortAttr{}, err
 	}
 	defer c.life.exit()
 	var a C.struct_ibv_port_attr
 	if rc := C.qpd_query_port(c.ctx, C.uint8_t(port), &a); rc != 0 {
-		return PortAttr{}, fmt.Errorf("querying port %s/%d: %w", c.name, port, rcErr(rc))
+		return ibv.PortAttr{}, fmt.Errorf("querying port %s/%d: %w", c.name, port, rcErr(rc))
 	}
-	return PortAttr{
-		State:        PortState(a.state),
-		MaxMTU:       MTU(a.max_mtu),
-		ActiveMTU:    MTU(a.active_mtu),
+	return ibv.PortAttr{
+		State:        ibv.PortState(a.state),
+		MaxMTU:       ibv.MTU(a.max_mtu),
+		ActiveMTU:    ibv.MTU(a.active_mtu),
 		GIDTblLen:    int(a.gid_tbl_len),
 		PortCapFlags: uint32(a.port_cap_flags),
 		MaxMsgSz:     uint32(a.max_msg_sz),
@@ -178,26 +179,26 @@ func (c *verbsContext) QueryPort(port uint8) (PortAttr, error) {
 		ActiveWidth:  uint8(a.active_width),
 		ActiveSpeed:  uint8(a.active_speed),
 		PhysState:    uint8(a.phys_state),
-		LinkLayer:    LinkLayer(a.link_layer),
+		LinkLayer:    ibv.LinkLayer(a.link_layer),
 	}, nil
 }
 
-func (c *verbsContext) QueryGID(port uint8, index int) (GID, error) {
+func (c *verbsContext) QueryGID(port uint8, index int) (ibv.GID, error) {
 	if err := c.life.enter(); err != nil {
-		return GID{}, err
+		return ibv.GID{}, err
 	}
 	defer c.life.exit()
 	if index < 0 || index > math.MaxInt32 {
-		return GID{}, fmt.Errorf("querying GID %s/%d index %d: %w", c.name, port, index, ErrInvalidArgument)
+		return ibv.GID{}, fmt.Errorf("querying GID %s/%d index %d: %w", c.name, port, index, ibv.ErrInvalidArgument)
 	}
 	var g C.union_ibv_gid
 	if rc, err := C.qpd_ibv_query_gid(c.ctx, C.uint8_t(port), C.int(index), &g); rc != 0 {
-		return GID{}, fmt.Errorf("querying GID %s/%d index %d: %w", c.name, port, index, cErr(err))
+		return ibv.GID{}, fmt.Errorf("querying GID %s/%d index %d: %w", c.name, port, index, cErr(err))
 	}
-	return GID(g), nil
+	return ibv.GID(g), nil
 }
 
-func (c *verbsContext) QueryGIDTable() ([]GIDEntry, error) {
+func (c *verbsContext) QueryGIDTable() ([]ibv.GIDEntry, error) {
 	if err := c.life.enter(); err != nil {
 		return nil, err
 	}
@@ -226,27 +227,27 @@ func (c *verbsContext) QueryGIDTable() ([]GIDEntry, error) {
 	if n < 0 {
 		return nil, fmt.Errorf("querying GID table of %s: %w", c.name, errnoErr(syscall.Errno(-n)))
 	}
-	out := make([]GIDEntry, 0, int(n))
+	out := make([]ibv.GIDEntry, 0, int(n))
 	for _, e := range unsafe.Slice(entries, int(n)) {
-		out = append(out, GIDEntry{
-			GID:         GID(e.gid),
+		out = append(out, ibv.GIDEntry{
+			GID:         ibv.GID(e.gid),
 			Index:       uint32(e.gid_index),
 			Port:        uint8(e.port_num),
-			Type:        GIDType(e.gid_type),
+			Type:        ibv.GIDType(e.gid_type),
 			NetdevIndex: uint32(e.ndev_ifindex),
 		})
 	}
 	return out, nil
 }
 
-func (c *verbsContext) AllocPD() (PD, error) {
+func (c *verbsContext) AllocPD() (ibv.PD, error) {
 	if err := c.life.enter(); err != nil {
 		return nil, err
 	}
 	defer c.life.exit()
 	pd, err := C.qpd_ibv_alloc_pd(c.ctx)
 	if pd == nil {
-		return nil, fmt.Errorf("allocating PD on %s: %w", c.name, cErr(err, ErrResourceLimit))
+		return nil, fmt.Errorf("allocating PD on %s: %w", c.name, cErr(err, ibv.ErrResourceLimit))
 	}
 	c.life.users.Add(1)
 	p := &verbsPD{ctx: c, pd: pd}
@@ -254,7 +255,7 @@ func (c *verbsContext) AllocPD() (PD, error) {
 	return p, nil
 }
 
-func (c *verbsContext) CreateCompChannel() (CompChannel, error) {
+func (c *verbsContext) CreateCompChannel() (ibv.CompChannel, error) {
 	if err := c.life.enter(); err != nil {
 		return nil, err
 	}
@@ -262,7 +263,7 @@ func (c *verbsContext) CreateCompChannel() (CompChannel, error) {
 	return newCompChannel(c)
 }
 
-func (c *verbsContext) CreateCQ(cqe int, channel CompChannel) (CQ, error) {
+func (c *verbsContext) CreateCQ(cqe int, channel ibv.CompChannel) (ibv.CQ, error) {
 	if err := c.life.enter(); err != nil {
 		return nil, err
 	}
@@ -335,8 +336,8 @@ func (c *verbsContext) readAsync() {
 // mapEvent finds the Go object an event concerns. An event for an object
 // already closed is dropped: its owner has let go of it (NextAsyncEvent
 // drops one whose object closes while it is queued).
-func (c *verbsContext) mapEvent(ev C.struct_qpd_async) (AsyncEvent, bool) {
-	e := AsyncEvent{Type: EventType(ev._type)}
+func (c *verbsContext) mapEvent(ev C.struct_qpd_async) (ibv.AsyncEvent, bool) {
+	e := ibv.AsyncEvent{Type: ibv.EventType(ev._type)}
 	switch ev.elem {
 	case C.QPD_ELEM_QP:
 		qp, ok := c.objs.get(uintptr(ev.handle)).(*verbsQP)
@@ -365,7 +366,7 @@ func (c *verbsContext) mapEvent(ev C.struct_qpd_async) (AsyncEvent, bool) {
 // ofClosedObject reports whether e concerns a QP, CQ or SRQ closed since
 // the event was read: such an event is dropped at delivery too, so no
 // caller ever receives an event of an object it has closed.
-func (c *verbsContext) ofClosedObject(e AsyncEvent) bool {
+func (c *verbsContext) ofClosedObject(e ibv.AsyncEvent) bool {
 	var h uintptr
 	switch {
 	case e.QP != nil:
@@ -380,7 +381,7 @@ func (c *verbsContext) ofClosedObject(e AsyncEvent) bool {
 	return c.objs.get(h) == nil
 }
 
-func (c *verbsContext) queue(e AsyncEvent) {
+func (c *verbsContext) queue(e ibv.AsyncEvent) {
 	c.evMu.Lock()
 	c.events = append(c.events, e)
 	c.evMu.Unlock()
@@ -400,12 +401,12 @@ func (c *verbsContext) failAsync(err error) {
 	}
 }
 
-func (c *verbsContext) NextAsyncEvent(ctx context.Context) (AsyncEvent, error) {
+func (c *verbsContext) NextAsyncEvent(ctx context.Context) (ibv.AsyncEvent, error) {
 	for {
 		c.evMu.Lock()
 		if len(c.events) > 0 {
 			e := c.events[0]
-			c.events[0] = AsyncEvent{}
+			c.events[0] = ibv.AsyncEvent{}
 			c.events = c.events[1:]
 			more := len(c.events) > 0
 			c.evMu.Unlock()
@@ -423,36 +424,31 @@ func (c *verbsContext) NextAsyncEvent(ctx context.Context) (AsyncEvent, error) {
 		asyncErr := c.asyncErr
 		c.evMu.Unlock()
 		if asyncErr != nil {
-			return AsyncEvent{}, asyncErr
+			return ibv.AsyncEvent{}, asyncErr
 		}
 		select {
 		case <-c.notify:
 		case <-c.done:
-			return AsyncEvent{}, ErrClosed
+			return ibv.AsyncEvent{}, ibv.ErrClosed
 		case <-ctx.Done():
-			return AsyncEvent{}, ctx.Err()
+			return ibv.AsyncEvent{}, ctx.Err()
 		}
 	}
 }
 
 func (c *verbsContext) Close() error {
-	done, err := c.life.beginClose("device " + c.name)
-	if done || err != nil {
-		return err
-	}
-	defer c.life.mu.Unlock()
-	c.stopAsync()
-	if rc, err := C.qpd_ibv_close_device(c.ctx); rc != 0 {
-		// Keep the context usable so Close can be retried.
-		if serr := c.startAsync(); serr != nil {
-			return fmt.Errorf("closing device %s: %w (restarting its event reader: %w)", c.name, cErr(err), serr)
+	return c.life.close("device "+c.name, c.trace, func() error {
+		c.stopAsync()
+		if rc, err := C.qpd_ibv_close_device(c.ctx); rc != 0 {
+			// Keep the context usable so Close can be retried.
+			if serr := c.startAsync(); serr != nil {
+				return fmt.Errorf("closing device %s: %w (restarting its event reader: %w)", c.name, cErr(err), serr)
+			}
+			return fmt.Errorf("closing device %s: %w", c.name, cErr(err))
 		}
-		return fmt.Errorf("closing device %s: %w", c.name, cErr(err))
-	}
-	c.life.closed = true
-	close(c.done)
-	c.trace.Release()
-	return nil
+		close(c.done)
+		return nil
+	})
 }
 
 // wakeEventfd adds one to an eventfd counter, waking whoever polls it.

@@ -1,14 +1,15 @@
 //go:build linux && cgo
 
-package ibv
+package libibverbs
 
 import (
 	"errors"
+	"github.com/qpdrain/qpdrain/ibv"
 	"strings"
 	"syscall"
 	"testing"
 
-	"github.com/qpdrain/qpdrain/ibv/internal/cverbs"
+	"github.com/qpdrain/qpdrain/internal/testing/cverbs"
 )
 
 // TestCreateRejectsNilObjects: a nil CQ, SRQ or completion channel, typed
@@ -20,21 +21,21 @@ func TestCreateRejectsNilObjects(t *testing.T) {
 	cq := &verbsCQ{ctx: c}
 	for _, tc := range []struct {
 		name string
-		attr QPInitAttr
+		attr ibv.QPInitAttr
 		want string
 	}{
-		{"nil send CQ", QPInitAttr{RecvCQ: cq, Type: QPTRC}, "send CQ"},
-		{"typed nil send CQ", QPInitAttr{SendCQ: (*verbsCQ)(nil), RecvCQ: cq, Type: QPTRC}, "send CQ"},
-		{"nil receive CQ", QPInitAttr{SendCQ: cq, Type: QPTRC}, "receive CQ"},
-		{"typed nil receive CQ", QPInitAttr{SendCQ: cq, RecvCQ: (*verbsCQ)(nil), Type: QPTRC}, "receive CQ"},
-		{"typed nil SRQ", QPInitAttr{SendCQ: cq, RecvCQ: cq, SRQ: (*verbsSRQ)(nil), Type: QPTRC}, "SRQ"},
+		{"nil send CQ", ibv.QPInitAttr{RecvCQ: cq, Type: ibv.QPTRC}, "send CQ"},
+		{"typed nil send CQ", ibv.QPInitAttr{SendCQ: (*verbsCQ)(nil), RecvCQ: cq, Type: ibv.QPTRC}, "send CQ"},
+		{"nil receive CQ", ibv.QPInitAttr{SendCQ: cq, Type: ibv.QPTRC}, "receive CQ"},
+		{"typed nil receive CQ", ibv.QPInitAttr{SendCQ: cq, RecvCQ: (*verbsCQ)(nil), Type: ibv.QPTRC}, "receive CQ"},
+		{"typed nil SRQ", ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, SRQ: (*verbsSRQ)(nil), Type: ibv.QPTRC}, "SRQ"},
 	} {
 		_, err := p.CreateQP(tc.attr)
-		if !errors.Is(err, ErrInvalidArgument) || !errors.Is(err, syscall.EINVAL) || !strings.Contains(err.Error(), tc.want) {
+		if !errors.Is(err, ibv.ErrInvalidArgument) || !errors.Is(err, syscall.EINVAL) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("CreateQP with %s = %v, want ErrInvalidArgument naming the %s", tc.name, err, tc.want)
 		}
 	}
-	if _, err := c.CreateCQ(16, (*verbsCompChannel)(nil)); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "completion channel") {
+	if _, err := c.CreateCQ(16, (*verbsCompChannel)(nil)); !errors.Is(err, ibv.ErrInvalidArgument) || !strings.Contains(err.Error(), "completion channel") {
 		t.Errorf("CreateCQ with a typed nil channel = %v, want ErrInvalidArgument naming the channel", err)
 	}
 }
@@ -44,12 +45,12 @@ func TestCreateRejectsNilObjects(t *testing.T) {
 func TestSizesOutOfRange(t *testing.T) {
 	c := &verbsContext{name: "test"}
 	for _, cqe := range []int{0, -1, 1<<32 + 16} {
-		if _, err := c.CreateCQ(cqe, nil); !errors.Is(err, ErrInvalidArgument) {
+		if _, err := c.CreateCQ(cqe, nil); !errors.Is(err, ibv.ErrInvalidArgument) {
 			t.Errorf("CreateCQ(%d) = %v, want ErrInvalidArgument", cqe, err)
 		}
 	}
 	for _, index := range []int{-1, 1 << 32} {
-		if _, err := c.QueryGID(1, index); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "index") {
+		if _, err := c.QueryGID(1, index); !errors.Is(err, ibv.ErrInvalidArgument) || !strings.Contains(err.Error(), "index") {
 			t.Errorf("QueryGID(1, %d) = %v, want ErrInvalidArgument naming the index", index, err)
 		}
 	}
@@ -66,17 +67,17 @@ func TestPostStopsAtUnsupportedOpcode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.sendPost.free()
-	for _, op := range []WROpcode{WRBindMW, WRTSO} {
+	for _, op := range []ibv.WROpcode{ibv.WRBindMW, ibv.WRTSO} {
 		for _, prefix := range []int{0, 2} {
-			wrs := make([]SendWR, prefix, prefix+2)
+			wrs := make([]ibv.SendWR, prefix, prefix+2)
 			for i := range wrs {
-				wrs[i] = SendWR{ID: uint64(i), Opcode: WRSend}
+				wrs[i] = ibv.SendWR{ID: uint64(i), Opcode: ibv.WRSend}
 			}
-			wrs = append(wrs, SendWR{ID: 9, Opcode: op}, SendWR{ID: 10, Opcode: WRSend})
+			wrs = append(wrs, ibv.SendWR{ID: 9, Opcode: op}, ibv.SendWR{ID: 10, Opcode: ibv.WRSend})
 			before := cverbs.FakeSent()
 			err := q.PostSend(wrs)
-			var pe *PostError
-			if !errors.As(err, &pe) || pe.Index != prefix || !errors.Is(err, ErrNotSupported) {
+			var pe *ibv.PostError
+			if !errors.As(err, &pe) || pe.Index != prefix || !errors.Is(err, ibv.ErrNotSupported) {
 				t.Errorf("PostSend of %d SENDs, %s, SEND = %v, want a PostError at %d matching ErrNotSupported", prefix, op, err, prefix)
 			}
 			if n := cverbs.FakeSent() - before; n != prefix {

@@ -1,9 +1,10 @@
 //go:build linux && cgo
 
-package ibv
+package libibverbs
 
 import (
 	"errors"
+	"github.com/qpdrain/qpdrain/ibv"
 	"os"
 	"strings"
 	"sync"
@@ -23,8 +24,8 @@ func TestLoadMissing(t *testing.T) {
 		{"libc.so.6", "ibv_get_device_list@IBVERBS_1.1", []string{"libibverbs is too old", "libc.so.6 lacks ibv_get_device_list@IBVERBS_1.1", "libibverbs1"}},
 	} {
 		err := loadFrom(tc.lib)
-		var le *LoadError
-		if !errors.As(err, &le) || !errors.Is(err, ErrNotSupported) || !errors.Is(err, syscall.EOPNOTSUPP) {
+		var le *ibv.LoadError
+		if !errors.As(err, &le) || !errors.Is(err, ibv.ErrNotSupported) || !errors.Is(err, syscall.EOPNOTSUPP) {
 			t.Fatalf("loading %s = %v, want a *LoadError matching ErrNotSupported", tc.lib, err)
 		}
 		if le.Library != tc.lib || le.Symbol != tc.symbol || le.Reason == "" {
@@ -37,7 +38,7 @@ func TestLoadMissing(t *testing.T) {
 		}
 	}
 	if err := Load(); err != nil {
-		var le *LoadError
+		var le *ibv.LoadError
 		if !errors.As(err, &le) || le.Symbol != "" {
 			t.Errorf("Load() = %v, want nil or the library itself missing", err)
 		}
@@ -71,7 +72,7 @@ func TestLoadBroken(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := loadFrom(bad)
-	if !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "libibverbs cannot be loaded: "+bad) {
+	if !errors.Is(err, ibv.ErrNotSupported) || !strings.Contains(err.Error(), "libibverbs cannot be loaded: "+bad) {
 		t.Errorf("loading %s = %v, want ErrNotSupported saying it cannot be loaded", bad, err)
 	}
 }

@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package ibv
+package libibverbs
 
 /*
 #cgo LDFLAGS: -ldl
@@ -10,6 +10,8 @@ import "C"
 
 import (
 	"fmt"
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/objtrace"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -30,46 +32,57 @@ func (l *lifecycle) enter() error {
 	l.mu.RLock()
 	if l.closed {
 		l.mu.RUnlock()
-		return ErrClosed
+		return ibv.ErrClosed
 	}
 	return nil
 }
 
 func (l *lifecycle) exit() { l.mu.RUnlock() }
 
-// beginClose locks l for Close. It reports done when l is already closed
-// (Close is idempotent) and ErrBusy while users remain. The caller unlocks
-// l.mu unless done or err is set.
-func (l *lifecycle) beginClose(what string) (done bool, err error) {
+// close is the Close protocol every object shares. It is idempotent (nil
+// once closed) and fails with ErrBusy while users remain; otherwise destroy
+// (the C destroy and the object's own cleanup) runs holding l exclusively,
+// so no operation is inside a cgo call on the object, and once it succeeds
+// the object is closed, each of parents has one user fewer and its leak
+// record is released. A failed destroy leaves the object open, so Close can
+// be retried.
+func (l *lifecycle) close(what string, trace *objtrace.Record, destroy func() error, parents ...*lifecycle) error {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.closed {
-		l.mu.Unlock()
-		return true, nil
+		return nil
 	}
 	if n := l.users.Load(); n > 0 {
-		l.mu.Unlock()
-		return false, fmt.Errorf("closing %s with %d users: %w", what, n, ErrBusy)
+		return fmt.Errorf("closing %s with %d users: %w", what, n, ibv.ErrBusy)
 	}
-	return false, nil
+	if err := destroy(); err != nil {
+		return err
+	}
+	l.closed = true
+	for _, p := range parents {
+		p.users.Add(-1)
+	}
+	trace.Release()
+	return nil
 }
 
 // errnoErr turns an errno from libibverbs into an error that matches it with
 // errors.Is and, when the errno means one, the sentinel given for it.
 func errnoErr(errno syscall.Errno, sentinels ...error) error {
 	for _, s := range sentinels {
-		if e, ok := s.(*Error); ok && e.errno == errno {
+		if e, ok := s.(*ibv.Error); ok && e.Errno() == errno {
 			return s
 		}
 	}
 	switch errno {
 	case syscall.EBUSY:
-		return ErrBusy
+		return ibv.ErrBusy
 	case syscall.EOPNOTSUPP:
-		return ErrNotSupported
+		return ibv.ErrNotSupported
 	case syscall.ENODEV:
-		return ErrNoDevice
+		return ibv.ErrNoDevice
 	case syscall.EINVAL:
-		return ErrInvalidArgument
+		return ibv.ErrInvalidArgument
 	}
 	return errno
 }

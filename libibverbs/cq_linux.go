@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package ibv
+package libibverbs
 
 /*
 #include <stdlib.h>
@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/qpdrain/qpdrain/ibv"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -24,8 +25,8 @@ import (
 )
 
 var (
-	_ CQ          = (*verbsCQ)(nil)
-	_ CompChannel = (*verbsCompChannel)(nil)
+	_ ibv.CQ          = (*verbsCQ)(nil)
+	_ ibv.CompChannel = (*verbsCompChannel)(nil)
 )
 
 // verbsCompChannel is a completion channel whose fd is non-blocking, so
@@ -49,7 +50,7 @@ type verbsCompChannel struct {
 func newCompChannel(c *verbsContext) (*verbsCompChannel, error) {
 	ch, err := C.qpd_ibv_create_comp_channel(c.ctx)
 	if ch == nil {
-		return nil, fmt.Errorf("creating completion channel on %s: %w", c.name, cErr(err, ErrResourceLimit))
+		return nil, fmt.Errorf("creating completion channel on %s: %w", c.name, cErr(err, ibv.ErrResourceLimit))
 	}
 	fail := func(err error) (*verbsCompChannel, error) {
 		C.qpd_ibv_destroy_comp_channel(ch)
@@ -68,7 +69,7 @@ func newCompChannel(c *verbsContext) (*verbsCompChannel, error) {
 	return cc, nil
 }
 
-func (cc *verbsCompChannel) WaitCQ(ctx context.Context) (CQ, error) {
+func (cc *verbsCompChannel) WaitCQ(ctx context.Context) (ibv.CQ, error) {
 	cc.waitMu.Lock()
 	defer cc.waitMu.Unlock()
 	stop := context.AfterFunc(ctx, cc.wake)
@@ -79,7 +80,7 @@ func (cc *verbsCompChannel) WaitCQ(ctx context.Context) (CQ, error) {
 	}
 	for {
 		if cc.closing.Load() {
-			return nil, ErrClosed
+			return nil, ibv.ErrClosed
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -117,28 +118,22 @@ func (cc *verbsCompChannel) wake() {
 }
 
 func (cc *verbsCompChannel) Close() error {
-	done, err := cc.life.beginClose("completion channel")
-	if done || err != nil {
-		return err
-	}
-	defer cc.life.mu.Unlock()
-	// Wake a WaitCQ and wait for it to return before destroying the fd.
-	cc.closing.Store(true)
-	cc.wake()
-	cc.waitMu.Lock()
-	defer cc.waitMu.Unlock()
-	if rc := C.qpd_ibv_destroy_comp_channel(cc.ch); rc != 0 {
-		cc.closing.Store(false)
-		return fmt.Errorf("destroying completion channel: %w", rcErr(rc))
-	}
-	cc.wakeMu.Lock()
-	unix.Close(cc.wakeFD)
-	cc.wakeClosed = true
-	cc.wakeMu.Unlock()
-	cc.life.closed = true
-	cc.ctx.life.users.Add(-1)
-	cc.trace.Release()
-	return nil
+	return cc.life.close("completion channel", cc.trace, func() error {
+		// Wake a WaitCQ and wait for it to return before destroying the fd.
+		cc.closing.Store(true)
+		cc.wake()
+		cc.waitMu.Lock()
+		defer cc.waitMu.Unlock()
+		if rc := C.qpd_ibv_destroy_comp_channel(cc.ch); rc != 0 {
+			cc.closing.Store(false)
+			return fmt.Errorf("destroying completion channel: %w", rcErr(rc))
+		}
+		cc.wakeMu.Lock()
+		unix.Close(cc.wakeFD)
+		cc.wakeClosed = true
+		cc.wakeMu.Unlock()
+		return nil
+	}, &cc.ctx.life)
 }
 
 // pollBatch is the number of ibv_wc a CQ's poll array starts with; it grows
@@ -161,12 +156,12 @@ type verbsCQ struct {
 	wc     []C.struct_ibv_wc // nil once closed
 }
 
-func newCQ(c *verbsContext, cqe int, channel CompChannel) (*verbsCQ, error) {
+func newCQ(c *verbsContext, cqe int, channel ibv.CompChannel) (*verbsCQ, error) {
 	var ch *verbsCompChannel
 	if channel != nil {
 		var ok bool
 		if ch, ok = channel.(*verbsCompChannel); !ok || ch == nil || ch.ctx != c {
-			return nil, fmt.Errorf("creating CQ: completion channel of another device: %w", ErrInvalidArgument)
+			return nil, fmt.Errorf("creating CQ: completion channel of another device: %w", ibv.ErrInvalidArgument)
 		}
 		if err := ch.life.enter(); err != nil {
 			return nil, fmt.Errorf("creating CQ: %w", err)
@@ -174,7 +169,7 @@ func newCQ(c *verbsContext, cqe int, channel CompChannel) (*verbsCQ, error) {
 		defer ch.life.exit()
 	}
 	if cqe <= 0 || cqe > math.MaxInt32 {
-		return nil, fmt.Errorf("creating CQ of %d entries: %w", cqe, ErrInvalidArgument)
+		return nil, fmt.Errorf("creating CQ of %d entries: %w", cqe, ibv.ErrInvalidArgument)
 	}
 	q := &verbsCQ{ctx: c, channel: ch}
 	q.handle = c.objs.add(q)
@@ -185,7 +180,7 @@ func newCQ(c *verbsContext, cqe int, channel CompChannel) (*verbsCQ, error) {
 	cq, err := C.qpd_create_cq(c.ctx, C.int(cqe), C.uintptr_t(q.handle), cch)
 	if cq == nil {
 		c.objs.remove(q.handle)
-		return nil, fmt.Errorf("creating CQ of %d entries: %w", cqe, cErr(err, ErrResourceLimit))
+		return nil, fmt.Errorf("creating CQ of %d entries: %w", cqe, cErr(err, ibv.ErrResourceLimit))
 	}
 	if err := q.setCQ(unsafe.Pointer(cq)); err != nil {
 		C.qpd_ibv_destroy_cq(cq)
@@ -203,7 +198,7 @@ func newCQ(c *verbsContext, cqe int, channel CompChannel) (*verbsCQ, error) {
 
 // setCQ gives q its struct ibv_cq and the poll array. It takes an
 // unsafe.Pointer so the benchmark of the binding's own cost can give it a
-// CQ of a fake provider (ibv/internal/cverbs).
+// CQ of a fake provider (internal/testing/cverbs).
 func (q *verbsCQ) setCQ(cq unsafe.Pointer) error {
 	wc := C.calloc(pollBatch, C.sizeof_struct_ibv_wc)
 	if wc == nil {
@@ -218,11 +213,11 @@ func (q *verbsCQ) CQE() int { return q.cqe }
 
 // Poll takes only pollMu, not the lifecycle lock as well: on the hot path
 // every atomic counts, and Close holds pollMu while it destroys the CQ.
-func (q *verbsCQ) Poll(wcs []WC) (int, error) {
+func (q *verbsCQ) Poll(wcs []ibv.WC) (int, error) {
 	q.pollMu.Lock()
 	defer q.pollMu.Unlock()
 	if q.wc == nil {
-		return 0, ErrClosed
+		return 0, ibv.ErrClosed
 	}
 	if len(wcs) == 0 {
 		return 0, nil
@@ -241,21 +236,21 @@ func (q *verbsCQ) Poll(wcs []WC) (int, error) {
 	}
 	for i := range n {
 		w := &q.wc[i]
-		wcs[i] = WC{
+		wcs[i] = ibv.WC{
 			ID:        uint64(w.wr_id),
-			Status:    WCStatus(w.status),
-			Opcode:    WCOpcode(w.opcode),
+			Status:    ibv.WCStatus(w.status),
+			Opcode:    ibv.WCOpcode(w.opcode),
 			VendorErr: uint32(w.vendor_err),
 			ByteLen:   uint32(w.byte_len),
 			QPNum:     uint32(w.qp_num),
 			SrcQP:     uint32(w.src_qp),
-			Flags:     WCFlags(w.wc_flags),
+			Flags:     ibv.WCFlags(w.wc_flags),
 			PKeyIndex: uint16(w.pkey_index),
 			SLID:      uint16(w.slid),
 			SL:        uint8(w.sl),
 			DLIDPath:  uint8(w.dlid_path_bits),
 		}
-		if wcs[i].Flags&WCFlagWithImm != 0 {
+		if wcs[i].Flags&ibv.WCFlagWithImm != 0 {
 			// imm_data is the first member of an anonymous union, in
 			// network byte order.
 			wcs[i].ImmData = binary.BigEndian.Uint32(w.anon0[:])
@@ -270,7 +265,7 @@ func (q *verbsCQ) ReqNotify(solicitedOnly bool) error {
 	}
 	defer q.life.exit()
 	if q.channel == nil {
-		return fmt.Errorf("arming CQ without a completion channel: %w", ErrInvalidArgument)
+		return fmt.Errorf("arming CQ without a completion channel: %w", ibv.ErrInvalidArgument)
 	}
 	so := C.int(0)
 	if solicitedOnly {
@@ -283,24 +278,19 @@ func (q *verbsCQ) ReqNotify(solicitedOnly bool) error {
 }
 
 func (q *verbsCQ) Close() error {
-	done, err := q.life.beginClose("CQ")
-	if done || err != nil {
-		return err
-	}
-	defer q.life.mu.Unlock()
-	q.pollMu.Lock()
-	defer q.pollMu.Unlock()
-	if rc := C.qpd_ibv_destroy_cq(q.cq); rc != 0 {
-		return fmt.Errorf("destroying CQ: %w", rcErr(rc))
-	}
-	q.life.closed = true
-	q.ctx.objs.remove(q.handle)
-	C.free(unsafe.Pointer(&q.wc[0]))
-	q.wc = nil
+	parents := []*lifecycle{&q.ctx.life}
 	if q.channel != nil {
-		q.channel.life.users.Add(-1)
+		parents = append(parents, &q.channel.life)
 	}
-	q.ctx.life.users.Add(-1)
-	q.trace.Release()
-	return nil
+	return q.life.close("CQ", q.trace, func() error {
+		q.pollMu.Lock()
+		defer q.pollMu.Unlock()
+		if rc := C.qpd_ibv_destroy_cq(q.cq); rc != 0 {
+			return fmt.Errorf("destroying CQ: %w", rcErr(rc))
+		}
+		q.ctx.objs.remove(q.handle)
+		C.free(unsafe.Pointer(&q.wc[0]))
+		q.wc = nil
+		return nil
+	}, parents...)
 }

@@ -1,12 +1,13 @@
 //go:build linux && cgo
 
-package ibv
+package libibverbs
 
 import (
 	"fmt"
+	"github.com/qpdrain/qpdrain/ibv"
 	"testing"
 
-	"github.com/qpdrain/qpdrain/ibv/internal/cverbs"
+	"github.com/qpdrain/qpdrain/internal/testing/cverbs"
 )
 
 // BenchmarkPollFakeCQ is the binding's own cost of CQ.Poll (lock, one cgo
@@ -21,7 +22,7 @@ func BenchmarkPollFakeCQ(b *testing.B) {
 			if err := q.setCQ(cverbs.FakeCQ()); err != nil {
 				b.Fatal(err)
 			}
-			wcs := make([]WC, batch)
+			wcs := make([]ibv.WC, batch)
 			for b.Loop() {
 				if n, err := q.Poll(wcs); n != 0 || err != nil {
 					b.Fatalf("Poll = %d, %v", n, err)
