@@ -49,7 +49,7 @@ func newCheckCmd(opts *globalOptions) *cobra.Command {
 			"imply (flushcheck.Settings), one reason each.\n" +
 			"Without --device it checks the first device libibverbs lists, or the built-in soft device when\n" +
 			"there is none (and says so); --device soft (or soft0) picks the soft device. --soft-quirk switches\n" +
-			"on a provider bug of the soft device, to see what the check reports for it; quirks: " + strings.Join(simQuirkNames(), ", ") + ".\n" +
+			"on a provider bug of the soft device, to see what the check reports for it; quirks: " + strings.Join(soft.QuirkNames(), ", ") + ".\n" +
 			"Exit status 0 when every probe passes, 1 when the device deviates, 2 when a probe could not run,\n" +
 			"3 when the device does not exist here.",
 		Args: cobra.NoArgs,
@@ -85,7 +85,7 @@ func newCheckCmd(opts *globalOptions) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.device, "device", "", `RDMA device to check (default: the first one libibverbs lists, else "soft", the built-in soft device)`)
-	f.StringSliceVar(&o.quirks, "soft-quirk", nil, "provider quirk of the soft device (repeatable): "+strings.Join(simQuirkNames(), ", "))
+	f.StringSliceVar(&o.quirks, "soft-quirk", nil, "provider quirk of the soft device (repeatable): "+strings.Join(soft.QuirkNames(), ", "))
 	durationFlag(f, &o.timeout, "timeout", flushcheck.DefaultTimeout, fmt.Sprintf("how long each probe waits for a completion or event the specification says must come (at least %v)", flushcheck.MinTimeout),
 		atLeastDuration(flushcheck.MinTimeout))
 	return cmd
@@ -105,7 +105,7 @@ type checkResult struct {
 // calling each (if not nil) as each one finishes, and closes the device.
 // Its errors carry their exit code.
 func runCheck(ctx context.Context, o *checkOptions, head func(*checkResult), each func(*checkResult, flushcheck.Result)) (res *checkResult, err error) {
-	quirks, err := parseQuirks(o.quirks)
+	quirks, err := soft.ParseQuirks(o.quirks)
 	if err != nil {
 		return nil, withExitCode(exitError, fmt.Errorf("check: %w", err))
 	}

@@ -59,7 +59,7 @@ func newChurnCmd(opts *globalOptions) *cobra.Command {
 			"--plot FILE.png|.svg draws the lists over time against the device's max_qp, and the connections\n" +
 			"accepted and rejected (the QP axis follows --max-qp, the connection axis --events, the time axis\n" +
 			"--plot-until: two runs of the same flags share them). --policy kernel is ipoib_cm.c's drain (no timeout\n" +
-			"on the drain WR); bounded is qpdrain's. Quirks: " + strings.Join(simQuirkNames(), ", ") + ".\n" +
+			"on the drain WR); bounded is qpdrain's. Quirks: " + strings.Join(soft.QuirkNames(), ", ") + ".\n" +
 			"Exit status 1 when QPs leaked, a drain hung or a QP was destroyed too early.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -97,7 +97,7 @@ func newChurnCmd(opts *globalOptions) *cobra.Command {
 	}
 	f := cmd.Flags()
 	stringFlag(f, &o.device, "device", softDeviceName, "device: soft (the built-in soft device, peers on a second one) or a libibverbs device, peers in loopback", nonEmpty)
-	f.StringSliceVar(&o.quirks, "quirk", nil, "provider quirk of the soft device (repeatable): "+strings.Join(simQuirkNames(), ", "))
+	f.StringSliceVar(&o.quirks, "quirk", nil, "provider quirk of the soft device (repeatable): "+strings.Join(soft.QuirkNames(), ", "))
 	f.Uint64Var(&o.schedule, "schedule-seed", 0, "make the soft device adversarial with this schedule seed (0: orderly)")
 	intFlag(f, &o.maxQP, "max-qp", 0, "QPs the soft device creates at most (0: its default, 65536); past it connections are rejected", atLeast(0))
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the churn schedule")
@@ -171,7 +171,7 @@ func runChurn(cmd *cobra.Command, o *churnOptions) (run *churnRun, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("--policy: %w", err)
 	}
-	quirks, err := parseQuirks(o.quirks)
+	quirks, err := soft.ParseQuirks(o.quirks)
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/qpdrain/qpdrain/internal/testmain"
-	"github.com/qpdrain/qpdrain/soft/scenario"
+	"github.com/qpdrain/qpdrain/scenario"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -16,7 +16,7 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 func TestMain(m *testing.M) { testmain.Run(m) }
 
 func TestSRQFaultGolden(t *testing.T) {
-	const golden = "../../testdata/srq-fault.golden"
+	const golden = "../testdata/srq-fault.golden"
 	steps, err := scenario.SRQFault()
 	if err != nil {
 		t.Fatal(err)
@@ -32,10 +32,10 @@ func TestSRQFaultGolden(t *testing.T) {
 	}
 	want, err := os.ReadFile(golden)
 	if err != nil {
-		t.Fatalf("%v (run go test ./soft/scenario -update to create it)", err)
+		t.Fatalf("%v (run go test ./scenario -update to create it)", err)
 	}
 	if !bytes.Equal(got.Bytes(), want) {
-		t.Errorf("trace differs from %s (go test ./soft/scenario -update rewrites it):\n--- got\n%s--- want\n%s", golden, got.Bytes(), want)
+		t.Errorf("trace differs from %s (go test ./scenario -update rewrites it):\n--- got\n%s--- want\n%s", golden, got.Bytes(), want)
 	}
 	// Deterministic: a second run gives the same trace.
 	again, err := scenario.SRQFault()

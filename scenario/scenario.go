@@ -1,6 +1,9 @@
-// Package scenario runs scripted scenarios on soft devices and reports what
-// the devices did, step by step. The golden test of this package and the
-// CLI's "qpdrain scenario" print the same steps.
+// Package scenario runs scripted scenarios on soft devices: traces of what
+// the devices did, step by step (Run; the golden test of this package and
+// the CLI's "qpdrain scenario" print the same steps), and drain simulations,
+// QPs drained through a drain.Reaper with provider quirks (Drain, "qpdrain
+// simulate"). It stands above soft and drain, so that the device stays below
+// its users in the import graph.
 package scenario
 
 import (
