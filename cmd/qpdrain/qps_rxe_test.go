@@ -264,7 +264,7 @@ func TestQPsMatchRdma(t *testing.T) {
 			}
 		}
 		for k := range want {
-			if !contains(iprouteQPKeys, k) {
+			if !slices.Contains(iprouteQPKeys, k) {
 				t.Errorf("QP %s: rdma prints key %q that qpdrain does not know", id, k)
 			}
 		}

@@ -1,29 +1,33 @@
-package main
+package inventory
 
 import (
 	"fmt"
+	"path"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/qpdrain/qpdrain/rdmanl"
-	"github.com/qpdrain/qpdrain/rdmanl/inventory"
+	"github.com/qpdrain/qpdrain/workload"
 )
 
-// qpFilter is the filter syntax of `rdma resource show qp`: NAME VALUE
+// Filter is the filter syntax of `rdma resource show qp`: NAME VALUE
 // pairs, where VALUE is a comma-separated list of numbers and ranges
 // (lqpn 5-9,12) or of words (state RTS,ERR), and link is DEV or DEV/PORT
 // (DEV/- for QPs without a port). A QP passes when it matches every filter;
 // a QP without the filtered attribute (no rqpn on a UD QP, no pid on a
-// kernel QP) does not match, as in iproute2.
-type qpFilter struct {
+// kernel QP) does not match, as in iproute2. Beyond rdma's, cgroup PATH and
+// pod UID select by workload (workloadFilters). The zero Filter, and that of
+// no arguments, passes every QP.
+type Filter struct {
 	dev      string
 	port     uint32
 	hasPort  bool
 	portNone bool
 	nums     map[string][][2]uint32
 	words    map[string][]string
-	// workload are the workloadQPFilters given (qps_workload.go).
-	workload []func(*inventory.QP) bool
+	// workload are the workload filters given (workloadFilters).
+	workload []func(*QP) bool
 }
 
 // Filter names, as rdma spells them.
@@ -47,15 +51,19 @@ var qpFilterWords = map[string][]string{
 func wordsOf(name func(uint8) string) []string {
 	var out []string
 	for i := range 256 {
-		if w := name(uint8(i)); !contains(out, w) {
+		if w := name(uint8(i)); !slices.Contains(out, w) {
 			out = append(out, w)
 		}
 	}
 	return out
 }
 
-func parseQPFilter(args []string) (qpFilter, error) {
-	f := qpFilter{nums: map[string][][2]uint32{}, words: map[string][]string{}}
+// ParseFilter reads NAME VALUE pairs as `rdma resource show qp` takes them
+// ("lqpn 5-9,12 state ERR link rxe0/1"). An unknown name, a missing value, a
+// malformed range or a word no QP can carry is an error naming the filter
+// and what it takes.
+func ParseFilter(args []string) (Filter, error) {
+	f := Filter{nums: map[string][][2]uint32{}, words: map[string][]string{}}
 	known := "link, " + strings.Join(numericQPFilters, ", ") + ", " + strings.Join(wordQPFilters, ", ") + ", cgroup, pod"
 	for i := 0; i < len(args); i += 2 {
 		name := args[i]
@@ -68,25 +76,25 @@ func parseQPFilter(args []string) (qpFilter, error) {
 			if err := f.parseLink(val); err != nil {
 				return f, err
 			}
-		case contains(numericQPFilters, name):
+		case slices.Contains(numericQPFilters, name):
 			rs, err := parseRanges(name, val)
 			if err != nil {
 				return f, err
 			}
 			f.nums[name] = append(f.nums[name], rs...)
-		case contains(wordQPFilters, name):
+		case slices.Contains(wordQPFilters, name):
 			for _, w := range strings.Split(val, ",") {
 				if w == "" {
 					return f, fmt.Errorf("filter %s %q: empty word in the list", name, val)
 				}
 				w = strings.ToUpper(w)
-				if valid := qpFilterWords[name]; !contains(valid, w) {
+				if valid := qpFilterWords[name]; !slices.Contains(valid, w) {
 					return f, fmt.Errorf("filter %s %q: no %s is %q: want one of %s (any case)", name, val, name, w, strings.Join(valid, ", "))
 				}
 				f.words[name] = append(f.words[name], w)
 			}
-		case workloadQPFilters[name] != nil:
-			m, err := workloadQPFilters[name](val)
+		case workloadFilters[name] != nil:
+			m, err := workloadFilters[name](val)
 			if err != nil {
 				return f, err
 			}
@@ -98,16 +106,11 @@ func parseQPFilter(args []string) (qpFilter, error) {
 	return f, nil
 }
 
-func contains(list []string, s string) bool {
-	for _, l := range list {
-		if l == s {
-			return true
-		}
-	}
-	return false
-}
+// Device is the device the filter's link names, "" for any: a caller
+// reads only that device (Options.Devices).
+func (f *Filter) Device() string { return f.dev }
 
-func (f *qpFilter) parseLink(val string) error {
+func (f *Filter) parseLink(val string) error {
 	dev, port, hasPort := strings.Cut(val, "/")
 	if dev == "" {
 		return fmt.Errorf("filter link %q: want DEV or DEV/PORT", val)
@@ -128,9 +131,9 @@ func (f *qpFilter) parseLink(val string) error {
 	return nil
 }
 
-// checkPort fails when the filter's port is not one of its device's, as
+// CheckPort fails when the filter's port is not one of its device's, as
 // rdma does ("Wrong device name"): devs are the devices Take read.
-func (f *qpFilter) checkPort(devs []inventory.Device) error {
+func (f *Filter) CheckPort(devs []Device) error {
 	if !f.hasPort {
 		return nil
 	}
@@ -172,7 +175,7 @@ func parseRanges(name, val string) ([][2]uint32, error) {
 
 // value returns a QP's numeric attribute by filter name, and whether the QP
 // has it.
-func qpNumber(q *inventory.QP, name string) (uint32, bool) {
+func qpNumber(q *QP, name string) (uint32, bool) {
 	switch name {
 	case "lqpn":
 		return q.LQPN, true
@@ -190,7 +193,7 @@ func qpNumber(q *inventory.QP, name string) (uint32, bool) {
 	return 0, false
 }
 
-func qpWord(q *inventory.QP, name string) (string, bool) {
+func qpWord(q *QP, name string) (string, bool) {
 	switch name {
 	case "type":
 		return q.Type.String(), true
@@ -202,7 +205,8 @@ func qpWord(q *inventory.QP, name string) (string, bool) {
 	return "", false
 }
 
-func (f *qpFilter) match(q *inventory.QP) bool {
+// Match reports whether q passes every filter.
+func (f *Filter) Match(q *QP) bool {
 	if f.dev != "" && q.DeviceName != f.dev {
 		return false
 	}
@@ -218,7 +222,7 @@ func (f *qpFilter) match(q *inventory.QP) bool {
 	}
 	for name, words := range f.words {
 		v, ok := qpWord(q, name)
-		if !ok || !contains(words, v) {
+		if !ok || !slices.Contains(words, v) {
 			return false
 		}
 	}
@@ -237,4 +241,83 @@ func inRanges(v uint32, ranges [][2]uint32) bool {
 		}
 	}
 	return false
+}
+
+// workloadFilters are the filters on a QP's workload, beyond rdma's:
+// cgroup PATH (the cgroup or one below it) and pod UID (the dashes or the
+// systemd driver's underscores), each a comma-separated list. A QP's
+// workload is its owner's; a QP whose creator is gone has those of the
+// processes that hold its device.
+var workloadFilters = map[string]func(val string) (func(*QP) bool, error){
+	"cgroup": func(val string) (func(*QP) bool, error) {
+		paths, err := filterList("cgroup", val)
+		if err != nil {
+			return nil, err
+		}
+		for i, p := range paths {
+			if !strings.HasPrefix(p, "/") {
+				return nil, fmt.Errorf("filter cgroup %q: %q is not a cgroup path (/system.slice, /kubepods/...)", val, p)
+			}
+			paths[i] = path.Clean(p)
+		}
+		return anyWorkload(func(w *workload.Workload) bool {
+			for _, p := range paths {
+				if w.Path == p || p == "/" || strings.HasPrefix(w.Path, p+"/") {
+					return true
+				}
+			}
+			return false
+		}), nil
+	},
+	"pod": func(val string) (func(*QP) bool, error) {
+		uids, err := filterList("pod", val)
+		if err != nil {
+			return nil, err
+		}
+		for i, u := range uids {
+			uids[i] = strings.ToLower(strings.ReplaceAll(u, "_", "-"))
+		}
+		return anyWorkload(func(w *workload.Workload) bool { return w.PodUID != "" && slices.Contains(uids, w.PodUID) }), nil
+	},
+}
+
+func filterList(name, val string) ([]string, error) {
+	list := strings.Split(val, ",")
+	for _, v := range list {
+		if v == "" {
+			return nil, fmt.Errorf("filter %s %q: empty word in the list", name, val)
+		}
+	}
+	return list, nil
+}
+
+// anyWorkload matches a QP one of whose workloads passes ok.
+func anyWorkload(ok func(*workload.Workload) bool) func(*QP) bool {
+	return func(q *QP) bool {
+		for _, w := range qpWorkloads(q) {
+			if ok(w) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// qpWorkloads are the workloads a QP belongs to: its owner's, else (its
+// creator gone, or a zombie that closed its files) its holders'. A kernel
+// QP has none.
+func qpWorkloads(q *QP) []*workload.Workload {
+	if q.Owner != nil && q.Owner.Via == FromKernel {
+		return nil
+	}
+	if q.Owner != nil && !q.Owner.Zombie && q.Owner.Workload != nil {
+		return []*workload.Workload{q.Owner.Workload}
+	}
+	var out []*workload.Workload
+	for _, h := range q.Holders {
+		if h.Workload != nil {
+			out = append(out, h.Workload)
+		}
+	}
+	return out
 }
