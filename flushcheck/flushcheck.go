@@ -76,7 +76,9 @@ type Options struct {
 	// deviation.
 	Timeout time.Duration
 	// Quiet is how long a probe watches for something the rule says must
-	// not happen, such as a second Last WQE Reached (default DefaultQuiet).
+	// not happen, such as a second Last WQE Reached (default DefaultQuiet,
+	// or a quarter of Timeout when that is shorter, so that a short
+	// Timeout shortens the whole probe).
 	Quiet time.Duration
 }
 
@@ -88,7 +90,7 @@ func (o Options) withDefaults() Options {
 		o.Timeout = DefaultTimeout
 	}
 	if o.Quiet <= 0 {
-		o.Quiet = DefaultQuiet
+		o.Quiet = min(DefaultQuiet, o.Timeout/4)
 	}
 	return o
 }

@@ -122,7 +122,7 @@ func runCheck(ctx context.Context, o *checkOptions, head func(*checkResult), eac
 	if head != nil {
 		head(res)
 	}
-	po := flushcheck.Options{Timeout: o.timeout, Quiet: min(flushcheck.DefaultQuiet, o.timeout/4)}
+	po := flushcheck.Options{Timeout: o.timeout}
 	for _, p := range flushcheck.Probes() {
 		// Interrupted: stop at once; what did not run is not reported.
 		if err := ctx.Err(); err != nil {
