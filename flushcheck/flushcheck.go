@@ -37,6 +37,18 @@ func (o Outcome) String() string {
 // MarshalText encodes the outcome as its name, for JSON.
 func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
 
+// UnmarshalText decodes an outcome's name, so that JSON reads back; any
+// other text is an error naming the three.
+func (o *Outcome) UnmarshalText(text []byte) error {
+	for i, n := range outcomeNames {
+		if string(text) == n {
+			*o = Outcome(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown outcome %q, want pass, deviation or error", text)
+}
+
 // Result is what one probe found.
 type Result struct {
 	// Name is the probe's name ("recv-in-error").

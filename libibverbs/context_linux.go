@@ -90,7 +90,7 @@ func Open(name string) (ibv.Context, error) {
 		C.qpd_ibv_close_device(cctx)
 		return nil, fmt.Errorf("opening RDMA device %q: %w", name, err)
 	}
-	c.trace = objtrace.Track("libibverbs context " + name)
+	c.trace = objtrace.Track("libibverbs context %s", name)
 	return c, nil
 }
 
@@ -251,7 +251,7 @@ func (c *verbsContext) AllocPD() (ibv.PD, error) {
 	}
 	c.life.users.Add(1)
 	p := &verbsPD{ctx: c, pd: pd}
-	p.trace = objtrace.Track(fmt.Sprintf("libibverbs PD %d on %s", pd.handle, c.name))
+	p.trace = objtrace.Track("libibverbs PD %d on %s", pd.handle, c.name)
 	return p, nil
 }
 

@@ -65,7 +65,7 @@ func newCompChannel(c *verbsContext) (*verbsCompChannel, error) {
 	}
 	c.life.users.Add(1)
 	cc := &verbsCompChannel{ctx: c, ch: ch, fd: int32(ch.fd), wakeFD: fd}
-	cc.trace = objtrace.Track(fmt.Sprintf("libibverbs completion channel fd %d on %s", int(ch.fd), c.name))
+	cc.trace = objtrace.Track("libibverbs completion channel fd %d on %s", int(ch.fd), c.name)
 	return cc, nil
 }
 
@@ -192,7 +192,7 @@ func newCQ(c *verbsContext, cqe int, channel ibv.CompChannel) (*verbsCQ, error) 
 	if ch != nil {
 		ch.life.users.Add(1)
 	}
-	q.trace = objtrace.Track(fmt.Sprintf("libibverbs CQ of %d entries on %s", q.cqe, c.name))
+	q.trace = objtrace.Track("libibverbs CQ of %d entries on %s", q.cqe, c.name)
 	return q, nil
 }
 

@@ -44,7 +44,7 @@ func (p *verbsPD) RegMR(buf []byte, access ibv.AccessFlags) (ibv.MR, error) {
 	}
 	p.life.users.Add(1)
 	m := &verbsMR{pd: p, mr: mr, buf: buf, lkey: uint32(mr.lkey), rkey: uint32(mr.rkey), addr: uint64(uintptr(mr.addr))}
-	m.trace = objtrace.Track(fmt.Sprintf("libibverbs MR lkey %#x on %s", uint32(mr.lkey), p.ctx.name))
+	m.trace = objtrace.Track("libibverbs MR lkey %#x on %s", uint32(mr.lkey), p.ctx.name)
 	return m, nil
 }
 

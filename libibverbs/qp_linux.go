@@ -169,7 +169,7 @@ func newSRQ(p *verbsPD, attr ibv.SRQAttr) (*verbsSRQ, error) {
 	}
 	s.srq = srq
 	p.life.users.Add(1)
-	s.trace = objtrace.Track(fmt.Sprintf("libibverbs SRQ of %d WRs on %s", attr.MaxWR, p.ctx.name))
+	s.trace = objtrace.Track("libibverbs SRQ of %d WRs on %s", attr.MaxWR, p.ctx.name)
 	return s, nil
 }
 
@@ -321,7 +321,7 @@ func newQP(p *verbsPD, attr ibv.QPInitAttr) (*verbsQP, error) {
 	for _, l := range q.users() {
 		l.users.Add(1)
 	}
-	q.trace = objtrace.Track(fmt.Sprintf("libibverbs %s QP %d on %s", attr.Type, q.num, p.ctx.name))
+	q.trace = objtrace.Track("libibverbs %s QP %d on %s", attr.Type, q.num, p.ctx.name)
 	return q, nil
 }
 

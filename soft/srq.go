@@ -47,7 +47,7 @@ func (p *PD) CreateSRQ(attr ibv.SRQAttr) (ibv.SRQ, error) {
 	p.nSRQ++
 	d.nextID++
 	s := &SRQ{dev: d, pd: p, id: d.nextID, maxWR: attr.MaxWR, maxSGE: attr.MaxSGE, limit: attr.SRQLimit}
-	s.rec = objtrace.Track(fmt.Sprintf("soft SRQ %d on %s", s.id, d.name))
+	s.rec = objtrace.Track("soft SRQ %d on %s", s.id, d.name)
 	return s, nil
 }
 

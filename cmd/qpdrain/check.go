@@ -273,11 +273,11 @@ func (r *checkResult) formatTail(w io.Writer, details bool) error {
 
 // checkProbeJSON is one probe in -j output.
 type checkProbeJSON struct {
-	Name       string `json:"name"`
-	Rule       string `json:"rule"`
-	Outcome    string `json:"outcome"`
-	Observed   string `json:"observed"`
-	DurationNS int64  `json:"duration_ns"`
+	Name       string             `json:"name"`
+	Rule       string             `json:"rule"`
+	Outcome    flushcheck.Outcome `json:"outcome"`
+	Observed   string             `json:"observed"`
+	DurationNS int64              `json:"duration_ns"`
 }
 
 // checkJSON is the -j output; ifname is the RDMA device's name, as in
@@ -325,7 +325,7 @@ func (r *checkResult) jsonView() checkJSON {
 		out.Quirks = []string{}
 	}
 	for _, res := range r.results {
-		out.Probes = append(out.Probes, checkProbeJSON{Name: res.Name, Rule: res.Rule, Outcome: res.Outcome.String(),
+		out.Probes = append(out.Probes, checkProbeJSON{Name: res.Name, Rule: res.Rule, Outcome: res.Outcome,
 			Observed: res.Observed, DurationNS: res.Duration.Nanoseconds()})
 	}
 	out.Pass, out.Deviations, out.Errors = flushcheck.Counts(r.results)

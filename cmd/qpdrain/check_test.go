@@ -169,9 +169,9 @@ func TestCheckJSON(t *testing.T) {
 		if p.Name == "" || p.Rule == "" || p.Observed == "" || p.DurationNS < 0 {
 			t.Errorf("incomplete probe %+v", p)
 		}
-		if p.Outcome == "deviation" {
+		if p.Outcome == flushcheck.Deviation {
 			deviating = append(deviating, p.Name)
-		} else if p.Outcome != "pass" {
+		} else if p.Outcome != flushcheck.Pass {
 			t.Errorf("probe %s: %s", p.Name, p.Outcome)
 		}
 	}

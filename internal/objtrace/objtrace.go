@@ -1,7 +1,10 @@
 // Package objtrace records where verbs objects were created so a test run can
 // fail with the creation stack of every object never closed. Both device
-// implementations call Track on create and Release on close; tracking costs
-// nothing until Enable is called (internal/testmain does it).
+// implementations call Track on create and Release on close. Until Enable is
+// called (internal/testmain does it) tracking costs a call, an atomic load
+// and the boxing of Track's arguments, never the formatting: Track formats
+// its description only when it records, so callers pass the format and its
+// arguments, never a string built first.
 package objtrace
 
 import (
@@ -28,15 +31,16 @@ type Record struct {
 // Enable turns tracking on for objects created from now on.
 func Enable() { enabled.Store(true) }
 
-// Track records an object described by desc ("soft QP 0x11") and where it was
-// created. It returns nil while tracking is off; Release accepts nil.
-func Track(desc string) *Record {
+// Track records an object described by format and args, as fmt.Sprintf
+// formats them ("soft QP %d on %s"), and where it was created. While
+// tracking is off it formats nothing and returns nil; Release accepts nil.
+func Track(format string, args ...any) *Record {
 	if !enabled.Load() {
 		return nil
 	}
 	pcs := make([]uintptr, 32)
 	n := runtime.Callers(2, pcs)
-	r := &Record{desc: desc, stack: pcs[:n]}
+	r := &Record{desc: fmt.Sprintf(format, args...), stack: pcs[:n]}
 	mu.Lock()
 	live[r] = struct{}{}
 	mu.Unlock()
