@@ -13,8 +13,10 @@ test: deps vet build unit unit-adversarial test-rxe
 deps:
 	@scripts/deps.sh
 
+## vet: gofmt, go vet, and no build output tracked by git (an ELF file or a file over 1 MB).
 vet:
 	@echo "== go vet"
+	@scripts/check-tracked.sh
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt would change:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
 
@@ -50,6 +52,18 @@ test-rxe:
 .PHONY: test-pyverbs
 test-pyverbs:
 	@scripts/rxe/pyverbs.sh
+
+## providers: record `qpdrain check --device soft -j` and render docs/PROVIDERS.md's check tables
+## from testdata/providers (internal/providers; its test fails when they disagree).
+## providers-rxe: record the check on rxe0 per kernel of the matrix first (a VM run).
+.PHONY: providers providers-rxe
+providers:
+	$(GO) run ./cmd/qpdrain check --device soft -j > testdata/providers/soft.json.new
+	mv testdata/providers/soft.json.new testdata/providers/soft.json
+	$(GO) run ./internal/providers render
+providers-rxe:
+	RXE_CHECK_REPLACE=1 scripts/rxe/check-record.sh testdata/providers
+	$(GO) run ./internal/providers render
 
 ## demo: the main job — the provider flush check (the first RDMA device, or the soft device when
 ## there is none), then the SRQ-fault scenario on soft devices, then the IPoIB-CM churn of the eHCA case

@@ -23,15 +23,9 @@ const (
 var queueOf = drain.QueueByIDPrefix(32, recvIDBase, sendIDBase)
 
 // noLastWQE reports whether the test device raises no Last WQE Reached:
-// rxe before Linux 6.12 (docs/PROVIDERS.md). There the drain of an SRQ QP
-// can only end by its policy, and the tests that need the event skip.
-func noLastWQE() bool {
-	if devtest.CurrentProvider() != devtest.ProviderRXE {
-		return false
-	}
-	major, minor := devtest.KernelVersion()
-	return major < 6 || major == 6 && minor < 12
-}
+// rxe before Linux 6.12 (devtest.RXELastWQEReached). There the drain of an
+// SRQ QP can only end by its policy, and the tests that need the event skip.
+func noLastWQE() bool { return devtest.RXELacks(devtest.RXELastWQEReached) }
 
 func skipWithoutLastWQE(t *testing.T) {
 	t.Helper()

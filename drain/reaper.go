@@ -309,8 +309,10 @@ type Reaper struct {
 	// next poll began after that.
 	fed time.Time
 	// wake ends Run's wait on the completion channel, nil when it is not
-	// waiting; kicked tells Run not to start one: a QP waits for a poll.
+	// waiting, which lasts until wakeAt (zero: no deadline); kicked tells
+	// Run not to start one: a QP waits for a poll.
 	wake       context.CancelFunc
+	wakeAt     time.Time
 	kicked     bool
 	history    eventHistory
 	eventsSeen int
@@ -422,6 +424,7 @@ func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
 	// it: the transitions go first.
 	h.report.Steps = slices.Insert(h.report.Steps, 0, steps...)
 	r.started(h, steps, err, time.Now())
+	r.wakeForDeadline()
 	return h, nil
 }
 
@@ -992,6 +995,21 @@ func (r *Reaper) expire(now time.Time) {
 		}
 	}
 	r.post(now)
+	r.wakeForDeadline()
+}
+
+// wakeForDeadline ends Run's wait on the completion channel when a wait
+// now runs out before the one Run sleeps until: a drain WR posted with no
+// completion to come (a provider that does not flush it) must still stall
+// on time.
+func (r *Reaper) wakeForDeadline() {
+	if r.wake == nil {
+		return
+	}
+	if next := r.nextDeadline(); !next.IsZero() && (r.wakeAt.IsZero() || next.Before(r.wakeAt)) {
+		r.wake()
+		r.wake = nil
+	}
 }
 
 // stallErr says why a ready QP is still unproven at its deadline.

@@ -159,12 +159,15 @@ func (r *Reaper) runChannel(ctx context.Context) error {
 		}
 		var wctx context.Context
 		var cancel context.CancelFunc
-		if next := r.nextDeadline(); next.IsZero() {
+		next := r.nextDeadline()
+		if next.IsZero() {
 			wctx, cancel = context.WithCancel(ctx)
 		} else {
 			wctx, cancel = context.WithDeadline(ctx, next)
 		}
-		r.wake = cancel
+		// Add, HandleEvent and the rest end the wait early when they leave
+		// a deadline before next (wakeForDeadline).
+		r.wake, r.wakeAt = cancel, next
 		r.mu.Unlock()
 		_, err = r.opts.Channel.WaitCQ(wctx)
 		r.mu.Lock()

@@ -34,7 +34,7 @@
 //	last-wqe-reached        an SRQ QP in ERROR raises Last WQE Reached exactly once, on itself only
 //	last-wqe-repeat         ... and not again after a second modify to ERROR, a send posted, a receive posted to the SRQ
 //	drain-wr                drain.QP's drain WR completes and the QP is safe to destroy
-//	responder-access-error  an access violation raises QP_ACCESS_ERR on the responder (rxe does not)
+//	responder-access-error  an access violation raises QP_ACCESS_ERR on the responder (rxe before 7.3 does not)
 //	cq-overrun              more completions than the CQ holds raise CQ_ERR; QP state, events and losses observed
 //	peer-gone               a send no one answers fails RETRY_EXC_ERR after its retry budget, the rest flushed
 //	rnr-exhausted           a finite rnr_retry without a receive fails RNR_RETRY_EXC_ERR after its budget, the rest flushed

@@ -5,7 +5,8 @@
 # own VM tests (red runs on purpose).
 # `make test-rxe` runs it; docs/TESTING.md explains it. Settings (environment): RXE_TEST_PKGS and
 # RXE_KERNELS (defaults in scripts/rxe/common.sh), RXE_CACHE, RXE_REFRESH=1, RXE_TIMEOUT,
-# RXE_TEST_ARGS, RXE_GO_TEST_FLAGS, RXE_ADD_CMD; RXE_VM_SELFTEST=0 leaves out qpdrain vm's tests.
+# RXE_TEST_ARGS, RXE_GO_TEST_FLAGS, RXE_ADD_CMD; RXE_VM_SELFTEST=0 leaves out qpdrain vm's tests,
+# RXE_CHECK_RECORD=0 the check's records (scripts/rxe/check-record.sh).
 #
 # Exit status: 0 when every kernel passed; 1 when a test, a smoke test or the guest failed. When the
 # stage cannot run here (packages missing and not root, no network to fill the cache) it says so
@@ -41,9 +42,15 @@ rc=0
 [ "$rc" = 0 ] || exit "$rc"
 
 echo "== qpdrain trace's planted programs on rxe (docs/TRACE.md)"
-QPDRAIN_VM_TEST=1 QPDRAIN_VM_CACHE=$RXE_CACHE RXE_KERNELS=$RXE_KERNELS go test -short -count=1 -run '^TestVMTrace$' ./trace
+QPDRAIN_VM_TEST=1 QPDRAIN_VM_CACHE=$RXE_CACHE RXE_KERNELS=$RXE_KERNELS go test -short -count=1 -timeout 30m -run '^TestVMTrace$' ./trace
+
+# qpdrain check on each kernel, recorded (make providers-rxe keeps them; docs/PROVIDERS.md)
+[ "${RXE_CHECK_RECORD:-1}" = 0 ] || scripts/rxe/check-record.sh
 
 if [ "${RXE_VM_SELFTEST:-1}" != 0 ]; then
+	# -v: each test's time, and the KVM fallback lines of TestVMKVMFallback (a fake qemu that fails
+	# under KVM); TestVMStopKillsQEMU signals the binary built above.
 	echo "== qpdrain vm's own tests (red runs on purpose)"
-	QPDRAIN_VM_TEST=1 QPDRAIN_VM_CACHE=$RXE_CACHE go test -count=1 -run '^TestVM' ./internal/vm
+	QPDRAIN_VM_TEST=1 QPDRAIN_VM_CACHE=$RXE_CACHE QPDRAIN_VM_BIN=$RXE_ROOT/.cache/qpdrain \
+		go test -count=1 -v -timeout 30m -run '^TestVM' ./internal/vm
 fi

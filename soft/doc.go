@@ -116,7 +116,7 @@
 //
 // The requester statuses are those rxe's responder NAKs produce
 // (drivers/infiniband/sw/rxe/rxe_resp.c); the events are ibv_get_async_event(3)'s
-// (rxe raises none: see Quirks.NoResponderErrorEvent). "Outstanding" RDMA READ
+// (rxe before Linux 7.3 raises none: see Quirks.NoResponderErrorEvent). "Outstanding" RDMA READ
 // and atomic requests are modelled as the requester pipelining the READ and
 // atomic WRs queued behind the one executing, up to its own max_rd_atomic:
 // posting k of them at once to a responder whose max_dest_rd_atomic is

@@ -189,7 +189,12 @@ func TestExporterTLSBasicAuth(t *testing.T) {
 	if code, b := get("http://"+addr+"/metrics", "prometheus", "s3cret"); code == http.StatusOK {
 		t.Errorf("plain HTTP to the TLS port served: %s", b)
 	}
+	// net/http logs the plain-HTTP request on its own goroutine, after
+	// the client may have read the answer: wait for the line, bounded.
 	log := stderr.String()
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(log, "client sent an HTTP request to an HTTPS server") && time.Now().Before(deadline); log = stderr.String() {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if !strings.Contains(log, `msg="Listening on" address=`+addr) || !strings.Contains(log, "TLS is enabled") ||
 		!strings.Contains(log, "client sent an HTTP request to an HTTPS server") {
 		t.Errorf("no startup line with the address and TLS, or no line for the plain-HTTP request:\n%s", log)

@@ -23,6 +23,7 @@ type vmOptions struct {
 	kernels string
 	cache   string
 	accel   string
+	kvmDev  string
 	timeout time.Duration
 }
 
@@ -39,12 +40,17 @@ private apt configuration into the cache and pinned there once resolved; a warm 
 network. See docs/VM.md.
 Exit status 0 when every kernel passed, 1 when one failed, 2 on bad arguments, 3 when this host
 cannot run it (packages missing and not root, no network for a cold cache).`,
+		// A runnable parent, so that an unknown subcommand is an error (exit
+		// 2) instead of the help and exit 0.
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&o.kernels, "kernels", os.Getenv("RXE_KERNELS"), "kernels, comma-separated: 6.1, 6.12, newest, default, all (default $RXE_KERNELS, else 6.1,6.12)")
+	pf.StringVar(&o.kernels, "kernels", os.Getenv("RXE_KERNELS"), "kernels, comma-separated: 6.1, 6.12, newest, default, all (default $RXE_KERNELS, else 6.1,6.12,newest)")
 	pf.StringVar(&o.cache, "cache", "", "cache directory (default $QPDRAIN_VM_CACHE, else the user's cache dir/qpdrain/vm)")
-	pf.StringVar(&o.accel, "accel", "auto", "qemu accelerator: auto (KVM when /dev/kvm is usable), kvm or tcg")
-	pf.DurationVar(&o.timeout, "timeout", 0, "deadline of each VM, after which it is killed and the run fails (default $RXE_TIMEOUT seconds, else 480s)")
+	pf.StringVar(&o.accel, "accel", "auto", "qemu accelerator: auto (KVM when it starts the guest, else TCG), kvm or tcg")
+	pf.StringVar(&o.kvmDev, "kvm-device", "", "the KVM device auto probes (default $QPDRAIN_VM_KVM_DEVICE, else /dev/kvm; a missing path means no KVM)")
+	pf.DurationVar(&o.timeout, "timeout", 0, "deadline of each VM, at least 1s, after which it is killed and the run fails (default $RXE_TIMEOUT seconds, else 480s)")
 	cmd.AddCommand(newVMRunCmd(o), newVMGoTestCmd(o), newVMKernelsCmd(opts, o))
 	return cmd
 }
@@ -163,8 +169,8 @@ func (o *vmOptions) resolve(cmd *cobra.Command) (vm.Options, error) {
 	if err != nil {
 		return vm.Options{}, withExitCode(exitError, fmt.Errorf("--accel: %w", err))
 	}
-	if o.timeout < 0 {
-		return vm.Options{}, withExitCode(exitError, fmt.Errorf("--timeout %v: want a positive duration", o.timeout))
+	if cmd.Flags().Changed("timeout") && o.timeout < time.Second {
+		return vm.Options{}, withExitCode(exitError, fmt.Errorf("--timeout %v: want at least 1s", o.timeout))
 	}
 	cache := o.cache
 	if cache == "" {
@@ -172,7 +178,7 @@ func (o *vmOptions) resolve(cmd *cobra.Command) (vm.Options, error) {
 			return vm.Options{}, withExitCode(exitError, err)
 		}
 	}
-	return vm.Options{Kernels: ks, Cache: cache, Accel: accel, Timeout: o.timeout, Stdout: cmd.OutOrStdout()}, nil
+	return vm.Options{Kernels: ks, Cache: cache, Accel: accel, KVMDevice: o.kvmDev, Timeout: o.timeout, Stdout: cmd.OutOrStdout()}, nil
 }
 
 // runVM runs f with a context that SIGINT and SIGTERM cancel.

@@ -43,11 +43,29 @@ func TestVMKernels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ks []struct {
-		Name, Suite, Version, Dir string
+	var ks []map[string]any
+	if err := json.Unmarshal([]byte(out), &ks); err != nil || len(ks) != 3 || ks[0]["version"] != "6.1.0-57-amd64" || ks[0]["dir"] != kd {
+		t.Fatalf("vm kernels -j = %+v, %v:\n%s", ks, err, out)
 	}
-	if err := json.Unmarshal([]byte(out), &ks); err != nil || len(ks) != 3 || ks[0].Version != "6.1.0-57-amd64" || ks[0].Dir != kd {
-		t.Errorf("vm kernels -j = %+v, %v:\n%s", ks, err, out)
+	// A name not resolved yet has the same keys, empty.
+	for _, k := range ks[1:] {
+		if len(k) != len(ks[0]) {
+			t.Errorf("vm kernels -j: %v has other keys than %v", k, ks[0])
+		}
+	}
+}
+
+// TestVMGoTestOutsideModule: go-test outside any Go module exits 2 before
+// anything is downloaded or built (the cache stays empty).
+func TestVMGoTestOutsideModule(t *testing.T) {
+	cache := t.TempDir()
+	t.Chdir(t.TempDir())
+	_, err := runVMCmd(t, cache, nil, "go-test", "./...")
+	if code := exitCodeOf(err); code != exitError || !strings.Contains(err.Error(), "not inside a Go module") {
+		t.Errorf("go-test outside a module: exit %d, %v; want 2", code, err)
+	}
+	if ents, _ := os.ReadDir(cache); len(ents) != 0 {
+		t.Errorf("the cache was written: %v", ents)
 	}
 }
 
@@ -64,6 +82,10 @@ func TestVMBadArgs(t *testing.T) {
 		{[]string{"run", "--", "qpdrain-no-such-command"}, "missing binary"},
 		{[]string{"run", "--files", "/nonexistent", "--", "true"}, "/nonexistent"},
 		{[]string{"go-test", "--", "-test.v"}, "no packages"},
+		{[]string{"run", "--timeout", "0", "--", "true"}, "--timeout 0s: want at least 1s"},
+		{[]string{"run", "--timeout", "-5s", "--", "true"}, "--timeout -5s"},
+		{[]string{"go-test", "--timeout", "500ms", "./..."}, "--timeout 500ms"},
+		{[]string{"bogus"}, `unknown command "bogus"`},
 	} {
 		_, err := runVMCmd(t, cache, nil, tc.args[0], tc.args[1:]...)
 		if code := exitCodeOf(err); code != exitError || !strings.Contains(err.Error(), tc.want) {

@@ -54,18 +54,6 @@ func TestRemoteAccessError(t *testing.T) {
 	NoEvent(t, l.ctx, quiet)
 }
 
-// rxeBefore612 reports whether the test device is rxe on a kernel older
-// than 6.12. The tests observed two rxe generations, Linux 6.1.192 and
-// 6.12.95 (docs/PROVIDERS.md); kernels between them are assumed to behave
-// like 6.1 until someone runs the tests there.
-func rxeBefore612() bool {
-	if CurrentProvider() != ProviderRXE {
-		return false
-	}
-	major, minor := KernelVersion()
-	return major < 6 || major == 6 && minor < 12
-}
-
 // responderOutcome is what became of a responder QP after it detected an
 // access violation.
 type responderOutcome struct {
@@ -78,9 +66,10 @@ type responderOutcome struct {
 // IBTA Table 58 makes an RDMA WRITE access violation class C on the
 // responder too: it completes nothing (a WRITE consumes no receive), enters
 // ERROR with IBV_EVENT_QP_ACCESS_ERR, and its receives are flushed. rxe
-// (Linux 6.1 and 6.12) enters ERROR and flushes, but raises no async event.
+// before RXEResponderAccessEvent (6.1, 6.12) enters ERROR and flushes, but
+// raises no async event.
 func responderAfterAccessError() responderOutcome {
-	if CurrentProvider() == ProviderRXE {
+	if RXELacks(RXEResponderAccessEvent) {
 		return responderOutcome{Event: "none", State: ibv.QPSErr, RecvFlushed: 2}
 	}
 	return responderOutcome{Event: ibv.EventQPAccessErr.String() + " on responder", State: ibv.QPSErr, RecvFlushed: 2}
@@ -139,7 +128,7 @@ func TestPostInError(t *testing.T) {
 	postRecv(t, l.a, ibv.RecvWR{ID: 42, SGL: sge(l.mra, 0, 64)})
 	post(t, l.a, ibv.SendWR{ID: 43, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled, RemoteAddr: l.mrb.Addr(), RKey: l.mrb.RKey()})
 	flushed := []uint64{41, 42, 43}
-	if rxeBefore612() {
+	if RXELacks(RXERecvInErrorFlushed) {
 		// rxe on Linux 6.1 never completes a receive posted in ERROR
 		// (docs/PROVIDERS.md); sends posted in ERROR are flushed.
 		flushed = []uint64{41, 43}
@@ -190,7 +179,7 @@ func TestSRQLastWQEReached(t *testing.T) {
 	}
 
 	ToError(t, a)
-	if rxeBefore612() {
+	if RXELacks(RXELastWQEReached) {
 		// rxe on Linux 6.1 never raises Last WQE Reached
 		// (docs/PROVIDERS.md): a drain must not wait for it there.
 		NoEvent(t, ctx, 2*time.Second)
@@ -205,8 +194,8 @@ func TestSRQLastWQEReached(t *testing.T) {
 	post(t, a, ibv.SendWR{ID: 60, Opcode: ibv.WRSend, Flags: ibv.SendSignaled})
 	checkWC(t, Poll(t, cq, 1)[0], 60, ibv.WCWRFlushErr, 0)
 	PollNone(t, cq, quiet)
-	if CurrentProvider() == ProviderRXE && !rxeBefore612() {
-		// rxe on Linux 6.12 raises Last WQE Reached again once a send
+	if RXEHas(RXELastWQERepeated) {
+		// rxe since Linux 6.12 raises Last WQE Reached again once a send
 		// posted in ERROR is flushed (docs/PROVIDERS.md): a drain whose
 		// WR goes out on an SRQ QP sees the event twice.
 		if e := WaitEvent(t, ctx, Timeout); e.Type != ibv.EventQPLastWQEReached || e.QP != a {

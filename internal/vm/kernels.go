@@ -21,14 +21,14 @@ type Kernel struct {
 	Default bool `json:"default"`
 }
 
-// Kernels is the matrix: Debian 12's kernel, bookworm-backports' 6.12, and,
-// opt-in, the newest kernel the Debian archive offers with a valid signature
+// Kernels is the matrix: Debian 12's kernel, bookworm-backports' 6.12, and
+// the newest kernel the Debian archive offers with a valid signature
 // (trixie-backports; sid's and experimental's Release files can be expired on
-// a mirror snapshot, and apt refuses them).
+// a mirror snapshot, and apt refuses them), the one current distributions run.
 var Kernels = []Kernel{
 	{Name: "6.1", Suite: "bookworm", Default: true},
 	{Name: "6.12", Suite: "bookworm-backports", Default: true},
-	{Name: "newest", Suite: "trixie-backports"},
+	{Name: "newest", Suite: "trixie-backports", Default: true},
 }
 
 // ErrUnknownKernel is returned for a kernel name that is neither a name nor a
@@ -103,16 +103,17 @@ func kernelNames() string {
 }
 
 // CachedKernel is what the cache knows about one kernel name, or about a
-// kernel directory no name points at.
+// kernel directory no name points at. Every field is in its JSON, empty
+// when unknown, so that every entry has the same keys.
 type CachedKernel struct {
 	Kernel
 	// Version is the kernel release the name is pinned to (uname -r), empty
 	// when the name was never resolved with this cache.
-	Version string `json:"version,omitempty"`
+	Version string `json:"version"`
 	// Package is the Debian package and version it came from.
-	Package string `json:"package,omitempty"`
+	Package string `json:"package"`
 	// Dir is the kernel's directory in the cache; empty when not cached.
-	Dir string `json:"dir,omitempty"`
+	Dir string `json:"dir"`
 }
 
 // ListCache reports every name of Kernels with what it resolves to in the

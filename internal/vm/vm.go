@@ -35,10 +35,13 @@ type Options struct {
 	Cache string
 	// Accel is the accelerator; empty means AccelAuto.
 	Accel Accel
-	// KVMDevice is the KVM device to probe; empty means /dev/kvm.
+	// KVMDevice is the KVM device to probe; empty means
+	// $QPDRAIN_VM_KVM_DEVICE, else /dev/kvm (a path that does not exist
+	// runs a host without KVM).
 	KVMDevice string
 	// Timeout is each VM's deadline, after which qemu is killed and the run
-	// fails naming the last stage; zero means RXE_TIMEOUT or 480 s.
+	// fails naming the last stage; zero means RXE_TIMEOUT or 480 s. Below a
+	// second (negative included) it is an error wrapping ErrBadArgs.
 	Timeout time.Duration
 	// Stdout receives the run's output as it happens (stdout and stderr of
 	// the scripts, interleaved).
@@ -66,17 +69,39 @@ func DefaultCacheDir() (string, error) {
 // them: ./..., ./x) of the Go module holding dir with `go test -c` and runs
 // each in the guest with -test.v and testFlags, on every kernel. The closing
 // line counts the tests of all kernels. It returns nil when every kernel
-// passed, an error wrapping ErrFailed or ErrCannotRun otherwise, or
-// ErrBadArgs for no packages.
+// passed, an error wrapping ErrFailed or ErrCannotRun otherwise, or one
+// wrapping ErrBadArgs (before any download or build) for no packages or a
+// dir outside any Go module.
 func GoTest(ctx context.Context, o Options, dir string, pkgs, testFlags []string) error {
 	if len(pkgs) == 0 {
 		return fmt.Errorf("%w: no packages to test (try ./...)", ErrBadArgs)
+	}
+	if err := inModule(dir); err != nil {
+		return err
 	}
 	env := []string{"RXE_MODE=go-test", "RXE_PKGS=" + strings.Join(pkgs, " ")}
 	if len(testFlags) > 0 {
 		env = append(env, "RXE_TEST_ARGS="+strings.TrimSpace(os.Getenv("RXE_TEST_ARGS")+" "+strings.Join(testFlags, " ")))
 	}
 	return run(ctx, o, dir, env, "go-test "+strings.Join(pkgs, " "))
+}
+
+// inModule checks that dir is inside a Go module (a go.mod in it or above),
+// as go test -c needs, so that a wrong directory fails before the kernels are
+// downloaded.
+func inModule(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadArgs, err)
+	}
+	for d := abs; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return nil
+		}
+		if filepath.Dir(d) == d {
+			return fmt.Errorf("%w: %s is not inside a Go module (no go.mod in it or above)", ErrBadArgs, abs)
+		}
+	}
 }
 
 // RunSpec is what Run runs in the guest.
@@ -144,27 +169,6 @@ func Run(ctx context.Context, o Options, spec RunSpec) error {
 	return run(ctx, o, dir, env, "run "+strings.Join(spec.Command, " "))
 }
 
-// kvmBroken returns what the cache recorded when KVM passed the probe but
-// qemu could not run a guest with it (vm.sh writes cache/kvm-broken: the
-// host's kernel release and qemu's error), if the host's kernel is still the
-// same; a new host kernel gets KVM tried again.
-func kvmBroken(cache string) string {
-	b, err := os.ReadFile(filepath.Join(cache, "kvm-broken"))
-	if err != nil {
-		return ""
-	}
-	rel, err := os.ReadFile("/proc/sys/kernel/osrelease")
-	if err != nil {
-		return ""
-	}
-	line := strings.TrimSpace(string(b))
-	release, what, _ := strings.Cut(line, " ")
-	if release != strings.TrimSpace(string(rel)) {
-		return ""
-	}
-	return what + " (" + filepath.Join(cache, "kvm-broken") + "; --accel kvm tries it)"
-}
-
 // resolveCommand finds the host's file for the guest's command.
 func resolveCommand(name string, python bool, dir string) (string, error) {
 	if python && (name == "python3" || name == "python") {
@@ -199,6 +203,14 @@ func shellQuote(argv []string) string {
 	return strings.Join(q, " ")
 }
 
+// envOr returns the environment variable k, or def when it is unset or empty.
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
 func boolEnv(b bool) string {
 	if b {
 		return "1"
@@ -211,6 +223,9 @@ func boolEnv(b bool) string {
 func run(ctx context.Context, o Options, dir string, modeEnv []string, what string) error {
 	if o.Stdout == nil {
 		return fmt.Errorf("%w: no output writer", ErrBadArgs)
+	}
+	if o.Timeout != 0 && o.Timeout < time.Second {
+		return fmt.Errorf("%w: timeout %v: want at least 1s", ErrBadArgs, o.Timeout)
 	}
 	kernels := o.Kernels
 	if len(kernels) == 0 {
@@ -233,7 +248,7 @@ func run(ctx context.Context, o Options, dir string, modeEnv []string, what stri
 	}
 	kvm := o.KVMDevice
 	if kvm == "" {
-		kvm = "/dev/kvm"
+		kvm = envOr("QPDRAIN_VM_KVM_DEVICE", "/dev/kvm")
 	}
 	auto := accel == AccelAuto
 	accel, why, err := accel.Resolve(kvm)
@@ -241,8 +256,8 @@ func run(ctx context.Context, o Options, dir string, modeEnv []string, what stri
 		return fmt.Errorf("%w: %v", ErrCannotRun, err)
 	}
 	if auto && accel == AccelKVM {
-		if broken := kvmBroken(cache); broken != "" {
-			accel, why = AccelTCG, "KVM failed to run a guest on this host before: "+broken
+		if broken := kvmBroken(cache, kvmKey()); broken != "" {
+			accel, why = AccelTCG, "KVM failed to start a guest with this qemu on this host kernel before: "+broken
 		}
 	}
 	var names, suites []string
@@ -273,6 +288,9 @@ func run(ctx context.Context, o Options, dir string, modeEnv []string, what stri
 		"RXE_SUITES="+strings.Join(suites, " "),
 		"RXE_ACCEL="+string(accel),
 		"RXE_ACCEL_AUTO="+boolEnv(auto),
+		// what run-vm.sh watches: a qpdrain killed without a word (SIGKILL)
+		// takes its VM down with it
+		"RXE_OWNER_PID="+strconv.Itoa(os.Getpid()),
 	)
 	if o.Timeout > 0 {
 		env = append(env, "RXE_TIMEOUT="+strconv.Itoa(int(o.Timeout.Round(time.Second)/time.Second)))
@@ -289,7 +307,19 @@ func run(ctx context.Context, o Options, dir string, modeEnv []string, what stri
 	cmd.Stderr = o.Stdout
 	inProcessGroup(cmd)
 	cmd.WaitDelay = 10 * time.Second
+	// vm.sh leaves qemu's message in run/kvm-fallback when KVM failed before
+	// the guest started and TCG then started it: KVM, not the image, is at
+	// fault. An earlier run's file must not be taken for this run's.
+	fallback := filepath.Join(cache, "run", "kvm-fallback")
+	if err := os.Remove(fallback); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("clearing the last run's KVM fallback: %w", err)
+	}
 	err = cmd.Run()
+	if msg := readLine(fallback); msg != "" {
+		if rerr := recordKVMBroken(cache, kvmKey(), msg); rerr != nil {
+			fmt.Fprintf(o.Stdout, "qpdrain vm: %v\n", rerr)
+		}
+	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("running the vm: %w", ctx.Err())
 	}

@@ -31,11 +31,11 @@ func TestParseKernels(t *testing.T) {
 		in   string
 		want []string
 	}{
-		{"", []string{"6.1", "6.12"}},
+		{"", []string{"6.1", "6.12", "newest"}},
 		{"6.12", []string{"6.12"}},
 		{"bookworm bookworm-backports", []string{"6.1", "6.12"}},
 		{"6.12,6.1,6.12", []string{"6.12", "6.1"}},
-		{"default,newest", []string{"6.1", "6.12", "newest"}},
+		{"newest,default", []string{"newest", "6.1", "6.12"}},
 		{"all", []string{"6.1", "6.12", "newest"}},
 		{"trixie-backports", []string{"newest"}},
 	} {
@@ -151,6 +151,17 @@ func TestRunBadArgs(t *testing.T) {
 	if err := GoTest(context.Background(), o, ".", nil, nil); !errors.Is(err, ErrBadArgs) {
 		t.Errorf("GoTest(no packages) = %v, want ErrBadArgs", err)
 	}
+	if err := GoTest(context.Background(), o, t.TempDir(), []string{"./..."}, nil); !errors.Is(err, ErrBadArgs) ||
+		!strings.Contains(err.Error(), "not inside a Go module") {
+		t.Errorf("GoTest(outside a module) = %v, want ErrBadArgs", err)
+	}
+	for _, d := range []time.Duration{-time.Second, time.Millisecond} {
+		o := o
+		o.Timeout = d
+		if err := Run(context.Background(), o, RunSpec{Command: []string{"true"}}); !errors.Is(err, ErrBadArgs) {
+			t.Errorf("Run(timeout %v) = %v, want ErrBadArgs", d, err)
+		}
+	}
 	if out.Len() != 0 {
 		t.Errorf("bad arguments printed %q: nothing should have started", out.String())
 	}
@@ -223,28 +234,55 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestKVMBroken: a recorded KVM failure holds for the host kernel it was
-// seen on, and only that one.
+// TestKVMBroken: a recorded KVM failure holds for its key (host kernel,
+// qemu binary, qemu version) only; recording replaces the key's old record
+// and drops records of qemu binaries that are gone.
 func TestKVMBroken(t *testing.T) {
 	dir := t.TempDir()
-	if got := kvmBroken(dir); got != "" {
+	qemu := filepath.Join(dir, "qemu") // a qemu binary that exists
+	if err := os.WriteFile(qemu, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	key := "6.1.0-1 " + qemu + "\tQEMU emulator version 7.2.22"
+	otherKernel := "6.12.0-9 " + qemu + "\tQEMU emulator version 7.2.22"
+	otherQEMU := "6.1.0-1 " + qemu + "\tQEMU emulator version 8.2.2"
+	gone := "6.1.0-1 " + filepath.Join(dir, "gone") + "\tQEMU emulator version 7.2.22"
+	if got := kvmBroken(dir, key); got != "" {
 		t.Errorf("no record: %q", got)
 	}
-	rel, err := os.ReadFile("/proc/sys/kernel/osrelease")
-	if err != nil {
-		t.Skipf("no /proc/sys/kernel/osrelease: %v", err)
-	}
-	write := func(line string) {
-		if err := os.WriteFile(filepath.Join(dir, "kvm-broken"), []byte(line+"\n"), 0o644); err != nil {
+	for _, r := range []struct{ key, msg string }{
+		{gone, "old"}, {otherQEMU, "MSR"}, {key, "first"}, {key, "KVM internal error.\nSuberror: 1"},
+	} {
+		if err := recordKVMBroken(dir, r.key, r.msg); err != nil {
 			t.Fatal(err)
 		}
 	}
-	write(strings.TrimSpace(string(rel)) + " KVM internal error. Suberror: 1")
-	if got := kvmBroken(dir); !strings.HasPrefix(got, "KVM internal error. Suberror: 1 (") {
-		t.Errorf("this kernel's record: %q", got)
+	if got := kvmBroken(dir, key); !strings.HasPrefix(got, "KVM internal error. Suberror: 1; recorded in ") {
+		t.Errorf("the key's record: %q", got)
 	}
-	write("0.0.0-other KVM internal error. Suberror: 1")
-	if got := kvmBroken(dir); got != "" {
-		t.Errorf("another kernel's record: %q", got)
+	if got := kvmBroken(dir, otherKernel); got != "" {
+		t.Errorf("another host kernel's record: %q", got)
+	}
+	if got := kvmBroken(dir, otherQEMU); !strings.HasPrefix(got, "MSR; recorded in ") {
+		t.Errorf("the other qemu's record: %q", got)
+	}
+	b, err := os.ReadFile(kvmRecordFile(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n != 2 || strings.Contains(string(b), "gone") {
+		t.Errorf("records (want the two live keys, once each):\n%s", b)
+	}
+	// The key names the qemu of PATH and its version.
+	fake := filepath.Join(dir, qemuBin)
+	os.WriteFile(fake, []byte("#!/bin/sh\necho 'QEMU emulator version 0.0.1-fake'\necho copyright\n"), 0o755)
+	t.Setenv("PATH", dir)
+	if want := readLine("/proc/sys/kernel/osrelease") + " " + fake + "\tQEMU emulator version 0.0.1-fake"; kvmKey() != want {
+		t.Errorf("kvmKey() = %q, want %q", kvmKey(), want)
+	}
+	// The previous format (release and message) matches no key: KVM is tried again.
+	os.WriteFile(kvmRecordFile(dir), []byte("6.1.0-1 KVM internal error. Suberror: 1\n"), 0o644)
+	if got := kvmBroken(dir, key); got != "" {
+		t.Errorf("an old-format record: %q", got)
 	}
 }

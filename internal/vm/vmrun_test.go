@@ -1,12 +1,18 @@
+//go:build linux
+
 package vm
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -38,13 +44,6 @@ func vmOptions(t *testing.T, timeout time.Duration) (Options, *syncBuffer) {
 		}
 	})
 	return Options{Kernels: ks[:1], Accel: accel, Timeout: timeout, Stdout: out}, out
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
 }
 
 // wantOutput fails t for each want missing from out.
@@ -201,4 +200,236 @@ func TestRed(t *testing.T) { t.Fatal("red on purpose") }
 	}
 	wantOutput(t, out.String(), "--- PASS: TestRXE", "--- FAIL: TestRed", "red on purpose",
 		"peer: go test failed (exit 1)", "packages 0/1", "vm: 1 passed, 1 failed")
+}
+
+// fakeQEMU puts first in PATH testdata/qemu-system-x86_64, a qemu that
+// fails under KVM the way mode (FAKE_QEMU_KVM) says and runs the real one
+// otherwise. The copy lives in a fresh directory: its path is the cache
+// record's key, and it is gone after the test.
+func fakeQEMU(t *testing.T, mode string) {
+	t.Helper()
+	if _, err := exec.LookPath(qemuBin); err != nil {
+		t.Skipf("no %s: %v", qemuBin, err)
+	}
+	b, err := os.ReadFile(filepath.Join("testdata", qemuBin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, qemuBin), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("FAKE_QEMU_KVM", mode)
+}
+
+// TestVMKVMFallback: under --accel auto, a qemu that fails under KVM before
+// the guest starts, whatever it prints, makes the run say why in one line
+// and pass under TCG, and the cache remembers it for that qemu only: an
+// abort with status 134 (qemu's "failed to set MSR" assertion, met on
+// nested-virtualization hosts), a vCPU paused after "KVM internal error",
+// and a silent hang (RXE_KVM_START_TIMEOUT cut to 5 s).
+func TestVMKVMFallback(t *testing.T) {
+	o, _ := vmOptions(t, 0)
+	if o.Accel != AccelAuto {
+		t.Skipf("QPDRAIN_VM_ACCEL=%s: the fallback is --accel auto's", o.Accel)
+	}
+	if a, why, _ := AccelAuto.Resolve(envOr("QPDRAIN_VM_KVM_DEVICE", "/dev/kvm")); a != AccelKVM {
+		t.Skipf("auto picks TCG here without trying KVM (%s): no KVM failure to fall back from", why)
+	}
+	cache, err := DefaultCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := kvmBroken(cache, kvmKey())
+	for _, tc := range []struct{ mode, said string }{
+		{"abort", "qemu exited with status 134 before the guest started; qemu said: qemu-system-x86_64: error: failed to set MSR 0x10a to 0x69 "},
+		{"internal-error", "qemu paused the guest's vCPU; qemu was killed; qemu said: KVM internal error. Suberror: 1 emulation failure"},
+		{"hang", "no line from the guest's /init within 5s; qemu was killed; qemu said: nothing"},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			o, out := vmOptions(t, 0)
+			fakeQEMU(t, tc.mode)
+			o.Env = []string{"RXE_KVM_START_TIMEOUT=5"}
+			start := time.Now()
+			if err := Run(runCtx(t), o, RunSpec{Command: []string{"/bin/true"}}); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			wantOutput(t, out.String(), "qpdrain vm: qemu KVM (", "KVM failed before the guest started: "+tc.said,
+				"; running it under TCG", "(qemu TCG, ", "vm: TCG started the guest", "vm PASS [", "vm: 1 passed, 0 failed")
+			for _, l := range strings.Split(out.String(), "\n") {
+				if strings.Contains(l, "KVM failed before") {
+					t.Logf("%s (run %.1fs)", l, time.Since(start).Seconds())
+				}
+			}
+			if got := kvmBroken(cache, kvmKey()); !strings.Contains(got, tc.said[strings.Index(tc.said, "qemu said: "):]) {
+				t.Errorf("the cache's record for the fake qemu: %q", got)
+			}
+		})
+	}
+	// The record of the qemu in PATH is its own: the fakes' failures are not it.
+	if got := kvmBroken(cache, kvmKey()); got != before {
+		t.Errorf("the record of the qemu in PATH changed from %q to %q", before, got)
+	}
+}
+
+// TestVMBootCrashRetried: under TCG, a guest kernel that crashes before
+// its /init, before anything under test ran, is booted once more, saying
+// so with the kernel's first complaint, and the run passes.
+func TestVMBootCrashRetried(t *testing.T) {
+	o, out := vmOptions(t, 0)
+	o.Accel = AccelTCG
+	fakeQEMU(t, "")
+	t.Setenv("FAKE_QEMU_TCG", "crash-once")
+	t.Setenv("FAKE_QEMU_STATE", t.TempDir())
+	if err := Run(runCtx(t), o, RunSpec{Command: []string{"/bin/true"}}); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	wantOutput(t, out.String(), "the guest kernel crashed before its /init (Oops: int3: 0000 [#1] PREEMPT SMP NOPTI): booting it once more",
+		"vm PASS [", "vm: 1 passed, 0 failed")
+}
+
+// TestVMRunTmpFiles: a script under /tmp (a fresh mktemp -d) passed with
+// --files is in the guest at the same path and runs there.
+func TestVMRunTmpFiles(t *testing.T) {
+	o, out := vmOptions(t, 0)
+	dir, err := os.MkdirTemp("/tmp", "qpdrain-vm-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	script := filepath.Join(dir, "guest.sh")
+	if err := os.WriteFile(script, []byte("echo \"guest script $0 ran in $(pwd)\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := Run(runCtx(t), o, RunSpec{Command: []string{"sh", script}, Files: []string{dir}, Dir: dir}); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	wantOutput(t, out.String(), "guest script "+script+" ran in "+dir, "vm: 1 passed, 0 failed")
+}
+
+// TestVMStopKillsQEMU: Ctrl-C (SIGINT to the foreground process group) or
+// SIGTERM ends `qpdrain vm run` with "context canceled", and nothing it
+// started, qemu first, outlives it (so the cache lock, which only qpdrain
+// holds, is free too). SIGKILL gives qpdrain no say: the VM's heartbeat
+// sees it gone and stops the VM within seconds.
+func TestVMStopKillsQEMU(t *testing.T) {
+	o, _ := vmOptions(t, 0)
+	bin := qpdrainBinary(t)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGKILL} {
+		t.Run(sig.String(), func(t *testing.T) {
+			mark := fmt.Sprintf("QPDRAIN_VM_STOP_TEST=%d-%d-%d", os.Getpid(), sig, time.Now().UnixNano())
+			out := &syncBuffer{}
+			cmd := exec.Command(bin, "vm", "run", "--kernels", o.Kernels[0].Name, "--accel", string(o.Accel), "--", "sleep", "3600")
+			cmd.Env = append(os.Environ(), mark)
+			cmd.Stdout, cmd.Stderr = out, out
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a job of its own, as a shell starts it
+			// An orphaned qemu holds the output pipe open: Wait must not wait for it.
+			cmd.WaitDelay = 5 * time.Second
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			t.Cleanup(func() {
+				for _, p := range marked(mark) {
+					syscall.Kill(p.pid, syscall.SIGKILL)
+				}
+				if t.Failed() {
+					t.Logf("output:\n%s", out.String())
+				}
+			})
+			ctx := runCtx(t) // the wait for the cache lock is in it
+			for !hasQEMU(marked(mark)) {
+				select {
+				case err := <-done:
+					t.Fatalf("qpdrain vm run ended (%v) before qemu started", err)
+				case <-ctx.Done():
+					syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+					<-done
+					t.Fatal("qemu did not start")
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+			time.Sleep(time.Second)
+			if sig == syscall.SIGINT {
+				syscall.Kill(-cmd.Process.Pid, sig)
+			} else {
+				cmd.Process.Signal(sig)
+			}
+			select {
+			case err := <-done:
+				var ee *exec.ExitError
+				if sig != syscall.SIGKILL && (!errors.As(err, &ee) || ee.ExitCode() != 2) {
+					t.Errorf("exit: %v, want status 2", err)
+				}
+			case <-time.After(time.Minute):
+				syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+				for _, p := range marked(mark) {
+					syscall.Kill(p.pid, syscall.SIGKILL)
+				}
+				<-done
+				t.Fatalf("qpdrain vm run did not end within a minute of %v", sig)
+			}
+			if sig != syscall.SIGKILL {
+				wantOutput(t, out.String(), "context canceled")
+			}
+			// qpdrain waited for its driver; the rest of the group gets a moment to exit.
+			var left []proc
+			for end := time.Now().Add(15 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+				if left = marked(mark); len(left) == 0 {
+					break
+				}
+			}
+			if len(left) > 0 {
+				t.Errorf("left running after %v: %v", sig, left)
+			}
+		})
+	}
+}
+
+// proc is a process of the host.
+type proc struct {
+	pid  int
+	comm string
+}
+
+// marked returns the processes whose environment holds mark (KEY=VALUE).
+func marked(mark string) []proc {
+	var ps []proc
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err != nil || !bytes.Contains(append(env, 0), []byte(mark+"\x00")) {
+			continue
+		}
+		ps = append(ps, proc{pid, readLine(filepath.Join("/proc", e.Name(), "comm"))})
+	}
+	return ps
+}
+
+func hasQEMU(ps []proc) bool {
+	for _, p := range ps {
+		if strings.HasPrefix(p.comm, "qemu-system") {
+			return true
+		}
+	}
+	return false
+}
+
+// qpdrainBinary returns $QPDRAIN_VM_BIN (scripts/rxe-test.sh's build), or
+// builds cmd/qpdrain.
+func qpdrainBinary(t *testing.T) string {
+	if b := os.Getenv("QPDRAIN_VM_BIN"); b != "" {
+		return b
+	}
+	bin := filepath.Join(t.TempDir(), "qpdrain")
+	if b, err := exec.Command("go", "build", "-o", bin, "github.com/qpdrain/qpdrain/cmd/qpdrain").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	return bin
 }

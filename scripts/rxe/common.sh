@@ -7,9 +7,9 @@
 # one that does not compile fails the run.
 RXE_TEST_PKGS=${RXE_TEST_PKGS:-./internal/devtest ./ibv ./libibverbs ./drain ./flushcheck ./rdmanl ./ipoibcm ./ipoibcm/churn ./cmd/qpdrain}
 
-# The kernels, as Debian suites: linux-image-amd64 of each (bookworm: 6.1, -backports: 6.12).
-# qpdrain vm's names work too: 6.1, 6.12, newest (trixie-backports, opt-in), all.
-RXE_KERNELS=${RXE_KERNELS:-bookworm bookworm-backports}
+# The kernels, as Debian suites: linux-image-amd64 of each (bookworm: 6.1, -backports: 6.12,
+# trixie-backports: the newest, 7.3 today). qpdrain vm's names work too: 6.1, 6.12, newest, all.
+RXE_KERNELS=${RXE_KERNELS:-bookworm bookworm-backports trixie-backports}
 
 # The repository root and the download cache (ignored by git through .cache/).
 RXE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

@@ -6,6 +6,13 @@
 # rxe0, every smoke test passed, every PKG (a test package, or "run": the command of qpdrain vm run)
 # reported exit=0 and the guest powered off by itself.
 # Needs RXE_TOKEN (the one baked into INITRD). RXE_TIMEOUT: seconds before qemu is killed (480).
+# RXE_OWNER_PID: the qpdrain process; the VM is stopped within a second or two once it is gone.
+# Under KVM, a qemu that exits, aborts or hangs (RXE_KVM_START_TIMEOUT seconds, 120, without a line
+# from the guest's /init) before the guest's first sentinel line is a KVM failure, whatever qemu
+# printed: with RXE_ACCEL_AUTO=1 the script then writes the reason, one line, to RUNDIR/accel-failed
+# and exits 4 without a verdict (vm.sh runs the kernel again under TCG); without it, the kernel fails.
+# With RXE_BOOT_RETRY=1, a guest kernel that crashes under TCG before its /init exits 5 without a
+# verdict, its first complaint in RUNDIR/boot-failed (vm.sh boots it once more).
 # RXE_FAIL_ON_WARN=1 also fails on a kernel WARNING; RXE_BOOT=bzimage boots vmlinuz even when
 # the uncompressed PVH vmlinux is there. Leaves console.log (ttyS0: firmware and
 # kernel), result.log (ttyS1: tests and sentinels), qemu.err and summary in RUNDIR.
@@ -28,7 +35,7 @@ mkdir -p "$run"
 : >"$run/console.log"
 : >"$run/result.log"
 : >"$run/stamps"
-rm -f "$run/summary" "$run/accel-failed"
+rm -f "$run/summary" "$run/accel-failed" "$run/kvm-stopped"
 
 # clean: strip carriage returns and terminal escape sequences
 clean() { sed -u -e 's/\x1b\[[0-9;?]*[A-Za-z]//g' -e 's/\x1bc//g' -e 's/\r//g'; }
@@ -75,19 +82,24 @@ t0=$(rxe_now)
 accel=(-accel tcg -cpu max)
 [ "${RXE_ACCEL:-tcg}" = kvm ] && accel=(-accel kvm -cpu host)
 echo "$tag == boot (qemu ${accel[1]^^}, -smp 2, ${kernel##*/}, deadline ${deadline}s)"
-# The brief's command line plus: oops=panic (an oops ends the run at once instead of hanging it),
+# A serial console, no network, no reboot; oops=panic (an oops ends the run at once instead of hanging it),
 # the console on ttyS0 into console.log, and a second serial port (ttyS1) that only /init writes.
-timeout -k 5 "$deadline" qemu-system-x86_64 -nographic -no-reboot -m 1024 -smp 2 "${accel[@]}" \
+# timeout --foreground stays in this script's process group, so that stopping the run (qpdrain vm
+# signals the group) stops qemu too; without it, timeout leads a group of its own and qemu outlives
+# the run until its deadline.
+timeout --foreground -k 5 "$deadline" qemu-system-x86_64 -nographic -no-reboot -m 1024 -smp 2 "${accel[@]}" \
 	-kernel "$kernel" -initrd "$initrd" \
 	-append 'console=ttyS0 panic=-1 oops=panic quiet' -nic none -monitor none \
 	-serial "file:$run/console.log" -serial "file:$run/result.log" \
 	</dev/null 2>"$run/qemu.err" &
 qpid=$!
 # A heartbeat, so that a long quiet test never looks like a dead run: every 30 s without new
-# output it says so. It also stops qemu at once when KVM cannot run the guest: qemu then reports
-# "KVM internal error" and pauses the vCPU instead of exiting (seen in nested guests whose /dev/kvm
-# opens and creates VMs fine). (The reader below must block in a plain read: bash only reaps qemu,
+# output it says so. Under KVM it also stops qemu when KVM cannot run the guest: qemu reports "KVM
+# internal error" and pauses the vCPU instead of exiting (seen in nested guests whose /dev/kvm opens
+# and creates VMs fine), or the guest's /init says nothing within RXE_KVM_START_TIMEOUT seconds; the
+# reason goes to kvm-stopped. (The reader below must block in a plain read: bash only reaps qemu,
 # and tail only sees it gone, when that read is interrupted by SIGCHLD.)
+start_limit=${RXE_KVM_START_TIMEOUT:-120}
 (
 	last=-1 quiet=0 tick=0 nap=
 	trap '[ -z "$nap" ] || kill "$nap" 2>/dev/null; exit 0' TERM
@@ -95,11 +107,26 @@ qpid=$!
 		sleep 1 &
 		nap=$!
 		wait "$nap"
-		if grep -q 'KVM internal error' "$run/qemu.err" 2>/dev/null; then
-			kill "$qpid" 2>/dev/null
-			exit 0
+		# qemu gone (and this script with it, if it was killed): nothing left to watch
+		kill -0 "$qpid" 2>/dev/null || exit 0
+		# qpdrain gone without stopping the run (SIGKILL, a crash): stop everything it started
+		if [ -n "${RXE_OWNER_PID:-}" ] && ! kill -0 "$RXE_OWNER_PID" 2>/dev/null; then
+			kill -TERM 0
 		fi
 		tick=$((tick + 1))
+		if [ "${accel[1]}" = kvm ] && ! grep -qF "$mark" "$run/result.log" 2>/dev/null; then
+			why=
+			if grep -q 'KVM internal error' "$run/qemu.err" 2>/dev/null; then
+				why="qemu paused the guest's vCPU; qemu was killed"
+			elif [ "$tick" -ge "$start_limit" ]; then
+				why="no line from the guest's /init within ${start_limit}s; qemu was killed"
+			fi
+			if [ -n "$why" ]; then
+				echo "$why" >"$run/kvm-stopped"
+				kill "$qpid" 2>/dev/null
+				exit 0
+			fi
+		fi
 		[ $((tick % 30)) = 0 ] || continue
 		size=$(stat -c %s "$run/result.log" 2>/dev/null || echo 0)
 		if [ "$size" = "$last" ]; then
@@ -113,19 +140,19 @@ qpid=$!
 ) &
 beat=$!
 printed=0
+qrc=0
+# (stderr closed: bash reports a job killed by a signal, qemu's abort, as "Aborted ... timeout ...",
+# when it reaps it; the verdict below says what happened)
 {
 	while IFS= read -r line || [ -n "$line" ]; do
 		show "$line"
 		printed=$((printed + 1))
 		echo "$printed" >"$run/printed"
 	done < <(tail -n +1 -s 0.2 -F --pid="$qpid" "$run/result.log" 2>/dev/null | clean)
-}
-kill "$beat" 2>/dev/null || true
-wait "$beat" 2>/dev/null || true
-set +e
-wait "$qpid"
-qrc=$?
-set -e
+	kill "$beat" || true
+	wait "$beat" || true
+	wait "$qpid" || qrc=$? # (not a failed step: the ERR trap stays quiet)
+} 2>/dev/null
 wall=$(rxe_since "$t0")
 
 # Whatever the live stream missed (tail exits once qemu is gone) is printed now.
@@ -141,9 +168,39 @@ sent() { { grep -F "$mark" "$run/result.txt" || true; } | sed "s/^.*$mark//; s/ 
 sent >"$run/sentinels"
 last_stage=$(awk '$1 == "stage" { s = $2 } $1 == "pkg-start" { s = "tests, in " $2 } $1 == "pkg" { s = "tests" }
 	END { print s ? s : "boot" }' "$run/sentinels")
-if grep -q 'KVM internal error' "$run/qemu.err"; then
-	fails+=("KVM cannot run the guest here (qemu: $(grep -m 1 'KVM internal error' "$run/qemu.err")); --accel tcg runs it")
-	echo kvm-failed >"$run/accel-failed"
+# Under KVM, no sentinel line at all means qemu never started the guest's /init: KVM's failure,
+# whatever qemu said (an exit, an abort such as status 134 "failed to set MSR", a pause, a hang).
+kvm_failed=
+if [ "${accel[1]}" = kvm ] && [ ! -s "$run/sentinels" ]; then
+	if [ -s "$run/kvm-stopped" ]; then
+		kvm_failed=$(cat "$run/kvm-stopped")
+	else
+		kvm_failed="qemu exited with status $qrc before the guest started"
+	fi
+	# qemu's own words: its error lines (not a register dump), else its first lines
+	msg=$({ grep -iE 'error|assert|fail|kvm' "$run/qemu.err" || head -n 2 "$run/qemu.err"; } |
+		grep -v 'terminating on signal' | head -n 2 | tr '\n' ' ' | cut -c 1-400 | sed 's/ *$//' || true)
+	kvm_failed="$kvm_failed; qemu said: ${msg:-nothing}"
+	if [ "${RXE_ACCEL_AUTO:-0}" = 1 ]; then
+		echo "$kvm_failed" >"$run/accel-failed"
+		exec 2>/dev/null # (bash may report qemu's abort on its way out too; vm.sh's line says it)
+		exit 4
+	fi
+fi
+# Under TCG, a guest kernel that crashed before its /init (no sentinel; an Oops or a panic on the
+# console) failed to boot, before any code under test ran: seen once on 7.3 under TCG with -smp 2
+# (an int3 Oops in sched_clock_tick, 1.3 s into boot, where nine other boots were clean), the mark
+# of an emulated CPU, not of the kernel. With RXE_BOOT_RETRY=1 the script writes the first complaint
+# to RUNDIR/boot-failed and exits 5 without a verdict, and vm.sh boots the kernel once more.
+if [ "${accel[1]}" = tcg ] && [ ! -s "$run/sentinels" ] && [ "${RXE_BOOT_RETRY:-0}" = 1 ]; then
+	crash=$({ grep -m 1 -E 'BUG:|Oops|general protection|Kernel panic' "$run/console.txt" || true; } | cut -c 1-200)
+	if [ -n "$crash" ]; then
+		echo "$crash" >"$run/boot-failed"
+		exit 5
+	fi
+fi
+if [ -n "$kvm_failed" ]; then
+	fails+=("KVM did not start the guest: $kvm_failed; --accel tcg runs it")
 elif [ "$qrc" = 124 ] || [ "$qrc" = 137 ]; then
 	fails+=("TIMEOUT: the guest did not power off within ${deadline}s (last stage: $last_stage); qemu was killed")
 elif [ "$qrc" != 0 ]; then

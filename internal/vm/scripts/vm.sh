@@ -4,8 +4,10 @@
 # with it and prints one verdict. The Go side has checked the arguments and sets:
 #   RXE_MODE        go-test | run
 #   RXE_SUITES      the kernels, as NAME=SUITE words (6.12=bookworm-backports)
-#   RXE_ACCEL       kvm | tcg; RXE_ACCEL_AUTO=1: KVM was not asked for, so a KVM that fails at boot
-#                   falls back to TCG
+#   RXE_ACCEL       kvm | tcg; RXE_ACCEL_AUTO=1: KVM was not asked for, so a qemu that fails under
+#                   KVM before the guest starts (run-vm.sh exits 4) runs that kernel, and the rest,
+#                   under TCG; when TCG then starts the guest, run/kvm-fallback gets qemu's message
+#                   (internal/vm records it in the cache's kvm-broken)
 #   RXE_CACHE       the cache directory (kernels, debs, private apt state, the last run)
 #   RXE_PKGS        go-test: the packages, as go test takes them (./..., ./ibv); run in the module
 #                   that holds the current directory
@@ -59,6 +61,17 @@ esac
 "$here/stage.sh" "$run/tests" "$payload"
 echo "vm:   payload ($(du -sh "$payload.cpio" | cut -f1)) ready in $(rxe_since "$t")s"
 
+# boot KDIR RUNDIR: one VM of the kernel in KDIR, run-vm.sh's exit status. A guest kernel that
+# crashed under TCG before its /init ran, before anything under test (run-vm.sh's 5), is booted once
+# more, saying so; a second crash is the kernel's verdict.
+boot() {
+	local rc=0
+	RXE_BOOT_RETRY=1 "$here/run-vm.sh" "$1" "$2/initrd" "$2" "${units[@]}" || rc=$?
+	[ "$rc" = 5 ] || return "$rc"
+	echo "vm: [$(cat "$1/kver")] the guest kernel crashed before its /init ($(cat "$2/boot-failed")): booting it once more"
+	"$here/run-vm.sh" "$1" "$2/initrd" "$2" "${units[@]}"
+}
+
 echo "vm: [4/4] one VM per kernel"
 failed=0
 summaries=()
@@ -68,13 +81,18 @@ for kd in "${kdirs[@]}"; do
 	mkdir -p "$rd"
 	"$here/build-initrd.sh" "$kd" "$payload.cpio" "$rd/initrd"
 	rc=0
-	"$here/run-vm.sh" "$kd" "$rd/initrd" "$rd" "${units[@]}" || rc=$?
-	if [ "$rc" != 0 ] && [ -f "$rd/accel-failed" ] && [ "${RXE_ACCEL_AUTO:-0}" = 1 ]; then
-		echo "vm: KVM cannot run guests on this host: TCG from here on (and in later runs: $RXE_CACHE/kvm-broken)"
-		echo "$(uname -r) $(grep -m 1 'KVM internal error' "$rd/qemu.err")" >"$RXE_CACHE/kvm-broken"
+	boot "$kd" "$rd" || rc=$?
+	if [ "$rc" = 4 ] && [ "${RXE_ACCEL_AUTO:-0}" = 1 ]; then
+		why=$(cat "$rd/accel-failed")
+		echo "vm: [$kver] KVM failed before the guest started: $why; running it under TCG"
 		export RXE_ACCEL=tcg
 		rc=0
-		"$here/run-vm.sh" "$kd" "$rd/initrd" "$rd" "${units[@]}" || rc=$?
+		boot "$kd" "$rd" || rc=$?
+		# TCG started the guest where KVM did not: KVM's fault, remembered for later runs
+		if grep -q '^stage init' "$rd/sentinels" 2>/dev/null; then
+			echo "$why" >"$run/kvm-fallback"
+			echo "vm: TCG started the guest: later runs with this qemu on this host kernel use TCG ($RXE_CACHE/kvm-broken; --accel kvm tries KVM)"
+		fi
 	fi
 	[ "$rc" = 0 ] || failed=1
 	summaries+=("$(cat "$rd/summary" 2>/dev/null || echo "vm FAIL [$kver] no summary")")

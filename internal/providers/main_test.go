@@ -1,0 +1,166 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestDocMatchesRecords: docs/PROVIDERS.md's tables are what the records in
+// testdata/providers render to. A record refreshed (make providers,
+// make providers-rxe) without rendering, or a table edited by hand, fails.
+func TestDocMatchesRecords(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/PROVIDERS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := RenderDoc(doc, "../../testdata/providers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(doc, want) {
+		t.Errorf("docs/PROVIDERS.md's tables differ from testdata/providers: run make providers\n%s", firstDiff(doc, want))
+	}
+}
+
+// firstDiff shows the first line where got and want differ.
+func firstDiff(got, want []byte) string {
+	g, w := strings.Split(string(got), "\n"), strings.Split(string(want), "\n")
+	for i := range min(len(g), len(w)) {
+		if g[i] != w[i] {
+			return "line " + strconv.Itoa(i+1) + ":\n  doc:      " + g[i] + "\n  rendered: " + w[i]
+		}
+	}
+	return "the documents differ in length"
+}
+
+const probeJSON = `{
+  "ifname": "rxe0",
+  "soft": false,
+  "probes": [
+    {"name": "recv-in-error", "outcome": "deviation", "observed": "never completed | not even later"},
+    {"name": "drain-wr", "outcome": "pass", "observed": "drain WR completed"}
+  ],
+  "settings": [{"name": "Policy", "value": "quarantine"}]
+}`
+
+// vmOutput wraps probeJSON as qpdrain vm prints the guest's lines.
+func vmOutput(kernel, status string) string {
+	var b strings.Builder
+	b.WriteString("[" + kernel + "] == command (3.1s)\n[" + kernel + "] " + BeginMark + "\n")
+	for _, l := range strings.Split(probeJSON, "\n") {
+		b.WriteString("[" + kernel + "] " + l + "\n")
+	}
+	b.WriteString("vm: still running\n[" + kernel + "] " + EndMark + " exit=" + status + "\n")
+	return b.String()
+}
+
+func TestParseVMOutput(t *testing.T) {
+	recs, err := ParseVMOutput(strings.NewReader(vmOutput("6.1.0-57-amd64", "1") + vmOutput("7.3.4+deb13-amd64", "0")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 2 || string(recs["6.1.0-57-amd64"]) != probeJSON+"\n" || string(recs["7.3.4+deb13-amd64"]) != probeJSON+"\n" {
+		t.Errorf("records %q, want probeJSON for both kernels", recs)
+	}
+	for _, tc := range []struct {
+		name, out, want string
+		is              error
+	}{
+		{"probe error", vmOutput("6.1", "2"), `exited with "2"`, nil},
+		{"no end", strings.Split(vmOutput("6.1", "0"), "vm: still")[0], "no end marker", nil},
+		{"none", "[6.1] == command\n", "", ErrNoRecord},
+		{"not JSON", "[6.1] " + BeginMark + "\n[6.1] Error: no device\n[6.1] " + EndMark + " exit=1\n", "not qpdrain check's JSON", nil},
+		{"not a check", "[6.1] " + BeginMark + "\n[6.1] {}\n[6.1] " + EndMark + " exit=0\n", "no ifname", nil},
+	} {
+		_, err := ParseVMOutput(strings.NewReader(tc.out))
+		if err == nil || !strings.Contains(err.Error(), tc.want) || tc.is != nil && !errors.Is(err, tc.is) {
+			t.Errorf("%s: ParseVMOutput = %v, want an error saying %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestWriteRecordsAndRender(t *testing.T) {
+	dir := t.TempDir()
+	soft := strings.Replace(strings.Replace(probeJSON, `"deviation"`, `"pass"`, 1), `"soft": false`, `"soft": true`, 1)
+	if err := os.WriteFile(filepath.Join(dir, "soft.json"), []byte(soft), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rec := []byte(probeJSON)
+	if _, err := WriteRecords(dir, map[string][]byte{"6.0.0-1-amd64": rec}, false); err != nil {
+		t.Fatal(err)
+	}
+	written, err := WriteRecords(dir, map[string][]byte{"7.3.4+deb13-amd64": rec, "6.12.95+deb12-amd64": rec, "6.1.0-57-amd64": rec}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "rxe-*.json"))
+	if len(written) != 3 || !slices.Equal(files, written) {
+		t.Errorf("written %v, in the directory %v: want the 3 kernels, 6.0's record replaced", written, files)
+	}
+
+	doc := []byte("# x\n<!-- providers:probes begin -->\nold\n<!-- providers:probes end -->\ntext\n" +
+		"<!-- providers:settings begin -->\n<!-- providers:settings end -->\n")
+	out, err := RenderDoc(doc, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(out)
+	for _, want := range []string{
+		"| Probe | Soft device | rxe, `6.1.0-57-amd64` | rxe, `6.12.95+deb12-amd64` | rxe, `7.3.4+deb13-amd64` |\n",
+		"| `recv-in-error` | pass: never completed \\| not even later | **deviation**: never completed \\| not even later |",
+		"| Policy | `quarantine` | `quarantine` |",
+		"<!-- providers:probes end -->\ntext\n",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("rendered doc lacks %q:\n%s", want, s)
+		}
+	}
+	if strings.Contains(s, "old") {
+		t.Errorf("the old table is still there:\n%s", s)
+	}
+	again, err := RenderDoc(out, dir)
+	if err != nil || !bytes.Equal(again, out) {
+		t.Errorf("rendering twice changed the doc (%v)", err)
+	}
+	if _, err := RenderDoc([]byte("no markers\n"), dir); !errors.Is(err, ErrMarkers) {
+		t.Errorf("RenderDoc without markers = %v, want ErrMarkers", err)
+	}
+	if _, err := RenderDoc(doc, t.TempDir()); err == nil {
+		t.Error("RenderDoc without records succeeded")
+	}
+}
+
+// TestRunCheck: render -check fails on a stale doc and leaves it alone.
+func TestRunCheck(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "soft.json"), []byte(probeJSON), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	doc := filepath.Join(dir, "doc.md")
+	stale := "<!-- providers:probes begin -->\n<!-- providers:probes end -->\n<!-- providers:settings begin -->\n<!-- providers:settings end -->\n"
+	if err := os.WriteFile(doc, []byte(stale), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run([]string{"render", "-records", dir, "-doc", doc, "-check"}, nil, &out); !errors.Is(err, ErrStale) {
+		t.Errorf("render -check on a stale doc = %v, want ErrStale", err)
+	}
+	if b, _ := os.ReadFile(doc); string(b) != stale {
+		t.Error("render -check changed the doc")
+	}
+	if err := run([]string{"render", "-records", dir, "-doc", doc}, nil, &out); err != nil {
+		t.Fatal(err)
+	}
+	if err := run([]string{"render", "-records", dir, "-doc", doc, "-check"}, nil, &out); err != nil {
+		t.Errorf("render -check after render = %v, want nil", err)
+	}
+	if err := run([]string{"frobnicate"}, nil, &out); err == nil {
+		t.Error("an unknown subcommand succeeded")
+	}
+}
