@@ -41,7 +41,7 @@
 //
 // Every implementation (libibverbs, soft) gives the same misuse the same
 // sentinel, the one libibverbs gives on rxe, and every sentinel also matches
-// its errno (errors.Is(err, syscall.EINVAL)). internal/devtest checks it on
+// its errno (errors.Is(err, syscall.EINVAL)). internal/testing/devtest checks it on
 // both. Each interface method's documentation names its errors.
 //
 //   - ErrClosed: the object, or one the call needs, was closed.

@@ -11,7 +11,7 @@ import "C"
 import (
 	"fmt"
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/objtrace"
+	"github.com/qpdrain/qpdrain/ibv/objtrace"
 	"sync"
 	"sync/atomic"
 	"syscall"

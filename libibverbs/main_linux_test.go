@@ -5,7 +5,7 @@ package libibverbs
 import (
 	"testing"
 
-	"github.com/qpdrain/qpdrain/internal/testmain"
+	"github.com/qpdrain/qpdrain/internal/testing/testmain"
 )
 
 func TestMain(m *testing.M) { testmain.Run(m) }

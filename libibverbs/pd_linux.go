@@ -12,7 +12,7 @@ import (
 	"github.com/qpdrain/qpdrain/ibv"
 	"unsafe"
 
-	"github.com/qpdrain/qpdrain/internal/objtrace"
+	"github.com/qpdrain/qpdrain/ibv/objtrace"
 )
 
 var (

@@ -13,7 +13,7 @@ import (
 // BenchmarkPollFakeCQ is the binding's own cost of CQ.Poll (lock, one cgo
 // call, the provider's poll_cq through libibverbs' inline ibv_poll_cq)
 // against a provider whose CQ is always empty, next to the same poll
-// looped in C. It runs without a device; internal/devtest's
+// looped in C. It runs without a device; internal/testing/devtest's
 // BenchmarkPollEmptyCQ measures a real device.
 func BenchmarkPollFakeCQ(b *testing.B) {
 	for _, batch := range []int{1, 16} {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/qpdrain/qpdrain/internal/testmain"
+	"github.com/qpdrain/qpdrain/internal/testing/testmain"
 	"github.com/qpdrain/qpdrain/scenario"
 )
 

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/objtrace"
+	"github.com/qpdrain/qpdrain/ibv/objtrace"
 )
 
 // CQ is a fixed-depth completion queue of a soft device. Its memory is

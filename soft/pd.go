@@ -5,7 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/objtrace"
+	"github.com/qpdrain/qpdrain/ibv/objtrace"
 )
 
 // PD is a protection domain of a soft device.

@@ -5,7 +5,7 @@ import (
 	"slices"
 
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/objtrace"
+	"github.com/qpdrain/qpdrain/ibv/objtrace"
 )
 
 // QP is an RC queue pair of a soft device.

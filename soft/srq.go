@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/objtrace"
+	"github.com/qpdrain/qpdrain/ibv/objtrace"
 )
 
 // SRQ is a shared receive queue of a soft device.

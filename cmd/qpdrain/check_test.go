@@ -11,7 +11,7 @@ import (
 
 	"github.com/qpdrain/qpdrain/flushcheck"
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/devtest"
+	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 )
 
 func runCheckCmd(t *testing.T, args ...string) (string, error) {

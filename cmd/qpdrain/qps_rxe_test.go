@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qpdrain/qpdrain/internal/devtest"
+	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 )
 
 // iprouteQPKeys are the keys of `rdma resource show qp -j` (rdma/res-qp.c).

@@ -1,7 +1,7 @@
 // Package objtrace records where verbs objects were created so a test run can
 // fail with the creation stack of every object never closed. Both device
 // implementations call Track on create and Release on close. Until Enable is
-// called (internal/testmain does it) tracking costs a call, an atomic load
+// called (internal/testing/testmain does it) tracking costs a call, an atomic load
 // and the boxing of Track's arguments, never the formatting: Track formats
 // its description only when it records, so callers pass the format and its
 // arguments, never a string built first.
