@@ -8,7 +8,7 @@
 # the tree or have no tests (a pattern with ... skips packages without tests silently).
 # RXE_GO_TEST_FLAGS adds flags to go test -c (e.g. -race).
 set -euo pipefail
-# shellcheck source=internal/vm/scripts/lib.sh disable=SC1091
+# shellcheck source=vm/scripts/lib.sh disable=SC1091
 . "$(dirname "$0")/lib.sh"
 
 out=$(realpath -m "${1:?usage: build-tests.sh OUTDIR}")

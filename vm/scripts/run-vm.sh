@@ -17,7 +17,7 @@
 # the uncompressed PVH vmlinux is there. Leaves console.log (ttyS0: firmware and
 # kernel), result.log (ttyS1: tests and sentinels), qemu.err and summary in RUNDIR.
 set -euo pipefail
-# shellcheck source=internal/vm/scripts/lib.sh disable=SC1091
+# shellcheck source=vm/scripts/lib.sh disable=SC1091
 . "$(dirname "$0")/lib.sh"
 
 kdir=$(realpath "${1:?usage: run-vm.sh KDIR INITRD RUNDIR PKG...}")

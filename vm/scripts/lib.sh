@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Helpers of qpdrain vm's scripts. Sourced, never run. The Go side (internal/vm) sets RXE_CACHE and
+# Helpers of qpdrain vm's scripts. Sourced, never run. The Go side (package vm) sets RXE_CACHE and
 # the rest of the environment each script documents.
 
 RXE_CACHE=${RXE_CACHE:?RXE_CACHE must be set}

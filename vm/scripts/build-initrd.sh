@@ -3,7 +3,7 @@
 # fetch-kernel.sh): PAYLOAD (stage.sh's cpio, shared by every kernel) followed by a second newc
 # archive with the kernel's modules and their insmod order; the kernel unpacks both, in order.
 set -euo pipefail
-# shellcheck source=internal/vm/scripts/lib.sh disable=SC1091
+# shellcheck source=vm/scripts/lib.sh disable=SC1091
 . "$(dirname "$0")/lib.sh"
 
 kdir=$(realpath "${1:?usage: build-initrd.sh KDIR PAYLOAD OUT}")

@@ -9,7 +9,7 @@
 # RXE_TOKEN (required), RXE_MODE, RXE_CMD, RXE_CWD, RXE_TEST_TIMEOUT, RXE_TEST_ARGS,
 # RXE_SMOKE_TIMEOUT, RXE_ACTIVE_TIMEOUT, RXE_ADD_CMD (how /init creates rxe0).
 set -euo pipefail
-# shellcheck source=internal/vm/scripts/lib.sh disable=SC1091
+# shellcheck source=vm/scripts/lib.sh disable=SC1091
 . "$(dirname "$0")/lib.sh"
 here=$(cd "$(dirname "$0")" && pwd)
 

@@ -3,7 +3,7 @@
 # Exits 3 when they are missing and cannot be installed here (not root), so that qpdrain vm can say
 # it did not run. RXE_PYTHON=1 adds python3 (the guest's Python is the host's).
 set -euo pipefail
-# shellcheck source=internal/vm/scripts/lib.sh disable=SC1091
+# shellcheck source=vm/scripts/lib.sh disable=SC1091
 . "$(dirname "$0")/lib.sh"
 
 pkgs=(qemu-system-x86 busybox-static rdma-core ibverbs-providers ibverbs-utils libibverbs-dev

@@ -15,7 +15,7 @@
 # Debian, such as a CI runner); RXE_APT_MIRROR overrides it. A suite outside $RXE_DIST's family is
 # added to the sources from the same mirror.
 set -euo pipefail
-# shellcheck source=internal/vm/scripts/lib.sh disable=SC1091
+# shellcheck source=vm/scripts/lib.sh disable=SC1091
 . "$(dirname "$0")/lib.sh"
 
 suite=${1:?usage: fetch-kernel.sh SUITE}

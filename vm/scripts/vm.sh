@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# vm.sh: the driver behind `qpdrain vm go-test` and `qpdrain vm run` (internal/vm runs it from the
+# vm.sh: the driver behind `qpdrain vm go-test` and `qpdrain vm run` (package vm runs it from the
 # copy of these scripts it writes into the cache). Builds one payload, then boots one VM per kernel
 # with it and prints one verdict. The Go side has checked the arguments and sets:
 #   RXE_MODE        go-test | run
@@ -7,7 +7,7 @@
 #   RXE_ACCEL       kvm | tcg; RXE_ACCEL_AUTO=1: KVM was not asked for, so a qemu that fails under
 #                   KVM before the guest starts (run-vm.sh exits 4) runs that kernel, and the rest,
 #                   under TCG; when TCG then starts the guest, run/kvm-fallback gets qemu's message
-#                   (internal/vm records it in the cache's kvm-broken)
+#                   (package vm records it in the cache's kvm-broken)
 #   RXE_CACHE       the cache directory (kernels, debs, private apt state, the last run)
 #   RXE_PKGS        go-test: the packages, as go test takes them (./..., ./ibv); run in the module
 #                   that holds the current directory
@@ -19,7 +19,7 @@
 # Exit status: 0 when every kernel passed; 1 when anything failed; 3 when it cannot run here
 # (host packages missing and not root, no network to fill the cache).
 set -euo pipefail
-# shellcheck source=internal/vm/scripts/lib.sh disable=SC1091
+# shellcheck source=vm/scripts/lib.sh disable=SC1091
 . "$(dirname "$0")/lib.sh"
 here=$(cd "$(dirname "$0")" && pwd)
 start=$(rxe_now)
