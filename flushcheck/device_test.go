@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qpdrain/qpdrain/internal/devtest"
+	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 )
 
 // mayDeviate are the probes the test device may or may not fail, and what

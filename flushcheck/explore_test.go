@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qpdrain/qpdrain/internal/devtest"
+	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 	"github.com/qpdrain/qpdrain/soft"
 )
 

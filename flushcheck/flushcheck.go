@@ -37,6 +37,18 @@ func (o Outcome) String() string {
 // MarshalText encodes the outcome as its name, for JSON.
 func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
 
+// UnmarshalText decodes an outcome's name, so that JSON reads back; any
+// other text is an error naming the three.
+func (o *Outcome) UnmarshalText(text []byte) error {
+	for i, n := range outcomeNames {
+		if string(text) == n {
+			*o = Outcome(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown outcome %q, want pass, deviation or error", text)
+}
+
 // Result is what one probe found.
 type Result struct {
 	// Name is the probe's name ("recv-in-error").
@@ -76,7 +88,9 @@ type Options struct {
 	// deviation.
 	Timeout time.Duration
 	// Quiet is how long a probe watches for something the rule says must
-	// not happen, such as a second Last WQE Reached (default DefaultQuiet).
+	// not happen, such as a second Last WQE Reached (default DefaultQuiet,
+	// or a quarter of Timeout when that is shorter, so that a short
+	// Timeout shortens the whole probe).
 	Quiet time.Duration
 }
 
@@ -88,7 +102,7 @@ func (o Options) withDefaults() Options {
 		o.Timeout = DefaultTimeout
 	}
 	if o.Quiet <= 0 {
-		o.Quiet = DefaultQuiet
+		o.Quiet = min(DefaultQuiet, o.Timeout/4)
 	}
 	return o
 }

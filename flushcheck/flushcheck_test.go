@@ -2,6 +2,7 @@ package flushcheck
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -9,7 +10,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/devtest"
+	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 	"github.com/qpdrain/qpdrain/soft"
 )
 
@@ -240,4 +241,19 @@ func lookupResult(results []Result, name string) (Result, bool) {
 		}
 	}
 	return Result{}, false
+}
+
+// An outcome reads back from its JSON; a name that is no outcome is refused.
+func TestOutcomeText(t *testing.T) {
+	for _, o := range []Outcome{Pass, Deviation, Error} {
+		b, err := json.Marshal(o)
+		var back Outcome
+		if err != nil || json.Unmarshal(b, &back) != nil || back != o {
+			t.Errorf("%v: marshalled %s (%v), read back %v", o, b, err, back)
+		}
+	}
+	var o Outcome
+	if err := o.UnmarshalText([]byte("fine")); err == nil {
+		t.Errorf("UnmarshalText(fine) = nil, want an error")
+	}
 }

@@ -41,79 +41,99 @@ func recvs(base uint64, n int) []ibv.RecvWR {
 	return wrs
 }
 
+// The probes' names, as Probes returns them, Result.Name carries them and
+// Settings keys its decisions by them.
+const (
+	ProbeFlushOutstanding     = "flush-outstanding"
+	ProbeSendInError          = "send-in-error"
+	ProbeRecvInError          = "recv-in-error"
+	ProbeFlushBeforeRTS       = "flush-before-rts"
+	ProbeLastWQEReached       = "last-wqe-reached"
+	ProbeLastWQERepeat        = "last-wqe-repeat"
+	ProbeDrainWR              = "drain-wr"
+	ProbeResponderAccessError = "responder-access-error"
+	ProbeCQOverrun            = "cq-overrun"
+	ProbePeerGone             = "peer-gone"
+	ProbeRNRExhausted         = "rnr-exhausted"
+	ProbeDestroyOutstanding   = "destroy-outstanding"
+	ProbeResetReuse           = "reset-reuse"
+	ProbeFlushOrder           = "flush-order"
+	ProbeSQD                  = "sqd"
+)
+
 var probes = []Probe{
 	{
-		Name: "flush-outstanding",
+		Name: ProbeFlushOutstanding,
 		Rule: "IBTA vol. 1 §10.3.1 (QP error state): WRs outstanding when a QP enters ERROR complete in order, each queue, with WR_FLUSH_ERR",
 		run:  flushOutstanding,
 	},
 	{
-		Name: "send-in-error",
+		Name: ProbeSendInError,
 		Rule: "IBTA vol. 1 §10.3.1 (QP error state; Roland Dreier on the ofa-general thread about IBM eHCA and IPoIB-CM's Last WQE handling): a send posted in ERROR completes with WR_FLUSH_ERR",
 		run:  sendInError,
 	},
 	{
-		Name: "recv-in-error",
+		Name: ProbeRecvInError,
 		Rule: "IBTA vol. 1 C10-42, C10-97.2.1: a receive posted in ERROR completes with WR_FLUSH_ERR",
 		run:  recvInError,
 	},
 	{
-		Name: "flush-before-rts",
+		Name: ProbeFlushBeforeRTS,
 		Rule: "IBTA vol. 1 §10.3.1 (QP error state): a send posted in ERROR completes with WR_FLUSH_ERR also on a QP that never reached RTS (ipoib_cm.c goes to RTS first for firmware that did not)",
 		run:  flushBeforeRTS,
 	},
 	{
-		Name: "last-wqe-reached",
+		Name: ProbeLastWQEReached,
 		Rule: "IBTA vol. 1 o11-5.2.5: an SRQ-attached QP entering ERROR raises IBV_EVENT_QP_LAST_WQE_REACHED once, and only that QP does",
 		run:  lastWQEReached,
 	},
 	{
-		Name: "last-wqe-repeat",
+		Name: ProbeLastWQERepeat,
 		Rule: "IBTA vol. 1 o11-5.2.5: Last WQE Reached is raised once per entry to ERROR; a second modify to ERROR, a send posted in ERROR or a receive posted to the SRQ meanwhile raise it again only on a provider that repeats it (which ib_drain_qp and drain must tolerate)",
 		run:  lastWQERepeat,
 	},
 	{
-		Name: "drain-wr",
+		Name: ProbeDrainWR,
 		Rule: "IBTA vol. 1 §10.3.1 (drain package, one QP): the drain WR posted in ERROR completes behind the QP's flushes, so the QP is safe to destroy",
 		run:  drainWR,
 	},
 	{
-		Name: "responder-access-error",
+		Name: ProbeResponderAccessError,
 		Rule: "IBTA vol. 1 Table 58, class C: an access violation at the responder (RDMA WRITE, bad rkey) raises IBV_EVENT_QP_ACCESS_ERR there and moves it to ERROR",
 		run:  responderAccessError,
 	},
 	{
-		Name: "cq-overrun",
+		Name: ProbeCQOverrun,
 		Rule: "ibv_get_async_event(3) (IBV_EVENT_CQ_ERR: \"CQ is in error (CQ overrun)\"): more completions than the CQ holds raise IBV_EVENT_CQ_ERR; what happens to the QPs and the completions is the provider's, and observed",
 		run:  cqOverrun,
 	},
 	{
-		Name: "peer-gone",
+		Name: ProbePeerGone,
 		Rule: "IBTA vol. 1 ch. 9.7 (transport timer, retry_cnt; ibv_modify_qp(3) timeout and retry_cnt): a send no one answers completes RETRY_EXC_ERR after retry_cnt + 1 local ACK timeouts of 4.096 µs × 2^timeout, the sends behind it WR_FLUSH_ERR, the QP in ERROR",
 		run:  peerGone,
 	},
 	{
-		Name: "rnr-exhausted",
+		Name: ProbeRNRExhausted,
 		Rule: "IBTA vol. 1 ch. 9.7 (RNR NAK, rnr_retry; ibv_modify_qp(3)): a send the responder has no receive for completes RNR_RETRY_EXC_ERR after rnr_retry RNR NAK timers when rnr_retry is finite, the sends behind it WR_FLUSH_ERR, the QP in ERROR",
 		run:  rnrExhausted,
 	},
 	{
-		Name: "destroy-outstanding",
+		Name: ProbeDestroyOutstanding,
 		Rule: "ibv_destroy_qp(3), ibv_get_async_event(3): a QP destroyed with WRs outstanding releases them without completions, and destroying a QP or SRQ waits only for its unacknowledged events (the ibv package acknowledges each event as it reads it, so the destroy returns)",
 		run:  destroyOutstanding,
 	},
 	{
-		Name: "reset-reuse",
+		Name: ProbeResetReuse,
 		Rule: "IBTA vol. 1 §10.3.1 (RESET empties the work queues without completions; a QP in RESET can be taken through INIT, RTR, RTS again): no completion of the QP's old life after RESET, and the reused QP works",
 		run:  resetReuse,
 	},
 	{
-		Name: "flush-order",
+		Name: ProbeFlushOrder,
 		Rule: "IBTA vol. 1 ch. 10 (completions are ordered within a work queue, not between work queues sharing a CQ): whether one QP's flushes reach a shared CQ after another QP's later completion, the assumption a drain barrier batched across QPs would rest on",
 		run:  flushOrder,
 	},
 	{
-		Name: "sqd",
+		Name: ProbeSQD,
 		Rule: "ibv_get_async_event(3) (IBV_EVENT_SQ_DRAINED: the send queue was drained of outstanding messages in progress), IBTA vol. 1 §10.3.1 (SQD): SQ_DRAINED is raised only once no message is in progress",
 		run:  sqd,
 	},

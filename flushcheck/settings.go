@@ -10,8 +10,8 @@ import (
 // Setting is one choice of how to drain the device, with the finding it
 // follows from.
 type Setting struct {
-	// Name is the drain.Options field ("RecvDrain") or, for a practice
-	// the caller follows itself, what it is about ("via RTS").
+	// Name is the drain.Options field ("MaxBatch") or, for a practice
+	// the caller follows itself, what it is about ("receive drain WR").
 	Name string
 	// Value is the choice, as it would be written ("true", "1").
 	Value string
@@ -55,17 +55,17 @@ func Settings(results []Result) Recommendation {
 	var o drain.Options
 	countRecvs := true
 
-	switch ran, ok := known("recv-in-error"); {
+	switch ran, ok := known(ProbeRecvInError); {
 	case ok:
 		countRecvs = false
 		add("receive drain WR", "yes", "recv-in-error: a receive posted in ERROR is flushed, so the receive drain WR drain posts on a QP's own receive queue proves it finished, as ib_drain_rq does")
 	case ran:
 		add("receive drain WR", "no: CountRecvs", "recv-in-error: a receive posted in ERROR is not flushed by itself here, so a receive drain WR would stall: add each QP with its own receive queue with AddOptions.CountRecvs and its receives not yet polled")
 	default:
-		add("receive drain WR", "no: CountRecvs", "%s: add each QP with its own receive queue with AddOptions.CountRecvs and its receives not yet polled", unknown("recv-in-error"))
+		add("receive drain WR", "no: CountRecvs", "%s: add each QP with its own receive queue with AddOptions.CountRecvs and its receives not yet polled", unknown(ProbeRecvInError))
 	}
 
-	switch ran, ok := known("flush-order"); {
+	switch ran, ok := known(ProbeFlushOrder); {
 	case ok:
 		add("MaxBatch", "0", "flush-order: one QP's flushes came before another QP's later completion in every round, so one drain WR may release a batch of SRQ QPs past Last WQE Reached; QPs with sends outstanding still need their own (the specification orders completions per work queue only)")
 	case ran:
@@ -73,52 +73,52 @@ func Settings(results []Result) Recommendation {
 		add("MaxBatch", "1", "flush-order: a QP's flushes reached the CQ after another QP's later completion, so a drain WR proves only its own QP: one per QP, as ib_drain_qp")
 	default:
 		o.MaxBatch = 1
-		add("MaxBatch", "1", "%s: one drain WR per QP, which needs no order across QPs", unknown("flush-order"))
+		add("MaxBatch", "1", "%s: one drain WR per QP, which needs no order across QPs", unknown(ProbeFlushOrder))
 	}
 
-	_, drainOK := known("drain-wr")
-	_, sendOK := known("send-in-error")
-	lwRan, lwOK := known("last-wqe-reached")
+	_, drainOK := known(ProbeDrainWR)
+	_, sendOK := known(ProbeSendInError)
+	lwRan, lwOK := known(ProbeLastWQEReached)
 	switch {
 	case !drainOK || !sendOK:
 		o.Policy = drain.Quarantine
-		add("Policy", drain.Quarantine.String(), "drain-wr, send-in-error: the drain WR (a send posted in ERROR) %s, so nothing proves a QP finished: keep stalled QPs, bounded by MaxQuarantine", notProven(by, "drain-wr", "send-in-error"))
+		add("Policy", drain.Quarantine.String(), "drain-wr, send-in-error: the drain WR (a send posted in ERROR) %s, so nothing proves a QP finished: keep stalled QPs, bounded by MaxQuarantine", notProven(by, ProbeDrainWR, ProbeSendInError))
 	case lwRan && !lwOK:
 		o.Policy = drain.DestroyWhenEmpty
-		add("Policy", drain.DestroyWhenEmpty.String(), "last-wqe-reached: %s; an SRQ QP waits LastWQETimeout, then is released behind its drain WR once the CQ is empty, as __ib_drain_srq does", firstClause(by["last-wqe-reached"].Observed))
+		add("Policy", drain.DestroyWhenEmpty.String(), "last-wqe-reached: %s; an SRQ QP waits LastWQETimeout, then is released behind its drain WR once the CQ is empty, as __ib_drain_srq does", firstClause(by[ProbeLastWQEReached].Observed))
 	case !lwRan:
 		o.Policy = drain.Quarantine
-		add("Policy", drain.Quarantine.String(), "%s: a QP whose Last WQE Reached does not come is kept, not destroyed", unknown("last-wqe-reached"))
+		add("Policy", drain.Quarantine.String(), "%s: a QP whose Last WQE Reached does not come is kept, not destroyed", unknown(ProbeLastWQEReached))
 	default:
 		o.Policy = drain.Quarantine
 		add("Policy", drain.Quarantine.String(), "last-wqe-reached, drain-wr: both come here, so a stall is a real fault: keep the QP rather than risk WQE leakage")
 	}
 	o.LastWQETimeout = drain.DefaultLastWQETimeout
 	o.DrainTimeout = drain.DefaultDrainTimeout
-	add("LastWQETimeout", o.LastWQETimeout.String(), "%s", took(by, "last-wqe-reached", "Last WQE Reached"))
-	add("DrainTimeout", o.DrainTimeout.String(), "%s", took(by, "drain-wr", "the drain WR"))
+	add("LastWQETimeout", o.LastWQETimeout.String(), "%s", took(by, ProbeLastWQEReached, "Last WQE Reached"))
+	add("DrainTimeout", o.DrainTimeout.String(), "%s", took(by, ProbeDrainWR, "the drain WR"))
 
-	switch ran, ok := known("flush-before-rts"); {
+	switch ran, ok := known(ProbeFlushBeforeRTS); {
 	case ok:
 		add("ViaRTS", "false", "flush-before-rts: a send posted in ERROR is flushed also on a QP that never reached RTS")
 	default:
 		o.ViaRTS = true
-		why := unknown("flush-before-rts")
+		why := unknown(ProbeFlushBeforeRTS)
 		if ran {
 			why = "flush-before-rts: a send posted in ERROR is not flushed on a QP that never reached RTS"
 		}
 		add("ViaRTS", "true", "%s: take a QP found in RTR through RTS before ERROR, as ipoib_cm.c does for such firmware", why)
 	}
-	if ran, ok := known("last-wqe-repeat"); ran && !ok && lwOK {
+	if ran, ok := known(ProbeLastWQERepeat); ran && !ok && lwOK {
 		var again []string
-		for _, c := range strings.Split(by["last-wqe-repeat"].Observed, "; ") {
+		for _, c := range strings.Split(by[ProbeLastWQERepeat].Observed, "; ") {
 			if strings.HasPrefix(c, "again ") {
 				again = append(again, c)
 			}
 		}
 		add("repeated Last WQE Reached", "tolerated", "last-wqe-repeat: raised %s; drain counts repeats and ignores them", strings.Join(again, ", "))
 	}
-	if r, ok := by["cq-overrun"]; ok && r.Outcome != Error {
+	if r, ok := by[ProbeCQOverrun]; ok && r.Outcome != Error {
 		what := "raises CQ_ERR, which fails every drain pending on the CQ (drain.ErrCQError)"
 		if r.Outcome == Deviation {
 			what = "raises no CQ_ERR, so a lost drain completion looks like a stall"
@@ -126,10 +126,10 @@ func Settings(results []Result) Recommendation {
 		o.Headroom = drain.DefaultHeadroom
 		add("Headroom", fmt.Sprint(o.Headroom), "cq-overrun: an overrun loses completions and %s: size the CQ for every WR plus Headroom entries for drain WRs", what)
 	}
-	if ran, ok := known("destroy-outstanding"); ran && !ok {
+	if ran, ok := known(ProbeDestroyOutstanding); ran && !ok {
 		add("destroy", "after a drain", "destroy-outstanding: completions of a destroyed QP still reached its CQ: drain before destroying, and match completions by QP object, not number")
 	}
-	if ran, ok := known("reset-reuse"); ran && !ok {
+	if ran, ok := known(ProbeResetReuse); ran && !ok {
 		add("reuse after RESET", "no", "reset-reuse: completions of a QP's old life appeared after RESET: destroy drained QPs instead of reusing them")
 	}
 	return Recommendation{Options: o, CountRecvs: countRecvs, Settings: out}

@@ -2,24 +2,12 @@
 // (QP, CQ, SRQ, WR, WC, async events) and the interfaces that every device
 // implementation satisfies.
 //
-// Two implementations stand behind the interfaces: real devices through
-// libibverbs (rdma-core, cgo; see Open and Devices) and the pure-Go software
-// device in package soft.
-//
-// # Loading libibverbs
-//
-// Binaries are not linked against libibverbs: they start on a machine
-// without rdma-core and use the soft device there. The first Devices or Open
-// call (or Load) opens libibverbs.so.1 with dlopen and resolves every entry
-// point the binding calls, at the symbol version a linked program would
-// bind; concurrent first callers share that one load. A missing library or
-// entry point is a *LoadError, which matches ErrNotSupported and names what
-// to install. The hot paths (post, poll, arm a CQ) are libibverbs's inline
-// functions, which call the provider through the context's ops and need no
-// symbol at all, so the loading costs them nothing. Builds without linux
-// and cgo have no libibverbs implementation; Load, Devices and Open answer
-// ErrNotSupported there. Code above this package (drain, flushcheck, the CLI)
-// speaks only these interfaces and never knows which device it runs on.
+// Two implementations stand behind the interfaces, in packages of their own:
+// real devices through libibverbs (package libibverbs, cgo), which registers
+// itself with Register when a program imports it and is then reached through
+// Open and Devices, and the pure-Go software device (package soft). This
+// package links no cgo. Code above it (drain, flushcheck, the CLI) speaks
+// only these interfaces and never knows which device it runs on.
 //
 // # Numeric values
 //
@@ -53,7 +41,7 @@
 //
 // Every implementation (libibverbs, soft) gives the same misuse the same
 // sentinel, the one libibverbs gives on rxe, and every sentinel also matches
-// its errno (errors.Is(err, syscall.EINVAL)). internal/devtest checks it on
+// its errno (errors.Is(err, syscall.EINVAL)). internal/testing/devtest checks it on
 // both. Each interface method's documentation names its errors.
 //
 //   - ErrClosed: the object, or one the call needs, was closed.

@@ -9,7 +9,7 @@ import (
 	"go/token"
 	"testing"
 
-	"github.com/qpdrain/qpdrain/ibv/internal/cverbs"
+	"github.com/qpdrain/qpdrain/internal/testing/cverbs"
 )
 
 // enumsSource is enums.go, embedded so the test needs no source tree (it

@@ -3,7 +3,7 @@ package leaks
 import (
 	"testing"
 
-	"github.com/qpdrain/qpdrain/internal/testmain"
+	"github.com/qpdrain/qpdrain/internal/testing/testmain"
 )
 
 // TestMain fails the run if a test leaks a goroutine.

@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 
-	"github.com/qpdrain/qpdrain/internal/promcheck"
-	"github.com/qpdrain/qpdrain/internal/testmain"
+	"github.com/qpdrain/qpdrain/internal/testing/promcheck"
+	"github.com/qpdrain/qpdrain/internal/testing/testmain"
 	"github.com/qpdrain/qpdrain/leaks"
 )
 

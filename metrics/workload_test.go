@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qpdrain/qpdrain/internal/promcheck"
+	"github.com/qpdrain/qpdrain/internal/testing/promcheck"
 	"github.com/qpdrain/qpdrain/leaks"
 	"github.com/qpdrain/qpdrain/workload"
 )

@@ -6,7 +6,7 @@
 // another port or host, fill a Route with the address vector that reaches
 // it (its LID, or its GID in a GRH) and Bring each side's QP towards the
 // other's QP number. It speaks only the ibv API; the device tests
-// (internal/devtest) and the provider flush check (flushcheck) use it.
+// (internal/testing/devtest) and the provider flush check (flushcheck) use it.
 package rcsetup
 
 import (

@@ -3,7 +3,7 @@ package rdmanl
 import (
 	"testing"
 
-	"github.com/qpdrain/qpdrain/internal/testmain"
+	"github.com/qpdrain/qpdrain/internal/testing/testmain"
 )
 
 func TestMain(m *testing.M) { testmain.Run(m) }

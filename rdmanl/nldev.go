@@ -189,3 +189,15 @@ func (s PortState) String() string {
 	}
 	return "UNKNOWN"
 }
+
+// MarshalText encodes the type as rdma prints it ("RC"), for JSON.
+func (t QPType) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
+
+// MarshalText encodes the state as rdma prints it ("ERR"), for JSON.
+func (s QPState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// MarshalText encodes the path migration state as rdma prints it, for JSON.
+func (p PathMigState) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// MarshalText encodes the port state as rdma prints it ("ACTIVE"), for JSON.
+func (s PortState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }

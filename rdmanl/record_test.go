@@ -13,8 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/devtest"
-	"github.com/qpdrain/qpdrain/internal/qpset"
+	"github.com/qpdrain/qpdrain/internal/testing/devtest"
+	"github.com/qpdrain/qpdrain/internal/testing/qpset"
 )
 
 // recordPrefix starts the lines that carry recorded kernel replies out of

@@ -52,5 +52,5 @@ if [ "${RXE_VM_SELFTEST:-1}" != 0 ]; then
 	# under KVM); TestVMStopKillsQEMU signals the binary built above.
 	echo "== qpdrain vm's own tests (red runs on purpose)"
 	QPDRAIN_VM_TEST=1 QPDRAIN_VM_CACHE=$RXE_CACHE QPDRAIN_VM_BIN=$RXE_ROOT/.cache/qpdrain \
-		go test -count=1 -v -timeout 30m -run '^TestVM' ./internal/vm
+		go test -count=1 -v -timeout 30m -run '^TestVM' ./vm
 fi

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/objtrace"
+	"github.com/qpdrain/qpdrain/ibv/objtrace"
 	"github.com/qpdrain/qpdrain/soft"
 )
 

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/objtrace"
+	"github.com/qpdrain/qpdrain/ibv/objtrace"
 )
 
 // CQ is a fixed-depth completion queue of a soft device. Its memory is
@@ -79,7 +79,7 @@ func (d *Device) CreateCQ(cqe int, channel ibv.CompChannel) (ibv.CQ, error) {
 	d.nCQ++
 	d.nextID++
 	c := &CQ{dev: d, id: d.nextID, depth: cqe, ch: ch, buf: make([]ibv.WC, cqe), meta: make([]wcMeta, cqe), qps: map[*QP]struct{}{}}
-	c.rec = objtrace.Track(fmt.Sprintf("soft CQ %d on %s", c.id, d.name))
+	c.rec = objtrace.Track("soft CQ %d on %s", c.id, d.name)
 	if ch != nil {
 		ch.nCQ++
 	}
@@ -230,7 +230,7 @@ func (d *Device) CreateCompChannel() (ibv.CompChannel, error) {
 	d.nChannel++
 	return &CompChannel{
 		dev:  d,
-		rec:  objtrace.Track("soft completion channel on " + d.name),
+		rec:  objtrace.Track("soft completion channel on %s", d.name),
 		wake: make(chan struct{}, 1),
 		done: make(chan struct{}),
 	}, nil

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/objtrace"
+	"github.com/qpdrain/qpdrain/ibv/objtrace"
 )
 
 // Config configures a soft device for Open.
@@ -230,7 +230,7 @@ func Open(cfg Config) (*Device, error) {
 		fab.adv = append(fab.adv, d)
 	}
 	d.lid = uint16(len(fab.devices))
-	d.rec = objtrace.Track("soft device " + d.name)
+	d.rec = objtrace.Track("soft device %s", d.name)
 	return d, nil
 }
 

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/testmain"
+	"github.com/qpdrain/qpdrain/internal/testing/testmain"
 	"github.com/qpdrain/qpdrain/soft"
 )
 

@@ -5,7 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/objtrace"
+	"github.com/qpdrain/qpdrain/ibv/objtrace"
 )
 
 // PD is a protection domain of a soft device.
@@ -32,7 +32,7 @@ func (d *Device) AllocPD() (ibv.PD, error) {
 		return nil, fmt.Errorf("allocating a PD on %s (max %d): %w", d.name, d.limits.MaxPD, ibv.ErrResourceLimit)
 	}
 	d.nPD++
-	return &PD{dev: d, rec: objtrace.Track("soft PD on " + d.name)}, nil
+	return &PD{dev: d, rec: objtrace.Track("soft PD on %s", d.name)}, nil
 }
 
 // Context returns the device of the PD.
@@ -96,7 +96,7 @@ func (p *PD) RegMR(buf []byte, access ibv.AccessFlags) (ibv.MR, error) {
 		key:    uint32(len(d.mrs)+1)<<8 | 0x5a, // index and a variant byte, as on hardware
 		access: access,
 	}
-	mr.rec = objtrace.Track(fmt.Sprintf("soft MR key %#x on %s", mr.key, d.name))
+	mr.rec = objtrace.Track("soft MR key %#x on %s", mr.key, d.name)
 	d.mrs = append(d.mrs, mr)
 	d.nMR++
 	p.nMR++

@@ -5,7 +5,7 @@ import (
 	"slices"
 
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/objtrace"
+	"github.com/qpdrain/qpdrain/ibv/objtrace"
 )
 
 // QP is an RC queue pair of a soft device.
@@ -106,7 +106,7 @@ func (p *PD) CreateQP(attr ibv.QPInitAttr) (ibv.QP, error) {
 	}
 	d.nextSeq++
 	q := &QP{dev: d, pd: p, num: d.allocQPN(), seq: d.nextSeq, sendCQ: scq, recvCQ: rcq, srq: srq, cap: c, sigAll: attr.SigAll}
-	q.rec = objtrace.Track(fmt.Sprintf("soft QP %d on %s", q.num, d.name))
+	q.rec = objtrace.Track("soft QP %d on %s", q.num, d.name)
 	d.qps[q.num] = q
 	p.nQP++
 	scq.qps[q] = struct{}{}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/objtrace"
+	"github.com/qpdrain/qpdrain/ibv/objtrace"
 )
 
 // SRQ is a shared receive queue of a soft device.
@@ -47,7 +47,7 @@ func (p *PD) CreateSRQ(attr ibv.SRQAttr) (ibv.SRQ, error) {
 	p.nSRQ++
 	d.nextID++
 	s := &SRQ{dev: d, pd: p, id: d.nextID, maxWR: attr.MaxWR, maxSGE: attr.MaxSGE, limit: attr.SRQLimit}
-	s.rec = objtrace.Track(fmt.Sprintf("soft SRQ %d on %s", s.id, d.name))
+	s.rec = objtrace.Track("soft SRQ %d on %s", s.id, d.name)
 	return s, nil
 }
 

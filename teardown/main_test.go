@@ -3,7 +3,7 @@ package teardown_test
 import (
 	"testing"
 
-	"github.com/qpdrain/qpdrain/internal/testmain"
+	"github.com/qpdrain/qpdrain/internal/testing/testmain"
 )
 
 // TestMain fails the run if an example or test leaks a verbs object or a

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/qpdrain/qpdrain/internal/testmain"
+	"github.com/qpdrain/qpdrain/internal/testing/testmain"
 )
 
 func TestMain(m *testing.M) { testmain.Run(m) }

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qpdrain/qpdrain/internal/vm"
+	"github.com/qpdrain/qpdrain/vm"
 )
 
 // planted are the test programs of testdata/progs and the findings each

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/qpdrain/qpdrain/internal/cgrouptest"
+	"github.com/qpdrain/qpdrain/internal/testing/cgrouptest"
 )
 
 func randomHex(t *testing.T, n int) string {

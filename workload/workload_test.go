@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/qpdrain/qpdrain/internal/testmain"
+	"github.com/qpdrain/qpdrain/internal/testing/testmain"
 )
 
 func TestMain(m *testing.M) { testmain.Run(m) }

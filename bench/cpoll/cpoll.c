@@ -1,5 +1,5 @@
 // cpoll measures ibv_poll_cq on an empty CQ in C, the baseline for the Go
-// benchmark BenchmarkPollEmptyCQ in internal/devtest: the same loop, batch 1
+// benchmark BenchmarkPollEmptyCQ in internal/testing/devtest: the same loop, batch 1
 // and batch 16, without cgo. It prints go test -bench style lines.
 //
 // Build: gcc -O2 -o cpoll cpoll.c -libverbs

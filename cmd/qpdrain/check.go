@@ -49,7 +49,7 @@ func newCheckCmd(opts *globalOptions) *cobra.Command {
 			"imply (flushcheck.Settings), one reason each.\n" +
 			"Without --device it checks the first device libibverbs lists, or the built-in soft device when\n" +
 			"there is none (and says so); --device soft (or soft0) picks the soft device. --soft-quirk switches\n" +
-			"on a provider bug of the soft device, to see what the check reports for it; quirks: " + strings.Join(simQuirkNames(), ", ") + ".\n" +
+			"on a provider bug of the soft device, to see what the check reports for it; quirks: " + strings.Join(soft.QuirkNames(), ", ") + ".\n" +
 			"Exit status 0 when every probe passes, 1 when the device deviates, 2 when a probe could not run,\n" +
 			"3 when the device does not exist here.",
 		Args: cobra.NoArgs,
@@ -85,7 +85,7 @@ func newCheckCmd(opts *globalOptions) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.device, "device", "", `RDMA device to check (default: the first one libibverbs lists, else "soft", the built-in soft device)`)
-	f.StringSliceVar(&o.quirks, "soft-quirk", nil, "provider quirk of the soft device (repeatable): "+strings.Join(simQuirkNames(), ", "))
+	f.StringSliceVar(&o.quirks, "soft-quirk", nil, "provider quirk of the soft device (repeatable): "+strings.Join(soft.QuirkNames(), ", "))
 	durationFlag(f, &o.timeout, "timeout", flushcheck.DefaultTimeout, fmt.Sprintf("how long each probe waits for a completion or event the specification says must come (at least %v)", flushcheck.MinTimeout),
 		atLeastDuration(flushcheck.MinTimeout))
 	return cmd
@@ -105,7 +105,7 @@ type checkResult struct {
 // calling each (if not nil) as each one finishes, and closes the device.
 // Its errors carry their exit code.
 func runCheck(ctx context.Context, o *checkOptions, head func(*checkResult), each func(*checkResult, flushcheck.Result)) (res *checkResult, err error) {
-	quirks, err := parseQuirks(o.quirks)
+	quirks, err := soft.ParseQuirks(o.quirks)
 	if err != nil {
 		return nil, withExitCode(exitError, fmt.Errorf("check: %w", err))
 	}
@@ -122,7 +122,7 @@ func runCheck(ctx context.Context, o *checkOptions, head func(*checkResult), eac
 	if head != nil {
 		head(res)
 	}
-	po := flushcheck.Options{Timeout: o.timeout, Quiet: min(flushcheck.DefaultQuiet, o.timeout/4)}
+	po := flushcheck.Options{Timeout: o.timeout}
 	for _, p := range flushcheck.Probes() {
 		// Interrupted: stop at once; what did not run is not reported.
 		if err := ctx.Err(); err != nil {
@@ -273,11 +273,11 @@ func (r *checkResult) formatTail(w io.Writer, details bool) error {
 
 // checkProbeJSON is one probe in -j output.
 type checkProbeJSON struct {
-	Name       string `json:"name"`
-	Rule       string `json:"rule"`
-	Outcome    string `json:"outcome"`
-	Observed   string `json:"observed"`
-	DurationNS int64  `json:"duration_ns"`
+	Name       string             `json:"name"`
+	Rule       string             `json:"rule"`
+	Outcome    flushcheck.Outcome `json:"outcome"`
+	Observed   string             `json:"observed"`
+	DurationNS int64              `json:"duration_ns"`
 }
 
 // checkJSON is the -j output; ifname is the RDMA device's name, as in
@@ -325,7 +325,7 @@ func (r *checkResult) jsonView() checkJSON {
 		out.Quirks = []string{}
 	}
 	for _, res := range r.results {
-		out.Probes = append(out.Probes, checkProbeJSON{Name: res.Name, Rule: res.Rule, Outcome: res.Outcome.String(),
+		out.Probes = append(out.Probes, checkProbeJSON{Name: res.Name, Rule: res.Rule, Outcome: res.Outcome,
 			Observed: res.Observed, DurationNS: res.Duration.Nanoseconds()})
 	}
 	out.Pass, out.Deviations, out.Errors = flushcheck.Counts(r.results)

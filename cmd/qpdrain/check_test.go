@@ -11,7 +11,7 @@ import (
 
 	"github.com/qpdrain/qpdrain/flushcheck"
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/devtest"
+	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 )
 
 func runCheckCmd(t *testing.T, args ...string) (string, error) {
@@ -169,9 +169,9 @@ func TestCheckJSON(t *testing.T) {
 		if p.Name == "" || p.Rule == "" || p.Observed == "" || p.DurationNS < 0 {
 			t.Errorf("incomplete probe %+v", p)
 		}
-		if p.Outcome == "deviation" {
+		if p.Outcome == flushcheck.Deviation {
 			deviating = append(deviating, p.Name)
-		} else if p.Outcome != "pass" {
+		} else if p.Outcome != flushcheck.Pass {
 			t.Errorf("probe %s: %s", p.Name, p.Outcome)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/qpdrain/qpdrain/ipoibcm"
 	"github.com/qpdrain/qpdrain/ipoibcm/churn"
 	"github.com/qpdrain/qpdrain/soft"
+	"github.com/qpdrain/qpdrain/teardown"
 )
 
 func init() { subcommands = append(subcommands, newChurnCmd) }
@@ -59,7 +60,7 @@ func newChurnCmd(opts *globalOptions) *cobra.Command {
 			"--plot FILE.png|.svg draws the lists over time against the device's max_qp, and the connections\n" +
 			"accepted and rejected (the QP axis follows --max-qp, the connection axis --events, the time axis\n" +
 			"--plot-until: two runs of the same flags share them). --policy kernel is ipoib_cm.c's drain (no timeout\n" +
-			"on the drain WR); bounded is qpdrain's. Quirks: " + strings.Join(simQuirkNames(), ", ") + ".\n" +
+			"on the drain WR); bounded is qpdrain's. Quirks: " + strings.Join(soft.QuirkNames(), ", ") + ".\n" +
 			"Exit status 1 when QPs leaked, a drain hung or a QP was destroyed too early.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -97,7 +98,7 @@ func newChurnCmd(opts *globalOptions) *cobra.Command {
 	}
 	f := cmd.Flags()
 	stringFlag(f, &o.device, "device", softDeviceName, "device: soft (the built-in soft device, peers on a second one) or a libibverbs device, peers in loopback", nonEmpty)
-	f.StringSliceVar(&o.quirks, "quirk", nil, "provider quirk of the soft device (repeatable): "+strings.Join(simQuirkNames(), ", "))
+	f.StringSliceVar(&o.quirks, "quirk", nil, "provider quirk of the soft device (repeatable): "+strings.Join(soft.QuirkNames(), ", "))
 	f.Uint64Var(&o.schedule, "schedule-seed", 0, "make the soft device adversarial with this schedule seed (0: orderly)")
 	intFlag(f, &o.maxQP, "max-qp", 0, "QPs the soft device creates at most (0: its default, 65536); past it connections are rejected", atLeast(0))
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the churn schedule")
@@ -171,11 +172,11 @@ func runChurn(cmd *cobra.Command, o *churnOptions) (run *churnRun, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("--policy: %w", err)
 	}
-	quirks, err := parseQuirks(o.quirks)
+	quirks, err := soft.ParseQuirks(o.quirks)
 	if err != nil {
 		return nil, err
 	}
-	if o.device != softDeviceName && (len(o.quirks) > 0 || o.maxQP != 0 || o.schedule != 0) {
+	if !isSoftDevice(o.device) && (len(o.quirks) > 0 || o.maxQP != 0 || o.schedule != 0) {
 		return nil, fmt.Errorf("--quirk, --max-qp and --schedule-seed apply to the soft device only, not %s", o.device)
 	}
 	cfg := churn.Config{Seed: o.seed, Events: o.events, ConnectRate: o.connectRate, SendRate: o.sendRate,
@@ -191,38 +192,36 @@ func runChurn(cmd *cobra.Command, o *churnOptions) (run *churnRun, err error) {
 			fmt.Fprintf(stderr, "churn: %d of %d events\n", done, total)
 		}
 	}
-	var closers []io.Closer
+	var closers teardown.List
 	defer func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			if cerr := closers[i].Close(); cerr != nil {
-				err = errors.Join(err, cerr)
-			}
+		if cerr := closers.Close(); cerr != nil {
+			err = errors.Join(err, cerr)
 		}
 	}()
 	run = &churnRun{Device: o.device, Quirks: o.quirks, ScheduleSeed: o.schedule, Events: o.events}
 	if run.Quirks == nil {
 		run.Quirks = []string{}
 	}
-	if o.device == softDeviceName {
+	if isSoftDevice(o.device) {
 		fab := soft.NewFabric()
 		rx, err := soft.Open(soft.Config{Fabric: fab, Name: softDefaultName, Quirks: quirks,
 			Limits: soft.Limits{MaxQP: o.maxQP}, Schedule: soft.Schedule{Seed: o.schedule}})
 		if err != nil {
 			return nil, fmt.Errorf("opening the soft device: %w", err)
 		}
-		closers = append(closers, rx)
+		closers.Add(rx)
 		peers, err := soft.Open(soft.Config{Fabric: fab, Name: "soft1"})
 		if err != nil {
 			return nil, fmt.Errorf("opening the peers' soft device: %w", err)
 		}
-		closers = append(closers, peers)
+		closers.Add(peers)
 		cfg.Device, cfg.PeerDevice, cfg.DeviceClock = rx, peers, fab
 	} else {
 		dev, err := openDevice(o.device)
 		if err != nil {
 			return nil, err
 		}
-		closers = append(closers, dev)
+		closers.Add(dev)
 		cfg.Device, cfg.RealTime = dev, true
 	}
 	// The limit the story is about, known before any QP is created.

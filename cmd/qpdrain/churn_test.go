@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qpdrain/qpdrain/internal/devtest"
+	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 	"github.com/qpdrain/qpdrain/ipoibcm/churn"
 )
 

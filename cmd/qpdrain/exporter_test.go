@@ -25,7 +25,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/qpdrain/qpdrain/internal/promcheck"
+	"github.com/qpdrain/qpdrain/internal/testing/promcheck"
 	"github.com/qpdrain/qpdrain/leaks"
 	"github.com/qpdrain/qpdrain/workload"
 )

@@ -14,8 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/devtest"
-	"github.com/qpdrain/qpdrain/internal/qpset"
+	"github.com/qpdrain/qpdrain/internal/testing/devtest"
+	"github.com/qpdrain/qpdrain/internal/testing/qpset"
 )
 
 // envHelper makes the test binary a helper process: "hold" creates the QP

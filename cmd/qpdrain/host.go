@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"syscall"
 	"time"
 
-	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/leaks"
 )
 
@@ -34,32 +32,6 @@ type host interface {
 // openHost opens the host, reading /proc, sysfs and /dev under opts and
 // telling what it waits for on log; tests replace it with a fake.
 var openHost = openRealHost
-
-// maxQPLimits asks each device its max_qp through the verbs API, closing
-// the device again at once.
-func maxQPLimits(devices []string) map[string]leaks.Limit {
-	out := map[string]leaks.Limit{}
-	for _, name := range devices {
-		out[name] = maxQPLimit(name)
-	}
-	return out
-}
-
-func maxQPLimit(name string) leaks.Limit {
-	ctx, err := ibv.Open(name)
-	if errors.Is(err, ibv.ErrNotSupported) {
-		return leaks.Limit{Unknown: "this build has no libibverbs"}
-	}
-	if err != nil {
-		return leaks.Limit{Unknown: fmt.Sprintf("opening %s through libibverbs: %v", name, err)}
-	}
-	defer ctx.Close()
-	attr, err := ctx.QueryDevice()
-	if err != nil {
-		return leaks.Limit{Unknown: fmt.Sprintf("ibv_query_device: %v", err)}
-	}
-	return leaks.Limit{MaxQP: attr.MaxQP}
-}
 
 // signalProcess sends sig to pid.
 func signalProcess(pid int, sig syscall.Signal) error {

@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"syscall"
-	"time"
 
 	"github.com/qpdrain/qpdrain/leaks"
 	"github.com/qpdrain/qpdrain/rdmanl"
@@ -32,71 +30,14 @@ func openRealHost(opts hostOptions, log io.Writer) (host, error) {
 
 func (h *realHost) Close() error { return h.conn.Close() }
 
-// Sample takes one inventory snapshot and turns it into a leaks.Sample.
+// Sample takes one inventory snapshot as a leaks.Sample.
 func (h *realHost) Sample(ctx context.Context) (leaks.Sample, error) {
-	snap, err := inventory.Take(ctx, h.conn, inventory.Options{
+	return leaks.HostSampler{Conn: h.conn, Options: inventory.Options{
 		Proc: inventory.Proc{Root: h.opts.proc}, Sys: inventory.Sys{Root: h.opts.sys}, DevDir: h.opts.dev,
-	})
-	if errors.Is(err, inventory.ErrNoDevices) {
-		return leaks.Sample{}, fmt.Errorf("%w: %w", leaks.ErrNoRDMA, err)
-	}
-	if err != nil {
-		return leaks.Sample{}, err
-	}
-	return toSample(snap, time.Now()), nil
+	}}.Sample(ctx)
 }
 
-// toSample keeps what the leak analysis needs of a snapshot. A QP's owner
-// is its live, non-zombie owning process; a zombie has closed its files, so
-// what keeps its QPs is a holder. Every user QP keeps its own holders
-// (inventory ties each context to its file), certain or the candidates.
-func toSample(snap *inventory.Snapshot, at time.Time) leaks.Sample {
-	s := leaks.Sample{At: at, Devices: make([]leaks.Device, len(snap.Devices))}
-	byIndex := make(map[uint32]int, len(snap.Devices))
-	for i, d := range snap.Devices {
-		s.Devices[i].Name = d.Name
-		byIndex[d.Index] = i
-	}
-	// Sized first: growing 10,000 QPs one by one was a sixth of a sample.
-	counts := make([]int, len(snap.Devices))
-	for i := range snap.QPs {
-		counts[byIndex[snap.QPs[i].Device]]++
-	}
-	for i, n := range counts {
-		s.Devices[i].QPs = make([]leaks.QP, 0, n)
-	}
-	// The QPs of one context share one holder list: convert each once.
-	converted := map[*inventory.Holder][]leaks.Process{}
-	holders := func(hs []inventory.Holder) []leaks.Process {
-		if len(hs) == 0 {
-			return nil
-		}
-		if ps, ok := converted[&hs[0]]; ok {
-			return ps
-		}
-		ps := make([]leaks.Process, len(hs))
-		for i, h := range hs {
-			ps[i] = leaks.Process{PID: int(h.PID), Comm: h.Comm, Workload: h.Workload}
-		}
-		converted[&hs[0]] = ps
-		return ps
-	}
-	for i := range snap.QPs {
-		q := &snap.QPs[i]
-		d := byIndex[q.Device]
-		lq := leaks.QP{Port: q.Port, LQPN: q.LQPN, Type: q.Type.String(), State: q.State.String(), KernName: q.KernName}
-		if q.Owner != nil && q.Owner.Via != inventory.FromKernel && !q.Owner.Zombie {
-			lq.Owner = leaks.Process{PID: int(q.Owner.PID), Comm: q.Owner.Comm, Workload: q.Owner.Workload}
-		}
-		if lq.KernName == "" {
-			lq.Holders, lq.HoldersCertain = holders(q.Holders), q.HoldersCertain
-		}
-		s.Devices[d].QPs = append(s.Devices[d].QPs, lq)
-	}
-	return s
-}
-
-func (h *realHost) Limits(devices []string) map[string]leaks.Limit { return maxQPLimits(devices) }
+func (h *realHost) Limits(devices []string) map[string]leaks.Limit { return leaks.MaxQPLimits(devices) }
 
 func (h *realHost) Signal(pid int, sig syscall.Signal) error { return signalProcess(pid, sig) }
 

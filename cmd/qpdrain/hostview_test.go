@@ -159,7 +159,7 @@ func TestToSample(t *testing.T) {
 			{QP: rq(1, 21, rdmanl.QPStateRTS), CreatorGone: true, Holders: either},
 		},
 	}
-	s := toSample(snap, time.Unix(1, 0))
+	s := leaks.FromSnapshot(snap, time.Unix(1, 0))
 	if len(s.Devices) != 2 || len(s.Devices[0].QPs) != 4 || len(s.Devices[1].QPs) != 1 {
 		t.Fatalf("sample %+v", s)
 	}

@@ -19,9 +19,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/devtest"
-	"github.com/qpdrain/qpdrain/internal/promcheck"
-	"github.com/qpdrain/qpdrain/internal/qpset"
+	"github.com/qpdrain/qpdrain/internal/testing/devtest"
+	"github.com/qpdrain/qpdrain/internal/testing/promcheck"
+	"github.com/qpdrain/qpdrain/internal/testing/qpset"
 	"github.com/qpdrain/qpdrain/leaks"
 	"github.com/qpdrain/qpdrain/rcsetup"
 )

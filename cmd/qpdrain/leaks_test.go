@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qpdrain/qpdrain/internal/promcheck"
+	"github.com/qpdrain/qpdrain/internal/testing/promcheck"
 	"github.com/qpdrain/qpdrain/leaks"
 )
 

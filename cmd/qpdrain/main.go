@@ -10,6 +10,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	// The libibverbs binding: ibv.Open and ibv.Devices reach real devices.
+	_ "github.com/qpdrain/qpdrain/libibverbs"
 )
 
 func main() {

@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/qpdrain/qpdrain/internal/testmain"
+	"github.com/qpdrain/qpdrain/internal/testing/testmain"
 )
 
 // TestMain fails the run if a test leaks a verbs object or a goroutine. A

@@ -103,7 +103,7 @@ MIGRATED; any case); an unknown word or a port the device lacks is an error.
 max_qp. Exits 3 when the host has no RDMA devices, 2 on errors.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			defer oneShotGC()()
-			f, err := parseQPFilter(args)
+			f, err := inventory.ParseFilter(args)
 			if err != nil {
 				return withExitCode(exitError, err)
 			}
@@ -120,8 +120,8 @@ max_qp. Exits 3 when the host has no RDMA devices, 2 on errors.`,
 					opts.log.WithField("device", dev).WithField("qps", n).Info("read the QP table")
 				},
 			}
-			if f.dev != "" {
-				iopts.Devices = []string{f.dev}
+			if f.Device() != "" {
+				iopts.Devices = []string{f.Device()}
 			}
 			snap, err := inventory.Take(ctx, conn, iopts)
 			switch {
@@ -130,7 +130,7 @@ max_qp. Exits 3 when the host has no RDMA devices, 2 on errors.`,
 			case err != nil:
 				return withExitCode(exitError, err)
 			}
-			if err := f.checkPort(snap.Devices); err != nil {
+			if err := f.CheckPort(snap.Devices); err != nil {
 				return withExitCode(exitError, err)
 			}
 			w := bufio.NewWriterSize(cmd.OutOrStdout(), 64<<10)
@@ -156,10 +156,10 @@ max_qp. Exits 3 when the host has no RDMA devices, 2 on errors.`,
 // printQPs writes the QPs that pass f, grouped by device and port as rdma
 // lists them (QPs without a port first), in table order within a port: text
 // lines as rdma's, or one JSON array streamed element by element.
-func printQPs(w io.Writer, snap *inventory.Snapshot, f *qpFilter, asJSON, details bool) error {
+func printQPs(w io.Writer, snap *inventory.Snapshot, f *inventory.Filter, asJSON, details bool) error {
 	qps := make([]*inventory.QP, 0, len(snap.QPs))
 	for i := range snap.QPs {
-		if f.match(&snap.QPs[i]) {
+		if f.Match(&snap.QPs[i]) {
 			qps = append(qps, &snap.QPs[i])
 		}
 	}
@@ -445,7 +445,7 @@ type qpSummaryJSON struct {
 	States  map[string]int `json:"states"`
 }
 
-func printQPSummary(w io.Writer, snap *inventory.Snapshot, f *qpFilter, asJSON bool, maxQP func(string) (int, bool)) error {
+func printQPSummary(w io.Writer, snap *inventory.Snapshot, f *inventory.Filter, asJSON bool, maxQP func(string) (int, bool)) error {
 	rows := make([]qpSummaryJSON, 0, len(snap.Devices))
 	at := map[uint32]int{}
 	for _, d := range snap.Devices {
@@ -458,7 +458,7 @@ func printQPSummary(w io.Writer, snap *inventory.Snapshot, f *qpFilter, asJSON b
 	}
 	for i := range snap.QPs {
 		q := &snap.QPs[i]
-		if !f.match(q) {
+		if !f.Match(q) {
 			continue
 		}
 		r := &rows[at[q.Device]]

@@ -20,7 +20,7 @@ func BenchmarkPrintQPsJSON10k(b *testing.B) {
 			Type: rdmanl.QPTypeRC, State: rdmanl.QPStateRTS, Has: rdmanl.HasPort | rdmanl.HasPID | rdmanl.HasPDN | rdmanl.HasRQPN | rdmanl.HasSQPSN | rdmanl.HasRQPSN | rdmanl.HasPathMigState},
 			Comm: "worker", Owner: owner, Holders: holders, HoldersCertain: true}
 	}
-	f, _ := parseQPFilter(nil)
+	f, _ := inventory.ParseFilter(nil)
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := printQPs(io.Discard, snap, &f, true, false); err != nil {

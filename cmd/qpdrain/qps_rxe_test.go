@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qpdrain/qpdrain/internal/devtest"
+	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 )
 
 // iprouteQPKeys are the keys of `rdma resource show qp -j` (rdma/res-qp.c).
@@ -264,7 +264,7 @@ func TestQPsMatchRdma(t *testing.T) {
 			}
 		}
 		for k := range want {
-			if !contains(iprouteQPKeys, k) {
+			if !slices.Contains(iprouteQPKeys, k) {
 				t.Errorf("QP %s: rdma prints key %q that qpdrain does not know", id, k)
 			}
 		}

@@ -66,7 +66,7 @@ type qpFilterCase struct {
 func checkQPFilters(t *testing.T, qps []inventory.QP, cases []qpFilterCase) {
 	t.Helper()
 	for _, tc := range cases {
-		f, err := parseQPFilter(tc.args)
+		f, err := inventory.ParseFilter(tc.args)
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("%v: err %v, want %q", tc.args, err, tc.err)
@@ -79,7 +79,7 @@ func checkQPFilters(t *testing.T, qps []inventory.QP, cases []qpFilterCase) {
 		}
 		var got []uint32
 		for i := range qps {
-			if f.match(&qps[i]) {
+			if f.Match(&qps[i]) {
 				got = append(got, qps[i].LQPN)
 			}
 		}
@@ -96,9 +96,9 @@ func TestQPFilterPort(t *testing.T) {
 		{"rxe0/7", "filter link rxe0/7: rxe0 has port 1 only"},
 		{"mlx5_0/3", "mlx5_0 has ports 1-2 only"},
 	} {
-		f, err := parseQPFilter([]string{"link", tc.link})
+		f, err := inventory.ParseFilter([]string{"link", tc.link})
 		if err == nil {
-			err = f.checkPort(devs)
+			err = f.CheckPort(devs)
 		}
 		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
 			t.Errorf("link %s: %v, want %q", tc.link, err, tc.err)
@@ -149,7 +149,7 @@ func TestQPText(t *testing.T) {
 func TestQPJSON(t *testing.T) {
 	snap := &inventory.Snapshot{QPs: testQPs()}
 	var b bytes.Buffer
-	f, _ := parseQPFilter(nil)
+	f, _ := inventory.ParseFilter(nil)
 	if err := printQPs(&b, snap, &f, true, false); err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestQPSummary(t *testing.T) {
 	}
 	maxQP := func(dev string) (int, bool) { return 1048560, dev == "rxe0" }
 	var b bytes.Buffer
-	f, _ := parseQPFilter(nil)
+	f, _ := inventory.ParseFilter(nil)
 	if err := printQPSummary(&b, snap, &f, false, maxQP); err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func TestQPWorkloadOutput(t *testing.T) {
 		t.Errorf("-d line:\n got  %q\n want ...%q", got, want)
 	}
 	var b bytes.Buffer
-	f, _ := parseQPFilter([]string{"lqpn", "17"})
+	f, _ := inventory.ParseFilter([]string{"lqpn", "17"})
 	if err := printQPs(&b, &inventory.Snapshot{QPs: qps}, &f, true, false); err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestLeaksNameWorkload(t *testing.T) {
 	qps := workloadQPs()
 	snap := &inventory.Snapshot{Devices: []inventory.Device{{Device: rdmanl.Device{Index: 1, Name: "rxe0"}, Holders: qps[1].Holders},
 		{Device: rdmanl.Device{Index: 2, Name: "mlx5_0"}}}, QPs: qps}
-	s := toSample(snap, time.Unix(1, 0))
+	s := leaks.FromSnapshot(snap, time.Unix(1, 0))
 	var owner, orphan *leaks.QP
 	for i := range s.Devices[0].QPs {
 		switch q := &s.Devices[0].QPs[i]; q.LQPN {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/qpdrain/qpdrain/soft/scenario"
+	"github.com/qpdrain/qpdrain/scenario"
 )
 
 func init() { subcommands = append(subcommands, newScenarioCmd) }

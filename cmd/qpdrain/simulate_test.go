@@ -4,12 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/qpdrain/qpdrain/soft"
+	"github.com/qpdrain/qpdrain/scenario"
 )
 
 func runSimulate(t *testing.T, args ...string) (string, error) {
@@ -52,7 +51,7 @@ func TestSimulateQuirkFindings(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("-j output is not JSON: %v\n%s", err, out)
 	}
-	if len(got.QPs) != 2 || got.Stats["quarantined"] != 2.0 {
+	if len(got.QPs) != 2 || got.Stats.Quarantined != 2 {
 		t.Fatalf("want 2 QPs, both quarantined: %+v", got)
 	}
 	for _, q := range got.QPs {
@@ -98,14 +97,6 @@ func TestSimulateRejects(t *testing.T) {
 // Every JSON key is snake_case, drain.Stats' included, and QP numbers are
 // printed in decimal, as check and scenario print them.
 func TestSimulateKeys(t *testing.T) {
-	for name, want := range map[string]string{
-		"Added": "added", "AfterEmptyCQ": "after_empty_cq", "DrainWRs": "drain_wrs", "RecvDrainWRs": "recv_drain_wrs",
-		"RepeatedLastWQE": "repeated_last_wqe", "LateDrainWCs": "late_drain_wcs", "QPState": "qp_state",
-	} {
-		if got := snakeCase(name); got != want {
-			t.Errorf("snakeCase(%q) = %q, want %q", name, got, want)
-		}
-	}
 	out, err := runSimulate(t, "--qps", "2", "--quirk", "last-wqe-reached-twice", "-j")
 	if err != nil {
 		t.Fatal(err)
@@ -119,12 +110,17 @@ func TestSimulateKeys(t *testing.T) {
 	}
 	// The inputs that shaped it, the default timeout included.
 	if in := raw.Inputs; in.QPs != 2 || in.MaxQP != 65536 || !slices.Equal(in.Quirks, []string{"last-wqe-reached-twice"}) ||
-		in.TimeoutNS != int64(simBaseTimeout+2*simTimeoutPerQP) || in.TimeoutFlag || !in.SRQ || in.Policy != "quarantine" {
+		in.TimeoutNS != int64(scenario.BaseTimeout+2*scenario.TimeoutPerQP) || in.TimeoutFlag || !in.SRQ || in.Policy != "quarantine" {
 		t.Errorf("inputs %+v", in)
 	}
 	for k := range raw.Stats {
 		if k != strings.ToLower(k) {
 			t.Errorf("stats key %q is not snake_case", k)
+		}
+	}
+	for _, k := range []string{"after_empty_cq", "recv_drain_wrs", "repeated_last_wqe", "late_drain_wcs"} {
+		if _, ok := raw.Stats[k]; !ok {
+			t.Errorf("stats lack %q: %v", k, raw.Stats)
 		}
 	}
 	text, err := runSimulate(t, "--qps", "2", "-d")
@@ -133,39 +129,5 @@ func TestSimulateKeys(t *testing.T) {
 	}
 	if strings.Contains(text, "\n0x") || strings.Contains(text, "qpn 0x") {
 		t.Errorf("QP numbers in hex:\n%s", text)
-	}
-}
-
-// Every switch of soft.Quirks has a --quirk (and --soft-quirk) name, and
-// each name sets exactly one, so the CLI shows every deviation the soft
-// device can reproduce.
-func TestQuirkNamesCoverQuirks(t *testing.T) {
-	fields := reflect.TypeFor[soft.Quirks]()
-	named := make(map[string]string, fields.NumField())
-	for _, name := range simQuirkNames() {
-		q, err := parseQuirks([]string{name})
-		if err != nil {
-			t.Fatalf("parseQuirks(%q): %v", name, err)
-		}
-		v := reflect.ValueOf(q)
-		var set []string
-		for i := range fields.NumField() {
-			if v.Field(i).Bool() {
-				set = append(set, fields.Field(i).Name)
-			}
-		}
-		if len(set) != 1 {
-			t.Errorf("quirk %s sets %v, want one switch", name, set)
-			continue
-		}
-		if other, dup := named[set[0]]; dup {
-			t.Errorf("quirks %s and %s both set %s", other, name, set[0])
-		}
-		named[set[0]] = name
-	}
-	for i := range fields.NumField() {
-		if f := fields.Field(i).Name; named[f] == "" {
-			t.Errorf("soft.Quirks.%s has no quirk name", f)
-		}
 	}
 }

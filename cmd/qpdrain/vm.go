@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/qpdrain/qpdrain/internal/vm"
+	"github.com/qpdrain/qpdrain/vm"
 )
 
 func init() { subcommands = append(subcommands, newVMCmd) }

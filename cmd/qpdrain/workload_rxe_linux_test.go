@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qpdrain/qpdrain/internal/cgrouptest"
-	"github.com/qpdrain/qpdrain/internal/promcheck"
+	"github.com/qpdrain/qpdrain/internal/testing/cgrouptest"
+	"github.com/qpdrain/qpdrain/internal/testing/promcheck"
 	"github.com/qpdrain/qpdrain/leaks"
 	"github.com/qpdrain/qpdrain/workload"
 )

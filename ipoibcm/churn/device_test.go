@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/devtest"
+	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 	"github.com/qpdrain/qpdrain/ipoibcm"
 	"github.com/qpdrain/qpdrain/soft"
 )

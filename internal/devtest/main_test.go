@@ -1,9 +1,0 @@
-package devtest
-
-import (
-	"testing"
-
-	"github.com/qpdrain/qpdrain/internal/testmain"
-)
-
-func TestMain(m *testing.M) { testmain.Run(m) }
