@@ -6,7 +6,7 @@ import (
 
 	"github.com/qpdrain/qpdrain/drain"
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/devtest"
+	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 )
 
 // verbCounter is a QP that counts the calls a stated state makes needless.
