@@ -214,7 +214,7 @@ func reapAndCheck(t *testing.T, pid int, want []uint32) {
 			t.Errorf("reap --pid %d said lqpn %d was freed; rdma still shows %v", pid, n, o)
 		}
 	}
-	t.Logf("reap --pid %d freed %d QPs in %d ms", pid, r.Freed, r.WaitedMS)
+	t.Logf("reap --pid %d freed %d QPs in %v", pid, r.Freed, time.Duration(r.WaitedNS))
 }
 
 // TestLeaksRxe plants every leak rxe can produce next to healthy QPs,

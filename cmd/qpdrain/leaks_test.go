@@ -253,7 +253,7 @@ func TestReapRemaining(t *testing.T) {
 	if err := json.NewDecoder(strings.NewReader(out)).Decode(&got); err != nil {
 		t.Fatalf("-j: %v\n%s", err, out)
 	}
-	if code != exitFindings || !got.Done || got.Freed != 0 || len(got.Remaining) != 3 || got.WaitedMS < 300 {
+	if code != exitFindings || !got.Done || got.Freed != 0 || len(got.Remaining) != 3 || got.WaitedNS < 300*int64(time.Millisecond) {
 		t.Errorf("exit %d, %+v", code, got)
 	}
 	// A wait over before any sample was read proves nothing left: all remain.

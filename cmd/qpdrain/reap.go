@@ -233,7 +233,7 @@ type reapResult struct {
 	MayKeep   []reapQP `json:"may_keep_alive"`
 	Freed     int      `json:"freed"`
 	Remaining []reapQP `json:"remaining"`
-	WaitedMS  int64    `json:"waited_ms"`
+	WaitedNS  int64    `json:"waited_ns"`
 	Note      string   `json:"note,omitempty"`
 }
 
@@ -271,7 +271,7 @@ func reapPID(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions,
 	}
 	opts.log.WithField("pid", o.pid).WithField("signal", res.Signal).Info("signalled")
 	res.Done = true
-	res.Remaining, res.WaitedMS, err = waitQPsGone(ctx, src, o.wait, res.QPs, func(s leaks.Sample) []reapQP { return remaining(s, res.QPs, o.pid) })
+	res.Remaining, res.WaitedNS, err = waitQPsGone(ctx, src, o.wait, res.QPs, func(s leaks.Sample) []reapQP { return remaining(s, res.QPs, o.pid) })
 	if err != nil {
 		return hostError(err)
 	}
@@ -291,20 +291,20 @@ func waitQPsGone(ctx context.Context, src leaks.Sampler, wait time.Duration, tar
 		s, err := src.Sample(ctx)
 		switch {
 		case errors.Is(err, leaks.ErrNoRDMA):
-			return []reapQP{}, time.Since(start).Milliseconds(), nil
+			return []reapQP{}, time.Since(start).Nanoseconds(), nil
 		case err != nil && ctx.Err() != nil:
 			// The wait is over; rest is what the last sample showed.
-			return rest, time.Since(start).Milliseconds(), nil
+			return rest, time.Since(start).Nanoseconds(), nil
 		case err != nil:
 			return nil, 0, fmt.Errorf("reading the host's QPs: %w", err)
 		}
 		rest = left(s)
 		if len(rest) == 0 {
-			return []reapQP{}, time.Since(start).Milliseconds(), nil
+			return []reapQP{}, time.Since(start).Nanoseconds(), nil
 		}
 		select {
 		case <-ctx.Done():
-			return rest, time.Since(start).Milliseconds(), nil
+			return rest, time.Since(start).Nanoseconds(), nil
 		case <-time.After(reapPoll):
 		}
 	}
@@ -362,7 +362,7 @@ func reapRxe(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions,
 	if err != nil {
 		return hostError(err)
 	}
-	res.WaitedMS = time.Since(start).Milliseconds()
+	res.WaitedNS = time.Since(start).Nanoseconds()
 	res.Freed = len(res.QPs) - len(res.Remaining)
 	return printReap(stdout, opts, &res, o)
 }
@@ -424,7 +424,7 @@ func formatReap(w io.Writer, r *reapResult, o *reapOptions) error {
 	default:
 		fmt.Fprintf(w, "sent %s to %s\n", r.Signal, who)
 	}
-	fmt.Fprintf(w, "freed %d of %d QPs in %v; %d remain\n", r.Freed, len(r.QPs), time.Duration(r.WaitedMS)*time.Millisecond, len(r.Remaining))
+	fmt.Fprintf(w, "freed %d of %d QPs in %v; %d remain\n", r.Freed, len(r.QPs), time.Duration(r.WaitedNS).Round(time.Millisecond), len(r.Remaining))
 	if len(r.Remaining) > 0 {
 		fmt.Fprintf(w, "  remaining: %s\n", reapQPList(r.Remaining))
 		if r.Target == "pid" {
