@@ -309,7 +309,8 @@ func TestVMRunTmpFiles(t *testing.T) {
 }
 
 // TestVMStopKillsQEMU: Ctrl-C (SIGINT to the foreground process group) or
-// SIGTERM ends `qpdrain vm run` with "context canceled", and nothing it
+// SIGTERM ends `qpdrain vm run` as every command ends on a signal (exit
+// 130, "qpdrain: interrupted"), and nothing it
 // started, qemu first, outlives it (so the cache lock, which only qpdrain
 // holds, is free too). SIGKILL gives qpdrain no say: the VM's heartbeat
 // sees it gone and stops the VM within seconds.
@@ -360,8 +361,8 @@ func TestVMStopKillsQEMU(t *testing.T) {
 			select {
 			case err := <-done:
 				var ee *exec.ExitError
-				if sig != syscall.SIGKILL && (!errors.As(err, &ee) || ee.ExitCode() != 2) {
-					t.Errorf("exit: %v, want status 2", err)
+				if sig != syscall.SIGKILL && (!errors.As(err, &ee) || ee.ExitCode() != 130) {
+					t.Errorf("exit: %v, want status 130", err)
 				}
 			case <-time.After(time.Minute):
 				syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
@@ -372,7 +373,7 @@ func TestVMStopKillsQEMU(t *testing.T) {
 				t.Fatalf("qpdrain vm run did not end within a minute of %v", sig)
 			}
 			if sig != syscall.SIGKILL {
-				wantOutput(t, out.String(), "context canceled")
+				wantOutput(t, out.String(), "qpdrain: interrupted")
 			}
 			// qpdrain waited for its driver; the rest of the group gets a moment to exit.
 			var left []proc
