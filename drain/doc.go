@@ -195,6 +195,20 @@
 //     __ib_drain_srq does after its 60 s wait, and what IPoIB-CM does at
 //     device stop.
 //
+// # Time
+//
+// Every deadline, stall timer and report timestamp runs on Options.Clock:
+// RealClock by default, or a VirtualClock, which stands still until moved,
+// so hours of simulated churn take no real time and a stall fires exactly
+// when the clock passes its deadline. Wait, and Run on a completion
+// channel, wait for the next deadline with Clock.Sleep; a VirtualClock's
+// Sleep advances it at once, so on one the caller feeds the reaper (polls
+// the CQ, hands over events) before it waits. Only Run's back-off between
+// empty polls without a channel is real time: it paces the CPU. What the
+// reaper orders by time orders by the clock: on a VirtualClock a poll
+// releases a given-up QP's drain WRs (see Headroom) only when it began
+// after the give-up, so once the clock has moved.
+//
 // A CQ error (EventCQErr) fails every pending drain with ErrCQError: the
 // CQ can prove nothing any more. Each drain has a Report: the state it
 // found, the events, the first flushed completion and the counts per queue,

@@ -162,6 +162,10 @@ type Options struct {
 	EventHistory int
 	// Add is what QP and DrainAll state about every QP they drain.
 	Add AddOptions
+	// Clock runs every deadline, stall timer and report timestamp of the
+	// reaper (default RealClock). On a VirtualClock a stall times out when
+	// the clock passes its deadline, not when the wall clock does.
+	Clock Clock
 
 	// Channel makes Run event-driven: the reaper's CQ must have been
 	// created on this completion channel, and no other CQ may use it. Nil
@@ -201,6 +205,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Headroom <= 0 {
 		o.Headroom = DefaultHeadroom
+	}
+	if o.Clock == nil {
+		o.Clock = RealClock{}
 	}
 	if o.EventHistory == 0 {
 		o.EventHistory = DefaultEventHistory

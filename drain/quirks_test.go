@@ -22,6 +22,13 @@ import (
 // devtest.Timeout, so that a loaded machine cannot fake a stall.
 const stall = 100 * time.Millisecond
 
+// virtualClock is the clock of a test that feeds its reaper itself and
+// then waits: the wait for a stall takes no real time, and the stall comes
+// exactly at its deadline. A test fed by a concurrent caller stays on the
+// real clock, since a wait would jump past deadlines the caller is about
+// to meet.
+func virtualClock() drain.Clock { return drain.NewVirtualClock(time.Unix(1e9, 0)) }
+
 // quirkRig opens a soft device with quirks and 4 receive WQEs prefetched
 // by every SRQ QP, so that ERROR has receives to flush.
 func quirkRig(t *testing.T, q soft.Quirks) *rig {

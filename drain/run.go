@@ -29,7 +29,7 @@ const maxIdleSleep = time.Millisecond
 func (r *Reaper) Poll() (int, error) {
 	wcs := pollBufs.Get().(*[pollBatch]ibv.WC)
 	defer pollBufs.Put(wcs)
-	polledAt := time.Now()
+	polledAt := r.opts.Clock.Now()
 	n, err := r.cq.Poll(wcs[:])
 	if err != nil {
 		return 0, fmt.Errorf("polling the reaper's CQ: %w", err)
@@ -40,7 +40,7 @@ func (r *Reaper) Poll() (int, error) {
 		r.mu.Unlock()
 		return 0, nil
 	}
-	now := time.Now()
+	now := r.opts.Clock.Now()
 	foreign := wcs[:0]
 	for _, wc := range wcs[:n] {
 		if !r.handleWC(wc, now) {
@@ -111,6 +111,9 @@ func (r *Reaper) pumpEvents(ctx context.Context) error {
 
 func (r *Reaper) runPolling(ctx context.Context) error {
 	idle := time.Duration(0)
+	// The back-off paces the CPU, not a deadline: it runs in real time on
+	// any Clock (a virtual clock advanced by idle polls would time drains
+	// out by how fast the CPU spins). Poll expires the deadlines.
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for ctx.Err() == nil {
@@ -162,14 +165,11 @@ func (r *Reaper) runChannel(ctx context.Context) error {
 			r.mu.Unlock()
 			continue
 		}
-		var wctx context.Context
-		var cancel context.CancelFunc
+		wctx, cancel := context.WithCancel(ctx)
 		next := r.nextDeadline()
-		if next.IsZero() {
-			wctx, cancel = context.WithCancel(ctx)
-		} else {
-			wctx, cancel = context.WithDeadline(ctx, next)
-		}
+		// The next stall deadline ends the wait on the reaper's clock, so a
+		// virtual clock's advance wakes it as the wall clock's would.
+		stop := afterUntil(r.opts.Clock, next, cancel)
 		// Add, HandleEvent and the rest end the wait early when they leave
 		// a deadline before next (wakeForDeadline).
 		r.wake, r.wakeAt = cancel, next
@@ -179,6 +179,7 @@ func (r *Reaper) runChannel(ctx context.Context) error {
 		r.wake = nil
 		r.mu.Unlock()
 		cancel()
+		stop()
 		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 			return fmt.Errorf("waiting on the completion channel: %w", err)
 		}
@@ -197,7 +198,7 @@ func (r *Reaper) DrainAll(ctx context.Context, qps []ibv.QP, o AddOptions) ([]*R
 	errs := make([]error, len(qps))
 	r.addAll(qps, o, func(i int, h *Handle, err error) {
 		if err != nil {
-			reps[i] = &Report{QPNum: qps[i].Num(), SRQ: qps[i].SRQ() != nil, Start: time.Now(), Outcome: Failed, Err: err}
+			reps[i] = &Report{QPNum: qps[i].Num(), SRQ: qps[i].SRQ() != nil, Start: r.opts.Clock.Now(), Outcome: Failed, Err: err}
 			errs[i] = err
 		}
 		hs[i] = h
