@@ -118,6 +118,25 @@ func (r *Reaper) giveUp(h *Handle, now time.Time) {
 	h.sendID, h.recvID = 0, 0
 }
 
+// NextDeadline is when the reaper next needs feeding, on Options.Clock:
+// the earliest time one of its waits runs out, or, while a QP stalled
+// under DestroyWhenEmpty waits for an empty poll begun after its stall,
+// the first instant after the stall; zero if nothing waits. A caller that
+// moves a virtual clock itself feeds the reaper by then (Poll, CQEmpty,
+// HandleWC: each runs the deadlines that are due), so that simulated time
+// never passes a deadline unseen.
+func (r *Reaper) NextDeadline() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	next := r.nextDeadline()
+	for h := r.emptyWaitList.head; h != nil; h = h.next {
+		if t := r.epoch.Add(h.stalledAt + 1); next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	return next
+}
+
 // nextDeadline is the earliest time a wait runs out, or zero if nothing
 // waits.
 func (r *Reaper) nextDeadline() time.Time {

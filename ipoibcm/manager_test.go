@@ -360,11 +360,12 @@ func TestStop(t *testing.T) {
 		{"kernel", soft.Quirks{}, Kernel, false, 0},
 		{"bounded", soft.Quirks{}, Bounded, false, 0},
 		{"kernel-drain-never-flushed", soft.Quirks{SendInErrorNotFlushed: true}, Kernel, true, 3},
-		// The reaper's wait (5 s) ends within the stop's, the CQ empty.
+		// The reaper's wait (4 s here) and the empty poll after its stall
+		// that gives the QPs up end within the stop's (5 s).
 		{"bounded-drain-never-flushed", soft.Quirks{SendInErrorNotFlushed: true}, Bounded, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, softDevice(t, tc.quirks), Config{Policy: tc.policy})
+			r := newRig(t, softDevice(t, tc.quirks), Config{Policy: tc.policy, Drain: drain.Options{DrainTimeout: 4 * time.Second}})
 			for range 3 {
 				r.connect()
 			}
