@@ -169,10 +169,13 @@
 // pass, and Reaper.DrainAll adds a set and waits for all of them. A caller
 // that moved its QPs to ERROR itself says so (AddOptions.StateKnown), and
 // Add queries and modifies nothing. A caller that owns the CQ lets the Reaper poll it
-// instead: Poll once, or Run until its context ends, event-driven through
-// a completion channel (Options.Channel) or by polling, and reading the
-// device's async events (Options.Events). The package functions DrainAll
-// and QP do all of it for a set of QPs, or one.
+// instead: Poll once, or Run until its context ends, fed as its Feed
+// says: event-driven through a completion channel (Feed.Channel) or by
+// polling, reading the device's async events (Feed.Events), and handing
+// what is not the reaper's to Feed.OnWC and Feed.OnEvent. Options say what
+// a drain is (timeouts, policy, headroom), a Feed how a reaper is fed, so
+// a caller that feeds it itself has nothing to unset. The package
+// functions DrainAll and QP do all of it for a set of QPs, or one.
 //
 // # Bounds and the policy for providers that never flush
 //

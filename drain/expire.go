@@ -16,8 +16,8 @@ func (r *Reaper) expire(now time.Time) {
 	for h := r.errorList.head; h != nil && h.deadline <= t; h = r.errorList.head {
 		r.errorList.remove(h)
 		err := fmt.Errorf("qpn %d: %w within %v", h.qpn, ErrNoLastWQE, r.opts.LastWQETimeout)
-		if r.eventsSeen == 0 && r.opts.Events == nil {
-			err = fmt.Errorf("%w: no async event was delivered to the reaper (Options.Events unset, HandleEvent never called)", err)
+		if r.eventsSeen == 0 {
+			err = fmt.Errorf("%w: no async event was delivered to the reaper (through Run's Feed.Events or HandleEvent)", err)
 		}
 		if r.stall(h, err, now) {
 			// The drain WR still orders everything the QP completed so

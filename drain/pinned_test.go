@@ -317,10 +317,10 @@ func TestWakesForDrainWRDeadline(t *testing.T) {
 			}
 			devtest.Close(t, cq)
 			r := newRig(t, dev, cq, 64)
-			rp := drain.NewReaper(cq, drain.Options{Channel: ch, DrainTimeout: timeout, Queue: queueOf, Clock: c.clock()})
+			rp := drain.NewReaper(cq, drain.Options{DrainTimeout: timeout, Queue: queueOf, Clock: c.clock()})
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
-			go func() { done <- rp.Run(ctx) }()
+			go func() { done <- rp.Run(ctx, drain.Feed{Channel: ch}) }()
 			defer func() {
 				cancel()
 				<-done
@@ -502,10 +502,10 @@ func TestRunPollsForCount(t *testing.T) {
 	}
 	devtest.Close(t, cq)
 	r := newRig(t, dev, cq, 64)
-	rp := drain.NewReaper(cq, drain.Options{Channel: ch, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := drain.NewReaper(cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- rp.Run(ctx) }()
+	go func() { done <- rp.Run(ctx, drain.Feed{Channel: ch}) }()
 	defer func() {
 		cancel()
 		<-done

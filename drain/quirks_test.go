@@ -168,7 +168,7 @@ func TestQuirkRecvInErrorFlushDeferred(t *testing.T) {
 		r := quirkRig(t, q)
 		qp := r.pair(false)
 		r.postRecvs(qp, 2)
-		rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: r.dev, DrainTimeout: stall, Queue: queueOf})
+		rep, err := drain.QP(testCtx(t), qp, drain.Options{DrainTimeout: stall, Queue: queueOf}, drain.Feed{Events: r.dev})
 		wantErr(t, err, drain.ErrDrainNotFlushed, drain.ErrQuarantined)
 		checkProof(t, rep)
 		if rep.Recv.By != drain.ProofNone || rep.Recv.Missing != drain.MissingRecvDrainWR || !strings.Contains(err.Error(), "receive drain WR") {
@@ -179,7 +179,7 @@ func TestQuirkRecvInErrorFlushDeferred(t *testing.T) {
 		r := quirkRig(t, q)
 		qp := r.pair(false)
 		r.postRecvs(qp, 2)
-		rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: r.dev, Headroom: 2, DrainTimeout: devtest.Timeout, Queue: queueOf})
+		rep, err := drain.QP(testCtx(t), qp, drain.Options{Headroom: 2, DrainTimeout: devtest.Timeout, Queue: queueOf}, drain.Feed{Events: r.dev})
 		if err != nil {
 			t.Fatalf("%v\n%s", err, rep)
 		}
@@ -192,8 +192,8 @@ func TestQuirkRecvInErrorFlushDeferred(t *testing.T) {
 		r := quirkRig(t, q)
 		qp := r.pair(false)
 		r.postRecvs(qp, 2)
-		rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: r.dev, DrainTimeout: devtest.Timeout, Queue: queueOf,
-			Add: drain.AddOptions{CountRecvs: true, Recvs: 2}})
+		rep, err := drain.QP(testCtx(t), qp, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf,
+			Add: drain.AddOptions{CountRecvs: true, Recvs: 2}}, drain.Feed{Events: r.dev})
 		if err != nil || has(rep, drain.StepRecvDrainPosted) || rep.Recv.By != drain.ProofRecvCount {
 			t.Errorf("%v: want safe by the count, without a receive drain WR\n%s", err, rep)
 		}
@@ -271,7 +271,7 @@ func TestCQOverflow(t *testing.T) {
 	r := newRig(t, dev, cq, 16)
 	qp := r.pair(false)
 	r.postRecvs(qp, 8)
-	rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: dev, DrainTimeout: devtest.Timeout})
+	rep, err := drain.QP(testCtx(t), qp, drain.Options{DrainTimeout: devtest.Timeout}, drain.Feed{Events: dev})
 	wantErr(t, err, drain.ErrCQError)
 	if rep.Outcome != drain.Failed {
 		t.Errorf("outcome %s, want failed\n%s", rep.Outcome, rep)

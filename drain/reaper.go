@@ -58,7 +58,7 @@ type Stats struct {
 	LateEvents   int
 	LateDrainWCs int
 	// ForeignWCs counts completions Poll found that were not the reaper's
-	// and that no Options.OnWC took.
+	// and that no Feed.OnWC took.
 	ForeignWCs int
 }
 

@@ -44,7 +44,6 @@ func (m *Manager) reaperOptions() drain.Options {
 		opts.Headroom = boundedHeadroom
 	}
 	opts.Clock = m.clock
-	opts.Channel, opts.Events, opts.OnWC, opts.OnEvent = nil, nil, nil, nil
 	return opts
 }
 
