@@ -85,11 +85,17 @@ func (c *VirtualClock) Sleep(ctx context.Context, d time.Duration) error {
 }
 
 // afterUntil calls f once t has passed on c, unless stop is called
-// first; the wait's goroutine has ended when stop returns. A zero t never
-// fires.
+// first; f may still run as stop returns, so it must be harmless late. A
+// zero t never fires. On the real clock it is a runtime timer (Wait runs
+// once per drain: a goroutine each would cost a third of a one-at-a-time
+// drain); on any other clock a goroutine that sleeps on it, ended by stop.
 func afterUntil(c Clock, t time.Time, f func()) (stop func()) {
 	if t.IsZero() {
 		return func() {}
+	}
+	if _, real := c.(RealClock); real {
+		timer := time.AfterFunc(time.Until(t), f)
+		return func() { timer.Stop() }
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
