@@ -152,11 +152,7 @@ func BenchmarkDrain(b *testing.B) {
 					b.StopTimer()
 					s := setupBench(b, n)
 					toErrorSeen(b, s)
-					o := drain.Options{Headroom: mode.headroom, DrainTimeout: benchTimeout}
-					if mode.run {
-						o.Channel = s.ch
-					}
-					rp := drain.NewReaper(s.cq, o)
+					rp := drain.NewReaper(s.cq, drain.Options{Headroom: mode.headroom, DrainTimeout: benchTimeout})
 					// The caller moved them to ERROR and says so.
 					add := drain.AddOptions{LastWQESeen: true, StateKnown: true, State: ibv.QPSErr}
 					runtime.GC() // the setup's garbage is not the drain's
@@ -164,7 +160,7 @@ func BenchmarkDrain(b *testing.B) {
 					if mode.run {
 						ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
 						runDone := make(chan error, 1)
-						go func() { runDone <- rp.Run(ctx) }()
+						go func() { runDone <- rp.Run(ctx, drain.Feed{Channel: s.ch}) }()
 						if mode.headroom == 1 {
 							oneAtATime(ctx, b, rp, s.qps, add)
 						} else if _, err := rp.DrainAll(ctx, s.qps, add); err != nil {
@@ -325,13 +321,13 @@ func BenchmarkDrainDevice(b *testing.B) {
 					b.StartTimer()
 					continue
 				}
-				rp := drain.NewReaper(cq, drain.Options{Channel: ch, Headroom: mode.headroom, DrainTimeout: devtest.Timeout, Queue: queueOf})
+				rp := drain.NewReaper(cq, drain.Options{Headroom: mode.headroom, DrainTimeout: devtest.Timeout, Queue: queueOf})
 				ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
 				runDone := make(chan error, 1)
 				add := drain.AddOptions{CountRecvs: true, Recvs: recvs}
 				runtime.GC()
 				b.StartTimer()
-				go func() { runDone <- rp.Run(ctx) }()
+				go func() { runDone <- rp.Run(ctx, drain.Feed{Channel: ch}) }()
 				if mode.headroom == 1 {
 					oneAtATime(ctx, b, rp, qps, add)
 				} else if _, err := rp.DrainAll(ctx, qps, add); err != nil {

@@ -169,10 +169,13 @@
 // pass, and Reaper.DrainAll adds a set and waits for all of them. A caller
 // that moved its QPs to ERROR itself says so (AddOptions.StateKnown), and
 // Add queries and modifies nothing. A caller that owns the CQ lets the Reaper poll it
-// instead: Poll once, or Run until its context ends, event-driven through
-// a completion channel (Options.Channel) or by polling, and reading the
-// device's async events (Options.Events). The package functions DrainAll
-// and QP do all of it for a set of QPs, or one.
+// instead: Poll once, or Run until its context ends, fed as its Feed
+// says: event-driven through a completion channel (Feed.Channel) or by
+// polling, reading the device's async events (Feed.Events), and handing
+// what is not the reaper's to Feed.OnWC and Feed.OnEvent. Options say what
+// a drain is (timeouts, policy, headroom), a Feed how a reaper is fed, so
+// a caller that feeds it itself has nothing to unset. The package
+// functions DrainAll and QP do all of it for a set of QPs, or one.
 //
 // # Bounds and the policy for providers that never flush
 //
@@ -194,6 +197,20 @@
 //     Reached still gets its drain WRs first. This is what the kernel's
 //     __ib_drain_srq does after its 60 s wait, and what IPoIB-CM does at
 //     device stop.
+//
+// # Time
+//
+// Every deadline, stall timer and report timestamp runs on Options.Clock:
+// RealClock by default, or a VirtualClock, which stands still until moved,
+// so hours of simulated churn take no real time and a stall fires exactly
+// when the clock passes its deadline. Wait, and Run on a completion
+// channel, wait for the next deadline with Clock.Sleep; a VirtualClock's
+// Sleep advances it at once, so on one the caller feeds the reaper (polls
+// the CQ, hands over events) before it waits. Only Run's back-off between
+// empty polls without a channel is real time: it paces the CPU. What the
+// reaper orders by time orders by the clock: on a VirtualClock a poll
+// releases a given-up QP's drain WRs (see Headroom) only when it began
+// after the give-up, so once the clock has moved.
 //
 // A CQ error (EventCQErr) fails every pending drain with ErrCQError: the
 // CQ can prove nothing any more. Each drain has a Report: the state it

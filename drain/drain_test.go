@@ -45,14 +45,14 @@ func TestDrainQPWithSRQ(t *testing.T) {
 	if noLastWQE() {
 		// The documented fallback: the drain WR still goes out, and the QP
 		// is released once the CQ polls empty after the stall.
-		rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: dev, Policy: drain.DestroyWhenEmpty, LastWQETimeout: time.Second, DrainTimeout: devtest.Timeout})
+		rep, err := drain.QP(testCtx(t), qp, drain.Options{Policy: drain.DestroyWhenEmpty, LastWQETimeout: time.Second, DrainTimeout: devtest.Timeout}, drain.Feed{Events: dev})
 		if err != nil || rep.Outcome != drain.DestroyedAfterEmptyCQ || !has(rep, drain.StepDrainDone) {
 			t.Errorf("%v: want destroyed after empty CQ, the drain WR completed\n%s", err, rep)
 		}
 		wantErr(t, rep.Stall, drain.ErrNoLastWQE)
 		return
 	}
-	rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: dev, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
+	rep, err := drain.QP(testCtx(t), qp, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout}, drain.Feed{Events: dev})
 	if err != nil {
 		t.Fatalf("drain.QP: %v\n%s", err, rep)
 	}
@@ -85,8 +85,8 @@ func TestDrainQPWithoutSRQ(t *testing.T) {
 	r := newRig(t, dev, nil, 64)
 	qp := r.pair(false)
 	r.postRecvs(qp, 3)
-	rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: dev, LastWQETimeout: time.Millisecond, DrainTimeout: devtest.Timeout,
-		Queue: queueOf, Add: drain.AddOptions{CountRecvs: true, Recvs: 3}})
+	rep, err := drain.QP(testCtx(t), qp, drain.Options{LastWQETimeout: time.Millisecond, DrainTimeout: devtest.Timeout,
+		Queue: queueOf, Add: drain.AddOptions{CountRecvs: true, Recvs: 3}}, drain.Feed{Events: dev})
 	if err != nil {
 		t.Fatalf("drain.QP: %v\n%s", err, rep)
 	}
@@ -117,9 +117,9 @@ func TestDrainQPRecvDrain(t *testing.T) {
 	r.postRecvs(qp, 3)
 	var mu sync.Mutex
 	var kept []ibv.WC
-	rep, err := drain.QP(testCtx(t), qp, drain.Options{
-		Events: dev, Headroom: 2, DrainTimeout: devtest.Timeout, Queue: queueOf,
-		OnWC: func(wc ibv.WC) { mu.Lock(); kept = append(kept, wc); mu.Unlock() },
+	rep, err := drain.QP(testCtx(t), qp, drain.Options{Headroom: 2, DrainTimeout: devtest.Timeout, Queue: queueOf}, drain.Feed{
+		Events: dev,
+		OnWC:   func(wc ibv.WC) { mu.Lock(); kept = append(kept, wc); mu.Unlock() },
 	})
 	if err != nil {
 		t.Fatalf("drain.QP: %v\n%s", err, rep)
@@ -322,10 +322,10 @@ func TestReaperRun(t *testing.T) {
 			devtest.Close(t, cq)
 			r := newRig(t, dev, cq, 64)
 			qps := append(r.pairs(6, !noLastWQE()), r.pairs(2, false)...)
-			rp := drain.NewReaper(cq, drain.Options{Channel: ch, Events: dev, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+			rp := drain.NewReaper(cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
-			go func() { done <- rp.Run(ctx) }()
+			go func() { done <- rp.Run(ctx, drain.Feed{Channel: ch, Events: dev}) }()
 			var hs []*drain.Handle
 			for _, qp := range qps {
 				hs = append(hs, add(t, rp, qp, counted))
@@ -435,10 +435,10 @@ func TestConcurrentDrains(t *testing.T) {
 			r.postRecvs(qp, 4)
 		}
 	}
-	rp := drain.NewReaper(r.cq, drain.Options{Events: dev, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	ctx, cancel := context.WithCancel(context.Background())
 	var run sync.WaitGroup
-	run.Go(func() { _ = rp.Run(ctx) })
+	run.Go(func() { _ = rp.Run(ctx, drain.Feed{Events: dev}) })
 	var wg sync.WaitGroup
 	errs := make(chan error, workers*perWorker)
 	for w := range workers {
@@ -476,7 +476,7 @@ func TestReportString(t *testing.T) {
 	r := newRig(t, dev, nil, 64)
 	qp := r.pair(false)
 	r.postRecvs(qp, 2)
-	rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: dev, Queue: queueOf})
+	rep, err := drain.QP(testCtx(t), qp, drain.Options{Queue: queueOf}, drain.Feed{Events: dev})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ func Example() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rep, err := drain.QP(ctx, qps[0], drain.Options{Events: dev})
+	rep, err := drain.QP(ctx, qps[0], drain.Options{}, drain.Feed{Events: dev})
 	if err != nil {
 		fmt.Println("not safe to destroy:", err)
 		return

@@ -16,8 +16,8 @@ func (r *Reaper) expire(now time.Time) {
 	for h := r.errorList.head; h != nil && h.deadline <= t; h = r.errorList.head {
 		r.errorList.remove(h)
 		err := fmt.Errorf("qpn %d: %w within %v", h.qpn, ErrNoLastWQE, r.opts.LastWQETimeout)
-		if r.eventsSeen == 0 && r.opts.Events == nil {
-			err = fmt.Errorf("%w: no async event was delivered to the reaper (Options.Events unset, HandleEvent never called)", err)
+		if r.eventsSeen == 0 {
+			err = fmt.Errorf("%w: no async event was delivered to the reaper (through Run's Feed.Events or HandleEvent)", err)
 		}
 		if r.stall(h, err, now) {
 			// The drain WR still orders everything the QP completed so
@@ -116,6 +116,25 @@ func (r *Reaper) giveUp(h *Handle, now time.Time) {
 		}
 	}
 	h.sendID, h.recvID = 0, 0
+}
+
+// NextDeadline is when the reaper next needs feeding, on Options.Clock:
+// the earliest time one of its waits runs out, or, while a QP stalled
+// under DestroyWhenEmpty waits for an empty poll begun after its stall,
+// the first instant after the stall; zero if nothing waits. A caller that
+// moves a virtual clock itself feeds the reaper by then (Poll, CQEmpty,
+// HandleWC: each runs the deadlines that are due), so that simulated time
+// never passes a deadline unseen.
+func (r *Reaper) NextDeadline() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	next := r.nextDeadline()
+	for h := r.emptyWaitList.head; h != nil; h = h.next {
+		if t := r.epoch.Add(h.stalledAt + 1); next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	return next
 }
 
 // nextDeadline is the earliest time a wait runs out, or zero if nothing

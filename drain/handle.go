@@ -88,13 +88,9 @@ func (h *Handle) snapshot() *Report {
 func (h *Handle) Wait(ctx context.Context) (*Report, error) {
 	r := h.r
 	done := h.Done()
-	// One timer for every stall deadline; since Go 1.23 Reset never
-	// delivers a stale expiry.
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
 	for {
 		r.mu.Lock()
-		r.expire(time.Now())
+		r.expire(r.opts.Clock.Now())
 		next := r.nextDeadline()
 		r.mu.Unlock()
 		select {
@@ -103,23 +99,24 @@ func (h *Handle) Wait(ctx context.Context) (*Report, error) {
 			return rep, rep.Err
 		default:
 		}
-		var fire <-chan time.Time
-		if !next.IsZero() {
-			timer.Reset(time.Until(next))
-			fire = timer.C
-		}
+		fire := make(chan struct{})
+		stop := afterUntil(r.opts.Clock, next, func() { close(fire) })
 		select {
 		case <-done:
 		case <-fire:
 		case <-ctx.Done():
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			rep := h.snapshot()
-			if rep.Outcome != Pending {
-				return rep, rep.Err
-			}
-			return rep, fmt.Errorf("qpn %d: %w: %w", h.qpn, h.waitingFor(), context.Cause(ctx))
 		}
+		stop()
+		if ctx.Err() == nil {
+			continue
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		rep := h.snapshot()
+		if rep.Outcome != Pending {
+			return rep, rep.Err
+		}
+		return rep, fmt.Errorf("qpn %d: %w: %w", h.qpn, h.waitingFor(), context.Cause(ctx))
 	}
 }
 

@@ -218,7 +218,7 @@ func TestReusedQPEpisode(t *testing.T) {
 }
 
 // A reaper shut down with drain WRs outstanding and a new one started on
-// the same CQ, as ipoibcm's bounded policy does between rounds: the old
+// the same CQ, as ipoibcm's bounded policy once did between rounds: the old
 // reaper's drain WRs, completing late, are none of the new reaper's. The
 // reapers before drain WR IDs were unique per CQ numbered theirs from the
 // same start, and the new reaper took the old WR's completion for its own

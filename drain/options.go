@@ -162,7 +162,22 @@ type Options struct {
 	EventHistory int
 	// Add is what QP and DrainAll state about every QP they drain.
 	Add AddOptions
+	// Clock runs every deadline, stall timer and report timestamp of the
+	// reaper (default RealClock). On a VirtualClock a stall times out when
+	// the clock passes its deadline, not when the wall clock does.
+	Clock Clock
 
+	// Log receives a debug record of each stall and outcome; nil (the
+	// default) logs nothing.
+	Log logrus.FieldLogger
+}
+
+// Feed is how Run feeds a reaper whose CQ the caller owns: where its
+// completions and events come from and where those that are not the
+// reaper's go. It is apart from Options, which say what a drain is, so
+// that a caller feeding the reaper itself (HandleWC, HandleEvent, CQEmpty)
+// has nothing to unset.
+type Feed struct {
 	// Channel makes Run event-driven: the reaper's CQ must have been
 	// created on this completion channel, and no other CQ may use it. Nil
 	// makes Run poll.
@@ -172,15 +187,11 @@ type Options struct {
 	// give the reaper the device's event stream; others call HandleEvent
 	// from their own event loop.
 	Events EventSource
-	// OnWC receives, in Poll and Run, every completion that is not the
-	// reaper's. Nil drops them (they are counted in Stats.ForeignWCs).
+	// OnWC receives, in Run, every completion that is not the reaper's.
+	// Nil drops them (they are counted in Stats.ForeignWCs).
 	OnWC func(ibv.WC)
 	// OnEvent receives, in Run, every async event the reaper does not claim.
 	OnEvent func(ibv.AsyncEvent)
-
-	// Log receives a debug record of each stall and outcome; nil (the
-	// default) logs nothing.
-	Log logrus.FieldLogger
 }
 
 // CQEntries is the depth of a CQ that holds the completions of wrs WRs
@@ -201,6 +212,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Headroom <= 0 {
 		o.Headroom = DefaultHeadroom
+	}
+	if o.Clock == nil {
+		o.Clock = RealClock{}
 	}
 	if o.EventHistory == 0 {
 		o.EventHistory = DefaultEventHistory

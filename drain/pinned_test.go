@@ -44,7 +44,7 @@ func TestOtherCQErrorIgnored(t *testing.T) {
 func TestOtherQPEventNotLastWQE(t *testing.T) {
 	r := quirkRig(t, soft.Quirks{NoLastWQEReached: true})
 	qp := r.pair(true)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout})
+	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
 	h := add(t, rp, qp, drain.AddOptions{NoSends: true})
 	if !rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventQPFatal, QP: qp}) {
 		t.Error("QP_FATAL of a QP being drained not claimed")
@@ -129,7 +129,7 @@ func TestRememberedEventNeedsError(t *testing.T) {
 	peer := devtest.NewRC(t, r.pd, devtest.RCConfig{SendCQ: r.peerCQ, Cap: qpCap})
 	devtest.Connect(t, r.dev, qp, peer)
 	devtest.ToError(t, qp)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout})
+	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
 	rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventQPLastWQEReached, QP: qp})
 	for _, q := range []ibv.QP{qp, peer} {
 		if err := q.Modify(ibv.QPAttr{State: ibv.QPSReset}, ibv.QPAttrState); err != nil {
@@ -267,46 +267,75 @@ func TestEmptyPollBeforeStall(t *testing.T) {
 // deadline without any completion or event: the stall fires on time.
 func TestWakesForDrainWRDeadline(t *testing.T) {
 	const timeout = 50 * time.Millisecond
-	t.Run("Wait", func(t *testing.T) {
-		r := eHCARig(t)
-		rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: timeout, Queue: queueOf})
-		h := add(t, rp, r.pair(false), counted)
-		began := time.Now()
-		_, err := h.Wait(testCtx(t))
-		wantErr(t, err, drain.ErrQuarantined, drain.ErrDrainNotFlushed)
-		if el := time.Since(began); el > 20*timeout {
-			t.Errorf("Wait returned after %v, drain WR timeout %v", el, timeout)
+	// On the real clock the wake-up is bounded; on a virtual clock, whose
+	// only advance is the reaper's own sleep to its deadline, the stall is
+	// recorded exactly timeout after the drain began.
+	clocks := []struct {
+		name  string
+		clock func() drain.Clock
+	}{
+		{"real", func() drain.Clock { return drain.RealClock{} }},
+		{"virtual", virtualClock},
+	}
+	check := func(t *testing.T, name string, rep *drain.Report, began time.Time) {
+		t.Helper()
+		at := time.Time{}
+		for _, s := range rep.Steps {
+			if s.Kind == drain.StepStall {
+				at = s.At
+			}
 		}
-	})
-	t.Run("Run", func(t *testing.T) {
-		dev := openSoft(t, soft.Config{Quirks: soft.Quirks{SendInErrorNotFlushed: true}})
-		ch, err := dev.CreateCompChannel()
-		if err != nil {
-			t.Fatal(err)
+		switch el := at.Sub(rep.Start); {
+		case at.IsZero():
+			t.Errorf("no stall step:\n%s", rep)
+		case name == "virtual" && el != timeout:
+			t.Errorf("stall %v after the start on a virtual clock, want exactly %v:\n%s", el, timeout, rep)
+		case time.Since(began) > 20*timeout:
+			t.Errorf("outcome after %v, drain WR timeout %v", time.Since(began), timeout)
 		}
-		devtest.Close(t, ch)
-		cq, err := dev.CreateCQ(64, ch)
-		if err != nil {
-			t.Fatal(err)
-		}
-		devtest.Close(t, cq)
-		r := newRig(t, dev, cq, 64)
-		rp := drain.NewReaper(cq, drain.Options{Channel: ch, DrainTimeout: timeout, Queue: queueOf})
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- rp.Run(ctx) }()
-		defer func() {
-			cancel()
-			<-done
-		}()
-		h := add(t, rp, r.pair(false), counted)
-		select {
-		case <-h.Done():
-		case <-time.After(20 * timeout):
-			t.Fatalf("no outcome %v after the drain WR's timeout %v, Run polling on a channel:\n%s", 20*timeout, timeout, h.Report())
-		}
-		wantErr(t, h.Report().Err, drain.ErrDrainNotFlushed)
-	})
+	}
+	for _, c := range clocks {
+		t.Run("Wait/"+c.name, func(t *testing.T) {
+			r := eHCARig(t)
+			rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: timeout, Queue: queueOf, Clock: c.clock()})
+			h := add(t, rp, r.pair(false), counted)
+			began := time.Now()
+			rep, err := h.Wait(testCtx(t))
+			wantErr(t, err, drain.ErrQuarantined, drain.ErrDrainNotFlushed)
+			check(t, c.name, rep, began)
+		})
+		t.Run("Run/"+c.name, func(t *testing.T) {
+			dev := openSoft(t, soft.Config{Quirks: soft.Quirks{SendInErrorNotFlushed: true}})
+			ch, err := dev.CreateCompChannel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			devtest.Close(t, ch)
+			cq, err := dev.CreateCQ(64, ch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			devtest.Close(t, cq)
+			r := newRig(t, dev, cq, 64)
+			rp := drain.NewReaper(cq, drain.Options{DrainTimeout: timeout, Queue: queueOf, Clock: c.clock()})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- rp.Run(ctx, drain.Feed{Channel: ch}) }()
+			defer func() {
+				cancel()
+				<-done
+			}()
+			began := time.Now()
+			h := add(t, rp, r.pair(false), counted)
+			select {
+			case <-h.Done():
+			case <-time.After(20 * timeout):
+				t.Fatalf("no outcome %v after the drain WR's timeout %v, Run polling on a channel:\n%s", 20*timeout, timeout, h.Report())
+			}
+			wantErr(t, h.Report().Err, drain.ErrDrainNotFlushed)
+			check(t, c.name, h.Report(), began)
+		})
+	}
 }
 
 // Drain WR IDs are unique per CQ across reapers: a reaper that replaces
@@ -364,7 +393,7 @@ func TestHistoryAfterErrorLeft(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout})
+	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
 	rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventQPLastWQEReached, QP: qp})
 	devtest.Connect(t, r.dev, qp, peer)
 	devtest.ToError(t, qp)
@@ -473,10 +502,10 @@ func TestRunPollsForCount(t *testing.T) {
 	}
 	devtest.Close(t, cq)
 	r := newRig(t, dev, cq, 64)
-	rp := drain.NewReaper(cq, drain.Options{Channel: ch, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := drain.NewReaper(cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- rp.Run(ctx) }()
+	go func() { done <- rp.Run(ctx, drain.Feed{Channel: ch}) }()
 	defer func() {
 		cancel()
 		<-done

@@ -110,7 +110,7 @@ func TestNoProofNotSafe(t *testing.T) {
 		t.Run(policy.String(), func(t *testing.T) {
 			qp := r.pair(false)
 			r.postRecvs(qp, 2)
-			rep, err := drain.QP(testCtx(t), qp, drain.Options{Policy: policy, DrainTimeout: stall, Headroom: 2, Queue: queueOf})
+			rep, err := drain.QP(testCtx(t), qp, drain.Options{Policy: policy, DrainTimeout: stall, Headroom: 2, Queue: queueOf}, drain.Feed{})
 			checkProof(t, rep)
 			if rep.Outcome == drain.Safe || rep.Recv.By != drain.ProofNone || rep.Recv.Missing != drain.MissingRecvDrainWR ||
 				rep.Send.By != drain.ProofSendDrainWR {
@@ -340,8 +340,8 @@ func TestDrainAll(t *testing.T) {
 	dev := devtest.Open(t)
 	r := newRig(t, dev, nil, 64)
 	qps := r.pairs(6, !noLastWQE())
-	reps, err := drain.DrainAll(testCtx(t), qps, drain.Options{Events: dev, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout,
-		Queue: queueOf, Add: drain.AddOptions{NoSends: true, CountRecvs: true}})
+	reps, err := drain.DrainAll(testCtx(t), qps, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout,
+		Queue: queueOf, Add: drain.AddOptions{NoSends: true, CountRecvs: true}}, drain.Feed{Events: dev})
 	if err != nil || len(reps) != len(qps) {
 		t.Fatalf("DrainAll: %v, %d reports for %d QPs", err, len(reps), len(qps))
 	}
@@ -352,7 +352,7 @@ func TestDrainAll(t *testing.T) {
 		}
 	}
 	other := devtest.NewRC(t, r.pd, devtest.RCConfig{Cap: qpCap})
-	reps, err = drain.DrainAll(testCtx(t), []ibv.QP{r.pair(false), other}, drain.Options{Queue: queueOf, Add: counted})
+	reps, err = drain.DrainAll(testCtx(t), []ibv.QP{r.pair(false), other}, drain.Options{Queue: queueOf, Add: counted}, drain.Feed{})
 	wantErr(t, err, drain.ErrUnsupportedQP)
 	if len(reps) != 2 || reps[0].Outcome != drain.Safe || reps[1].Outcome != drain.Failed {
 		t.Errorf("reports %v: want one safe, one failed", reps)
@@ -363,7 +363,7 @@ func TestDrainAll(t *testing.T) {
 func TestDrainQPSaysNoEvents(t *testing.T) {
 	r := quirkRig(t, soft.Quirks{})
 	qp := r.pair(true)
-	rep, err := drain.QP(testCtx(t), qp, drain.Options{LastWQETimeout: stall})
+	rep, err := drain.QP(testCtx(t), qp, drain.Options{LastWQETimeout: stall}, drain.Feed{})
 	wantErr(t, err, drain.ErrNoLastWQE, drain.ErrQuarantined)
 	checkProof(t, rep)
 	if err == nil || !strings.Contains(err.Error(), "no async event was delivered") {

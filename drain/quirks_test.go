@@ -22,6 +22,13 @@ import (
 // devtest.Timeout, so that a loaded machine cannot fake a stall.
 const stall = 100 * time.Millisecond
 
+// virtualClock is the clock of a test that feeds its reaper itself and
+// then waits: the wait for a stall takes no real time, and the stall comes
+// exactly at its deadline. A test fed by a concurrent caller stays on the
+// real clock, since a wait would jump past deadlines the caller is about
+// to meet.
+func virtualClock() drain.Clock { return drain.NewVirtualClock(time.Unix(1e9, 0)) }
+
 // quirkRig opens a soft device with quirks and 4 receive WQEs prefetched
 // by every SRQ QP, so that ERROR has receives to flush.
 func quirkRig(t *testing.T, q soft.Quirks) *rig {
@@ -161,7 +168,7 @@ func TestQuirkRecvInErrorFlushDeferred(t *testing.T) {
 		r := quirkRig(t, q)
 		qp := r.pair(false)
 		r.postRecvs(qp, 2)
-		rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: r.dev, DrainTimeout: stall, Queue: queueOf})
+		rep, err := drain.QP(testCtx(t), qp, drain.Options{DrainTimeout: stall, Queue: queueOf}, drain.Feed{Events: r.dev})
 		wantErr(t, err, drain.ErrDrainNotFlushed, drain.ErrQuarantined)
 		checkProof(t, rep)
 		if rep.Recv.By != drain.ProofNone || rep.Recv.Missing != drain.MissingRecvDrainWR || !strings.Contains(err.Error(), "receive drain WR") {
@@ -172,7 +179,7 @@ func TestQuirkRecvInErrorFlushDeferred(t *testing.T) {
 		r := quirkRig(t, q)
 		qp := r.pair(false)
 		r.postRecvs(qp, 2)
-		rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: r.dev, Headroom: 2, DrainTimeout: devtest.Timeout, Queue: queueOf})
+		rep, err := drain.QP(testCtx(t), qp, drain.Options{Headroom: 2, DrainTimeout: devtest.Timeout, Queue: queueOf}, drain.Feed{Events: r.dev})
 		if err != nil {
 			t.Fatalf("%v\n%s", err, rep)
 		}
@@ -185,8 +192,8 @@ func TestQuirkRecvInErrorFlushDeferred(t *testing.T) {
 		r := quirkRig(t, q)
 		qp := r.pair(false)
 		r.postRecvs(qp, 2)
-		rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: r.dev, DrainTimeout: devtest.Timeout, Queue: queueOf,
-			Add: drain.AddOptions{CountRecvs: true, Recvs: 2}})
+		rep, err := drain.QP(testCtx(t), qp, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf,
+			Add: drain.AddOptions{CountRecvs: true, Recvs: 2}}, drain.Feed{Events: r.dev})
 		if err != nil || has(rep, drain.StepRecvDrainPosted) || rep.Recv.By != drain.ProofRecvCount {
 			t.Errorf("%v: want safe by the count, without a receive drain WR\n%s", err, rep)
 		}
@@ -264,7 +271,7 @@ func TestCQOverflow(t *testing.T) {
 	r := newRig(t, dev, cq, 16)
 	qp := r.pair(false)
 	r.postRecvs(qp, 8)
-	rep, err := drain.QP(testCtx(t), qp, drain.Options{Events: dev, DrainTimeout: devtest.Timeout})
+	rep, err := drain.QP(testCtx(t), qp, drain.Options{DrainTimeout: devtest.Timeout}, drain.Feed{Events: dev})
 	wantErr(t, err, drain.ErrCQError)
 	if rep.Outcome != drain.Failed {
 		t.Errorf("outcome %s, want failed\n%s", rep.Outcome, rep)

@@ -58,7 +58,7 @@ type Stats struct {
 	LateEvents   int
 	LateDrainWCs int
 	// ForeignWCs counts completions Poll found that were not the reaper's
-	// and that no Options.OnWC took.
+	// and that no Feed.OnWC took.
 	ForeignWCs int
 }
 
@@ -148,7 +148,7 @@ func NewReaper(cq ibv.CQ, opts Options) *Reaper {
 	r := &Reaper{
 		cq:      cq,
 		opts:    o,
-		epoch:   time.Now(),
+		epoch:   o.Clock.Now(),
 		byNum:   make(map[uint32]*Handle),
 		wrs:     make(map[uint64]*Handle),
 		history: eventHistory{max: o.EventHistory},
@@ -201,7 +201,7 @@ func (r *Reaper) AddAll(qps []ibv.QP, o AddOptions) (hs []*Handle, err error) {
 
 // addAll adds qps and tells done, in order, each one's handle or refusal.
 func (r *Reaper) addAll(qps []ibv.QP, o AddOptions, done func(i int, h *Handle, err error)) {
-	now := time.Now()
+	now := r.opts.Clock.Now()
 	hs := make([]*Handle, len(qps))
 	for i, qp := range qps {
 		h, err := r.newHandle(qp, o, now)
@@ -261,7 +261,7 @@ func (r *Reaper) addAll(qps []ibv.QP, o AddOptions, done func(i int, h *Handle, 
 	}
 
 	r.mu.Lock()
-	now = time.Now()
+	now = r.opts.Clock.Now()
 	for i, h := range hs {
 		if !move[i] {
 			continue
@@ -517,7 +517,7 @@ func (r *Reaper) place(h *Handle, now time.Time) {
 func (r *Reaper) HandleWC(wc ibv.WC) (claimed bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := time.Now()
+	now := r.opts.Clock.Now()
 	r.fed = now
 	claimed = r.handleWC(wc, now)
 	r.expire(now)
@@ -672,7 +672,7 @@ func (r *Reaper) barrier(h *Handle, id uint64, carrier uint32) {
 func (r *Reaper) HandleEvent(ev ibv.AsyncEvent) (claimed bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	now := time.Now()
+	now := r.opts.Clock.Now()
 	defer r.expire(now)
 	r.eventsSeen++
 	if ev.Type == ibv.EventCQErr && ev.CQ != nil && r.cqOK && identifiable(ev.CQ) && ev.CQ == r.cq {
@@ -766,13 +766,13 @@ func (r *Reaper) CQEmpty() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	began := r.fed
-	r.fed = time.Now()
+	r.fed = r.opts.Clock.Now()
 	r.cqEmpty(began)
 }
 
 // cqEmpty applies a poll that started at polledAt and found nothing.
 func (r *Reaper) cqEmpty(polledAt time.Time) {
-	now := time.Now()
+	now := r.opts.Clock.Now()
 	r.pollGen++
 	t := r.at(polledAt)
 	for h := r.provingList.head; h != nil; {
@@ -917,7 +917,7 @@ func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.shut = true
-	now := time.Now()
+	now := r.opts.Clock.Now()
 	for _, h := range r.byNum {
 		if h.stage != stageQuarantine {
 			r.finish(h, Failed, fmt.Errorf("qpn %d: %w", h.qpn, ErrShutdown), now)

@@ -22,14 +22,17 @@ var pollBufs = sync.Pool{New: func() any { return new([pollBatch]ibv.WC) }}
 const maxIdleSleep = time.Millisecond
 
 // Poll polls the reaper's CQ once, for callers that own it: drain WRs'
-// completions are consumed, every other completion goes to Options.OnWC
-// (outside the reaper's lock) or is counted in Stats.ForeignWCs. A poll
-// that finds nothing counts as CQEmpty. It returns how many completions
-// it polled.
-func (r *Reaper) Poll() (int, error) {
+// completions are consumed, every other completion is counted in
+// Stats.ForeignWCs (Run hands them to Feed.OnWC). A poll that finds
+// nothing counts as CQEmpty. It returns how many completions it polled.
+func (r *Reaper) Poll() (int, error) { return r.poll(nil) }
+
+// poll is Poll, handing foreign completions to onWC (outside the reaper's
+// lock) when it is set.
+func (r *Reaper) poll(onWC func(ibv.WC)) (int, error) {
 	wcs := pollBufs.Get().(*[pollBatch]ibv.WC)
 	defer pollBufs.Put(wcs)
-	polledAt := time.Now()
+	polledAt := r.opts.Clock.Now()
 	n, err := r.cq.Poll(wcs[:])
 	if err != nil {
 		return 0, fmt.Errorf("polling the reaper's CQ: %w", err)
@@ -40,52 +43,53 @@ func (r *Reaper) Poll() (int, error) {
 		r.mu.Unlock()
 		return 0, nil
 	}
-	now := time.Now()
+	now := r.opts.Clock.Now()
 	foreign := wcs[:0]
 	for _, wc := range wcs[:n] {
 		if !r.handleWC(wc, now) {
 			foreign = append(foreign, wc)
 		}
 	}
-	if r.opts.OnWC == nil {
+	if onWC == nil {
 		r.stats.ForeignWCs += len(foreign)
 	}
 	r.expire(now)
 	r.mu.Unlock()
-	if r.opts.OnWC != nil {
+	if onWC != nil {
 		for _, wc := range foreign {
-			r.opts.OnWC(wc)
+			onWC(wc)
 		}
 	}
 	return n, nil
 }
 
 // Run polls the reaper's CQ until ctx ends, for callers that own the CQ:
-// event-driven through Options.Channel when set (the CQ is re-armed after
+// event-driven through f.Channel when set (the CQ is re-armed after
 // each empty poll), otherwise by polling with a back-off of up to 1 ms.
-// With Options.Events set it also reads the device's async events and hands
-// them to HandleEvent, passing the unclaimed ones to Options.OnEvent. Run
+// With f.Events set it also reads the device's async events and hands
+// them to HandleEvent, passing the unclaimed ones to f.OnEvent; foreign
+// completions go to f.OnWC. Run
 // returns ctx's cause, or the first verbs error; every goroutine it starts
 // has ended when it returns.
-func (r *Reaper) Run(ctx context.Context) error {
+func (r *Reaper) Run(ctx context.Context, f Feed) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	var wg sync.WaitGroup
 	defer func() {
 		cancel(nil)
 		wg.Wait()
 	}()
-	if r.opts.Events != nil {
+	if f.Events != nil {
 		wg.Go(func() {
-			if err := r.pumpEvents(ctx); err != nil {
+			if err := r.pumpEvents(ctx, f); err != nil {
 				cancel(err)
 			}
 		})
 	}
 	var err error
-	if r.opts.Channel != nil {
-		err = r.runChannel(ctx)
+	if f.Channel != nil {
+		err = r.runChannel(ctx, f)
 	} else {
-		err = r.runPolling(ctx)
+		err = r.runPolling(ctx, f.OnWC)
 	}
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
@@ -94,27 +98,30 @@ func (r *Reaper) Run(ctx context.Context) error {
 }
 
 // pumpEvents hands the device's async events to the reaper until ctx ends.
-func (r *Reaper) pumpEvents(ctx context.Context) error {
+func (r *Reaper) pumpEvents(ctx context.Context, f Feed) error {
 	for {
-		ev, err := r.opts.Events.NextAsyncEvent(ctx)
+		ev, err := f.Events.NextAsyncEvent(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return fmt.Errorf("reading async events: %w", err)
 		}
-		if !r.HandleEvent(ev) && r.opts.OnEvent != nil {
-			r.opts.OnEvent(ev)
+		if !r.HandleEvent(ev) && f.OnEvent != nil {
+			f.OnEvent(ev)
 		}
 	}
 }
 
-func (r *Reaper) runPolling(ctx context.Context) error {
+func (r *Reaper) runPolling(ctx context.Context, onWC func(ibv.WC)) error {
 	idle := time.Duration(0)
+	// The back-off paces the CPU, not a deadline: it runs in real time on
+	// any Clock (a virtual clock advanced by idle polls would time drains
+	// out by how fast the CPU spins). Poll expires the deadlines.
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for ctx.Err() == nil {
-		n, err := r.Poll()
+		n, err := r.poll(onWC)
 		if err != nil {
 			return err
 		}
@@ -132,9 +139,9 @@ func (r *Reaper) runPolling(ctx context.Context) error {
 	return nil
 }
 
-func (r *Reaper) runChannel(ctx context.Context) error {
+func (r *Reaper) runChannel(ctx context.Context, f Feed) error {
 	for ctx.Err() == nil {
-		n, err := r.Poll()
+		n, err := r.poll(f.OnWC)
 		if err != nil {
 			return err
 		}
@@ -146,7 +153,7 @@ func (r *Reaper) runChannel(ctx context.Context) error {
 		}
 		// A completion that arrived between the empty poll and the arming
 		// raises no event: poll once more before sleeping.
-		if n, err = r.Poll(); err != nil || n > 0 {
+		if n, err = r.poll(f.OnWC); err != nil || n > 0 {
 			if err != nil {
 				return err
 			}
@@ -162,23 +169,21 @@ func (r *Reaper) runChannel(ctx context.Context) error {
 			r.mu.Unlock()
 			continue
 		}
-		var wctx context.Context
-		var cancel context.CancelFunc
+		wctx, cancel := context.WithCancel(ctx)
 		next := r.nextDeadline()
-		if next.IsZero() {
-			wctx, cancel = context.WithCancel(ctx)
-		} else {
-			wctx, cancel = context.WithDeadline(ctx, next)
-		}
+		// The next stall deadline ends the wait on the reaper's clock, so a
+		// virtual clock's advance wakes it as the wall clock's would.
+		stop := afterUntil(r.opts.Clock, next, cancel)
 		// Add, HandleEvent and the rest end the wait early when they leave
 		// a deadline before next (wakeForDeadline).
 		r.wake, r.wakeAt = cancel, next
 		r.mu.Unlock()
-		_, err = r.opts.Channel.WaitCQ(wctx)
+		_, err = f.Channel.WaitCQ(wctx)
 		r.mu.Lock()
 		r.wake = nil
 		r.mu.Unlock()
 		cancel()
+		stop()
 		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 			return fmt.Errorf("waiting on the completion channel: %w", err)
 		}
@@ -197,7 +202,7 @@ func (r *Reaper) DrainAll(ctx context.Context, qps []ibv.QP, o AddOptions) ([]*R
 	errs := make([]error, len(qps))
 	r.addAll(qps, o, func(i int, h *Handle, err error) {
 		if err != nil {
-			reps[i] = &Report{QPNum: qps[i].Num(), SRQ: qps[i].SRQ() != nil, Start: time.Now(), Outcome: Failed, Err: err}
+			reps[i] = &Report{QPNum: qps[i].Num(), SRQ: qps[i].SRQ() != nil, Start: r.opts.Clock.Now(), Outcome: Failed, Err: err}
 			errs[i] = err
 		}
 		hs[i] = h
@@ -215,16 +220,16 @@ func (r *Reaper) DrainAll(ctx context.Context, qps []ibv.QP, o AddOptions) ([]*R
 
 // DrainAll drains qps, which must all complete into one CQ that the caller
 // owns, for a caller that needs no more than their outcomes: it runs a
-// private Reaper on that CQ (Run, reading the device's events when
-// opts.Events is set) until every QP has an outcome or ctx ends, with
+// private Reaper on that CQ (Run with f: reading the device's events when
+// f.Events is set) until every QP has an outcome or ctx ends, with
 // opts.Add stating what the caller knows of each QP. Its results are
-// Reaper.DrainAll's. Completions of other QPs on the CQ go to opts.OnWC,
-// unclaimed events to opts.OnEvent.
+// Reaper.DrainAll's. Completions of other QPs on the CQ go to f.OnWC,
+// unclaimed events to f.OnEvent.
 //
 // A quarantined QP (ErrQuarantined) is the caller's to keep: the private
 // reaper's quarantine ends with the call. Callers draining QPs over time
 // use a shared Reaper, whose quarantine is bounded and counted.
-func DrainAll(ctx context.Context, qps []ibv.QP, opts Options) ([]*Report, error) {
+func DrainAll(ctx context.Context, qps []ibv.QP, opts Options, f Feed) ([]*Report, error) {
 	if len(qps) == 0 {
 		return nil, nil
 	}
@@ -233,7 +238,7 @@ func DrainAll(ctx context.Context, qps []ibv.QP, opts Options) ([]*Report, error
 	runDone := make(chan struct{})
 	go func() {
 		defer close(runDone)
-		if err := r.Run(runCtx); runCtx.Err() == nil {
+		if err := r.Run(runCtx, f); runCtx.Err() == nil {
 			cancel(err)
 		}
 	}()
@@ -248,10 +253,10 @@ func DrainAll(ctx context.Context, qps []ibv.QP, opts Options) ([]*Report, error
 // CQ): DrainAll of qp alone. The error is nil exactly when the QP may be
 // destroyed; it is Add's, with a nil report, when the reaper refused the
 // QP. An SRQ-attached QP needs its Last WQE Reached: lend the device's
-// event stream through opts.Events for the duration, or the drain stalls
+// event stream through f.Events for the duration, or the drain stalls
 // and its error says that no event was delivered.
-func QP(ctx context.Context, qp ibv.QP, opts Options) (*Report, error) {
-	reps, err := DrainAll(ctx, []ibv.QP{qp}, opts)
+func QP(ctx context.Context, qp ibv.QP, opts Options, f Feed) (*Report, error) {
+	reps, err := DrainAll(ctx, []ibv.QP{qp}, opts, f)
 	if len(reps[0].Steps) == 0 {
 		return nil, err // refused by Add
 	}

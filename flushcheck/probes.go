@@ -439,7 +439,7 @@ func drainWR(e *env) (verdict, error) {
 		// drain WR, and a receive drain WR needs a receive posted in ERROR
 		// flushed, which is the recv-in-error probe's finding.
 		Add: drain.AddOptions{CountRecvs: true, Recvs: 2},
-	})
+	}, drain.Feed{})
 	if rep == nil {
 		if err == nil {
 			err = errors.New("no report")

@@ -132,16 +132,15 @@ func drainWithSettings(t *testing.T, dev ibv.Context, rec Recommendation, stalls
 	var mu sync.Mutex
 	seen := make(map[uint32]int) // completions of each QP that the caller got
 	o.Queue = drain.QueueByIDPrefix(8, recvBase, sendBase)
-	o.Events = dev
-	o.OnWC = func(wc ibv.WC) {
+	feed := drain.Feed{Events: dev, OnWC: func(wc ibv.WC) {
 		mu.Lock()
 		seen[wc.QPNum]++
 		mu.Unlock()
-	}
+	}}
 	r := drain.NewReaper(cq, o)
 	ctx, cancel := context.WithCancel(context.Background())
 	runDone := make(chan error, 1)
-	go func() { runDone <- r.Run(ctx) }()
+	go func() { runDone <- r.Run(ctx, feed) }()
 	defer func() {
 		cancel()
 		<-runDone

@@ -1,8 +1,6 @@
 package ipoibcm
 
 import (
-	"context"
-	"fmt"
 	"time"
 
 	"github.com/qpdrain/qpdrain/drain"
@@ -13,23 +11,18 @@ import (
 // (AddOptions.NoSends), so one barrier drain WR per batch proves their SRQ
 // side once Last WQE Reached has been seen.
 //
-// On the real clock the reaper keeps its own timeouts and policy
-// (Config.Drain) and each Service, whose polls end with an empty one, tells
-// it so (drain.Reaper.CQEmpty).
-//
-// The reaper's deadlines run on time.Now, so on any other clock the
-// Manager keeps them: the reaper gets waits that never end, and when the
-// oldest QP it holds has waited DrainTimeout on the Clock, the Manager
-// polls the CQ empty (handing it every drain WR's completion), ends the
-// reaper's round (drain.Reaper.Shutdown, which hands back every QP without
-// a proof) and starts a new reaper. A QP handed back was not proven
-// finished; the CQ was just found empty and an RX QP posts no sends, so,
-// as drain.DestroyWhenEmpty would and ipoib_cm_dev_stop does, it is
-// destroyed. Every QP pending at such a time is given up, however long it
-// waited: on a device that completes a drain WR once it is posted, as the
-// orderly soft device does, a drain still pending then never completes.
-// The Manager hands the reaper no completion but its drain WRs': only the
-// reports' per-queue flush counts would use the others.
+// The reaper runs on the Manager's Clock (drain.Options.Clock) and keeps
+// its own timeouts and policy (Config.Drain) on any clock: each Service,
+// whose polls end with an empty one, tells it so (drain.Reaper.CQEmpty),
+// which also runs its deadlines, and NextDeadline includes the reaper's.
+// A stalled QP under drain.DestroyWhenEmpty (the default here) is given up
+// once a poll begun after the stall found the CQ empty: not proven
+// finished, but an RX QP posts no sends, so it is destroyed, as
+// ipoib_cm_dev_stop does (EventGivenUp). One reaper serves the Manager's
+// whole life, so a kept QP's late drain WR completion can only meet the
+// reaper that posted it. The Manager hands the reaper no completion but
+// its drain WRs': only the reports' per-queue flush counts would use the
+// others.
 
 // boundedHeadroom is the drain WRs the Bounded policy may have outstanding
 // on the CQ, which reserves that many spare slots (Config.cqe), and on one
@@ -39,15 +32,6 @@ import (
 // of waiting, and a provider that never completes them holds at most this
 // many slots until the stalled QPs are given up.
 const boundedHeadroom = 16
-
-// never is the reaper's wait when the Manager keeps the deadlines.
-const never = 100 * 365 * 24 * time.Hour
-
-// virtualTime says the Manager, not the reaper, times the Bounded waits.
-func (m *Manager) virtualTime() bool {
-	_, real := m.clock.(RealClock)
-	return !real
-}
 
 // reaperOptions turns Config.Drain into the reaper's options.
 func (m *Manager) reaperOptions() drain.Options {
@@ -59,10 +43,7 @@ func (m *Manager) reaperOptions() drain.Options {
 	if opts.Headroom == 0 {
 		opts.Headroom = boundedHeadroom
 	}
-	if m.virtualTime() {
-		opts.LastWQETimeout, opts.DrainTimeout = never, never
-	}
-	opts.Channel, opts.Events, opts.OnWC, opts.OnEvent = nil, nil, nil, nil
+	opts.Clock = m.clock
 	return opts
 }
 
@@ -79,8 +60,7 @@ func (m *Manager) hand(c *Conn, lastWQE bool, now time.Time) {
 		m.emit(c, EventQuarantined, now)
 		return
 	}
-	c.handle = h
-	c.deadline = now.Add(m.cfg.Drain.DrainTimeout)
+	c.handle, c.deadline = h, time.Time{}
 	m.move(c, ListDrain, false)
 	m.emit(c, EventDrainPosted, now)
 	m.afterReaper(now)
@@ -95,10 +75,15 @@ func (m *Manager) afterReaper(now time.Time) {
 		next := c.next
 		select {
 		case <-c.handle.Done():
-			if c.handle.Report().Outcome.SafeToDestroy() {
+			switch o := c.handle.Report().Outcome; {
+			case o == drain.DestroyedAfterEmptyCQ:
+				m.stats.GivenUp++
+				m.move(c, ListReap, false)
+				m.emit(c, EventGivenUp, now)
+			case o.SafeToDestroy():
 				m.move(c, ListReap, false)
 				m.emit(c, EventDrained, now)
-			} else {
+			default:
 				m.move(c, ListQuarantine, false)
 				m.emit(c, EventQuarantined, now)
 			}
@@ -109,40 +94,12 @@ func (m *Manager) afterReaper(now time.Time) {
 }
 
 // bounded runs the Bounded policy's timers that are due.
-func (m *Manager) bounded(now time.Time) error {
+func (m *Manager) bounded(now time.Time) {
 	// Entries join rx_error_list at the head: the tail waits longest.
 	for c := m.lists[ListError].tail; c != nil && !c.deadline.IsZero() && !now.Before(c.deadline); c = m.lists[ListError].tail {
 		m.hand(c, false, now)
 	}
-	if !m.virtualTime() {
-		// pollAll just found the CQ empty.
-		m.reaper.CQEmpty()
-		m.afterReaper(now)
-		return nil
-	}
-	if c := m.lists[ListDrain].head; c != nil && !now.Before(c.deadline) {
-		return m.endRound(now)
-	}
-	return nil
-}
-
-// endRound gives up every QP the reaper still holds, on a virtual clock:
-// the CQ is polled empty first, so every drain WR that completed counts.
-func (m *Manager) endRound(now time.Time) error {
-	if _, err := m.pollAll(now); err != nil {
-		return fmt.Errorf("polling before ending the reaper's round: %w", err)
-	}
+	// pollAll just found the CQ empty.
+	m.reaper.CQEmpty()
 	m.afterReaper(now)
-	ended, cancel := context.WithCancel(context.Background())
-	cancel()
-	m.reaper.Shutdown(ended)
-	m.stats.Rounds++
-	m.stats.DrainWRs += m.reaper.Stats().DrainWRs
-	m.reaper = drain.NewReaper(m.cq, m.reaperOptions())
-	for c := m.lists[ListDrain].head; c != nil; c = m.lists[ListDrain].head {
-		m.stats.GivenUp++
-		m.move(c, ListReap, false)
-		m.emit(c, EventGivenUp, now)
-	}
-	return nil
 }

@@ -1,82 +1,17 @@
 package ipoibcm
 
-import (
-	"context"
-	"sync"
-	"time"
-)
+import "github.com/qpdrain/qpdrain/drain"
 
 // Clock is the time every timer of a Manager runs on: the stale task, the
-// bounded policy's waits and the device-stop wait. A Manager never reads
-// time.Now itself.
-type Clock interface {
-	// Now is the current time.
-	Now() time.Time
-	// Sleep lets d pass, or returns ctx.Err() when ctx ends first.
-	Sleep(ctx context.Context, d time.Duration) error
-}
+// bounded policy's waits, the device-stop wait and, through
+// drain.Options.Clock, its reaper. A Manager never reads time.Now itself.
+type Clock = drain.Clock
 
 // RealClock is wall-clock time, for managers on real devices.
-type RealClock struct{}
+type RealClock = drain.RealClock
 
-// Now returns time.Now().
-func (RealClock) Now() time.Time { return time.Now() }
-
-// Sleep waits d in real time, or until ctx ends.
-func (RealClock) Sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// VirtualClock is simulated time: it stands still until Set or Advance
-// moves it, and Sleep advances it at once, so hours of connection churn
-// take no real time and a seed replays exactly. Safe for concurrent use.
-type VirtualClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// VirtualClock is simulated time (see drain.VirtualClock).
+type VirtualClock = drain.VirtualClock
 
 // NewVirtualClock returns a clock that reads start.
-func NewVirtualClock(start time.Time) *VirtualClock { return &VirtualClock{now: start} }
-
-// Now returns the clock's time.
-func (c *VirtualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock forward by d (a negative d is ignored).
-func (c *VirtualClock) Advance(d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-// Set moves the clock to t if t is later than its time; time never runs
-// backwards.
-func (c *VirtualClock) Set(t time.Time) {
-	c.mu.Lock()
-	if t.After(c.now) {
-		c.now = t
-	}
-	c.mu.Unlock()
-}
-
-// Sleep advances the clock by d unless ctx has ended.
-func (c *VirtualClock) Sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	c.Advance(d)
-	return nil
-}
+var NewVirtualClock = drain.NewVirtualClock

@@ -25,12 +25,10 @@ const (
 	// Bounded is qpdrain's: the same lists, but the drain goes through a
 	// drain.Reaper whose every wait is bounded (Config.Drain), and a
 	// disconnect moves the QP to the error list at once, with a deadline
-	// for its Last WQE Reached. On the real clock a stalled drain takes the
-	// reaper's policy: destroyed once the CQ is proven empty (the default
-	// here), or kept in its bounded, counted quarantine
-	// (Config.QuarantinePolicy). On a virtual clock the Manager times the
-	// waits and gives a stalled QP up once the CQ is found empty
-	// (EventGivenUp).
+	// for its Last WQE Reached. The reaper runs on Config.Clock, and a
+	// stalled drain takes its policy: given up, destroyed, once a poll
+	// after the stall found the CQ empty (the default here, EventGivenUp),
+	// or kept in its bounded, counted quarantine (Config.QuarantinePolicy).
 	Bounded
 )
 
@@ -105,7 +103,7 @@ type Config struct {
 	Drain drain.Options
 	// QuarantinePolicy makes the Bounded policy keep a stalled QP in the
 	// reaper's quarantine (drain.Quarantine) instead of destroying it once
-	// the CQ is proven empty. It needs the real clock (see Bounded).
+	// the CQ is proven empty.
 	QuarantinePolicy bool
 	// Clock runs every timer (default RealClock).
 	Clock Clock
@@ -152,20 +150,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("config: max_nonsrq_conn_qp %d: want at least 1: %w", c.MaxNonSRQConn, ibv.ErrInvalidArgument)
 	case c.UpdateTime < 0 || c.Timeout < 0 || c.Delay <= 0 || c.StopTimeout < 0 || c.Drain.LastWQETimeout < 0 || c.Drain.DrainTimeout < 0:
 		return c, fmt.Errorf("config: a negative timer, or a zero stale-task delay: %w", ibv.ErrInvalidArgument)
-	case c.Policy == Bounded && c.QuarantinePolicy && !isReal(c.Clock):
-		// A round of the reaper ends by Shutdown (see bounded.go); a kept
-		// QP's drain WR completing later could be taken for one of the
-		// next round's, whose IDs start again.
-		return c, fmt.Errorf("config: the quarantine policy needs the real clock: %w", ibv.ErrInvalidArgument)
 	case c.Policy != Kernel && c.Policy != Bounded:
 		return c, fmt.Errorf("config: %s: %w", c.Policy, ibv.ErrInvalidArgument)
 	}
 	return c, nil
-}
-
-func isReal(c Clock) bool {
-	_, real := c.(RealClock)
-	return real
 }
 
 // CQEntries is the depth of the CQ the Manager creates for c, whose

@@ -34,7 +34,8 @@
 // # Time and concurrency
 //
 // Every timer runs on Config.Clock: RealClock on devices, VirtualClock in
-// simulation, where hours of churn take no real time. The Manager starts
+// simulation, where hours of churn take no real time. The Bounded
+// policy's reaper runs on the same clock (drain.Options.Clock). The Manager starts
 // no goroutine; the caller calls Service after anything that may have
 // produced completions or events and at NextDeadline. Snapshot shows each
 // list; Config.Trace sees every transition. All methods are safe for

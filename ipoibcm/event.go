@@ -72,7 +72,7 @@ const (
 	EventFlushed                      // without an SRQ: the last posted receive came back flushed
 	EventDrained                      // its drain completed: rx_reap_list
 	EventQuarantined                  // Bounded: its drain stalled and the quarantine keeps it
-	EventGivenUp                      // Bounded on a virtual clock: its wait ran out, the CQ was empty: rx_reap_list unproven
+	EventGivenUp                      // Bounded: its drain stalled, then the CQ was found empty: rx_reap_list unproven
 	EventForced                       // device stop gave up waiting ("RX drain timing out"): reaped unproven
 	EventReaped                       // QP destroyed
 )

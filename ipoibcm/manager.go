@@ -34,7 +34,7 @@ type Conn struct {
 	errAt      time.Time // when the QP was moved to ERROR
 	recvCount  int       // without an SRQ: receives posted and not yet completed
 	lastWQE    bool
-	deadline   time.Time     // Bounded: end of the wait for Last WQE Reached, then of the drain
+	deadline   time.Time     // Bounded: end of the wait for Last WQE Reached on rx_error_list
 	handle     *drain.Handle // Bounded: the reaper's handle
 	nonSRQSlot bool          // counted in nonsrq_conn_qp
 }
@@ -72,10 +72,10 @@ type Stats struct {
 	Reaped          int // QPs destroyed after their drain or flush
 	Quarantined     int // Bounded: stalled drains kept
 	// GivenUp counts QPs the Bounded policy destroyed without a proof
-	// after their wait ran out on a virtual clock, the CQ found empty;
-	// Rounds the reaper rounds that ended so.
-	GivenUp, Rounds int
-	Forced          int // QPs Stop destroyed without proof after StopTimeout
+	// after their drain stalled, the CQ found empty
+	// (drain.DestroyedAfterEmptyCQ).
+	GivenUp int
+	Forced  int // QPs Stop destroyed without proof after StopTimeout
 	// LateWCs counts completions for QPs the Manager had already
 	// destroyed: each would be a QP declared finished too early.
 	LateWCs int

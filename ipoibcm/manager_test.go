@@ -221,6 +221,30 @@ func TestNoLastWQEReached(t *testing.T) {
 	}
 }
 
+// The quarantine policy on a virtual clock: a drain WR that never
+// completes (eHCA) stalls at the reaper's DrainTimeout on the Manager's
+// clock and the QP is kept, counted, by the one reaper the Manager has.
+func TestQuarantineOnVirtualClock(t *testing.T) {
+	r := newRig(t, softDevice(t, soft.Quirks{SendInErrorNotFlushed: true}), Config{Policy: Bounded, QuarantinePolicy: true})
+	c, _ := r.connect()
+	if err := r.m.Disconnect(c); err != nil {
+		t.Fatal(err)
+	}
+	r.service()
+	if c.List() != ListDrain {
+		t.Fatalf("on %s, want the reaper's", c.List())
+	}
+	r.clock.Set(r.m.NextDeadline())
+	r.service()
+	if c.List() != ListQuarantine {
+		t.Errorf("at the drain WR's deadline on %s, want the quarantine", c.List())
+	}
+	if st := r.m.Stats(); st.Quarantined != 1 || st.GivenUp != 0 {
+		t.Errorf("stats %+v, want 1 quarantined, none given up", st)
+	}
+	r.wantKinds(c.QPNum(), EventAccepted, EventDisconnect, EventLastWQE, EventDrainPosted, EventQuarantined)
+}
+
 // The stale task: every Delay, connections idle longer than Timeout go to
 // rx_error_list with their QP in ERROR, from the LRU tail. A connection
 // whose peer vanished just after a run found it not quite idle enough waits
@@ -360,11 +384,12 @@ func TestStop(t *testing.T) {
 		{"kernel", soft.Quirks{}, Kernel, false, 0},
 		{"bounded", soft.Quirks{}, Bounded, false, 0},
 		{"kernel-drain-never-flushed", soft.Quirks{SendInErrorNotFlushed: true}, Kernel, true, 3},
-		// The reaper's wait (5 s) ends within the stop's, the CQ empty.
+		// The reaper's wait (4 s here) and the empty poll after its stall
+		// that gives the QPs up end within the stop's (5 s).
 		{"bounded-drain-never-flushed", soft.Quirks{SendInErrorNotFlushed: true}, Bounded, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, softDevice(t, tc.quirks), Config{Policy: tc.policy})
+			r := newRig(t, softDevice(t, tc.quirks), Config{Policy: tc.policy, Drain: drain.Options{DrainTimeout: 4 * time.Second}})
 			for range 3 {
 				r.connect()
 			}

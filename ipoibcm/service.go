@@ -57,9 +57,7 @@ func (m *Manager) service() error {
 		}
 	}
 	if m.reaper != nil {
-		if err := m.bounded(now); err != nil {
-			return err
-		}
+		m.bounded(now)
 	}
 	m.reap(now)
 	return nil
@@ -276,8 +274,8 @@ func (m *Manager) NextDeadline() time.Time {
 		}
 	}
 	earlier(m.staleAt)
-	if c := m.lists[ListDrain].head; c != nil && m.virtualTime() {
-		earlier(c.deadline)
+	if m.reaper != nil {
+		earlier(m.reaper.NextDeadline())
 	}
 	if c := m.lists[ListError].tail; c != nil && m.reaper != nil {
 		// Entries join at the head, so the tail waits longest.
@@ -293,7 +291,7 @@ func (m *Manager) Stats() Stats {
 	s := m.stats
 	if m.reaper != nil {
 		rs := m.reaper.Stats()
-		s.DrainWRs += rs.DrainWRs // earlier rounds' are in m.stats
+		s.DrainWRs += rs.DrainWRs
 		s.Quarantined += rs.Quarantined
 	}
 	return s

@@ -70,17 +70,6 @@ func (m *Manager) Stop(ctx context.Context) (StopReport, error) {
 		}
 	}
 	now := m.clock.Now()
-	if rep.TimedOut && m.reaper != nil && m.virtualTime() {
-		// The Bounded policy's waits end with the stop's: every QP still
-		// waiting for Last WQE Reached goes to the reaper, and the round
-		// ends with the CQ found empty.
-		for c := m.lists[ListError].head; c != nil; c = m.lists[ListError].head {
-			m.hand(c, false, now)
-		}
-		if err := m.endRound(now); err != nil {
-			errs = append(errs, err)
-		}
-	}
 	rep.Waited = now.Sub(begin)
 	m.reap(now)
 	rep.Reaped = m.stats.Reaped - reapedBefore

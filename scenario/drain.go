@@ -247,7 +247,7 @@ func (d *Drain) Run(ctx context.Context) (res *DrainResult, err error) {
 	rp := drain.NewReaper(cq, drain.Options{
 		Policy: d.Policy, MaxQuarantine: d.MaxQuarantine, MaxBatch: d.MaxBatch,
 		LastWQETimeout: timeout, DrainTimeout: timeout, Queue: queueOf,
-		Channel: ch, Events: dev, Log: d.Log,
+		Log: d.Log,
 	})
 	// Every QP is added, and the reaper handed the events their moves to
 	// ERROR raised, before Run starts: Run reads events and completions in
@@ -273,7 +273,7 @@ func (d *Drain) Run(ctx context.Context) (res *DrainResult, err error) {
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	runDone := make(chan error, 1)
-	go func() { runDone <- rp.Run(runCtx) }()
+	go func() { runDone <- rp.Run(runCtx, drain.Feed{Channel: ch, Events: dev}) }()
 	defer func() {
 		cancel()
 		if rerr := <-runDone; rerr != nil && !errors.Is(rerr, context.Canceled) && err == nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/qpdrain/qpdrain/drain"
 	"github.com/qpdrain/qpdrain/flushcheck"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/soft"
@@ -301,12 +302,12 @@ type checkJSON struct {
 // drainOptionsJSON is the part of drain.Options that flushcheck.Settings
 // chooses.
 type drainOptionsJSON struct {
-	MaxBatch         int    `json:"max_batch"`
-	Policy           string `json:"policy"`
-	LastWQETimeoutNS int64  `json:"last_wqe_timeout_ns"`
-	DrainTimeoutNS   int64  `json:"drain_timeout_ns"`
-	ViaRTS           bool   `json:"via_rts"`
-	Headroom         int    `json:"headroom"`
+	MaxBatch         int          `json:"max_batch"`
+	Policy           drain.Policy `json:"policy"`
+	LastWQETimeoutNS int64        `json:"last_wqe_timeout_ns"`
+	DrainTimeoutNS   int64        `json:"drain_timeout_ns"`
+	ViaRTS           bool         `json:"via_rts"`
+	Headroom         int          `json:"headroom"`
 	// CountRecvs: add QPs with their own receive queue with
 	// drain.AddOptions.CountRecvs (flushcheck.Recommendation).
 	CountRecvs bool `json:"count_recvs"`
@@ -331,7 +332,7 @@ func (r *checkResult) jsonView() checkJSON {
 	out.Pass, out.Deviations, out.Errors = flushcheck.Counts(r.results)
 	rec := flushcheck.Settings(r.results)
 	do := rec.Options
-	out.DrainOptions = drainOptionsJSON{MaxBatch: do.MaxBatch, Policy: do.Policy.String(), LastWQETimeoutNS: do.LastWQETimeout.Nanoseconds(),
+	out.DrainOptions = drainOptionsJSON{MaxBatch: do.MaxBatch, Policy: do.Policy, LastWQETimeoutNS: do.LastWQETimeout.Nanoseconds(),
 		DrainTimeoutNS: do.DrainTimeout.Nanoseconds(), ViaRTS: do.ViaRTS, Headroom: do.Headroom, CountRecvs: rec.CountRecvs}
 	out.Settings = []settingJSON{}
 	for _, s := range rec.Settings {

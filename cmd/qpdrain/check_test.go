@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qpdrain/qpdrain/drain"
 	"github.com/qpdrain/qpdrain/flushcheck"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
@@ -182,7 +183,7 @@ func TestCheckJSON(t *testing.T) {
 		t.Errorf("counts %d/%d/%d, want 11/4/0", got.Pass, got.Deviations, got.Errors)
 	}
 	// A drain WR that never comes proves nothing: quarantine, one per QP.
-	if want := (drainOptionsJSON{MaxBatch: 1, Policy: "quarantine", LastWQETimeoutNS: 5e9, DrainTimeoutNS: 5e9, ViaRTS: true, Headroom: 1}); got.DrainOptions != want {
+	if want := (drainOptionsJSON{MaxBatch: 1, Policy: drain.Quarantine, LastWQETimeoutNS: 5e9, DrainTimeoutNS: 5e9, ViaRTS: true, Headroom: 1}); got.DrainOptions != want {
 		t.Errorf("drain_options %+v, want %+v", got.DrainOptions, want)
 	}
 	if len(got.Settings) == 0 || got.Settings[0].Name != "receive drain WR" || got.Settings[0].Reason == "" {

@@ -176,15 +176,15 @@ func (r *simResult) format(w io.Writer, details bool) error {
 // simQPJSON is one QP's line in -j output; field names follow iproute2's
 // rdma tool where they overlap (lqpn).
 type simQPJSON struct {
-	LQPN        uint32   `json:"lqpn"`
-	Outcome     string   `json:"outcome"`
-	DurationNS  int64    `json:"duration_ns"`
-	Batch       int      `json:"batch"`
-	RecvFlushed int      `json:"recv_flushed"`
-	SendFlushed int      `json:"send_flushed"`
-	Stalled     string   `json:"stalled,omitempty"`
-	Error       string   `json:"error,omitempty"`
-	Steps       []string `json:"steps,omitempty"`
+	LQPN        uint32        `json:"lqpn"`
+	Outcome     drain.Outcome `json:"outcome"`
+	DurationNS  int64         `json:"duration_ns"`
+	Batch       int           `json:"batch"`
+	RecvFlushed int           `json:"recv_flushed"`
+	SendFlushed int           `json:"send_flushed"`
+	Stalled     string        `json:"stalled,omitempty"`
+	Error       string        `json:"error,omitempty"`
+	Steps       []string      `json:"steps,omitempty"`
 }
 
 // simInputsJSON are the flags that shaped a simulation, and the limit.
@@ -243,7 +243,7 @@ func (r *simResult) jsonView() simJSON {
 	}
 	out := simJSON{Note: r.note, Inputs: in, TimedOut: r.TimedOut(), Stats: simStatsJSON(r.Stats)}
 	for _, rep := range r.Reports {
-		q := simQPJSON{LQPN: rep.QPNum, Outcome: rep.Outcome.String(), DurationNS: rep.Duration().Nanoseconds(), Batch: rep.Batch,
+		q := simQPJSON{LQPN: rep.QPNum, Outcome: rep.Outcome, DurationNS: rep.Duration().Nanoseconds(), Batch: rep.Batch,
 			RecvFlushed: rep.Flushed[drain.QueueRecv].Flushed, SendFlushed: rep.Flushed[drain.QueueSend].Flushed}
 		if rep.Stall != nil {
 			q.Stalled = rep.Stall.Error()

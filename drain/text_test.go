@@ -1,0 +1,43 @@
+package drain_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/qpdrain/qpdrain/drain"
+)
+
+// Each enum the CLI prints marshals to JSON as its String.
+func TestEnumText(t *testing.T) {
+	for _, v := range []interface {
+		fmt.Stringer
+		MarshalText() ([]byte, error)
+	}{
+		drain.Quarantine, drain.DestroyWhenEmpty, drain.QueueSend, drain.QueueRecv, drain.QueueUnknown,
+		drain.Safe, drain.DestroyedAfterEmptyCQ, drain.Outcome(200), drain.ProofRecvDrainWR, drain.ProofNone,
+		drain.MissingLastWQE, drain.MissingNothing,
+	} {
+		b, err := json.Marshal(v)
+		if want, _ := json.Marshal(v.String()); err != nil || string(b) != string(want) {
+			t.Errorf("%v: marshalled %s (%v), want %s", v, b, err, want)
+		}
+	}
+	for _, o := range []drain.Outcome{drain.Pending, drain.Safe, drain.DestroyedAfterEmptyCQ, drain.Quarantined, drain.Failed} {
+		b, _ := o.MarshalText()
+		if back := drain.Outcome(200); back.UnmarshalText(b) != nil || back != o {
+			t.Errorf("%v read back as %v", o, back)
+		}
+	}
+	for _, p := range []drain.Policy{drain.Quarantine, drain.DestroyWhenEmpty} {
+		b, _ := p.MarshalText()
+		if back := drain.Policy(200); back.UnmarshalText(b) != nil || back != p {
+			t.Errorf("%v read back as %v", p, back)
+		}
+	}
+	var o drain.Outcome
+	var p drain.Policy
+	if o.UnmarshalText([]byte("fine")) == nil || p.UnmarshalText([]byte("fine")) == nil {
+		t.Error("UnmarshalText(fine) = nil, want an error")
+	}
+}
