@@ -311,9 +311,9 @@ func TestLeaksRxe(t *testing.T) {
 
 // TestLeaksScale times qpdrain leaks at each scale point (10,000 QPs;
 // -qpdrain.scale-qps adds one) next to rdma resource show qp -j in the same
-// run: the whole command with one sample (wall time and peak RSS), one
-// sample in this process (the median of three, and the heap a sample
-// keeps), and an exporter scrape.
+// run: the whole command with one sample (wall and CPU time, peak RSS;
+// three runs, one beyond 10,000 QPs), one sample in this process (the
+// median of three, and the heap a sample keeps), and an exporter scrape.
 func TestLeaksScale(t *testing.T) {
 	needRxe(t)
 	self, err := os.Executable()
@@ -328,7 +328,7 @@ func TestLeaksScale(t *testing.T) {
 			startMany(t, n)
 			var cli, rdma []runCost
 			var rss int64
-			for range 3 {
+			for range scaleRuns(n, 3) {
 				c := run(self, "leaks", "-j", "--for", "0s")
 				cli, rss = append(cli, c), max(rss, c.rss)
 				rdma = append(rdma, run("rdma", "-j", "resource", "show", "qp"))
