@@ -101,8 +101,8 @@ func TestDecodeMalformed(t *testing.T) {
 		"short attribute": {3, 0, 1, 0},
 		"lqpn as u8":      qpMessage(t, 1, "rxe0", qpEntry(func(e *netlink.AttributeEncoder) { e.Uint8(attrResLQPN, 9) })),
 	} {
-		if _, err := appendQPs(nil, b); err == nil {
-			t.Errorf("%s: no error", name)
+		if qps, err := appendQPs(nil, b); !errors.Is(err, ErrMalformed) || len(qps) != 0 {
+			t.Errorf("%s: %d QPs, err %v, want none and ErrMalformed", name, len(qps), err)
 		}
 	}
 }

@@ -309,69 +309,75 @@ func TestLeaksRxe(t *testing.T) {
 	}
 }
 
-// TestLeaksScale times qpdrain leaks over 10,000 QPs next to rdma resource
-// show qp -j in the same run: the whole command with one sample (wall time
-// and peak RSS), one sample in this process (the median of three, and the
-// heap a sample keeps), and an exporter scrape.
+// TestLeaksScale times qpdrain leaks at each scale point (10,000 QPs;
+// -qpdrain.scale-qps adds one) next to rdma resource show qp -j in the same
+// run: the whole command with one sample (wall and CPU time, peak RSS;
+// three runs, one beyond 10,000 QPs), one sample in this process (the
+// median of three, and the heap a sample keeps), and an exporter scrape.
 func TestLeaksScale(t *testing.T) {
 	needRxe(t)
-	const n = 10000
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(name string, args ...string) runCost {
-		return timedRun(t, self, exitFindings, name, args...)
+	for _, n := range scalePoints() {
+		t.Run(scaleName(n), func(t *testing.T) {
+			run := func(name string, args ...string) runCost {
+				return timedRun(t, self, exitFindings, name, args...)
+			}
+			startMany(t, n)
+			var cli, rdma []runCost
+			var rss int64
+			for range scaleRuns(n, 3) {
+				c := run(self, "leaks", "-j", "--for", "0s")
+				cli, rss = append(cli, c), max(rss, c.rss)
+				rdma = append(rdma, run("rdma", "-j", "resource", "show", "qp"))
+			}
+			h, err := openRealHost(hostOptions{proc: "/proc", sys: "/sys", dev: "/dev"}, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Close()
+			var one []time.Duration
+			var heap uint64
+			for range 3 {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				start := time.Now()
+				s, err := h.Sample(context.Background())
+				one = append(one, time.Since(start))
+				if err != nil {
+					t.Fatal(err)
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				if got := len(s.Devices[0].QPs); got < n {
+					t.Fatalf("a sample has %d QPs, want at least %d", got, n)
+				}
+				heap = max(heap, after.HeapAlloc-min(after.HeapAlloc, before.HeapAlloc))
+				runtime.KeepAlive(s)
+			}
+			start := time.Now()
+			// two scrapes, each a sample bounded as the exporter's (minutes
+			// at 100,000 QPs under TCG)
+			scrapeExporter(t, hostOptions{proc: "/proc", sys: "/sys", dev: "/dev", timeout: 5 * time.Minute})
+			scrape := time.Since(start) / 2
+			med := func(ds []time.Duration) time.Duration {
+				s := slices.Clone(ds)
+				slices.Sort(s)
+				return s[len(s)/2]
+			}
+			wc, cc := medianCosts(cli)
+			wr, cr := medianCosts(rdma)
+			line := fmt.Sprintf("BENCH leaks-%s kernel=%s leaks_cli=%v rdma=%v ratio=%.2f leaks_cpu=%v rdma_cpu=%v cpu_ratio=%.2f sample=%v sample_runs=%v sample_heap_bytes_per_qp=%.0f leaks_maxrss_kib=%d exporter_scrape=%v cli_runs=%v rdma_runs=%v",
+				scaleName(n), kernelRelease(), wc.Round(time.Millisecond), wr.Round(time.Millisecond), float64(wc)/float64(wr),
+				cc.Round(time.Millisecond), cr.Round(time.Millisecond), float64(cc)/float64(cr),
+				med(one).Round(time.Millisecond), one, float64(heap)/float64(n), rss, scrape.Round(time.Millisecond), cli, rdma)
+			t.Log(line)
+			fmt.Println("@@" + line)
+		})
 	}
-	_ = startHelper(t, "many", fmt.Sprintf("QPDRAIN_QPS_N=%d", n))
-	var cli, rdma []runCost
-	var rss int64
-	for range 3 {
-		c := run(self, "leaks", "-j", "--for", "0s")
-		cli, rss = append(cli, c), max(rss, c.rss)
-		rdma = append(rdma, run("rdma", "-j", "resource", "show", "qp"))
-	}
-	h, err := openRealHost(hostOptions{proc: "/proc", sys: "/sys", dev: "/dev"}, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	var one []time.Duration
-	var heap uint64
-	for range 3 {
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		start := time.Now()
-		s, err := h.Sample(context.Background())
-		one = append(one, time.Since(start))
-		if err != nil {
-			t.Fatal(err)
-		}
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		if got := len(s.Devices[0].QPs); got < n {
-			t.Fatalf("a sample has %d QPs, want at least %d", got, n)
-		}
-		heap = max(heap, after.HeapAlloc-min(after.HeapAlloc, before.HeapAlloc))
-		runtime.KeepAlive(s)
-	}
-	start := time.Now()
-	scrapeExporter(t, hostOptions{proc: "/proc", sys: "/sys", dev: "/dev", timeout: time.Minute}) // two scrapes
-	scrape := time.Since(start) / 2
-	med := func(ds []time.Duration) time.Duration {
-		s := slices.Clone(ds)
-		slices.Sort(s)
-		return s[len(s)/2]
-	}
-	wc, cc := medianCosts(cli)
-	wr, cr := medianCosts(rdma)
-	line := fmt.Sprintf("BENCH leaks-10k kernel=%s leaks_cli=%v rdma=%v ratio=%.2f leaks_cpu=%v rdma_cpu=%v cpu_ratio=%.2f sample=%v sample_runs=%v sample_heap_bytes_per_qp=%.0f leaks_maxrss_kib=%d exporter_scrape=%v cli_runs=%v rdma_runs=%v",
-		kernelRelease(), wc.Round(time.Millisecond), wr.Round(time.Millisecond), float64(wc)/float64(wr),
-		cc.Round(time.Millisecond), cr.Round(time.Millisecond), float64(cc)/float64(cr),
-		med(one).Round(time.Millisecond), one, float64(heap)/n, rss, scrape.Round(time.Millisecond), cli, rdma)
-	t.Log(line)
-	fmt.Println("@@" + line)
 }
 
 // TestReapHoldersRxe plants the holder cases side by side on one device: two

@@ -6,6 +6,7 @@
 # rxe0, every smoke test passed, every PKG (a test package, or "run": the command of qpdrain vm run)
 # reported exit=0 and the guest powered off by itself.
 # Needs RXE_TOKEN (the one baked into INITRD). RXE_TIMEOUT: seconds before qemu is killed (480).
+# RXE_MEM: the guest's memory in MiB (1024; at least 256): 100,000 rxe QPs need about 4096.
 # RXE_OWNER_PID: the qpdrain process; the VM is stopped within a second or two once it is gone.
 # Under KVM, a qemu that exits, aborts or hangs (RXE_KVM_START_TIMEOUT seconds, 120, without a line
 # from the guest's /init) before the guest's first sentinel line is a KVM failure, whatever qemu
@@ -27,6 +28,8 @@ shift 3
 pkgs=("$@")
 : "${RXE_TOKEN:?RXE_TOKEN must be set}"
 deadline=${RXE_TIMEOUT:-480}
+mem=${RXE_MEM:-1024}
+[[ $mem =~ ^[0-9]+$ ]] && [ "$mem" -ge 256 ] || rxe_die "RXE_MEM=$mem: want the guest's memory in MiB, at least 256"
 kver=$(cat "$kdir/kver")
 tag="[$kver]"
 mark="@@QPDRAIN-RXE $RXE_TOKEN "
@@ -81,13 +84,13 @@ kernel=$kdir/vmlinuz
 t0=$(rxe_now)
 accel=(-accel tcg -cpu max)
 [ "${RXE_ACCEL:-tcg}" = kvm ] && accel=(-accel kvm -cpu host)
-echo "$tag == boot (qemu ${accel[1]^^}, -smp 2, ${kernel##*/}, deadline ${deadline}s)"
+echo "$tag == boot (qemu ${accel[1]^^}, -smp 2, -m $mem, ${kernel##*/}, deadline ${deadline}s)"
 # A serial console, no network, no reboot; oops=panic (an oops ends the run at once instead of hanging it),
 # the console on ttyS0 into console.log, and a second serial port (ttyS1) that only /init writes.
 # timeout --foreground stays in this script's process group, so that stopping the run (qpdrain vm
 # signals the group) stops qemu too; without it, timeout leads a group of its own and qemu outlives
 # the run until its deadline.
-timeout --foreground -k 5 "$deadline" qemu-system-x86_64 -nographic -no-reboot -m 1024 -smp 2 "${accel[@]}" \
+timeout --foreground -k 5 "$deadline" qemu-system-x86_64 -nographic -no-reboot -m "$mem" -smp 2 "${accel[@]}" \
 	-kernel "$kernel" -initrd "$initrd" \
 	-append 'console=ttyS0 panic=-1 oops=panic quiet' -nic none -monitor none \
 	-serial "file:$run/console.log" -serial "file:$run/result.log" \

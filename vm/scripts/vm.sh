@@ -14,7 +14,7 @@
 #   RXE_CMD         run: the command line, shell-quoted; RXE_FILES: files and directories to copy,
 #                   one absolute path a line; RXE_CWD: the guest's working directory; RXE_PYTHON=1
 #   RXE_QPDRAIN_BIN the running qpdrain binary (copied in when RXE_ADD_CMD starts with qpdrain)
-# and passes on RXE_TIMEOUT, RXE_TEST_ARGS, RXE_GO_TEST_FLAGS, RXE_ADD_CMD, RXE_REFRESH, RXE_DIST.
+# and passes on RXE_TIMEOUT, RXE_MEM, RXE_TEST_ARGS, RXE_GO_TEST_FLAGS, RXE_ADD_CMD, RXE_REFRESH, RXE_DIST.
 #
 # Exit status: 0 when every kernel passed; 1 when anything failed; 3 when it cannot run here
 # (host packages missing and not root, no network to fill the cache).
