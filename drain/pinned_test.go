@@ -305,26 +305,7 @@ func TestWakesForDrainWRDeadline(t *testing.T) {
 			check(t, c.name, rep, began)
 		})
 		t.Run("Run/"+c.name, func(t *testing.T) {
-			dev := openSoft(t, soft.Config{Quirks: soft.Quirks{SendInErrorNotFlushed: true}})
-			ch, err := dev.CreateCompChannel()
-			if err != nil {
-				t.Fatal(err)
-			}
-			devtest.Close(t, ch)
-			cq, err := dev.CreateCQ(64, ch)
-			if err != nil {
-				t.Fatal(err)
-			}
-			devtest.Close(t, cq)
-			r := newRig(t, dev, cq, 64)
-			rp := drain.NewReaper(cq, drain.Options{DrainTimeout: timeout, Queue: queueOf, Clock: c.clock()})
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- rp.Run(ctx, drain.Feed{Channel: ch}) }()
-			defer func() {
-				cancel()
-				<-done
-			}()
+			r, rp := runOnChannel(t, soft.Quirks{SendInErrorNotFlushed: true}, drain.Options{DrainTimeout: timeout, Queue: queueOf, Clock: c.clock()})
 			began := time.Now()
 			h := add(t, rp, r.pair(false), counted)
 			select {
@@ -490,26 +471,7 @@ func TestCountWithoutEmptyPoll(t *testing.T) {
 // Add raises no completion (its move to ERROR waits for that poll): the
 // count is proven at once, not untrusted at its deadline.
 func TestRunPollsForCount(t *testing.T) {
-	dev := openSoft(t, soft.Config{})
-	ch, err := dev.CreateCompChannel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	devtest.Close(t, ch)
-	cq, err := dev.CreateCQ(64, ch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	devtest.Close(t, cq)
-	r := newRig(t, dev, cq, 64)
-	rp := drain.NewReaper(cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- rp.Run(ctx, drain.Feed{Channel: ch}) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	r, rp := runOnChannel(t, soft.Quirks{}, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
 	for range 3 {
 		time.Sleep(time.Millisecond) // Run waits on the channel
 		qp := r.pair(false)
@@ -523,4 +485,32 @@ func TestRunPollsForCount(t *testing.T) {
 			t.Fatalf("%v: want safe by the count within 1s\n%s", err, rep)
 		}
 	}
+}
+
+// runOnChannel is a rig on a soft device with quirks whose CQ has a
+// completion channel, and a reaper with opts on it, fed by Run on that
+// channel until the test ends.
+func runOnChannel(t *testing.T, q soft.Quirks, opts drain.Options) (*rig, *drain.Reaper) {
+	t.Helper()
+	dev := openSoft(t, soft.Config{Quirks: q})
+	ch, err := dev.CreateCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	devtest.Close(t, ch)
+	cq, err := dev.CreateCQ(64, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devtest.Close(t, cq)
+	r := newRig(t, dev, cq, 64)
+	rp := drain.NewReaper(cq, opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rp.Run(ctx, drain.Feed{Channel: ch}) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return r, rp
 }
