@@ -9,10 +9,10 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/qpdrain/qpdrain/internal/testing/syncbuf"
 	"github.com/qpdrain/qpdrain/internal/testing/testmain"
 )
 
@@ -169,7 +169,7 @@ func TestRunBadArgs(t *testing.T) {
 
 func TestLockCache(t *testing.T) {
 	dir := t.TempDir()
-	var out syncBuffer
+	var out syncbuf.Buffer
 	unlock, err := lockCache(context.Background(), dir, &out)
 	if err != nil {
 		t.Fatal(err)
@@ -214,24 +214,6 @@ func TestWriteScripts(t *testing.T) {
 			t.Errorf("%s: %v, mode %v", n, err, st)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader in two goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestKVMBroken: a recorded KVM failure holds for its key (host kernel,

@@ -15,13 +15,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/qpdrain/qpdrain/internal/testing/syncbuf"
 )
 
 // vmOptions returns the options of a test that boots VMs, or skips it unless
 // QPDRAIN_VM_TEST=1 (make test-rxe sets it, with QPDRAIN_VM_CACHE pointing
 // at the stage's cache). One kernel, the first of RXE_KERNELS (default 6.12):
 // these tests check qpdrain vm's verdicts, not the kernels.
-func vmOptions(t *testing.T, timeout time.Duration) (Options, *syncBuffer) {
+func vmOptions(t *testing.T, timeout time.Duration) (Options, *syncbuf.Buffer) {
 	t.Helper()
 	if os.Getenv("QPDRAIN_VM_TEST") != "1" {
 		t.Skip("boots qemu: set QPDRAIN_VM_TEST=1 (make test-rxe does)")
@@ -37,7 +39,7 @@ func vmOptions(t *testing.T, timeout time.Duration) (Options, *syncBuffer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("output:\n%s", out.String())
@@ -320,7 +322,7 @@ func TestVMStopKillsQEMU(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGKILL} {
 		t.Run(sig.String(), func(t *testing.T) {
 			mark := fmt.Sprintf("QPDRAIN_VM_STOP_TEST=%d-%d-%d", os.Getpid(), sig, time.Now().UnixNano())
-			out := &syncBuffer{}
+			out := &syncbuf.Buffer{}
 			cmd := exec.Command(bin, "vm", "run", "--kernels", o.Kernels[0].Name, "--accel", string(o.Accel), "--", "sleep", "3600")
 			cmd.Env = append(os.Environ(), mark)
 			cmd.Stdout, cmd.Stderr = out, out

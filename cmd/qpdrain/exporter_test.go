@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -21,35 +20,16 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/qpdrain/qpdrain/internal/testing/promcheck"
+	"github.com/qpdrain/qpdrain/internal/testing/syncbuf"
 	"github.com/qpdrain/qpdrain/leaks"
 	"github.com/qpdrain/qpdrain/workload"
 )
-
-// syncBuffer is a bytes.Buffer the exporter's goroutines may write to
-// while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // selfSigned writes a self-signed certificate for 127.0.0.1 and its key
 // into dir, returning their paths and a pool that trusts the certificate.
@@ -127,7 +107,7 @@ func TestExporterTLSBasicAuth(t *testing.T) {
 	if opts.log, err = newLogger(io.Discard, "warning", "text"); err != nil {
 		t.Fatal(err)
 	}
-	var stderr syncBuffer
+	var stderr syncbuf.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
