@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -19,14 +18,6 @@ import (
 )
 
 func init() { subcommands = append(subcommands, newCheckCmd) }
-
-// softDeviceName selects the built-in soft device with --device, as does
-// softDefaultName, the name it is opened with and prints (soft.Config.Name's
-// default).
-const (
-	softDeviceName  = "soft"
-	softDefaultName = "soft0"
-)
 
 // checkOptions are the flags of "qpdrain check".
 type checkOptions struct {
@@ -141,51 +132,24 @@ func runCheck(ctx context.Context, o *checkOptions, head func(*checkResult), eac
 	return res, nil
 }
 
-// isSoftDevice reports whether name picks the built-in soft device: "soft",
-// or the name it prints for itself.
-func isSoftDevice(name string) bool { return name == softDeviceName || name == softDefaultName }
-
 // openCheckDevice opens the device --device names; without one, the first
 // device libibverbs lists, or the soft device when there is none, when the
 // build has no libibverbs, or when soft quirks were asked for.
 func openCheckDevice(o *checkOptions, quirks soft.Quirks) (ibv.Context, *checkResult, error) {
-	res := &checkResult{device: o.device, quirks: o.quirks}
-	name := o.device
-	if name == "" && len(o.quirks) > 0 {
-		name, res.note = softDeviceName, "--soft-quirk given"
+	c := deviceChoice{name: o.device, soft: soft.Config{Quirks: quirks}}
+	if len(o.quirks) > 0 {
+		c.softOnly = []string{"--soft-quirk"}
 	}
-	if name == "" {
-		infos, err := ibv.Devices()
-		switch {
-		case errors.Is(err, ibv.ErrNotSupported):
-			name, res.note = softDeviceName, noLibibverbs()
-		case errors.Is(err, ibv.ErrNoDevice) || err == nil && len(infos) == 0:
-			name, res.note = softDeviceName, "no RDMA device on this machine"
-		case err != nil:
-			return nil, nil, err
-		default:
-			name = infos[0].Name
-		}
-	}
-	if !isSoftDevice(name) {
-		if len(o.quirks) > 0 {
-			return nil, nil, fmt.Errorf("--soft-quirk applies to the soft device only, not %s", name)
-		}
-		dev, err := openDevice(name)
-		if err != nil {
-			return nil, nil, err
-		}
-		res.device = dev.Name()
-		return dev, res, nil
-	}
-	dev, err := soft.Open(soft.Config{Quirks: quirks})
+	dev, err := openDevice(c)
 	if err != nil {
-		return nil, nil, fmt.Errorf("opening the soft device: %w", err)
+		return nil, nil, err
 	}
-	// The probes judge retry budgets by the time they see pass.
-	dev.Fabric().SetRealTime(true)
-	res.device, res.soft = dev.Name(), true
-	return dev, res, nil
+	res := &checkResult{device: dev.Name(), soft: dev.soft != nil, note: dev.note, quirks: o.quirks}
+	if dev.soft != nil {
+		// The probes judge retry budgets by the time they see pass.
+		dev.soft.Fabric().SetRealTime(true)
+	}
+	return dev.Context, res, nil
 }
 
 // checkVerdict turns the results into the exit status: errors first, then

@@ -151,6 +151,21 @@ func checkChurnLimits(o *churnOptions, mc ipoibcm.Config, attr ibv.DeviceAttr) e
 	return nil
 }
 
+// softOnly are the flags given that only the soft device takes (a value
+// other than their default).
+func (o *churnOptions) softOnly() []string {
+	var given []string
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"--quirk", len(o.quirks) > 0}, {"--max-qp", o.maxQP != 0}, {"--schedule-seed", o.schedule != 0}} {
+		if f.set {
+			given = append(given, f.name)
+		}
+	}
+	return given
+}
+
 // plotCut says when --plot-until cut the run's end off the plot.
 func plotCut(res *churn.Result, until time.Duration) string {
 	if n := len(res.Samples); until > 0 && n > 0 && res.Samples[n-1].At > until {
@@ -176,9 +191,6 @@ func runChurn(cmd *cobra.Command, o *churnOptions) (run *churnRun, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if !isSoftDevice(o.device) && (len(o.quirks) > 0 || o.maxQP != 0 || o.schedule != 0) {
-		return nil, fmt.Errorf("--quirk, --max-qp and --schedule-seed apply to the soft device only, not %s", o.device)
-	}
 	cfg := churn.Config{Seed: o.seed, Events: o.events, ConnectRate: o.connectRate, SendRate: o.sendRate,
 		Lifetime: o.lifetime, VanishFraction: o.vanish, Samples: o.samples, RealTime: o.realTime,
 		Manager: ipoibcm.Config{Policy: policy, QuarantinePolicy: o.quarantine, NoSRQ: o.noSRQ,
@@ -202,27 +214,22 @@ func runChurn(cmd *cobra.Command, o *churnOptions) (run *churnRun, err error) {
 	if run.Quirks == nil {
 		run.Quirks = []string{}
 	}
-	if isSoftDevice(o.device) {
-		fab := soft.NewFabric()
-		rx, err := soft.Open(soft.Config{Fabric: fab, Name: softDefaultName, Quirks: quirks,
-			Limits: soft.Limits{MaxQP: o.maxQP}, Schedule: soft.Schedule{Seed: o.schedule}})
-		if err != nil {
-			return nil, fmt.Errorf("opening the soft device: %w", err)
-		}
-		closers.Add(rx)
-		peers, err := soft.Open(soft.Config{Fabric: fab, Name: "soft1"})
+	dev, err := openDevice(deviceChoice{name: o.device, softOnly: o.softOnly(),
+		soft: soft.Config{Name: softDefaultName, Quirks: quirks, Limits: soft.Limits{MaxQP: o.maxQP}, Schedule: soft.Schedule{Seed: o.schedule}}})
+	if err != nil {
+		return nil, err
+	}
+	closers.Add(dev)
+	cfg.Device = dev.Context
+	if dev.soft != nil {
+		peers, err := soft.Open(soft.Config{Fabric: dev.soft.Fabric(), Name: "soft1"})
 		if err != nil {
 			return nil, fmt.Errorf("opening the peers' soft device: %w", err)
 		}
 		closers.Add(peers)
-		cfg.Device, cfg.PeerDevice, cfg.DeviceClock = rx, peers, fab
+		cfg.PeerDevice, cfg.DeviceClock = peers, dev.soft.Fabric()
 	} else {
-		dev, err := openDevice(o.device)
-		if err != nil {
-			return nil, err
-		}
-		closers.Add(dev)
-		cfg.Device, cfg.RealTime = dev, true
+		cfg.RealTime = true
 	}
 	// The limit the story is about, known before any QP is created.
 	attr, err := cfg.Device.QueryDevice()

@@ -442,19 +442,3 @@ func plural(n int, word string) string {
 	}
 	return fmt.Sprintf("%d %ss", n, word)
 }
-
-// openDevice opens the RDMA device name through libibverbs, with the error
-// an operator needs: a missing device, or a build or machine without
-// libibverbs, exits 3.
-func openDevice(name string) (ibv.Context, error) {
-	dev, err := ibv.Open(name)
-	switch {
-	case errors.Is(err, ibv.ErrNoDevice):
-		return nil, fmt.Errorf("%w %q here (%q is the built-in soft device)", ibv.ErrNoDevice, name, softDeviceName)
-	case errors.Is(err, ibv.ErrNotSupported):
-		return nil, fmt.Errorf("RDMA device %q: %w (%v); %q is the built-in soft device", name, errNoVerbs, err, softDeviceName)
-	case err != nil:
-		return nil, fmt.Errorf("opening %s: %w", name, err)
-	}
-	return dev, nil
-}

@@ -86,7 +86,8 @@ func TestContractBadInputs(t *testing.T) {
 		{[]string{"churn", "--plot-until", "-1s"}, exitError, `"--plot-until" flag: want at least 0s`},
 		{[]string{"churn", "--device", ""}, exitError, `"--device" flag: want a value`},
 		{[]string{"churn", "--device", "nope"}, exitUnsupported, `no such RDMA device "nope" here`},
-		{[]string{"churn", "--device", "nope", "--max-qp", "5"}, exitError, "apply to the soft device only"},
+		{[]string{"churn", "--device", "nope", "--max-qp", "5"}, exitError, "--max-qp applies to the soft device only, not nope"},
+		{[]string{"churn", "--device", "nope", "--quirk", "no-last-wqe-reached", "--schedule-seed", "3"}, exitError, "--quirk and --schedule-seed apply to the soft device only, not nope"},
 
 		{[]string{"exporter", "--window", "-1s"}, exitError, `"--window" flag: want a positive duration`},
 		{[]string{"exporter", "--window", "0"}, exitError, `"--window" flag`},

@@ -134,7 +134,7 @@ func describeDevice(info ibv.DeviceInfo, hw *hardware) (deviceReport, error) {
 		NICs:      []nicReport{},
 		Ports:     []portReport{},
 	}
-	ctx, err := ibv.Open(info.Name)
+	ctx, err := openVerbsDevice(info.Name)
 	if err != nil {
 		return d, err
 	}

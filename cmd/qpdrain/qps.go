@@ -16,7 +16,6 @@ import (
 	"github.com/spf13/cobra"
 	"syscall"
 
-	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/rdmanl"
 	"github.com/qpdrain/qpdrain/rdmanl/inventory"
 )
@@ -423,7 +422,7 @@ func appendOwner(b []byte, q *inventory.QP) []byte {
 // maxQPs asks the verbs API for a device's max_qp; false when it cannot
 // (no libibverbs, a CGO_ENABLED=0 build, a device it cannot open).
 func maxQPs(dev string) (int, bool) {
-	c, err := ibv.Open(dev)
+	c, err := openVerbsDevice(dev)
 	if err != nil {
 		return 0, false
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/qpdrain/qpdrain/flushcheck"
-	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/trace"
 )
 
@@ -184,7 +183,7 @@ func lastWQEKnowledge(ctx context.Context, opts *globalOptions, mode string, dev
 }
 
 func runProbeOn(ctx context.Context, p flushcheck.Probe, dev string) (flushcheck.Result, error) {
-	d, err := ibv.Open(dev)
+	d, err := openVerbsDevice(dev)
 	if err != nil {
 		return flushcheck.Result{}, err
 	}
