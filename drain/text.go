@@ -41,5 +41,5 @@ func (o *Outcome) UnmarshalText(text []byte) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("unknown outcome %q", text)
+	return fmt.Errorf("unknown outcome %q, want one of %q", text, outcomeNames)
 }

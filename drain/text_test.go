@@ -3,6 +3,7 @@ package drain_test
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/qpdrain/qpdrain/drain"
@@ -39,5 +40,29 @@ func TestEnumText(t *testing.T) {
 	var p drain.Policy
 	if o.UnmarshalText([]byte("fine")) == nil || p.UnmarshalText([]byte("fine")) == nil {
 		t.Error("UnmarshalText(fine) = nil, want an error")
+	}
+}
+
+// A word UnmarshalText does not know is refused with an error that names it
+// and every valid one, so that a CLI flag can pass the error on as it is.
+func TestEnumTextUnknown(t *testing.T) {
+	var o drain.Outcome
+	var p drain.Policy
+	for _, tc := range []struct {
+		u     interface{ UnmarshalText([]byte) error }
+		names []string
+	}{
+		{&p, []string{"fine", "quarantine", "destroy-when-empty"}},
+		{&o, []string{"fine", "pending", "safe", "destroyed after empty CQ", "quarantined", "failed"}},
+	} {
+		err := tc.u.UnmarshalText([]byte("fine"))
+		if err == nil {
+			t.Fatalf("%T: UnmarshalText(fine) = nil, want an error", tc.u)
+		}
+		for _, want := range tc.names {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%T: error %q does not name %q", tc.u, err, want)
+			}
+		}
 	}
 }

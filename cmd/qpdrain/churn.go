@@ -27,7 +27,7 @@ type churnOptions struct {
 	schedule     uint64
 	seed         uint64
 	events       int
-	policy       string
+	policy       ipoibcm.Policy
 	quarantine   bool
 	noSRQ        bool
 	recvQueue    int
@@ -103,7 +103,7 @@ func newChurnCmd(opts *globalOptions) *cobra.Command {
 	intFlag(f, &o.maxQP, "max-qp", 0, "QPs the soft device creates at most (0: its default, 65536); past it connections are rejected", atLeast(0))
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the churn schedule")
 	intFlag(f, &o.events, "events", churn.DefaultEvents, "churn events to run (connects, sends, disconnects, vanishes)", between(1, churn.MaxEvents))
-	f.StringVar(&o.policy, "policy", ipoibcm.Kernel.String(), "drain policy: kernel (ipoib_cm.c) or bounded (qpdrain's)")
+	wordFlag(f, &o.policy, "policy", ipoibcm.Kernel, "drain policy: kernel (ipoib_cm.c) or bounded (qpdrain's)", ipoibcm.ParsePolicy)
 	f.BoolVar(&o.quarantine, "quarantine", false, "bounded policy: keep stalled QPs in the quarantine instead of destroying them once the CQ is empty")
 	f.BoolVar(&o.noSRQ, "no-srq", false, "give each connection its own receive ring, as on devices without SRQs")
 	intFlag(f, &o.recvQueue, "recvq-size", 16, "receives in the SRQ, or per connection without one (ipoib_recvq_size)", atLeast(1))
@@ -183,17 +183,13 @@ func quirkList(quirks []string) string {
 }
 
 func runChurn(cmd *cobra.Command, o *churnOptions) (run *churnRun, err error) {
-	policy, err := ipoibcm.ParsePolicy(o.policy)
-	if err != nil {
-		return nil, fmt.Errorf("--policy: %w", err)
-	}
 	quirks, err := soft.ParseQuirks(o.quirks)
 	if err != nil {
 		return nil, err
 	}
 	cfg := churn.Config{Seed: o.seed, Events: o.events, ConnectRate: o.connectRate, SendRate: o.sendRate,
 		Lifetime: o.lifetime, VanishFraction: o.vanish, Samples: o.samples, RealTime: o.realTime,
-		Manager: ipoibcm.Config{Policy: policy, QuarantinePolicy: o.quarantine, NoSRQ: o.noSRQ,
+		Manager: ipoibcm.Config{Policy: o.policy, QuarantinePolicy: o.quarantine, NoSRQ: o.noSRQ,
 			RecvQueueSize: o.recvQueue, MaxNonSRQConn: o.maxNonSRQ,
 			UpdateTime: o.update, Timeout: o.timeout, Delay: o.delay}}
 	cfg.Manager.Drain.LastWQETimeout, cfg.Manager.Drain.DrainTimeout = o.drainTimeout, o.drainTimeout

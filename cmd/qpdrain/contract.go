@@ -15,6 +15,7 @@ package main
 
 import (
 	"context"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -190,15 +191,21 @@ func requireSubcommand(cmd *cobra.Command) {
 // bad value is refused (exit 2, one line, by cobra's flag error) before
 // the command does anything.
 type checkedValue[T any] struct {
-	p      *T
-	typ    string
-	parse  func(string) (T, error)
+	p     *T
+	typ   string
+	parse func(string) (T, error)
+	// worded: parse's error is written for the operator (it names the
+	// valid words), so it is passed on instead of "not a <typ>".
+	worded bool
 	check  func(T) error
 	format func(T) string
 }
 
 func (v *checkedValue[T]) Set(s string) error {
 	x, err := v.parse(s)
+	if err != nil && v.worded {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("not a %s", v.typ)
 	}
@@ -322,6 +329,25 @@ func oneOf(words ...string) func(string) error {
 		}
 		return fmt.Errorf("want one of %s", strings.Join(words, ", "))
 	}
+}
+
+// wordFlag defines a flag whose value is one of a set of words, read by
+// parse (an enum's Parse function, or parseText for an enum with
+// UnmarshalText), whose error names the word and the valid ones.
+func wordFlag[T any](f *pflag.FlagSet, p *T, name string, def T, usage string, parse func(string) (T, error)) {
+	*p = def
+	f.Var(&checkedValue[T]{p: p, typ: "string", parse: parse, worded: true, check: func(T) error { return nil },
+		format: func(x T) string { return fmt.Sprint(x) }}, name, usage)
+}
+
+// parseText reads an enum through its UnmarshalText, for wordFlag.
+func parseText[T any, P interface {
+	*T
+	encoding.TextUnmarshaler
+}](s string) (T, error) {
+	var x T
+	err := P(&x).UnmarshalText([]byte(s))
+	return x, err
 }
 
 // stringFlag defines a string flag whose value must pass check.

@@ -316,7 +316,7 @@ func TestReapRefuses(t *testing.T) {
 		{[]string{"--pid", "1"}, "pid 1 is init"},
 		{[]string{"--pid", strconv.Itoa(os.Getpid())}, "qpdrain itself"},
 		{[]string{"--pid", "-4"}, "want a process id"},
-		{[]string{"--pid", "2", "--signal", "STOP"}, `--signal "STOP"`},
+		{[]string{"--pid", "2", "--signal", "STOP"}, `invalid argument "STOP" for "--signal" flag: want TERM, INT, HUP or KILL`},
 		{[]string{}, "give one target"},
 		{[]string{"--pid", "5", "--rxe", "rxe0"}, "give one target"},
 		{[]string{"--pid", "2"}, "kernel thread"}, // kthreadd

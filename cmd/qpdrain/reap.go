@@ -76,7 +76,10 @@ Exit status 0 when every QP went, 1 when some remain, 2 on errors and refusals, 
 	f := cmd.Flags()
 	f.IntVar(&o.pid, "pid", 0, "the process that owns or holds the QPs")
 	f.StringVar(&o.rxe, "rxe", "", "the rxe link to delete")
-	f.StringVar(&o.signal, "signal", "TERM", "the signal for --pid: TERM, INT, HUP or KILL")
+	stringFlag(f, &o.signal, "signal", "TERM", "the signal for --pid: TERM, INT, HUP or KILL", func(s string) error {
+		_, err := parseReapSignal(s)
+		return err
+	})
 	f.BoolVar(&o.yes, "yes", false, "act; without it reap prints the plan only")
 	f.DurationVar(&o.wait, "wait", 10*time.Second, "how long to wait for the QPs to go")
 	return cmd
@@ -88,7 +91,7 @@ var reapSignals = map[string]syscall.Signal{"TERM": syscall.SIGTERM, "INT": sysc
 func parseReapSignal(s string) (syscall.Signal, error) {
 	sig, ok := reapSignals[strings.TrimPrefix(strings.ToUpper(s), "SIG")]
 	if !ok {
-		return 0, fmt.Errorf("--signal %q: want TERM, INT, HUP or KILL", s)
+		return 0, errors.New("want TERM, INT, HUP or KILL")
 	}
 	return sig, nil
 }

@@ -26,7 +26,7 @@ type simulateOptions struct {
 	taken         int
 	sends         int
 	quirks        []string
-	policy        string
+	policy        drain.Policy
 	maxBatch      int
 	maxQuarantine int
 	recvDrain     bool
@@ -72,7 +72,7 @@ func newSimulateCmd(opts *globalOptions) *cobra.Command {
 	intFlag(f, &o.taken, "taken", 4, "receive WQEs each QP holds (taken from the SRQ, or posted on its own queue)", between(0, scenario.MaxDrainCQE))
 	intFlag(f, &o.sends, "sends", 2, "sends outstanding on each QP", between(0, scenario.MaxDrainCQE))
 	f.StringSliceVar(&o.quirks, "quirk", nil, "provider quirk of the soft device (repeatable): "+strings.Join(soft.QuirkNames(), ", "))
-	f.StringVar(&o.policy, "policy", drain.Quarantine.String(), "policy for stalled drains: quarantine or destroy-when-empty")
+	wordFlag(f, &o.policy, "policy", drain.Quarantine, "policy for stalled drains: quarantine or destroy-when-empty", parseText[drain.Policy])
 	intFlag(f, &o.maxBatch, "max-batch", 0, "QPs per drain WR, 0 for no cap, 1 for one at a time as ib_drain_qp", atLeast(0))
 	intFlag(f, &o.maxQuarantine, "max-quarantine", drain.DefaultMaxQuarantine, "QPs the quarantine holds at most", atLeast(1))
 	f.BoolVar(&o.recvDrain, "recv-drain", false, "prove an own receive queue by a receive drain WR instead of counting its receives back")
@@ -96,16 +96,8 @@ func simulate(ctx context.Context, o *simulateOptions, g *globalOptions) (*simRe
 	if err != nil {
 		return nil, err
 	}
-	var policy drain.Policy
-	switch o.policy {
-	case drain.Quarantine.String():
-	case drain.DestroyWhenEmpty.String():
-		policy = drain.DestroyWhenEmpty
-	default:
-		return nil, fmt.Errorf("unknown policy %q, want quarantine or destroy-when-empty", o.policy)
-	}
 	d := &scenario.Drain{QPs: o.qps, NoSRQ: o.noSRQ, Taken: o.taken, Sends: o.sends, Quirks: q,
-		Policy: policy, MaxBatch: o.maxBatch, MaxQuarantine: o.maxQuarantine, RecvDrain: o.recvDrain,
+		Policy: o.policy, MaxBatch: o.maxBatch, MaxQuarantine: o.maxQuarantine, RecvDrain: o.recvDrain,
 		Timeout: o.timeout, Log: g.log}
 	res, err := d.Run(ctx)
 	switch {
@@ -189,19 +181,19 @@ type simQPJSON struct {
 
 // simInputsJSON are the flags that shaped a simulation, and the limit.
 type simInputsJSON struct {
-	Device        string   `json:"ifname"`
-	MaxQP         int      `json:"max_qp"`
-	QPs           int      `json:"qps"`
-	SRQ           bool     `json:"srq"`
-	Taken         int      `json:"taken"`
-	Sends         int      `json:"sends"`
-	Quirks        []string `json:"soft_quirks"`
-	Policy        string   `json:"policy"`
-	MaxBatch      int      `json:"max_batch"`
-	MaxQuarantine int      `json:"max_quarantine"`
-	RecvDrain     bool     `json:"recv_drain"`
-	TimeoutNS     int64    `json:"timeout_ns"`
-	TimeoutFlag   bool     `json:"timeout_given"`
+	Device        string       `json:"ifname"`
+	MaxQP         int          `json:"max_qp"`
+	QPs           int          `json:"qps"`
+	SRQ           bool         `json:"srq"`
+	Taken         int          `json:"taken"`
+	Sends         int          `json:"sends"`
+	Quirks        []string     `json:"soft_quirks"`
+	Policy        drain.Policy `json:"policy"`
+	MaxBatch      int          `json:"max_batch"`
+	MaxQuarantine int          `json:"max_quarantine"`
+	RecvDrain     bool         `json:"recv_drain"`
+	TimeoutNS     int64        `json:"timeout_ns"`
+	TimeoutFlag   bool         `json:"timeout_given"`
 }
 
 type simJSON struct {

@@ -111,7 +111,7 @@ func TestSimulateKeys(t *testing.T) {
 	}
 	// The inputs that shaped it, the default timeout included.
 	if in := raw.Inputs; in.QPs != 2 || in.MaxQP != 65536 || !slices.Equal(in.Quirks, []string{"last-wqe-reached-twice"}) ||
-		in.TimeoutNS != int64(scenario.BaseTimeout+2*scenario.TimeoutPerQP) || in.TimeoutFlag || !in.SRQ || in.Policy != "quarantine" {
+		in.TimeoutNS != int64(scenario.BaseTimeout+2*scenario.TimeoutPerQP) || in.TimeoutFlag || !in.SRQ || in.Policy != drain.Quarantine {
 		t.Errorf("inputs %+v", in)
 	}
 	for k := range raw.Stats {

@@ -22,7 +22,7 @@ func init() { subcommands = append(subcommands, newVMCmd) }
 type vmOptions struct {
 	kernels string
 	cache   string
-	accel   string
+	accel   vm.Accel
 	kvmDev  string
 	timeout time.Duration
 }
@@ -48,7 +48,7 @@ cannot run it (packages missing and not root, no network for a cold cache).`,
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&o.kernels, "kernels", os.Getenv("RXE_KERNELS"), "kernels, comma-separated: 6.1, 6.12, newest, default, all (default $RXE_KERNELS, else 6.1,6.12,newest)")
 	pf.StringVar(&o.cache, "cache", "", "cache directory (default $QPDRAIN_VM_CACHE, else the user's cache dir/qpdrain/vm)")
-	pf.StringVar(&o.accel, "accel", "auto", "qemu accelerator: auto (KVM when it starts the guest, else TCG), kvm or tcg")
+	wordFlag(pf, &o.accel, "accel", vm.AccelAuto, "qemu accelerator: auto (KVM when it starts the guest, else TCG), kvm or tcg", vm.ParseAccel)
 	pf.StringVar(&o.kvmDev, "kvm-device", "", "the KVM device auto probes (default $QPDRAIN_VM_KVM_DEVICE, else /dev/kvm; a missing path means no KVM)")
 	pf.DurationVar(&o.timeout, "timeout", 0, "deadline of each VM, at least 1s, after which it is killed and the run fails (default $RXE_TIMEOUT seconds, else 480s)")
 	cmd.AddCommand(newVMRunCmd(o), newVMGoTestCmd(o), newVMKernelsCmd(opts, o))
@@ -165,10 +165,6 @@ func (o *vmOptions) resolve(cmd *cobra.Command) (vm.Options, error) {
 	if err != nil {
 		return vm.Options{}, withExitCode(exitError, fmt.Errorf("--kernels: %w", err))
 	}
-	accel, err := vm.ParseAccel(o.accel)
-	if err != nil {
-		return vm.Options{}, withExitCode(exitError, fmt.Errorf("--accel: %w", err))
-	}
 	if cmd.Flags().Changed("timeout") && o.timeout < time.Second {
 		return vm.Options{}, withExitCode(exitError, fmt.Errorf("--timeout %v: want at least 1s", o.timeout))
 	}
@@ -178,7 +174,7 @@ func (o *vmOptions) resolve(cmd *cobra.Command) (vm.Options, error) {
 			return vm.Options{}, withExitCode(exitError, err)
 		}
 	}
-	return vm.Options{Kernels: ks, Cache: cache, Accel: accel, KVMDevice: o.kvmDev, Timeout: o.timeout, Stdout: cmd.OutOrStdout()}, nil
+	return vm.Options{Kernels: ks, Cache: cache, Accel: o.accel, KVMDevice: o.kvmDev, Timeout: o.timeout, Stdout: cmd.OutOrStdout()}, nil
 }
 
 // runVM runs f with a context that SIGINT and SIGTERM cancel.
