@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/qpdrain/qpdrain/internal/testing/cgrouptest"
+	"github.com/qpdrain/qpdrain/internal/testing/testproc"
 )
 
 func randomHex(t *testing.T, n int) string {
@@ -44,21 +44,14 @@ func TestReadRealCgroup(t *testing.T) {
 			Workload{ContainerID: cid, PodUID: uid, QoS: Burstable}},
 	} {
 		t.Run(c.driver, func(t *testing.T) {
-			cmd := exec.Command("sleep", "60")
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
-			})
-			c.want.Path = cgrouptest.Place(t, root, c.shared, c.pod, cmd.Process.Pid)
-			got, err := Read("", uint32(cmd.Process.Pid))
+			pid := testproc.Idle(t)
+			c.want.Path = cgrouptest.Place(t, root, c.shared, c.pod, pid)
+			got, err := Read("", uint32(pid))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got != c.want {
-				t.Errorf("Read(%d)\n got %+v\nwant %+v", cmd.Process.Pid, got, c.want)
+				t.Errorf("Read(%d)\n got %+v\nwant %+v", pid, got, c.want)
 			}
 		})
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"slices"
@@ -15,21 +14,12 @@ import (
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 )
 
-func runCheckCmd(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	root := newRootCmd(&out, &errOut)
-	root.SetArgs(append([]string{"check"}, args...))
-	err := root.Execute()
-	return out.String(), err
-}
-
 // exitCodeOf is the exit status main gives err.
 func exitCodeOf(err error) int { return exitCode(err) }
 
 func TestCheckSoft(t *testing.T) {
 	for _, name := range []string{"soft", "soft0"} {
-		out, err := runCheckCmd(t, "--device", name, "--timeout", "100ms", "-d")
+		out, err := runSub("check", "--device", name, "--timeout", "100ms", "-d")
 		if code := exitCodeOf(err); code != exitClean {
 			t.Fatalf("qpdrain check --device %s: exit code %d (%v), want %d\n%s", name, code, err, exitClean, out)
 		}
@@ -110,7 +100,7 @@ func TestCheckDefaultDevice(t *testing.T) {
 	if infos, err := ibv.Devices(); err == nil && len(infos) > 0 {
 		// With hardware (rxe in the VM) the default is the first device,
 		// and its deviations are findings, not errors.
-		out, err := runCheckCmd(t, "--timeout", "1s")
+		out, err := runSub("check", "--timeout", "1s")
 		if code := exitCodeOf(err); code != exitClean && code != exitFindings {
 			t.Fatalf("qpdrain check: exit code %d (%v)\n%s", code, err, out)
 		}
@@ -119,7 +109,7 @@ func TestCheckDefaultDevice(t *testing.T) {
 		}
 		return
 	}
-	out, err := runCheckCmd(t, "--timeout", "100ms")
+	out, err := runSub("check", "--timeout", "100ms")
 	if code := exitCodeOf(err); code != exitClean {
 		t.Fatalf("qpdrain check: exit code %d (%v)\n%s", code, err, out)
 	}
@@ -135,7 +125,7 @@ func TestCheckDefaultDevice(t *testing.T) {
 // A provider bug switched on in the soft device is a finding (exit 1), in
 // the probes that depend on it, with the rule it breaks.
 func TestCheckQuirkFindings(t *testing.T) {
-	out, err := runCheckCmd(t, "--soft-quirk", "no-last-wqe-reached", "--soft-quirk", "no-responder-error-event", "--timeout", "100ms")
+	out, err := runSub("check", "--soft-quirk", "no-last-wqe-reached", "--soft-quirk", "no-responder-error-event", "--timeout", "100ms")
 	if code := exitCodeOf(err); code != exitFindings {
 		t.Fatalf("exit code %d (%v), want %d:\n%s", code, err, exitFindings, out)
 	}
@@ -154,7 +144,7 @@ func TestCheckQuirkFindings(t *testing.T) {
 }
 
 func TestCheckJSON(t *testing.T) {
-	out, err := runCheckCmd(t, "--device", "soft", "--soft-quirk", "send-in-error-not-flushed", "--timeout", "100ms", "-j")
+	out, err := runSub("check", "--device", "soft", "--soft-quirk", "send-in-error-not-flushed", "--timeout", "100ms", "-j")
 	if code := exitCodeOf(err); code != exitFindings {
 		t.Fatalf("exit code %d (%v), want %d", code, err, exitFindings)
 	}
@@ -209,7 +199,7 @@ func TestCheckRejects(t *testing.T) {
 		{[]string{"--device", "rxe0", "--soft-quirk", "no-last-wqe-reached"}, exitError, "--soft-quirk applies to the soft device only"},
 		{[]string{"extra-arg"}, exitError, `unknown command "extra-arg"`},
 	} {
-		out, err := runCheckCmd(t, tc.args...)
+		out, err := runSub("check", tc.args...)
 		if code := exitCodeOf(err); code != tc.code || err == nil || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("check %v: exit code %d (%v), want %d saying %q", tc.args, code, err, tc.code, tc.says)
 		}
@@ -248,7 +238,7 @@ func TestCheckTestDevice(t *testing.T) {
 	// 2 s per wait: rxe answers in milliseconds, and a deviation costs its
 	// whole timeout (flushcheck's TestDevice has the same reasoning).
 	start := time.Now()
-	out, err := runCheckCmd(t, "--device", name, "--timeout", "2s")
+	out, err := runSub("check", "--device", name, "--timeout", "2s")
 	t.Logf("qpdrain check --device %s --timeout 2s (wall time %v):\n%s", name, time.Since(start).Round(10*time.Millisecond), out)
 	// rxe deviates on every kernel seen (docs/PROVIDERS.md); soft, on its
 	// real-time clock, follows every rule the probes check.

@@ -13,21 +13,12 @@ import (
 	"github.com/qpdrain/qpdrain/ipoibcm/churn"
 )
 
-func runChurnCmd(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	root := newRootCmd(&out, &errOut)
-	root.SetArgs(append([]string{"churn"}, args...))
-	err := root.Execute()
-	return out.String(), err
-}
-
 // The eHCA thread on the CLI: the kernel's policy leaks on a provider that
 // never completes a send posted in ERROR (exit 1) and rejects every later
 // connection; the bounded policy keeps accepting and leaks nothing (exit 0).
 func TestChurnCmd(t *testing.T) {
 	common := []string{"--events", "2000", "--quirk", "send-in-error-not-flushed", "--max-qp", "64"}
-	out, err := runChurnCmd(t, common...)
+	out, err := runSub("churn", common...)
 	if code := exitCodeOf(err); code != exitFindings {
 		t.Fatalf("kernel policy: exit %d (%v), want %d\n%s", code, err, exitFindings, out)
 	}
@@ -37,7 +28,7 @@ func TestChurnCmd(t *testing.T) {
 		}
 	}
 	plot := filepath.Join(t.TempDir(), "churn.png")
-	out, err = runChurnCmd(t, append(common, "--policy", "bounded", "--rx-timeout", "10s", "--rx-delay", "15s", "--rx-update-time", "5s", "--plot", plot, "-j")...)
+	out, err = runSub("churn", append(common, "--policy", "bounded", "--rx-timeout", "10s", "--rx-delay", "15s", "--rx-update-time", "5s", "--plot", plot, "-j")...)
 	if err != nil {
 		t.Fatalf("bounded policy: %v\n%s", err, out)
 	}
@@ -67,7 +58,7 @@ func TestChurnCmdBadFlags(t *testing.T) {
 		{"--vanish", "2"},
 		{"--max-nonsrq-conn-qp", "5000"},
 	} {
-		if _, err := runChurnCmd(t, args...); exitCodeOf(err) != exitError {
+		if _, err := runSub("churn", args...); exitCodeOf(err) != exitError {
 			t.Errorf("churn %v: %v, want exit %d", args, err, exitError)
 		}
 	}
@@ -81,7 +72,7 @@ func TestChurnCmdDevice(t *testing.T) {
 	if devtest.CurrentProvider() == devtest.ProviderSoft {
 		name = softDeviceName
 	}
-	out, err := runChurnCmd(t, "--device", name, "--policy", "bounded", "--events", "300", "--connect-rate", "200",
+	out, err := runSub("churn", "--device", name, "--policy", "bounded", "--events", "300", "--connect-rate", "200",
 		"--send-rate", "20", "--lifetime", "20ms", "--rx-update-time", "20ms", "--rx-timeout", "50ms", "--rx-delay", "75ms",
 		"--drain-timeout", "1s", "--samples", "10")
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/jaypipes/ghw"
 	"github.com/spf13/cobra"
@@ -198,60 +199,54 @@ func formatGUID(g uint64) string {
 	return fmt.Sprintf("%04x:%04x:%04x:%04x", g>>48, g>>32&0xffff, g>>16&0xffff, g&0xffff)
 }
 
-// hardware is the PCI and NIC inventory from ghw, read once and only when
-// needed. A failure leaves it empty and is logged: the RDMA part of the
+// hardware is the PCI and NIC inventory from ghw, each read once and only
+// when needed. A failure leaves it empty and is logged: the RDMA part of the
 // report does not depend on it.
 type hardware struct {
-	opts *globalOptions
-	pci  *ghw.PCIInfo
-	nics []*ghw.NIC
-	read bool
-	// pciRead: the PCI inventory was read (loadPCI).
-	pciRead bool
+	nics func() []*ghw.NIC
+	// pci is read only for a device that has a PCI function: pcidb warns
+	// when it finds no pci.ids database, which says nothing about a
+	// software device such as rxe.
+	pci func() *ghw.PCIInfo
 }
 
-func newHardware(opts *globalOptions) *hardware { return &hardware{opts: opts} }
-
-func (h *hardware) load() {
-	if h.read {
-		return
-	}
-	h.read = true
-	nets, err := ghw.Network(ghw.WithDisableWarnings())
-	if err != nil {
-		h.opts.log.WithError(err).Warn("reading the NIC inventory")
-	} else {
-		h.nics = nets.NICs
+func newHardware(opts *globalOptions) *hardware {
+	return &hardware{
+		nics: readOnce(opts, "NIC", func() ([]*ghw.NIC, error) {
+			nets, err := ghw.Network(ghw.WithDisableWarnings())
+			if err != nil {
+				return nil, err
+			}
+			return nets.NICs, nil
+		}),
+		pci: readOnce(opts, "PCI", func() (*ghw.PCIInfo, error) { return ghw.PCI(ghw.WithDisableWarnings()) }),
 	}
 }
 
-// loadPCI reads the PCI inventory, once, and only for a device that has a
-// PCI function: pcidb warns when it finds no pci.ids database, which says
-// nothing about a software device such as rxe.
-func (h *hardware) loadPCI() {
-	if h.pciRead {
-		return
-	}
-	h.pciRead = true
-	pci, err := ghw.PCI(ghw.WithDisableWarnings())
-	if err != nil {
-		h.opts.log.WithError(err).Warn("reading the PCI inventory")
-	} else {
-		h.pci = pci
-	}
+// readOnce returns a function that reads the what inventory when first
+// called and returns it from then on; a failure is logged, once, and leaves
+// it empty (T's zero value).
+func readOnce[T any](opts *globalOptions, what string, read func() (T, error)) func() T {
+	return sync.OnceValue(func() T {
+		v, err := read()
+		if err != nil {
+			opts.log.WithError(err).Warn("reading the " + what + " inventory")
+			var zero T
+			return zero
+		}
+		return v
+	})
 }
 
 // behind returns the PCI function of an RDMA device (nil for a software
 // device such as rxe, whose sysfs entry has no "device" link) and the NICs
 // it uses: those on the same PCI function, and the netdevs its ports use.
 func (h *hardware) behind(dev string, ports []portReport) (*pciReport, []nicReport) {
-	h.load()
 	var pr *pciReport
 	addr := ""
 	if target, err := os.Readlink(filepath.Join(sysfsIB, dev, "device")); err == nil {
 		addr = filepath.Base(target)
-		h.loadPCI()
-		pr = h.pciFunction(addr)
+		pr = pciFunction(h.pci(), addr)
 	}
 	netdevs := map[string]bool{}
 	for _, p := range ports {
@@ -262,7 +257,7 @@ func (h *hardware) behind(dev string, ports []portReport) (*pciReport, []nicRepo
 		}
 	}
 	nics := []nicReport{}
-	for _, n := range h.nics {
+	for _, n := range h.nics() {
 		onPCI := addr != "" && n.PCIAddress != nil && *n.PCIAddress == addr
 		if !onPCI && !netdevs[n.Name] {
 			continue
@@ -287,13 +282,14 @@ func (h *hardware) behind(dev string, ports []portReport) (*pciReport, []nicRepo
 }
 
 // pciFunction describes the PCI function at addr, with its vendor, product
-// and driver when ghw knows them.
-func (h *hardware) pciFunction(addr string) *pciReport {
+// and driver when the inventory pci (nil when it could not be read) knows
+// them.
+func pciFunction(pci *ghw.PCIInfo, addr string) *pciReport {
 	pr := &pciReport{Address: addr}
-	if h.pci == nil {
+	if pci == nil {
 		return pr
 	}
-	pd := h.pci.GetDevice(addr)
+	pd := pci.GetDevice(addr)
 	if pd == nil {
 		return pr
 	}

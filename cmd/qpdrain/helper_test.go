@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -52,11 +53,7 @@ func helper(mode string) error {
 	}
 	// The PD is created on this thread, which stays.
 	runtime.LockOSThread()
-	ctx, err := ibv.Open(devtest.DeviceName())
-	if err != nil {
-		return err
-	}
-	set, err := qpset.NewPD(ctx)
+	ctx, set, err := openQPSet()
 	if err != nil {
 		return err
 	}
@@ -102,6 +99,20 @@ func helper(mode string) error {
 		return err
 	}
 	return ctx.Close()
+}
+
+// openQPSet opens the test device (devtest.DeviceName) and a qpset on a new
+// PD of it, for the helper processes.
+func openQPSet() (ibv.Context, *qpset.Set, error) {
+	ctx, err := ibv.Open(devtest.DeviceName())
+	if err != nil {
+		return nil, nil, err
+	}
+	set, err := qpset.NewPD(ctx)
+	if err != nil {
+		return nil, nil, errors.Join(err, ctx.Close())
+	}
+	return ctx, set, nil
 }
 
 func qpns(set *qpset.Set) string {

@@ -64,11 +64,7 @@ func leakHelper(mode string) error {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		close(eof)
 	}()
-	ctx, err := ibv.Open(devtest.DeviceName())
-	if err != nil {
-		return err
-	}
-	set, err := qpset.NewPD(ctx)
+	ctx, set, err := openQPSet()
 	if err != nil {
 		return err
 	}

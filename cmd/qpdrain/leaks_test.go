@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/internal/testing/promcheck"
+	"github.com/qpdrain/qpdrain/internal/testing/testproc"
 	"github.com/qpdrain/qpdrain/leaks"
 )
 
@@ -111,14 +111,11 @@ func useHost(t *testing.T, f *fakeHost) {
 
 func run(t *testing.T, args ...string) (string, int) {
 	t.Helper()
-	var out, errOut bytes.Buffer
-	root := newRootCmd(&out, &errOut)
-	root.SetArgs(args)
-	err := root.Execute()
+	out, errOut, err := runRoot(args...)
 	if err != nil {
-		errOut.WriteString(err.Error())
+		errOut += err.Error()
 	}
-	return out.String() + errOut.String(), exitCodeOf(err)
+	return out + errOut, exitCodeOf(err)
 }
 
 // leakyHost has the GSI QP, healthy RTS QPs of pid 100 and two QPs of
@@ -212,24 +209,11 @@ func TestLeaksExitCodes(t *testing.T) {
 	}
 }
 
-// otherProcess starts a process reap may target (the fake host's signals
-// never reach it) and ends it with the test. The test's parent will not
-// do: in the VM it is init, which reap refuses.
-func otherProcess(t *testing.T) int {
-	t.Helper()
-	cmd := exec.Command("sleep", "600")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	return cmd.Process.Pid
-}
-
 func TestReapPlanAndAct(t *testing.T) {
-	pid := otherProcess(t) // a real process the fake host says owns QPs
+	// A real process the fake host says owns QPs (the fake host's signals
+	// never reach it). The test's parent will not do: in the VM it is
+	// init, which reap refuses.
+	pid := testproc.Idle(t)
 	f := leakyHost(pid)
 	useHost(t, f)
 	out, code := run(t, "reap", "--pid", strconv.Itoa(pid))
@@ -244,7 +228,7 @@ func TestReapPlanAndAct(t *testing.T) {
 }
 
 func TestReapRemaining(t *testing.T) {
-	pid := otherProcess(t)
+	pid := testproc.Idle(t)
 	f := leakyHost(pid)
 	f.unkilled = true
 	useHost(t, f)
@@ -268,7 +252,7 @@ func TestReapRemaining(t *testing.T) {
 // holds, lists apart those it shares or may hold, and exits 0 when its own
 // went.
 func TestReapHolders(t *testing.T) {
-	pid := otherProcess(t)
+	pid := testproc.Idle(t)
 	app := leaks.Process{PID: pid, Comm: "app"}
 	child, other := leaks.Process{PID: 300, Comm: "child"}, leaks.Process{PID: 500, Comm: "other"}
 	f := &fakeHost{victim: pid, qps: func(int) []leaks.QP {
@@ -299,7 +283,7 @@ func TestReapHolders(t *testing.T) {
 	}
 	// Every result has every list, empty rather than null.
 	useHost(t, f)
-	out, code = run(t, "reap", "--pid", strconv.Itoa(otherProcess(t)), "-j")
+	out, code = run(t, "reap", "--pid", strconv.Itoa(testproc.Idle(t)), "-j")
 	for _, want := range []string{`"qps": []`, `"may_keep_alive": []`, `"remaining": []`} {
 		if code != exitClean || !strings.Contains(out, want) {
 			t.Errorf("nothing to reap: exit %d, want %s:\n%s", code, want, out)

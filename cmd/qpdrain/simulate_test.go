@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -12,15 +11,6 @@ import (
 	"github.com/qpdrain/qpdrain/scenario"
 )
 
-func runSimulate(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	root := newRootCmd(&out, &errOut)
-	root.SetArgs(append([]string{"simulate"}, args...))
-	err := root.Execute()
-	return out.String(), err
-}
-
 // QPs with sends outstanding need a drain WR each on their own send
 // queue; without sends, only their SRQ side is open and they share
 // barriers: the first QP alone, the other four behind the second.
@@ -28,7 +18,7 @@ func TestSimulateHealthy(t *testing.T) {
 	for _, tc := range []struct {
 		sends, drainWRs string
 	}{{"2", "5"}, {"0", "2"}} {
-		out, err := runSimulate(t, "--qps", "5", "--sends", tc.sends)
+		out, err := runSub("simulate", "--qps", "5", "--sends", tc.sends)
 		if err != nil {
 			t.Fatalf("qpdrain simulate: %v\n%s", err, out)
 		}
@@ -43,7 +33,7 @@ func TestSimulateHealthy(t *testing.T) {
 // waiting for the headroom the first one's drain WR holds, at the same
 // time as the first.
 func TestSimulateQuirkFindings(t *testing.T) {
-	out, err := runSimulate(t, "--qps", "2", "--quirk", "send-in-error-not-flushed", "--timeout", "20ms", "-j")
+	out, err := runSub("simulate", "--qps", "2", "--quirk", "send-in-error-not-flushed", "--timeout", "20ms", "-j")
 	var ec *exitCodeError
 	if !errors.As(err, &ec) || ec.code != exitFindings {
 		t.Fatalf("error %v, want exit code %d (findings)", err, exitFindings)
@@ -84,7 +74,7 @@ func TestSimulateRejects(t *testing.T) {
 		{[]string{"--qps", "65537"}, "--qps 65537: soft0 creates at most 65536 QPs (max_qp)"},
 		{[]string{"--qps", "60000", "--taken", "100"}, "needs a CQ of"},
 	} {
-		_, err := runSimulate(t, tc.args...)
+		_, err := runSub("simulate", tc.args...)
 		if exitCodeOf(err) != exitError {
 			t.Errorf("simulate %v: %v, want exit code %d", tc.args, err, exitError)
 			continue
@@ -98,7 +88,7 @@ func TestSimulateRejects(t *testing.T) {
 // Every JSON key is snake_case, drain.Stats' included, and QP numbers are
 // printed in decimal, as check and scenario print them.
 func TestSimulateKeys(t *testing.T) {
-	out, err := runSimulate(t, "--qps", "2", "--quirk", "last-wqe-reached-twice", "-j")
+	out, err := runSub("simulate", "--qps", "2", "--quirk", "last-wqe-reached-twice", "-j")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +114,7 @@ func TestSimulateKeys(t *testing.T) {
 			t.Errorf("stats lack %q: %v", k, raw.Stats)
 		}
 	}
-	text, err := runSimulate(t, "--qps", "2", "-d")
+	text, err := runSub("simulate", "--qps", "2", "-d")
 	if err != nil {
 		t.Fatal(err)
 	}

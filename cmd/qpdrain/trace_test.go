@@ -1,22 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 )
-
-func runTraceCmd(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	root := newRootCmd(&out, &errOut)
-	root.SetArgs(args)
-	err := root.Execute()
-	return out.String(), err
-}
 
 // traceRecords is a kept trace (--records) of a program that destroys a QP
 // on an SRQ 1 ms after moving it to ERROR, without waiting for Last WQE
@@ -38,7 +28,7 @@ func TestTraceFrom(t *testing.T) {
 	if err := os.WriteFile(rec, []byte(traceRecords), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := runTraceCmd(t, "trace", "-d", "--last-wqe", "raises", "--from", rec)
+	out, err := runSub("trace", "-d", "--last-wqe", "raises", "--from", rec)
 	if code := exitCodeOf(err); code != exitFindings {
 		t.Fatalf("exit %d (%v), want %d:\n%s", code, err, exitFindings, out)
 	}
@@ -52,7 +42,7 @@ func TestTraceFrom(t *testing.T) {
 	}
 	// never: a note, clean; -j into --report, nothing on stdout
 	report := filepath.Join(dir, "r.json")
-	out, err = runTraceCmd(t, "trace", "-j", "--last-wqe", "never", "--report", report, "--from", rec)
+	out, err = runSub("trace", "-j", "--last-wqe", "never", "--report", report, "--from", rec)
 	if code := exitCodeOf(err); code != exitClean || out != "" {
 		t.Fatalf("exit %d (%v), stdout %q; want clean, nothing on stdout", code, err, out)
 	}
@@ -84,7 +74,7 @@ func TestTraceBadArgs(t *testing.T) {
 		{[]string{"trace", "--from", bad}, "bad trace record: line 1"},
 		{[]string{"trace", "--from", filepath.Join(t.TempDir(), "none")}, "no such file"},
 	} {
-		_, err := runTraceCmd(t, tc.args...)
+		_, err := runSub(tc.args[0], tc.args[1:]...)
 		if code := exitCodeOf(err); code != exitError || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: exit %d, %v; want %d with %q", tc.args, code, err, exitError, tc.want)
 		}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -10,13 +9,9 @@ import (
 )
 
 // runVMCmd runs "qpdrain vm SUB --cache CACHE ARGS..." and returns its output.
-func runVMCmd(t *testing.T, cache string, global []string, sub string, args ...string) (string, error) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	root := newRootCmd(&out, &errOut)
-	root.SetArgs(append(append(global, "vm", sub, "--cache", cache), args...))
-	err := root.Execute()
-	return out.String(), err
+func runVMCmd(cache string, global []string, sub string, args ...string) (string, error) {
+	out, _, err := runRoot(append(append(global, "vm", sub, "--cache", cache), args...)...)
+	return out, err
 }
 
 func TestVMKernels(t *testing.T) {
@@ -29,7 +24,7 @@ func TestVMKernels(t *testing.T) {
 	os.WriteFile(filepath.Join(kd, "package"), []byte("linux-image-6.1.0-57-amd64 6.1.192-3\n"), 0o644)
 	os.WriteFile(filepath.Join(cache, "kernels", "bookworm.ref"), []byte("6.1.0-57-amd64\n"), 0o644)
 
-	out, err := runVMCmd(t, cache, nil, "kernels")
+	out, err := runVMCmd(cache, nil, "kernels")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +34,7 @@ func TestVMKernels(t *testing.T) {
 			t.Errorf("vm kernels lacks %q:\n%s", want, out)
 		}
 	}
-	out, err = runVMCmd(t, cache, []string{"-j"}, "kernels")
+	out, err = runVMCmd(cache, []string{"-j"}, "kernels")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +55,7 @@ func TestVMKernels(t *testing.T) {
 func TestVMGoTestOutsideModule(t *testing.T) {
 	cache := t.TempDir()
 	t.Chdir(t.TempDir())
-	_, err := runVMCmd(t, cache, nil, "go-test", "./...")
+	_, err := runVMCmd(cache, nil, "go-test", "./...")
 	if code := exitCodeOf(err); code != exitError || !strings.Contains(err.Error(), "not inside a Go module") {
 		t.Errorf("go-test outside a module: exit %d, %v; want 2", code, err)
 	}
@@ -87,7 +82,7 @@ func TestVMBadArgs(t *testing.T) {
 		{[]string{"go-test", "--timeout", "500ms", "./..."}, "--timeout 500ms"},
 		{[]string{"bogus"}, `unknown command "bogus"`},
 	} {
-		_, err := runVMCmd(t, cache, nil, tc.args[0], tc.args[1:]...)
+		_, err := runVMCmd(cache, nil, tc.args[0], tc.args[1:]...)
 		if code := exitCodeOf(err); code != exitError || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: exit %d, %v; want 2 and %q", tc.args, code, err, tc.want)
 		}

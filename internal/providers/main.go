@@ -284,29 +284,37 @@ func union(cols []column, names func(Record) []string) []string {
 	return out
 }
 
-// probeTable renders one row per probe (in the records' order) and
-// one column per record: the outcome, bold when it is not a pass, and what
-// the probe observed.
-func probeTable(cols []column) string {
+// table renders a Markdown table with one row per name any record lists
+// (names, in the order they first appear) and one column per record: head
+// is the first column's title, row a name's first cell and at its cell in
+// one record.
+func table(cols []column, head string, names func(Record) []string, row func(string) string, at func(Record, string) string) string {
 	var b strings.Builder
-	b.WriteString("| Probe |")
+	b.WriteString("| " + head + " |")
 	for _, c := range cols {
 		b.WriteString(" " + c.header + " |")
 	}
 	b.WriteString("\n|---|" + strings.Repeat("---|", len(cols)) + "\n")
-	for _, name := range union(cols, func(r Record) (ns []string) {
-		for _, p := range r.Probes {
-			ns = append(ns, p.Name)
-		}
-		return ns
-	}) {
-		b.WriteString("| `" + name + "` |")
+	for _, name := range union(cols, names) {
+		b.WriteString("| " + row(name) + " |")
 		for _, c := range cols {
-			b.WriteString(" " + probeCell(c.rec, name) + " |")
+			b.WriteString(" " + at(c.rec, name) + " |")
 		}
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// probeTable renders one row per probe (in the records' order) and
+// one column per record: the outcome, bold when it is not a pass, and what
+// the probe observed.
+func probeTable(cols []column) string {
+	return table(cols, "Probe", func(r Record) (ns []string) {
+		for _, p := range r.Probes {
+			ns = append(ns, p.Name)
+		}
+		return ns
+	}, func(name string) string { return "`" + name + "`" }, probeCell)
 }
 
 func probeCell(rec Record, name string) string {
@@ -326,31 +334,21 @@ func probeCell(rec Record, name string) string {
 // record's findings imply, one row per setting any record has ("-" where
 // a record has none: flushcheck.Settings names some only when they apply).
 func settingsTable(cols []column) string {
-	var b strings.Builder
-	b.WriteString("| Setting |")
-	for _, c := range cols {
-		b.WriteString(" " + c.header + " |")
-	}
-	b.WriteString("\n|---|" + strings.Repeat("---|", len(cols)) + "\n")
-	for _, name := range union(cols, func(r Record) (ns []string) {
+	return table(cols, "Setting", func(r Record) (ns []string) {
 		for _, s := range r.Settings {
 			ns = append(ns, s.Name)
 		}
 		return ns
-	}) {
-		b.WriteString("| " + cell(name) + " |")
-		for _, c := range cols {
-			v := "-"
-			for _, o := range c.rec.Settings {
-				if o.Name == name {
-					v = "`" + cell(o.Value) + "`"
-				}
-			}
-			b.WriteString(" " + v + " |")
+	}, cell, settingCell)
+}
+
+func settingCell(rec Record, name string) string {
+	for _, o := range rec.Settings {
+		if o.Name == name {
+			return "`" + cell(o.Value) + "`"
 		}
-		b.WriteString("\n")
 	}
-	return b.String()
+	return "-"
 }
 
 // The tables RenderDoc fills, each between "<!-- providers:NAME begin -->"
