@@ -41,7 +41,8 @@ func TestContractBadInputs(t *testing.T) {
 		{[]string{"version", "extra"}, exitError, `unknown command "extra"`},
 		{[]string{"devices", "extra"}, exitError, `unknown command "extra"`},
 		{[]string{"check", "--bogus"}, exitError, "unknown flag: --bogus"},
-		{[]string{"--log-level", "loud", "version"}, exitError, `--log-level "loud"`},
+		{[]string{"--log-level", "loud", "version"}, exitError, `invalid argument "loud" for "--log-level" flag: want trace, debug, info, warning or error`},
+		{[]string{"--log-format", "yaml", "version"}, exitError, `invalid argument "yaml" for "--log-format" flag: want one of text, json`},
 
 		{[]string{"check", "--timeout", "0"}, exitError, `"0" for "--timeout" flag: want at least 100ms`},
 		{[]string{"check", "--timeout", "99ms"}, exitError, "want at least 100ms"},

@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/qpdrain/qpdrain/internal/testing/promcheck"
@@ -104,9 +105,7 @@ func TestExporterTLSBasicAuth(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	opts := &globalOptions{logFormat: "text"}
-	if opts.log, err = newLogger(io.Discard, "warning", "text"); err != nil {
-		t.Fatal(err)
-	}
+	opts.log = newLogger(io.Discard, logrus.WarnLevel, "text")
 	var stderr syncbuf.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/qpdrain/qpdrain/internal/testing/promcheck"
 	"github.com/qpdrain/qpdrain/internal/testing/testproc"
 	"github.com/qpdrain/qpdrain/leaks"
@@ -340,9 +342,7 @@ func scrapeExporter(t *testing.T, host hostOptions) []byte {
 		t.Fatal(err)
 	}
 	opts := &globalOptions{}
-	if opts.log, err = newLogger(io.Discard, "warning", "text"); err != nil {
-		t.Fatal(err)
-	}
+	opts.log = newLogger(io.Discard, logrus.WarnLevel, "text")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"fmt"
+	"errors"
 	"io"
 
 	"github.com/sirupsen/logrus"
@@ -10,8 +10,8 @@ import (
 
 // globalOptions are the flags every subcommand shares.
 type globalOptions struct {
-	logLevel  string
-	logFormat string
+	logLevel  logrus.Level
+	logFormat string // text or json
 	json      bool
 	details   bool
 	log       *logrus.Logger
@@ -38,19 +38,15 @@ func newRoot(stdout, stderr io.Writer) (*cobra.Command, *globalOptions) {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(stderr, opts.logLevel, opts.logFormat)
-			if err != nil {
-				return withExitCode(exitError, err)
-			}
-			opts.log = log
+			opts.log = newLogger(stderr, opts.logLevel, opts.logFormat)
 			return nil
 		},
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	pf := root.PersistentFlags()
-	pf.StringVar(&opts.logLevel, "log-level", "warning", "log level: trace, debug, info, warning, error")
-	pf.StringVar(&opts.logFormat, "log-format", "text", "log format: text or json")
+	wordFlag(pf, &opts.logLevel, "log-level", logrus.WarnLevel, "log level: trace, debug, info, warning, error", parseLogLevel)
+	stringFlag(pf, &opts.logFormat, "log-format", "text", "log format: text or json", oneOf("text", "json"))
 	pf.BoolVarP(&opts.json, "json", "j", false, "print JSON")
 	pf.BoolVarP(&opts.details, "details", "d", false, "print details")
 	for _, add := range subcommands {
@@ -66,21 +62,24 @@ func newRoot(stdout, stderr io.Writer) (*cobra.Command, *globalOptions) {
 // registers its own in init, so subcommands stay independent.
 var subcommands []func(*globalOptions) *cobra.Command
 
-func newLogger(w io.Writer, level, format string) (*logrus.Logger, error) {
+// parseLogLevel reads --log-level: logrus's level names.
+func parseLogLevel(s string) (logrus.Level, error) {
+	lvl, err := logrus.ParseLevel(s)
+	if err != nil {
+		return 0, errors.New("want trace, debug, info, warning or error")
+	}
+	return lvl, nil
+}
+
+// newLogger is the logger of --log-level and --log-format (text or json).
+func newLogger(w io.Writer, level logrus.Level, format string) *logrus.Logger {
 	log := logrus.New()
 	log.SetOutput(w)
-	lvl, err := logrus.ParseLevel(level)
-	if err != nil {
-		return nil, fmt.Errorf("--log-level %q: want trace, debug, info, warning or error", level)
-	}
-	log.SetLevel(lvl)
-	switch format {
-	case "text":
-		log.SetFormatter(&logrus.TextFormatter{})
-	case "json":
+	log.SetLevel(level)
+	if format == "json" {
 		log.SetFormatter(&logrus.JSONFormatter{})
-	default:
-		return nil, fmt.Errorf("--log-format %q: want text or json", format)
+	} else {
+		log.SetFormatter(&logrus.TextFormatter{})
 	}
-	return log, nil
+	return log
 }
