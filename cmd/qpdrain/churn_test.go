@@ -22,11 +22,7 @@ func TestChurnCmd(t *testing.T) {
 	if code := exitCodeOf(err); code != exitFindings {
 		t.Fatalf("kernel policy: exit %d (%v), want %d\n%s", code, err, exitFindings, out)
 	}
-	for _, want := range []string{"rx_flush_list", "first rejection: event", "accepted after it: 0", "hung drains 1"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("kernel policy output lacks %q:\n%s", want, out)
-		}
-	}
+	wantAll(t, "kernel policy output", out, "rx_flush_list", "first rejection: event", "accepted after it: 0", "hung drains 1")
 	plot := filepath.Join(t.TempDir(), "churn.png")
 	out, err = runSub("churn", append(common, "--policy", "bounded", "--rx-timeout", "10s", "--rx-delay", "15s", "--rx-update-time", "5s", "--plot", plot, "-j")...)
 	if err != nil {

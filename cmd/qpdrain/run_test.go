@@ -1,6 +1,10 @@
 package main
 
-import "bytes"
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
 
 // runRoot runs qpdrain's command tree on args and returns what it wrote to
 // stdout and stderr and the command's error (exitCodeOf gives its exit
@@ -17,4 +21,15 @@ func runRoot(args ...string) (stdout, stderr string, err error) {
 func runSub(sub string, args ...string) (string, error) {
 	out, _, err := runRoot(append([]string{sub}, args...)...)
 	return out, err
+}
+
+// wantAll fails t for each of wants that out, the command's output (what
+// names it in the message), does not contain.
+func wantAll(t *testing.T, what, out string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(out, want) {
+			t.Errorf("%s lacks %q:\n%s", what, want, out)
+		}
+	}
 }
