@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -16,10 +15,7 @@ import (
 // rxe VM) it must list each, in text and in JSON.
 func TestDevices(t *testing.T) {
 	infos, listErr := ibv.Devices()
-	var stdout, stderr bytes.Buffer
-	cmd := newRootCmd(&stdout, &stderr)
-	cmd.SetArgs([]string{"devices"})
-	err := cmd.Execute()
+	stdout, err := runSub("devices")
 	if listErr != nil || len(infos) == 0 {
 		want := "no RDMA devices"
 		if why := noLibibverbs(); why != "" {
@@ -29,12 +25,9 @@ func TestDevices(t *testing.T) {
 		if !errors.As(err, &ec) || ec.code != exitUnsupported || err.Error() != want {
 			t.Fatalf("devices without RDMA: err %v, want %q with exit code %d", err, want, exitUnsupported)
 		}
-		stdout.Reset()
-		cmd = newRootCmd(&stdout, &stderr)
-		cmd.SetArgs([]string{"devices", "-j"})
-		err = cmd.Execute()
-		if !errors.As(err, &ec) || ec.code != exitUnsupported || stdout.String() != "[]\n" {
-			t.Errorf("devices -j without RDMA: printed %q, err %v; want [] and exit code %d", stdout.String(), err, exitUnsupported)
+		stdout, err = runSub("devices", "-j")
+		if !errors.As(err, &ec) || ec.code != exitUnsupported || stdout != "[]\n" {
+			t.Errorf("devices -j without RDMA: printed %q, err %v; want [] and exit code %d", stdout, err, exitUnsupported)
 		}
 		return
 	}
@@ -42,24 +35,21 @@ func TestDevices(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, info := range infos {
-		if !strings.Contains(stdout.String(), info.Name+": ") || !strings.Contains(stdout.String(), "port 1 state") {
-			t.Errorf("output does not list %s and its port 1:\n%s", info.Name, stdout.String())
+		if !strings.Contains(stdout, info.Name+": ") || !strings.Contains(stdout, "port 1 state") {
+			t.Errorf("output does not list %s and its port 1:\n%s", info.Name, stdout)
 		}
 	}
-	stdout.Reset()
-	cmd = newRootCmd(&stdout, &stderr)
-	cmd.SetArgs([]string{"devices", "-j"})
-	if err := cmd.Execute(); err != nil {
+	if stdout, err = runSub("devices", "-j"); err != nil {
 		t.Fatal(err)
 	}
 	var devs []deviceReport
-	if err := json.Unmarshal(stdout.Bytes(), &devs); err != nil {
-		t.Fatalf("JSON output: %v\n%s", err, stdout.String())
+	if err := json.Unmarshal([]byte(stdout), &devs); err != nil {
+		t.Fatalf("JSON output: %v\n%s", err, stdout)
 	}
 	if len(devs) != len(infos) || len(devs[0].Ports) == 0 {
-		t.Errorf("JSON lists %d devices, want %d with ports:\n%s", len(devs), len(infos), stdout.String())
+		t.Errorf("JSON lists %d devices, want %d with ports:\n%s", len(devs), len(infos), stdout)
 	}
-	t.Logf("%s", stdout.String())
+	t.Logf("%s", stdout)
 }
 
 // Without a PCI inventory (ghw failed, or found nothing) a device's PCI

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -148,10 +147,8 @@ func TestLeaksText(t *testing.T) {
 func TestLeaksJSONAndTextfile(t *testing.T) {
 	useHost(t, leakyHost(100))
 	prom := filepath.Join(t.TempDir(), "qpdrain.prom")
-	var out bytes.Buffer
-	root := newRootCmd(&out, io.Discard)
-	root.SetArgs([]string{"leaks", "-j", "--for", "10ms", "--interval", "10ms", "--textfile", prom})
-	if code := exitCodeOf(root.Execute()); code != exitFindings {
+	out, err := runSub("leaks", "-j", "--for", "10ms", "--interval", "10ms", "--textfile", prom)
+	if code := exitCodeOf(err); code != exitFindings {
 		t.Fatalf("exit %d, want %d", code, exitFindings)
 	}
 	var got struct {
@@ -170,8 +167,8 @@ func TestLeaksJSONAndTextfile(t *testing.T) {
 		} `json:"findings"`
 		WindowNS int64 `json:"window_ns"`
 	}
-	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
-		t.Fatalf("-j: %v\n%s", err, out.String())
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("-j: %v\n%s", err, out)
 	}
 	if got.Samples != 2 || len(got.Findings) != 1 || got.Findings[0].Reason != "stuck-in-error" || got.Findings[0].Owner.PID != 100 ||
 		len(got.Findings[0].QPs) != 2 || got.Findings[0].Evidence == "" || got.Findings[0].Remedy == "" {

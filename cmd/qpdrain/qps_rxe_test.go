@@ -143,14 +143,11 @@ func (h *helperProc) qpns() []string { return strings.Split(h.ready["qpns"], ","
 // runQpdrain runs the CLI in this process.
 func runQpdrain(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
-	cmd := newRootCmd(&stdout, &stderr)
-	cmd.SetArgs(args)
-	err := cmd.Execute()
+	stdout, stderr, err := runRoot(args...)
 	if err != nil {
-		t.Logf("qpdrain %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		t.Logf("qpdrain %s: %v\n%s", strings.Join(args, " "), err, stderr)
 	}
-	return stdout.String(), err
+	return stdout, err
 }
 
 func runRdma(t *testing.T, args ...string) string {
