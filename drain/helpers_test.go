@@ -23,14 +23,14 @@ const (
 var queueOf = drain.QueueByIDPrefix(32, recvIDBase, sendIDBase)
 
 // noLastWQE reports whether the test device raises no Last WQE Reached:
-// rxe before Linux 6.12 (devtest.RXELastWQEReached). There the drain of an
+// rxe before Linux 6.5 (devtest.RXELastWQEReached). There the drain of an
 // SRQ QP can only end by its policy, and the tests that need the event skip.
 func noLastWQE() bool { return devtest.RXELacks(devtest.RXELastWQEReached) }
 
 func skipWithoutLastWQE(t *testing.T) {
 	t.Helper()
 	if noLastWQE() {
-		t.Skip("the device raises no Last WQE Reached (rxe before Linux 6.12, docs/PROVIDERS.md)")
+		t.Skip("the device raises no Last WQE Reached (rxe before Linux 6.5, docs/PROVIDERS.md)")
 	}
 }
 
