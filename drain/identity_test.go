@@ -201,11 +201,7 @@ func TestReusedQPEpisode(t *testing.T) {
 	devtest.Connect(t, r.dev, qp, peer)
 	devtest.ToError(t, qp)
 	s.until("the first episode's Last WQE Reached", func() bool { return s.lastWQE[qp] == 1 })
-	for _, q := range []ibv.QP{qp, peer} {
-		if err := q.Modify(ibv.QPAttr{State: ibv.QPSReset}, ibv.QPAttrState); err != nil {
-			t.Fatal(err)
-		}
-	}
+	toReset(t, qp, peer)
 	rp.Forget(qp)
 	devtest.Connect(t, r.dev, qp, peer)
 	devtest.ToError(t, qp)
