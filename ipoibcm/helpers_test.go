@@ -90,6 +90,29 @@ func (r *rig) connect() (*Conn, ibv.QP) {
 	return c, peer
 }
 
+// disconnect has the Manager handle a DREQ for c.
+func (r *rig) disconnect(c *Conn) {
+	r.t.Helper()
+	if err := r.m.Disconnect(c); err != nil {
+		r.t.Fatalf("Disconnect: %v", err)
+	}
+}
+
+// disconnected connects n peers and disconnects each, servicing after
+// each DREQ, and returns their connections.
+func (r *rig) disconnected(n int) []*Conn {
+	r.t.Helper()
+	conns := make([]*Conn, n)
+	for i := range conns {
+		conns[i], _ = r.connect()
+	}
+	for _, c := range conns {
+		r.disconnect(c)
+		r.service()
+	}
+	return conns
+}
+
 // send posts one SEND from peer and waits for its completion and for the
 // Manager to have handled the receive.
 func (r *rig) send(peer ibv.QP) {
