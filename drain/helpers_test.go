@@ -140,10 +140,17 @@ func (r *rig) newQP(srq bool) ibv.QP {
 // pair creates a QP to drain and a peer, connected in RTS.
 func (r *rig) pair(srq bool) ibv.QP {
 	r.t.Helper()
-	qp := r.newQP(srq)
-	peer := devtest.NewRC(r.t, r.pd, devtest.RCConfig{SendCQ: r.peerCQ, Cap: qpCap})
-	devtest.Connect(r.t, r.dev, qp, peer)
+	qp, _ := r.pairAndPeer(srq)
 	return qp
+}
+
+// pairAndPeer is pair, returning the peer too.
+func (r *rig) pairAndPeer(srq bool) (qp, peer ibv.QP) {
+	r.t.Helper()
+	qp = r.newQP(srq)
+	peer = devtest.NewRC(r.t, r.pd, devtest.RCConfig{SendCQ: r.peerCQ, Cap: qpCap})
+	devtest.Connect(r.t, r.dev, qp, peer)
+	return qp, peer
 }
 
 // pairs creates n pairs.

@@ -125,9 +125,7 @@ func TestGivenUpKeepsHeadroom(t *testing.T) {
 // ERROR: a QP Add moves to ERROR itself starts a new episode.
 func TestRememberedEventNeedsError(t *testing.T) {
 	r := quirkRig(t, soft.Quirks{NoLastWQEReached: true})
-	qp := r.newQP(true)
-	peer := devtest.NewRC(t, r.pd, devtest.RCConfig{SendCQ: r.peerCQ, Cap: qpCap})
-	devtest.Connect(t, r.dev, qp, peer)
+	qp, peer := r.pairAndPeer(true)
 	devtest.ToError(t, qp)
 	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
 	rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventQPLastWQEReached, QP: qp})
@@ -354,9 +352,7 @@ func TestCountFoundInError(t *testing.T) {
 // episode that ended: it is not remembered for the next.
 func TestHistoryAfterErrorLeft(t *testing.T) {
 	r := quirkRig(t, soft.Quirks{NoLastWQEReached: true})
-	qp := r.newQP(true)
-	peer := devtest.NewRC(t, r.pd, devtest.RCConfig{SendCQ: r.peerCQ, Cap: qpCap})
-	devtest.Connect(t, r.dev, qp, peer)
+	qp, peer := r.pairAndPeer(true)
 	devtest.ToError(t, qp)
 	toReset(t, qp, peer)
 	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
