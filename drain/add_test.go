@@ -30,8 +30,7 @@ func (q verbCounter) Modify(attr ibv.QPAttr, mask ibv.QPAttrMask) error {
 // drained as any other; a QP listed twice and a stated state that is not
 // one are refused, naming their QP, and take nothing from the others.
 func TestAddAllStated(t *testing.T) {
-	dev := devtest.Open(t)
-	r := newRig(t, dev, nil, 64)
+	r := testRig(t)
 	var calls atomic.Int32
 	var qps []ibv.QP
 	for _, qp := range r.pairs(8, false) {
@@ -76,8 +75,7 @@ type listedQP struct {
 }
 
 func TestAddRefusesUnidentifiable(t *testing.T) {
-	dev := devtest.Open(t)
-	r := newRig(t, dev, nil, 64)
+	r := testRig(t)
 	qp := r.pair(true)
 	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout})
 	_, err := rp.Add(listedQP{qp, nil}, drain.AddOptions{})

@@ -39,20 +39,19 @@ func TestWRIDRange(t *testing.T) {
 
 // An SRQ-attached QP: ERROR, Last WQE Reached, drain WR, its completion, safe.
 func TestDrainQPWithSRQ(t *testing.T) {
-	dev := devtest.Open(t)
-	r := newRig(t, dev, nil, 64)
+	r := testRig(t)
 	qp := r.pair(true)
 	if noLastWQE() {
 		// The documented fallback: the drain WR still goes out, and the QP
 		// is released once the CQ polls empty after the stall.
-		rep, err := drain.QP(testCtx(t), qp, drain.Options{Policy: drain.DestroyWhenEmpty, LastWQETimeout: time.Second, DrainTimeout: devtest.Timeout}, drain.Feed{Events: dev})
+		rep, err := drain.QP(testCtx(t), qp, drain.Options{Policy: drain.DestroyWhenEmpty, LastWQETimeout: time.Second, DrainTimeout: devtest.Timeout}, drain.Feed{Events: r.dev})
 		if err != nil || rep.Outcome != drain.DestroyedAfterEmptyCQ || !has(rep, drain.StepDrainDone) {
 			t.Errorf("%v: want destroyed after empty CQ, the drain WR completed\n%s", err, rep)
 		}
 		wantErr(t, rep.Stall, drain.ErrNoLastWQE)
 		return
 	}
-	rep, err := drain.QP(testCtx(t), qp, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout}, drain.Feed{Events: dev})
+	rep, err := drain.QP(testCtx(t), qp, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout}, drain.Feed{Events: r.dev})
 	if err != nil {
 		t.Fatalf("drain.QP: %v\n%s", err, rep)
 	}
@@ -81,12 +80,11 @@ func TestDrainQPWithSRQ(t *testing.T) {
 // receives, counted by the caller, prove the receive queue; its own drain
 // WR the send queue.
 func TestDrainQPWithoutSRQ(t *testing.T) {
-	dev := devtest.Open(t)
-	r := newRig(t, dev, nil, 64)
+	r := testRig(t)
 	qp := r.pair(false)
 	r.postRecvs(qp, 3)
 	rep, err := drain.QP(testCtx(t), qp, drain.Options{LastWQETimeout: time.Millisecond, DrainTimeout: devtest.Timeout,
-		Queue: queueOf, Add: drain.AddOptions{CountRecvs: true, Recvs: 3}}, drain.Feed{Events: dev})
+		Queue: queueOf, Add: drain.AddOptions{CountRecvs: true, Recvs: 3}}, drain.Feed{Events: r.dev})
 	if err != nil {
 		t.Fatalf("drain.QP: %v\n%s", err, rep)
 	}
@@ -111,14 +109,13 @@ func TestDrainQPRecvDrain(t *testing.T) {
 	if noLastWQE() {
 		t.Skip("rxe before Linux 6.12 never completes a receive posted in ERROR (docs/PROVIDERS.md)")
 	}
-	dev := devtest.Open(t)
-	r := newRig(t, dev, nil, 64)
+	r := testRig(t)
 	qp := r.pair(false)
 	r.postRecvs(qp, 3)
 	var mu sync.Mutex
 	var kept []ibv.WC
 	rep, err := drain.QP(testCtx(t), qp, drain.Options{Headroom: 2, DrainTimeout: devtest.Timeout, Queue: queueOf}, drain.Feed{
-		Events: dev,
+		Events: r.dev,
 		OnWC:   func(wc ibv.WC) { mu.Lock(); kept = append(kept, wc); mu.Unlock() },
 	})
 	if err != nil {
@@ -152,17 +149,16 @@ func TestDrainQPRecvDrain(t *testing.T) {
 // bounded and ends in the policy with ErrNoLastWQE.
 func TestDrainQPPastLastWQE(t *testing.T) {
 	skipWithoutLastWQE(t)
-	dev := devtest.Open(t)
-	r := newRig(t, dev, nil, 64)
+	r := testRig(t)
 	told, untold := r.pair(true), r.pair(true)
 	for _, qp := range []ibv.QP{told, untold} {
 		devtest.ToError(t, qp)
-		if ev := devtest.WaitEvent(t, dev, devtest.Timeout); ev.Type != ibv.EventQPLastWQEReached || ev.QP.Num() != qp.Num() {
+		if ev := devtest.WaitEvent(t, r.dev, devtest.Timeout); ev.Type != ibv.EventQPLastWQEReached || ev.QP.Num() != qp.Num() {
 			t.Fatalf("got event %v, want QP_LAST_WQE_REACHED for qpn %d", ev, qp.Num())
 		}
 	}
 	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: 50 * time.Millisecond, DrainTimeout: devtest.Timeout})
-	startCaller(t, rp, r.cq, dev)
+	startCaller(t, rp, r.cq, r.dev)
 	h1 := add(t, rp, told, drain.AddOptions{LastWQESeen: true})
 	h2 := add(t, rp, untold, drain.AddOptions{})
 	rep, err := h1.Wait(testCtx(t))
@@ -191,13 +187,9 @@ func TestDrainQPPastLastWQE(t *testing.T) {
 // come back to it; only the drain WRs are claimed.
 func TestReaperBatches(t *testing.T) {
 	skipWithoutLastWQE(t)
-	dev := devtest.Open(t)
-	r := newRig(t, dev, nil, 64)
+	r := testRig(t)
 	srqQPs := r.pairs(24, true)
-	ownQPs := r.pairs(8, false)
-	for _, qp := range ownQPs {
-		r.postRecvs(qp, 2)
-	}
+	ownQPs := r.ownPairs(8, 2)
 	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	var hs []*drain.Handle
 	for _, qp := range srqQPs {
@@ -206,7 +198,7 @@ func TestReaperBatches(t *testing.T) {
 	for _, qp := range ownQPs {
 		hs = append(hs, add(t, rp, qp, drain.AddOptions{NoSends: true, CountRecvs: true, Recvs: 2}))
 	}
-	if kept := handEvents(t, rp, dev, len(srqQPs)); len(kept) != 0 {
+	if kept := handEvents(t, rp, r.dev, len(srqQPs)); len(kept) != 0 {
 		t.Fatalf("reaper left events of QPs it drains: %v", kept)
 	}
 	// The test is the caller's poll loop, so nothing completes before
@@ -245,11 +237,10 @@ func TestReaperBatches(t *testing.T) {
 // MaxBatch 1 is ib_drain_qp's pattern: one drain WR per QP, each on its
 // own send queue.
 func TestReaperOneAtATime(t *testing.T) {
-	dev := devtest.Open(t)
-	r := newRig(t, dev, nil, 64)
+	r := testRig(t)
 	qps := r.pairs(6, !noLastWQE())
 	rp := drain.NewReaper(r.cq, drain.Options{MaxBatch: 1, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
-	startCaller(t, rp, r.cq, dev)
+	startCaller(t, rp, r.cq, r.dev)
 	var hs []*drain.Handle
 	for _, qp := range qps {
 		hs = append(hs, add(t, rp, qp, counted))
@@ -275,12 +266,8 @@ func TestRecvDrainThenSend(t *testing.T) {
 	if noLastWQE() {
 		t.Skip("rxe before Linux 6.12 never completes a receive posted in ERROR (docs/PROVIDERS.md)")
 	}
-	dev := devtest.Open(t)
-	r := newRig(t, dev, nil, 64)
-	qps := r.pairs(6, false)
-	for _, qp := range qps {
-		r.postRecvs(qp, 2)
-	}
+	r := testRig(t)
+	qps := r.ownPairs(6, 2)
 	rp := drain.NewReaper(r.cq, drain.Options{Headroom: 2, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	var hs []*drain.Handle
 	for _, qp := range qps {
@@ -307,19 +294,7 @@ func TestReaperRun(t *testing.T) {
 	for _, mode := range []string{"channel", "polling"} {
 		t.Run(mode, func(t *testing.T) {
 			dev := devtest.Open(t)
-			var ch ibv.CompChannel
-			if mode == "channel" {
-				var err error
-				if ch, err = dev.CreateCompChannel(); err != nil {
-					t.Fatal(err)
-				}
-				devtest.Close(t, ch)
-			}
-			cq, err := dev.CreateCQ(1024, ch)
-			if err != nil {
-				t.Fatal(err)
-			}
-			devtest.Close(t, cq)
+			ch, cq := newCQ(t, dev, 1024, mode == "channel")
 			r := newRig(t, dev, cq, 64)
 			qps := append(r.pairs(6, !noLastWQE()), r.pairs(2, false)...)
 			rp := drain.NewReaper(cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
@@ -343,8 +318,7 @@ func TestReaperRun(t *testing.T) {
 // waited for; the drain goes on and a later Wait sees it end.
 func TestWaitNamesStep(t *testing.T) {
 	skipWithoutLastWQE(t)
-	dev := devtest.Open(t)
-	r := newRig(t, dev, nil, 64)
+	r := testRig(t)
 	qp := r.pair(true)
 	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
 	h := add(t, rp, qp, drain.AddOptions{})
@@ -355,7 +329,7 @@ func TestWaitNamesStep(t *testing.T) {
 	if rep.Outcome != drain.Pending {
 		t.Errorf("outcome %s, want pending", rep.Outcome)
 	}
-	handEvents(t, rp, dev, 1)
+	handEvents(t, rp, r.dev, 1)
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel2()
 	_, err = h.Wait(ctx2)
@@ -367,8 +341,7 @@ func TestWaitNamesStep(t *testing.T) {
 // A QP that cannot be moved to ERROR fails with ErrModifyToError wrapping
 // the device's error; the reaper forgets it.
 func TestModifyToErrorFails(t *testing.T) {
-	dev := devtest.Open(t)
-	r := newRig(t, dev, nil, 64)
+	r := testRig(t)
 	qp := r.pair(true)
 	if err := qp.Close(); err != nil {
 		t.Fatal(err)
@@ -384,8 +357,7 @@ func TestModifyToErrorFails(t *testing.T) {
 
 // A CQ error fails every pending drain, and later ones, with ErrCQError.
 func TestCQErrorEvent(t *testing.T) {
-	dev := devtest.Open(t)
-	r := newRig(t, dev, nil, 64)
+	r := testRig(t)
 	qps := r.pairs(2, false)
 	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout})
 	h := add(t, rp, qps[0], drain.AddOptions{})
@@ -401,8 +373,7 @@ func TestCQErrorEvent(t *testing.T) {
 
 // Usage errors: QPs of another CQ, a QP added twice.
 func TestAddRejects(t *testing.T) {
-	dev := devtest.Open(t)
-	r := newRig(t, dev, nil, 64)
+	r := testRig(t)
 	other := devtest.NewRC(t, r.pd, devtest.RCConfig{Cap: qpCap})
 	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, Queue: queueOf})
 	if _, err := rp.Add(other, drain.AddOptions{}); !errorsIs(err, drain.ErrUnsupportedQP) {
@@ -416,7 +387,7 @@ func TestAddRejects(t *testing.T) {
 	if _, err := rp.Add(qp, drain.AddOptions{}); !errorsIs(err, ibv.ErrBusy) {
 		t.Errorf("second Add: %v, want ErrBusy", err)
 	}
-	startCaller(t, rp, r.cq, dev)
+	startCaller(t, rp, r.cq, r.dev)
 	if left := rp.Shutdown(testCtx(t)); len(left) != 0 {
 		t.Errorf("Shutdown left %d QPs", len(left))
 	}
@@ -430,10 +401,7 @@ func TestConcurrentDrains(t *testing.T) {
 	const workers, perWorker = 8, 12
 	qps := make([][]ibv.QP, workers)
 	for w := range qps {
-		qps[w] = append(r.pairs(perWorker-2, !noLastWQE()), r.pairs(2, false)...)
-		for _, qp := range qps[w][perWorker-2:] {
-			r.postRecvs(qp, 4)
-		}
+		qps[w] = append(r.pairs(perWorker-2, !noLastWQE()), r.ownPairs(2, 4)...)
 	}
 	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	ctx, cancel := context.WithCancel(context.Background())

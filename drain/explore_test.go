@@ -68,12 +68,8 @@ func TestExploreSafeMeansNothingOutstanding(t *testing.T) {
 		t.Skip("only the soft device can say what is still outstanding")
 	}
 	devtest.Explore(t, func(t *testing.T) {
-		dev := devtest.Open(t)
-		r := newRig(t, dev, nil, 64)
-		qps := r.pairs(8, false)
-		for _, qp := range qps {
-			r.postRecvs(qp, 4)
-		}
+		r := testRig(t)
+		qps := r.ownPairs(8, 4)
 		rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 		var hs []*drain.Handle
 		for _, qp := range qps {

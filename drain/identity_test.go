@@ -196,16 +196,10 @@ func TestReusedQPEpisode(t *testing.T) {
 	r := identityRig(t, soft.Quirks{})
 	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	s := newStepper(t, rp, r.cq, r.dev)
-	qp := r.newQP(true)
-	peer := devtest.NewRC(t, r.pd, devtest.RCConfig{SendCQ: r.peerCQ, Cap: qpCap})
-	devtest.Connect(t, r.dev, qp, peer)
+	qp, peer := r.pairAndPeer(true)
 	devtest.ToError(t, qp)
 	s.until("the first episode's Last WQE Reached", func() bool { return s.lastWQE[qp] == 1 })
-	for _, q := range []ibv.QP{qp, peer} {
-		if err := q.Modify(ibv.QPAttr{State: ibv.QPSReset}, ibv.QPAttrState); err != nil {
-			t.Fatal(err)
-		}
-	}
+	toReset(t, qp, peer)
 	rp.Forget(qp)
 	devtest.Connect(t, r.dev, qp, peer)
 	devtest.ToError(t, qp)

@@ -125,26 +125,13 @@ func TestGivenUpKeepsHeadroom(t *testing.T) {
 // ERROR: a QP Add moves to ERROR itself starts a new episode.
 func TestRememberedEventNeedsError(t *testing.T) {
 	r := quirkRig(t, soft.Quirks{NoLastWQEReached: true})
-	qp := r.newQP(true)
-	peer := devtest.NewRC(t, r.pd, devtest.RCConfig{SendCQ: r.peerCQ, Cap: qpCap})
-	devtest.Connect(t, r.dev, qp, peer)
+	qp, peer := r.pairAndPeer(true)
 	devtest.ToError(t, qp)
 	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
 	rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventQPLastWQEReached, QP: qp})
-	for _, q := range []ibv.QP{qp, peer} {
-		if err := q.Modify(ibv.QPAttr{State: ibv.QPSReset}, ibv.QPAttrState); err != nil {
-			t.Fatal(err)
-		}
-	}
+	toReset(t, qp, peer)
 	devtest.Connect(t, r.dev, qp, peer)
-	h := add(t, rp, qp, drain.AddOptions{NoSends: true})
-	pollAll(t, rp, r.cq)
-	rep, err := h.Wait(testCtx(t))
-	checkProof(t, rep)
-	wantErr(t, err, drain.ErrNoLastWQE)
-	if has(rep, drain.StepLastWQEStated) {
-		t.Errorf("the event remembered from before the QP left ERROR was used:\n%s", rep)
-	}
+	r.wantEventForgotten(rp, qp, "the event remembered from before the QP left ERROR")
 }
 
 // MaxBatch caps the QPs one barrier drain WR releases.
@@ -365,27 +352,14 @@ func TestCountFoundInError(t *testing.T) {
 // episode that ended: it is not remembered for the next.
 func TestHistoryAfterErrorLeft(t *testing.T) {
 	r := quirkRig(t, soft.Quirks{NoLastWQEReached: true})
-	qp := r.newQP(true)
-	peer := devtest.NewRC(t, r.pd, devtest.RCConfig{SendCQ: r.peerCQ, Cap: qpCap})
-	devtest.Connect(t, r.dev, qp, peer)
+	qp, peer := r.pairAndPeer(true)
 	devtest.ToError(t, qp)
-	for _, q := range []ibv.QP{qp, peer} {
-		if err := q.Modify(ibv.QPAttr{State: ibv.QPSReset}, ibv.QPAttrState); err != nil {
-			t.Fatal(err)
-		}
-	}
+	toReset(t, qp, peer)
 	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
 	rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventQPLastWQEReached, QP: qp})
 	devtest.Connect(t, r.dev, qp, peer)
 	devtest.ToError(t, qp)
-	h := add(t, rp, qp, drain.AddOptions{NoSends: true})
-	pollAll(t, rp, r.cq)
-	rep, err := h.Wait(testCtx(t))
-	checkProof(t, rep)
-	wantErr(t, err, drain.ErrNoLastWQE)
-	if has(rep, drain.StepLastWQEStated) {
-		t.Errorf("an event handed over in RESET was taken for the next episode:\n%s", rep)
-	}
+	r.wantEventForgotten(rp, qp, "an event handed over in RESET")
 }
 
 // refusingQP refuses every send: a drain WR on it fails to post.
@@ -493,16 +467,7 @@ func TestRunPollsForCount(t *testing.T) {
 func runOnChannel(t *testing.T, q soft.Quirks, opts drain.Options) (*rig, *drain.Reaper) {
 	t.Helper()
 	dev := openSoft(t, soft.Config{Quirks: q})
-	ch, err := dev.CreateCompChannel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	devtest.Close(t, ch)
-	cq, err := dev.CreateCQ(64, ch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	devtest.Close(t, cq)
+	ch, cq := newCQ(t, dev, 64, true)
 	r := newRig(t, dev, cq, 64)
 	rp := drain.NewReaper(cq, opts)
 	ctx, cancel := context.WithCancel(context.Background())

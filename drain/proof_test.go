@@ -269,12 +269,11 @@ func TestFullSendQueueRetried(t *testing.T) {
 // before it handed over the QP.
 func TestEventBeforeAdd(t *testing.T) {
 	skipWithoutLastWQE(t)
-	dev := devtest.Open(t)
-	r := newRig(t, dev, nil, 64)
+	r := testRig(t)
 	qp := r.pair(true)
 	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: time.Hour, DrainTimeout: devtest.Timeout})
 	devtest.ToError(t, qp)
-	if ev := devtest.WaitEvent(t, dev, devtest.Timeout); rp.HandleEvent(ev) {
+	if ev := devtest.WaitEvent(t, r.dev, devtest.Timeout); rp.HandleEvent(ev) {
 		t.Errorf("event %v of a QP not being drained claimed", ev)
 	}
 	h := add(t, rp, qp, drain.AddOptions{NoSends: true})
@@ -337,11 +336,10 @@ func TestStallsRunConcurrently(t *testing.T) {
 // report per QP in order; a QP Add refuses gets a failed report and the
 // joined error names it.
 func TestDrainAll(t *testing.T) {
-	dev := devtest.Open(t)
-	r := newRig(t, dev, nil, 64)
+	r := testRig(t)
 	qps := r.pairs(6, !noLastWQE())
 	reps, err := drain.DrainAll(testCtx(t), qps, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout,
-		Queue: queueOf, Add: drain.AddOptions{NoSends: true, CountRecvs: true}}, drain.Feed{Events: dev})
+		Queue: queueOf, Add: drain.AddOptions{NoSends: true, CountRecvs: true}}, drain.Feed{Events: r.dev})
 	if err != nil || len(reps) != len(qps) {
 		t.Fatalf("DrainAll: %v, %d reports for %d QPs", err, len(reps), len(qps))
 	}

@@ -83,17 +83,8 @@ func TestQuirkSendInErrorNotFlushed(t *testing.T) {
 		}
 	})
 	t.Run("destroy-when-empty", func(t *testing.T) {
-		r := quirkRig(t, q)
-		qp := r.pair(true)
-		rp, _ := runReaper(t, r, drain.Options{Policy: drain.DestroyWhenEmpty, LastWQETimeout: devtest.Timeout})
-		rep, err := add(t, rp, qp, drain.AddOptions{}).Wait(testCtx(t))
-		if err != nil || rep.Outcome != drain.DestroyedAfterEmptyCQ {
-			t.Fatalf("%v, outcome %s; want no error and destroyed after empty CQ\n%s", err, rep.Outcome, rep)
-		}
-		wantErr(t, rep.Stall, drain.ErrDrainNotFlushed)
-		if !inOrder(kinds(rep), []drain.StepKind{drain.StepDrainPosted, drain.StepStall, drain.StepCQEmpty, drain.StepOutcome}) {
-			t.Errorf("want drain WR posted, stall, CQ empty, outcome:\n%s", rep)
-		}
+		destroyedWhenEmpty(t, q, drain.Options{LastWQETimeout: devtest.Timeout}, drain.ErrDrainNotFlushed,
+			drain.StepDrainPosted, drain.StepStall, drain.StepCQEmpty, drain.StepOutcome)
 	})
 }
 
@@ -116,19 +107,29 @@ func TestQuirkNoLastWQEReached(t *testing.T) {
 		}
 	})
 	t.Run("destroy-when-empty", func(t *testing.T) {
-		r := quirkRig(t, q)
-		qp := r.pair(true)
-		rp, _ := runReaper(t, r, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: devtest.Timeout})
-		rep, err := add(t, rp, qp, drain.AddOptions{}).Wait(testCtx(t))
-		if err != nil || rep.Outcome != drain.DestroyedAfterEmptyCQ {
-			t.Fatalf("%v, outcome %s; want destroyed after empty CQ\n%s", err, rep.Outcome, rep)
-		}
-		wantErr(t, rep.Stall, drain.ErrNoLastWQE)
-		want := []drain.StepKind{drain.StepStall, drain.StepDrainPosted, drain.StepDrainDone, drain.StepCQEmpty, drain.StepOutcome}
-		if !inOrder(kinds(rep), want) {
-			t.Errorf("want %v in order:\n%s", want, rep)
-		}
+		destroyedWhenEmpty(t, q, drain.Options{DrainTimeout: devtest.Timeout}, drain.ErrNoLastWQE,
+			drain.StepStall, drain.StepDrainPosted, drain.StepDrainDone, drain.StepCQEmpty, drain.StepOutcome)
 	})
+}
+
+// destroyedWhenEmpty drains one SRQ QP of a quirkRig with quirks q under
+// DestroyWhenEmpty and o, and fails unless the drain ends destroyed after
+// an empty CQ with no error, having stalled on stall, its report holding
+// the steps want in order.
+func destroyedWhenEmpty(t *testing.T, q soft.Quirks, o drain.Options, stall error, want ...drain.StepKind) {
+	t.Helper()
+	r := quirkRig(t, q)
+	qp := r.pair(true)
+	o.Policy = drain.DestroyWhenEmpty
+	rp, _ := runReaper(t, r, o)
+	rep, err := add(t, rp, qp, drain.AddOptions{}).Wait(testCtx(t))
+	if err != nil || rep.Outcome != drain.DestroyedAfterEmptyCQ {
+		t.Fatalf("%v, outcome %s; want no error and destroyed after empty CQ\n%s", err, rep.Outcome, rep)
+	}
+	wantErr(t, rep.Stall, stall)
+	if !inOrder(kinds(rep), want) {
+		t.Errorf("want %v in order:\n%s", want, rep)
+	}
 }
 
 // Last WQE Reached twice: the repeat is counted and changes nothing — one

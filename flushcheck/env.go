@@ -152,6 +152,26 @@ func (e *env) connected(rt rcsetup.Retry) (pd ibv.PD, a, b ibv.QP, err error) {
 	return pd, a, b, nil
 }
 
+// outstanding connects a pair with the default retry attributes and posts
+// nRecv receives, then nSend sends, on its first QP a. The sends wait on an
+// RNR: the peer b has no receive and rnr_retry is infinite.
+func (e *env) outstanding(nRecv, nSend int) (pd ibv.PD, a, b ibv.QP, err error) {
+	if pd, a, b, err = e.connected(rcsetup.DefaultRetry); err != nil {
+		return nil, nil, nil, err
+	}
+	if nRecv > 0 {
+		if err := a.PostRecv(recvs(recvBase, nRecv)); err != nil {
+			return nil, nil, nil, fmt.Errorf("posting receives: %w", err)
+		}
+	}
+	if nSend > 0 {
+		if err := a.PostSend(sends(sendBase, nSend)); err != nil {
+			return nil, nil, nil, fmt.Errorf("posting sends: %w", err)
+		}
+	}
+	return pd, a, b, nil
+}
+
 // onSRQ allocates a PD and an SRQ and creates n connected pairs whose
 // first QP takes its receives from the SRQ; it returns those first QPs.
 func (e *env) onSRQ(n int) (ibv.SRQ, []ibv.QP, error) {

@@ -68,10 +68,12 @@ type Result struct {
 // qemu without KVM in milliseconds); 5 s separates "slow" from "never", as
 // the drain package's defaults do.
 const (
-	// MinTimeout is the shortest Options.Timeout the probes accept: the
-	// longest retry budget a probe waits out (peer-gone's 12.6 ms, which
-	// rxe under qemu takes 20-35 ms for) several times over. Shorter,
-	// slow answers would be reported as missing.
+	// MinTimeout is the shortest Options.Timeout the probes accept:
+	// several times the slowest answer a healthy device gives outside a
+	// retry series (rxe under qemu flushes in milliseconds). Shorter,
+	// slow answers would be reported as missing. A probe that waits out a
+	// retry series (peer-gone, rnr-exhausted) allows one Timeout per
+	// retry timer.
 	MinTimeout     = 100 * time.Millisecond
 	DefaultTimeout = 5 * time.Second
 	DefaultQuiet   = 500 * time.Millisecond
@@ -84,8 +86,8 @@ type Options struct {
 	Port uint8
 	// Timeout bounds each wait for a completion or event the rule says
 	// must come (default DefaultTimeout, at least MinTimeout: a probe run
-	// with less reports Error); when it passes, the probe reports a
-	// deviation.
+	// with less reports Error), once per retry timer for a send a retry
+	// series fails; when it passes, the probe reports a deviation.
 	Timeout time.Duration
 	// Quiet is how long a probe watches for something the rule says must
 	// not happen, such as a second Last WQE Reached (default DefaultQuiet,
@@ -111,9 +113,9 @@ func (o Options) withDefaults() Options {
 // ERROR before it posts to it: a fifth of Quiet.
 func (o Options) settle() time.Duration { return o.Quiet / 5 }
 
-// budget bounds one probe as a whole: no probe waits more than three
-// timeouts and one quiet period, so the budget only ends a probe that is
-// itself stuck.
+// budget bounds one probe as a whole: no probe waits more than four
+// timeouts, two quiet periods and its retry series (milliseconds), so the
+// budget only ends a probe that is itself stuck.
 func (o Options) budget() time.Duration { return 4*o.Timeout + 2*o.Quiet + 10*time.Second }
 
 // ErrTimeoutTooShort is the error of a probe run with an Options.Timeout

@@ -125,15 +125,9 @@ func destroyOutstanding(e *env) (verdict, error) {
 // ERROR; once their flushes are polled it goes to RESET and is connected
 // again, to a new peer, and used.
 func resetReuse(e *env) (verdict, error) {
-	pd, a, _, err := e.connected(rcsetup.DefaultRetry)
+	pd, a, _, err := e.outstanding(2, 2)
 	if err != nil {
 		return verdict{}, err
-	}
-	if err := a.PostRecv(recvs(recvBase, 2)); err != nil {
-		return verdict{}, fmt.Errorf("posting receives: %w", err)
-	}
-	if err := a.PostSend(sends(sendBase, 2)); err != nil {
-		return verdict{}, fmt.Errorf("posting sends: %w", err)
 	}
 	if err := e.toError(a); err != nil {
 		return verdict{}, err
@@ -197,12 +191,9 @@ func resetReuse(e *env) (verdict, error) {
 // infinite) when the QP moves RTS -> SQD asking for SQ_DRAINED; then the
 // peer posts receives.
 func sqd(e *env) (verdict, error) {
-	_, a, b, err := e.connected(rcsetup.DefaultRetry)
+	_, a, b, err := e.outstanding(0, 2)
 	if err != nil {
 		return verdict{}, err
-	}
-	if err := a.PostSend(sends(sendBase, 2)); err != nil {
-		return verdict{}, fmt.Errorf("posting sends: %w", err)
 	}
 	if err := e.sleep(e.o.settle()); err != nil {
 		return verdict{}, err

@@ -143,16 +143,10 @@ var probes = []Probe{
 // RNR (the peer has no receives, rnr_retry is infinite) when the QP enters
 // ERROR.
 func flushOutstanding(e *env) (verdict, error) {
-	_, a, _, err := e.connected(rcsetup.DefaultRetry)
+	const n = 3
+	_, a, _, err := e.outstanding(n, n)
 	if err != nil {
 		return verdict{}, err
-	}
-	const n = 3
-	if err := a.PostRecv(recvs(recvBase, n)); err != nil {
-		return verdict{}, fmt.Errorf("posting receives: %w", err)
-	}
-	if err := a.PostSend(sends(sendBase, n)); err != nil {
-		return verdict{}, fmt.Errorf("posting sends: %w", err)
 	}
 	early, err := e.poll(a.SendCQ(), 2*n, 0)
 	if err != nil {
@@ -424,12 +418,9 @@ func lastWQERepeat(e *env) (verdict, error) {
 
 // drainWR: drain.QP on a connected QP with two receives outstanding.
 func drainWR(e *env) (verdict, error) {
-	_, a, _, err := e.connected(rcsetup.DefaultRetry)
+	_, a, _, err := e.outstanding(2, 0)
 	if err != nil {
 		return verdict{}, err
-	}
-	if err := a.PostRecv(recvs(recvBase, 2)); err != nil {
-		return verdict{}, fmt.Errorf("posting receives: %w", err)
 	}
 	rep, err := drain.QP(e.ctx, a, drain.Options{
 		LastWQETimeout: e.o.Timeout,

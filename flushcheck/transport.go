@@ -22,31 +22,64 @@ var rnrTimers = [32]int64{655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 48
 
 func rnrTimer(code uint8) time.Duration { return time.Duration(rnrTimers[code&31]) * time.Microsecond }
 
-// The retry budgets of peer-gone (12.6 ms) and rnr-exhausted (15.4 ms):
-// short enough to be observed within MinTimeout, long enough (several
-// jiffies, and more than a loaded machine's scheduling delay) that a
-// provider that does not wait them out shows it.
+// The retry attributes peer-gone and rnr-exhausted set, for budgets of
+// 12.6 ms and 15.4 ms: short, so that the probes stay quick, and long
+// enough (several jiffies) that a provider that does not wait them out
+// shows it. The probes judge by what the device reports it holds.
 var (
 	peerGoneRetry = rcsetup.Retry{Timeout: 10, RetryCnt: 2, RNRRetry: 7, MinRNRTimer: 12}
 	rnrRetry      = rcsetup.Retry{Timeout: 14, RetryCnt: 7, RNRRetry: 3, MinRNRTimer: 18}
 )
 
+// retrySeries is how a requester fails a send no one takes, as the device
+// reports the QP attributes that set it: timers retry timers of timer each
+// (IBTA vol. 1 ch. 9.7), then the error completion.
+type retrySeries struct {
+	timers int
+	timer  time.Duration
+	why    string // the attributes, for the observation
+}
+
+// budget is the time the series takes: the error completion may come no
+// sooner.
+func (r retrySeries) budget() time.Duration { return roundDur(time.Duration(r.timers) * r.timer) }
+
+// wait bounds the wait for the error completion: the series with one
+// Timeout of margin per timer. Each timer fires late by the machine's
+// scheduling delay, and the lateness adds up over the series (the soft
+// device on real time on a loaded machine: 66 ms for rnr-exhausted's
+// 15.4 ms, more than 100 ms for peer-gone's 12.6 ms), so one Timeout for
+// the whole series would report a slow machine as a missing completion.
+func (r retrySeries) wait(timeout time.Duration) time.Duration {
+	return time.Duration(r.timers) * (r.timer + timeout)
+}
+
+// queryRetry returns qp's attributes in mask, as the device holds them.
+func queryRetry(qp ibv.QP, mask ibv.QPAttrMask) (ibv.QPAttr, error) {
+	attr, _, err := qp.Query(mask)
+	if err != nil {
+		return attr, fmt.Errorf("querying QP %d's retry attributes: %w", qp.Num(), err)
+	}
+	return attr, nil
+}
+
 // requesterError posts three sends on a connected QP whose peer will not
 // take them and judges what completes: the first with status want, no
-// sooner than budget after the post, the other two flushed behind it, and
-// the QP in ERROR.
-func requesterError(e *env, a ibv.QP, want ibv.WCStatus, budget time.Duration, budgetWhy string) (verdict, error) {
+// sooner than the series' budget after the post and within its wait, the
+// other two flushed behind it, and the QP in ERROR.
+func requesterError(e *env, a ibv.QP, want ibv.WCStatus, r retrySeries) (verdict, error) {
 	const n = 3
+	budget := r.budget()
 	e.mark()
 	if err := a.PostSend(sends(sendBase, n)); err != nil {
 		return verdict{}, fmt.Errorf("posting sends: %w", err)
 	}
-	first, err := e.poll(a.SendCQ(), 1, e.o.Timeout)
+	first, err := e.poll(a.SendCQ(), 1, r.wait(e.o.Timeout))
 	if err != nil {
 		return verdict{}, err
 	}
 	if len(first) == 0 {
-		return deviation("no completion within %v of posting %d sends (retry budget %v: %s)", e.o.Timeout, n, budget, budgetWhy), nil
+		return deviation("no completion within %v of posting %d sends (retry budget %v: %s)", r.wait(e.o.Timeout), n, budget, r.why), nil
 	}
 	took := e.since()
 	rest, err := e.poll(a.SendCQ(), n-1, e.o.Timeout)
@@ -60,7 +93,7 @@ func requesterError(e *env, a ibv.QP, want ibv.WCStatus, budget time.Duration, b
 	ok := first[0].ID == sendBase && first[0].Status == want && first[0].QPNum == a.Num()
 	okRest, why := checkFlushed("the sends behind it", ids(sendBase+1, n-1), rest, a.Num())
 	obs := fmt.Sprintf("first send completed %s %v after the post (retry budget %v: %s); %d behind it: %s; QP %s",
-		first[0].Status, took, budget, budgetWhy, n-1, wcList(rest, a.Num()), st)
+		first[0].Status, took, budget, r.why, n-1, wcList(rest, a.Num()), st)
 	switch {
 	case !ok:
 		return deviation("%s; want wr_id %d %s", obs, sendBase, want), nil
@@ -77,34 +110,48 @@ func requesterError(e *env, a ibv.QP, want ibv.WCStatus, budget time.Duration, b
 // peerGone: the responder QP is destroyed before three sends are posted;
 // no one answers them.
 func peerGone(e *env) (verdict, error) {
-	rt := peerGoneRetry
-	_, a, b, err := e.connected(rt)
+	_, a, b, err := e.connected(peerGoneRetry)
 	if err != nil {
 		return verdict{}, err
 	}
 	if err := b.Close(); err != nil {
 		return verdict{}, fmt.Errorf("destroying the responder QP %d: %w", b.Num(), err)
 	}
-	t := ackTimeout(rt.Timeout)
-	budget := time.Duration(rt.RetryCnt+1) * t
-	v, err := requesterError(e, a, ibv.WCRetryExcErr, roundDur(budget),
-		fmt.Sprintf("retry_cnt %d + 1 local ACK timeouts of %v (timeout %d)", rt.RetryCnt, roundDur(t), rt.Timeout))
+	attr, err := queryRetry(a, ibv.QPAttrTimeout|ibv.QPAttrRetryCnt)
+	if err != nil {
+		return verdict{}, err
+	}
+	t := ackTimeout(attr.Timeout)
+	v, err := requesterError(e, a, ibv.WCRetryExcErr, retrySeries{timers: int(attr.RetryCnt) + 1, timer: t,
+		why: fmt.Sprintf("retry_cnt %d + 1 local ACK timeouts of %v (timeout %d)", attr.RetryCnt, roundDur(t), attr.Timeout)})
 	v.observed = "responder QP destroyed: " + v.observed
 	return v, err
 }
 
+// rnrInfinite is the rnr_retry that means "retry forever" (ibv_modify_qp(3)).
+const rnrInfinite = 7
+
 // rnrExhausted: the responder has no receive posted and the requester a
-// finite rnr_retry.
+// finite rnr_retry. The RNR NAK carries the responder's min_rnr_timer.
 func rnrExhausted(e *env) (verdict, error) {
-	rt := rnrRetry
-	_, a, _, err := e.connected(rt)
+	_, a, b, err := e.connected(rnrRetry)
 	if err != nil {
 		return verdict{}, err
 	}
-	t := rnrTimer(rt.MinRNRTimer)
-	budget := time.Duration(rt.RNRRetry) * t
-	v, err := requesterError(e, a, ibv.WCRNRRetryExcErr, roundDur(budget),
-		fmt.Sprintf("rnr_retry %d RNR NAK timers of %v (min_rnr_timer %d)", rt.RNRRetry, roundDur(t), rt.MinRNRTimer))
+	req, err := queryRetry(a, ibv.QPAttrRNRRetry)
+	if err != nil {
+		return verdict{}, err
+	}
+	resp, err := queryRetry(b, ibv.QPAttrMinRNRTimer)
+	if err != nil {
+		return verdict{}, err
+	}
+	if req.RNRRetry >= rnrInfinite {
+		return deviation("no receive at the responder: the requester reports rnr_retry %d (retry forever) where %d was set", req.RNRRetry, rnrRetry.RNRRetry), nil
+	}
+	t := rnrTimer(resp.MinRNRTimer)
+	v, err := requesterError(e, a, ibv.WCRNRRetryExcErr, retrySeries{timers: int(req.RNRRetry), timer: t,
+		why: fmt.Sprintf("rnr_retry %d RNR NAK timers of %v (min_rnr_timer %d)", req.RNRRetry, roundDur(t), resp.MinRNRTimer)})
 	v.observed = "no receive at the responder: " + v.observed
 	return v, err
 }

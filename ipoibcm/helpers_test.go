@@ -90,6 +90,29 @@ func (r *rig) connect() (*Conn, ibv.QP) {
 	return c, peer
 }
 
+// disconnect has the Manager handle a DREQ for c.
+func (r *rig) disconnect(c *Conn) {
+	r.t.Helper()
+	if err := r.m.Disconnect(c); err != nil {
+		r.t.Fatalf("Disconnect: %v", err)
+	}
+}
+
+// disconnected connects n peers and disconnects each, servicing after
+// each DREQ, and returns their connections.
+func (r *rig) disconnected(n int) []*Conn {
+	r.t.Helper()
+	conns := make([]*Conn, n)
+	for i := range conns {
+		conns[i], _ = r.connect()
+	}
+	for _, c := range conns {
+		r.disconnect(c)
+		r.service()
+	}
+	return conns
+}
+
 // send posts one SEND from peer and waits for its completion and for the
 // Manager to have handled the receive.
 func (r *rig) send(peer ibv.QP) {
@@ -172,14 +195,8 @@ func (r *rig) wantKinds(qpn uint32, want ...EventKind) {
 }
 
 // lastWQEReached reports whether the test device raises Last WQE Reached
-// for SRQ QPs: soft does, rxe since Linux 6.5 (commit c3e1bf626eb3).
-func lastWQEReached() bool {
-	if devtest.CurrentProvider() != devtest.ProviderRXE {
-		return true
-	}
-	major, minor := devtest.KernelVersion()
-	return major > 6 || major == 6 && minor >= 5
-}
+// for SRQ QPs: every device but rxe before devtest.RXELastWQEReached.
+func lastWQEReached() bool { return !devtest.RXELacks(devtest.RXELastWQEReached) }
 
 // event returns qpn's first traced event of kind k.
 func (r *rig) event(qpn uint32, k EventKind) (Event, bool) {
@@ -192,16 +209,11 @@ func (r *rig) event(qpn uint32, k EventKind) (Event, bool) {
 }
 
 // repeatsLastWQE says the test device raises Last WQE Reached again after a
-// send is posted on the QP in ERROR, as rxe does on Linux 6.12
-// (docs/PROVIDERS.md; soft's LastWQEReachedTwice): ipoib_cm.c's handler
-// then moves the entry back to the flush list and posts another drain WR.
-func repeatsLastWQE() bool {
-	if devtest.CurrentProvider() != devtest.ProviderRXE {
-		return false
-	}
-	major, minor := devtest.KernelVersion()
-	return major > 6 || major == 6 && minor >= 12
-}
+// send is posted on the QP in ERROR, as rxe does from
+// devtest.RXELastWQERepeated on (docs/PROVIDERS.md; soft's
+// LastWQEReachedTwice): ipoib_cm.c's handler then moves the entry back to
+// the flush list and posts another drain WR.
+func repeatsLastWQE() bool { return devtest.RXEHas(devtest.RXELastWQERepeated) }
 
 // wantKernelDrain fails unless qpn's traced events are before, Last WQE
 // Reached and a drain WR (repeated where the device repeats the event),

@@ -70,9 +70,7 @@ func TestKernelDisconnectDrainReap(t *testing.T) {
 	r := newRig(t, nil, Config{})
 	c, peer := r.connect()
 	r.send(peer)
-	if err := r.m.Disconnect(c); err != nil {
-		t.Fatal(err)
-	}
+	r.disconnect(c)
 	if s := devtest.State(t, c.qp); s != ibv.QPSErr {
 		t.Errorf("after DREQ the RX QP is in %s, want ERR", s)
 	}
@@ -114,9 +112,7 @@ func testBoundedDisconnectReap(t *testing.T, dev ibv.Context) {
 	raises := dev == nil && lastWQEReached()
 	c, peer := r.connect()
 	r.send(peer)
-	if err := r.m.Disconnect(c); err != nil {
-		t.Fatal(err)
-	}
+	r.disconnect(c)
 	if c.List() != ListError && c.List() != ListDrain && c.List() != ListNone {
 		t.Errorf("after DREQ on %s, want rx_error_list (or further)", c.List())
 	}
@@ -144,17 +140,7 @@ func testBoundedDisconnectReap(t *testing.T, dev ibv.Context) {
 // the drain WR (eHCA) leaves them there for ever.
 func TestKernelDrainNeverFlushedLeaks(t *testing.T) {
 	r := newRig(t, softDevice(t, soft.Quirks{SendInErrorNotFlushed: true}), Config{})
-	var conns []*Conn
-	for range 3 {
-		c, _ := r.connect()
-		conns = append(conns, c)
-	}
-	for _, c := range conns {
-		if err := r.m.Disconnect(c); err != nil {
-			t.Fatal(err)
-		}
-		r.service()
-	}
+	r.disconnected(3)
 	r.advance(24 * time.Hour)
 	n := r.m.Counts()
 	if n[ListDrain] != 1 || n[ListFlush] != 2 || n[ListReap] != 0 {
@@ -170,17 +156,7 @@ func TestKernelDrainNeverFlushedLeaks(t *testing.T) {
 // and destroyed.
 func TestBoundedDrainNeverFlushedReaps(t *testing.T) {
 	r := newRig(t, softDevice(t, soft.Quirks{SendInErrorNotFlushed: true}), Config{Policy: Bounded})
-	var conns []*Conn
-	for range 3 {
-		c, _ := r.connect()
-		conns = append(conns, c)
-	}
-	for _, c := range conns {
-		if err := r.m.Disconnect(c); err != nil {
-			t.Fatal(err)
-		}
-		r.service()
-	}
+	conns := r.disconnected(3)
 	if n := r.m.Counts(); n[ListDrain] != 3 {
 		t.Fatalf("lists %v, want 3 with the reaper", n)
 	}
@@ -216,9 +192,7 @@ func TestNoLastWQEReached(t *testing.T) {
 		t.Run(p.String(), func(t *testing.T) {
 			r := newRig(t, softDevice(t, soft.Quirks{NoLastWQEReached: true}), Config{Policy: p})
 			c, _ := r.connect()
-			if err := r.m.Disconnect(c); err != nil {
-				t.Fatal(err)
-			}
+			r.disconnect(c)
 			r.advance(4 * time.Second)
 			for i := 0; i < 10; i++ {
 				r.advance(time.Second)
@@ -243,9 +217,7 @@ func TestNoLastWQEReached(t *testing.T) {
 func TestQuarantineOnVirtualClock(t *testing.T) {
 	r := newRig(t, softDevice(t, soft.Quirks{SendInErrorNotFlushed: true}), Config{Policy: Bounded, QuarantinePolicy: true})
 	c, _ := r.connect()
-	if err := r.m.Disconnect(c); err != nil {
-		t.Fatal(err)
-	}
+	r.disconnect(c)
 	r.service()
 	if c.List() != ListDrain {
 		t.Fatalf("on %s, want the reaper's", c.List())
@@ -327,9 +299,7 @@ func TestNonSRQFlushReaps(t *testing.T) {
 			r := newRig(t, nil, Config{NoSRQ: true, Policy: p})
 			c, peer := r.connect()
 			r.send(peer)
-			if err := r.m.Disconnect(c); err != nil {
-				t.Fatal(err)
-			}
+			r.disconnect(c)
 			r.until("reaped", func() bool { return c.List() == ListNone })
 			r.wantKinds(c.QPNum(), EventAccepted, EventDisconnect, EventFlushed, EventReaped)
 			if st := r.m.Stats(); st.DrainWRs != 0 {
@@ -354,9 +324,7 @@ func TestNonSRQLimit(t *testing.T) {
 	if s := r.m.Snapshot(); s.QPs != 2 || s.NonSRQConns != 2 {
 		t.Errorf("after the rejection %d QPs, nonsrq_conn_qp %d, want 2 and 2", s.QPs, s.NonSRQConns)
 	}
-	if err := r.m.Disconnect(a); err != nil {
-		t.Fatal(err)
-	}
+	r.disconnect(a)
 	r.until("reaped", func() bool { return a.List() == ListNone })
 	if _, err := r.m.Accept(peer.Num(), r.route); err != nil {
 		t.Fatalf("Accept after a reap: %v", err)
@@ -436,9 +404,7 @@ func TestStop(t *testing.T) {
 func TestKernelLastWQEReachedTwice(t *testing.T) {
 	r := newRig(t, softDevice(t, soft.Quirks{LastWQEReachedTwice: true}), Config{})
 	c, _ := r.connect()
-	if err := r.m.Disconnect(c); err != nil {
-		t.Fatal(err)
-	}
+	r.disconnect(c)
 	r.until("reaped", func() bool { return c.List() == ListNone })
 	r.wantKinds(c.QPNum(), EventAccepted, EventDisconnect, EventLastWQE, EventDrainPosted, EventLastWQE, EventDrainPosted, EventDrained, EventReaped)
 	if st := r.m.Stats(); st.DrainWRs != 1 || st.DrainPostFailed != 1 || st.LateWCs != 0 {
@@ -451,9 +417,7 @@ func TestKernelLastWQEReachedTwice(t *testing.T) {
 func TestLateCompletionCounted(t *testing.T) {
 	r := newRig(t, nil, Config{NoSRQ: true})
 	c, _ := r.connect()
-	if err := r.m.Disconnect(c); err != nil {
-		t.Fatal(err)
-	}
+	r.disconnect(c)
 	r.until("reaped", func() bool { return c.List() == ListNone })
 	r.m.mu.Lock()
 	err := r.m.handleWC(ibv.WC{ID: recvTag, QPNum: c.QPNum(), Status: ibv.WCWRFlushErr}, r.clock.Now())

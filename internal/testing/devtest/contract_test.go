@@ -93,7 +93,7 @@ func TestErrorContract(t *testing.T) {
 		ctx, srq, a := r.ctx, r.srq, r.a
 		r.sendFive(t)
 		// SRQ_LIMIT_REACHED is raised now (TestSRQLimit), and Last WQE
-		// Reached once a is in ERROR, except on rxe before 6.12.
+		// Reached once a is in ERROR, except on rxe before 6.5.
 		ToError(t, a)
 		PollNone(t, a.RecvCQ(), quiet) // let the events reach the queue
 		if err := a.Close(); err != nil {

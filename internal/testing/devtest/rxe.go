@@ -50,8 +50,8 @@ type rxeRange struct {
 // the behaviour and the first seen with it; the kernels in between are
 // assumed to behave like the older side until the tests run there.
 var rxeChanges = map[RXEChange]rxeRange{
-	RXELastWQEReached: {Since: KernelRelease{6, 12},
-		Why: "observed: none on 6.1.192, raised on 6.12.95 and 7.3.4; 6.2-6.11 not run"},
+	RXELastWQEReached: {Since: KernelRelease{6, 5},
+		Why: "commit c3e1bf626eb3 (\"RDMA/rxe: Send last wqe reached event on qp cleanup\", merged for v6.5): rxe_resp.c's flush_recv_queue raises it for an SRQ QP entering ERROR; observed: none on 6.1.192, raised on 6.12.95 and 7.3.4"},
 	RXELastWQERepeated: {Since: KernelRelease{6, 12},
 		Why: "observed: on 6.12.95 and 7.3.4; 6.1.192 raises no Last WQE Reached at all"},
 	RXERecvInErrorFlushed: {Since: KernelRelease{6, 12},
