@@ -206,8 +206,14 @@ func (c *Conn) QPs(ctx context.Context, dev Device) ([]QP, error) {
 
 // AppendQPs is QPs appending to dst, for callers that reuse a slice.
 func (c *Conn) AppendQPs(ctx context.Context, dst []QP, dev Device) ([]QP, error) {
-	err := c.request(ctx, CmdResQPGet, dev.label(), netlink.Dump, devAttrs(dev.Index), func(m netlink.Message) (err error) {
-		dst, err = appendQPs(dst, m.Data)
+	return dumpTable(ctx, c, CmdResQPGet, dev, dst, appendQPs)
+}
+
+// dumpTable dumps one resource table of dev (cmd), appending to dst the
+// entries appendMsg decodes from each reply message.
+func dumpTable[T any](ctx context.Context, c *Conn, cmd Command, dev Device, dst []T, appendMsg func([]T, []byte) ([]T, error)) ([]T, error) {
+	err := c.request(ctx, cmd, dev.label(), netlink.Dump, devAttrs(dev.Index), func(m netlink.Message) (err error) {
+		dst, err = appendMsg(dst, m.Data)
 		return err
 	})
 	return dst, err
@@ -215,23 +221,13 @@ func (c *Conn) AppendQPs(ctx context.Context, dst []QP, dev Device) ([]QP, error
 
 // PDs dumps the PD table of dev.
 func (c *Conn) PDs(ctx context.Context, dev Device) ([]PD, error) {
-	var out []PD
-	err := c.request(ctx, CmdResPDGet, dev.label(), netlink.Dump, devAttrs(dev.Index), func(m netlink.Message) (err error) {
-		out, err = appendPDs(out, m.Data)
-		return err
-	})
-	return out, err
+	return dumpTable(ctx, c, CmdResPDGet, dev, nil, appendPDs)
 }
 
 // Contexts dumps the context table of dev (one entry per open uverbs
 // file; kernel 5.11 and later).
 func (c *Conn) Contexts(ctx context.Context, dev Device) ([]Ctx, error) {
-	var out []Ctx
-	err := c.request(ctx, CmdResCtxGet, dev.label(), netlink.Dump, devAttrs(dev.Index), func(m netlink.Message) (err error) {
-		out, err = appendCtxs(out, m.Data)
-		return err
-	})
-	return out, err
+	return dumpTable(ctx, c, CmdResCtxGet, dev, nil, appendCtxs)
 }
 
 // UverbsChardev looks up the uverbs char device of dev ("uverbs0").
