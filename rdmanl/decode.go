@@ -112,8 +112,8 @@ func walkTable(b []byte, tableAttr, entryAttr uint16, entry func(e attrs, dev ui
 // entry's attributes and the device index and name; prev is the row before
 // (row itself for the first), whose strings a row repeating them shares
 // (intern). Rows are filled in place: a QP is about a hundred bytes, and
-// copying it twice per row was a fifth of the decoder's time. On an error
-// dst comes back as it was.
+// passing rows in and out by value made BenchmarkDecodeQPMessages a sixth
+// slower. On an error dst comes back as it was.
 func appendTable[T any](dst []T, b []byte, tableAttr, entryAttr uint16, decode func(row, prev *T, e attrs, dev uint32, name []byte) error) ([]T, error) {
 	n := len(dst)
 	var zero T
