@@ -66,27 +66,18 @@ func fillSGEs(sges []C.struct_ibv_sge, sgl []ibv.SGE) []C.struct_ibv_sge {
 	return sges[len(sgl):]
 }
 
-// reserve makes room in the buffer, whose mu the caller holds, for wrs and
-// their SGEs, and returns the C WR array (of In, struct qpd_send when send
-// is 1, else struct qpd_recv) and the SGE array to fill.
-func reserve[In C.struct_qpd_send | C.struct_qpd_recv, W ibv.SendWR | ibv.RecvWR](b *postBuf, wrs []W, send C.int) ([]In, []C.struct_ibv_sge, error) {
-	nsge := sgeCount(wrs)
-	if rc := C.qpd_postbuf_reserve(b.buf, C.int(len(wrs)), C.int(nsge), send); rc != 0 {
-		return nil, nil, &ibv.PostError{Index: 0, Err: rcErr(rc)}
-	}
-	return unsafe.Slice((*In)(b.buf.in), len(wrs)), unsafe.Slice(b.buf.sge, nsge), nil
-}
-
 // postSend writes wrs into the buffer and posts them on qp. As a provider
 // does with a WR it rejects (bad_wr), a WR the binding cannot express ends
 // the batch: the WRs before it are posted, and the error names it.
 func (b *postBuf) postSend(qp *C.struct_ibv_qp, wrs []ibv.SendWR) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	in, sges, err := reserve[C.struct_qpd_send](b, wrs, 1)
-	if err != nil {
-		return err
+	nsge := sgeCount(wrs)
+	if rc := C.qpd_postbuf_reserve(b.buf, C.int(len(wrs)), C.int(nsge), 1); rc != 0 {
+		return &ibv.PostError{Index: 0, Err: rcErr(rc)}
 	}
+	in := unsafe.Slice((*C.struct_qpd_send)(b.buf.in), len(wrs))
+	sges := unsafe.Slice(b.buf.sge, nsge)
 	for i := range wrs {
 		w := &wrs[i]
 		if w.Opcode == ibv.WRBindMW || w.Opcode == ibv.WRTSO {
@@ -131,10 +122,12 @@ func (b *postBuf) postPrefix(qp *C.struct_ibv_qp, n int, op ibv.WROpcode) error 
 func (b *postBuf) postRecv(qp *C.struct_ibv_qp, srq *C.struct_ibv_srq, wrs []ibv.RecvWR) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	in, sges, err := reserve[C.struct_qpd_recv](b, wrs, 0)
-	if err != nil {
-		return err
+	nsge := sgeCount(wrs)
+	if rc := C.qpd_postbuf_reserve(b.buf, C.int(len(wrs)), C.int(nsge), 0); rc != 0 {
+		return &ibv.PostError{Index: 0, Err: rcErr(rc)}
 	}
+	in := unsafe.Slice((*C.struct_qpd_recv)(b.buf.in), len(wrs))
+	sges := unsafe.Slice(b.buf.sge, nsge)
 	for i := range wrs {
 		in[i] = C.struct_qpd_recv{wr_id: C.uint64_t(wrs[i].ID), num_sge: C.uint32_t(len(wrs[i].SGL))}
 		sges = fillSGEs(sges, wrs[i].SGL)
