@@ -39,26 +39,13 @@ const (
 	QPTDriver    QPType = 0xff
 )
 
-// String returns the type as iproute2 prints it ("RC", "UD").
-func (t QPType) String() string {
-	switch t {
-	case QPTRC:
-		return "RC"
-	case QPTUC:
-		return "UC"
-	case QPTUD:
-		return "UD"
-	case QPTRawPacket:
-		return "RAW_PACKET"
-	case QPTXRCSend:
-		return "XRC_SEND"
-	case QPTXRCRecv:
-		return "XRC_RECV"
-	case QPTDriver:
-		return "DRIVER"
-	}
-	return fmt.Sprintf("QPType(%d)", uint32(t))
+var qpTypeNames = [...]string{
+	QPTRC: "RC", QPTUC: "UC", QPTUD: "UD", QPTRawPacket: "RAW_PACKET",
+	QPTXRCSend: "XRC_SEND", QPTXRCRecv: "XRC_RECV", QPTDriver: "DRIVER",
 }
+
+// String returns the type as iproute2 prints it ("RC", "UD").
+func (t QPType) String() string { return enumName(qpTypeNames[:], uint64(t), "QPType") }
 
 // WCStatus is the status of a work completion (enum ibv_wc_status).
 type WCStatus uint32
@@ -119,32 +106,14 @@ const (
 	WCRecvRDMAWithImm WCOpcode = WCRecv + 1
 )
 
-// String returns the opcode without its IBV_WC_ prefix ("RECV").
-func (o WCOpcode) String() string {
-	switch o {
-	case WCSend:
-		return "SEND"
-	case WCRDMAWrite:
-		return "RDMA_WRITE"
-	case WCRDMARead:
-		return "RDMA_READ"
-	case WCCompSwap:
-		return "COMP_SWAP"
-	case WCFetchAdd:
-		return "FETCH_ADD"
-	case WCBindMW:
-		return "BIND_MW"
-	case WCLocalInv:
-		return "LOCAL_INV"
-	case WCTSO:
-		return "TSO"
-	case WCRecv:
-		return "RECV"
-	case WCRecvRDMAWithImm:
-		return "RECV_RDMA_WITH_IMM"
-	}
-	return fmt.Sprintf("WCOpcode(%d)", uint32(o))
+var wcOpcodeNames = [...]string{
+	WCSend: "SEND", WCRDMAWrite: "RDMA_WRITE", WCRDMARead: "RDMA_READ", WCCompSwap: "COMP_SWAP",
+	WCFetchAdd: "FETCH_ADD", WCBindMW: "BIND_MW", WCLocalInv: "LOCAL_INV", WCTSO: "TSO",
+	WCRecv: "RECV", WCRecvRDMAWithImm: "RECV_RDMA_WITH_IMM",
 }
+
+// String returns the opcode without its IBV_WC_ prefix ("RECV").
+func (o WCOpcode) String() string { return enumName(wcOpcodeNames[:], uint64(o), "WCOpcode") }
 
 // WCFlags qualify a work completion (enum ibv_wc_flags).
 type WCFlags uint32
@@ -442,6 +411,8 @@ const (
 	AtomicGlob AtomicCap = 2
 )
 
+// enumName is the name of v in names, indexed by value ("" for a value
+// without one), or typ(v) for a value it does not name.
 func enumName(names []string, v uint64, typ string) string {
 	if v < uint64(len(names)) && names[v] != "" {
 		return names[v]

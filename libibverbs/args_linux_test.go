@@ -60,13 +60,7 @@ func TestSizesOutOfRange(t *testing.T) {
 // TSO) ends the batch as a provider's bad_wr does: the WRs before it reach
 // the provider, and the *PostError names it with ErrNotSupported.
 func TestPostStopsAtUnsupportedOpcode(t *testing.T) {
-	q := &verbsQP{}
-	q.setQP(cverbs.FakeQP())
-	var err error
-	if q.sendPost, err = newPostBuf(); err != nil {
-		t.Fatal(err)
-	}
-	defer q.sendPost.free()
+	q := fakeQP(t)
 	for _, op := range []ibv.WROpcode{ibv.WRBindMW, ibv.WRTSO} {
 		for _, prefix := range []int{0, 2} {
 			wrs := make([]ibv.SendWR, prefix, prefix+2)
@@ -85,4 +79,21 @@ func TestPostStopsAtUnsupportedOpcode(t *testing.T) {
 			}
 		}
 	}
+}
+
+// fakeQP is a QP of the fake provider (internal/testing/cverbs), which
+// accepts every WR at once, with its post buffers, freed when tb ends.
+func fakeQP(tb testing.TB) *verbsQP {
+	q := &verbsQP{}
+	q.setQP(cverbs.FakeQP())
+	var err error
+	if q.sendPost, err = newPostBuf(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(q.sendPost.free)
+	if q.recvPost, err = newPostBuf(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(q.recvPost.free)
+	return q
 }

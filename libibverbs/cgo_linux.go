@@ -92,6 +92,20 @@ func rcErr(rc C.int, sentinels ...error) error {
 	return errnoErr(syscall.Errno(rc), sentinels...)
 }
 
+// rcCheck is nil when rc, the errno result of a verb without one to keep,
+// is 0; otherwise it is rcErr(rc) wrapped with what the verb was doing.
+// The error is made out of line so that the check inlines (ReqNotify is
+// on a reaper's path).
+func rcCheck(rc C.int, doing string) error {
+	if rc == 0 {
+		return nil
+	}
+	return rcFailed(rc, doing)
+}
+
+// rcFailed is the error of rcCheck.
+func rcFailed(rc C.int, doing string) error { return fmt.Errorf("%s: %w", doing, rcErr(rc)) }
+
 // cErr is errnoErr for the functions that return NULL or -1 and set errno.
 // A zero errno (a provider that forgot to set it) becomes EIO.
 func cErr(err error, sentinels ...error) error {

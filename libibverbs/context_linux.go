@@ -338,29 +338,18 @@ func (c *verbsContext) readAsync() {
 // drops one whose object closes while it is queued).
 func (c *verbsContext) mapEvent(ev C.struct_qpd_async) (ibv.AsyncEvent, bool) {
 	e := ibv.AsyncEvent{Type: ibv.EventType(ev._type)}
-	switch ev.elem {
+	ok := true
+	switch obj := c.objs.get(uintptr(ev.handle)); ev.elem {
 	case C.QPD_ELEM_QP:
-		qp, ok := c.objs.get(uintptr(ev.handle)).(*verbsQP)
-		if !ok {
-			return e, false
-		}
-		e.QP = qp
+		e.QP, ok = obj.(*verbsQP)
 	case C.QPD_ELEM_CQ:
-		cq, ok := c.objs.get(uintptr(ev.handle)).(*verbsCQ)
-		if !ok {
-			return e, false
-		}
-		e.CQ = cq
+		e.CQ, ok = obj.(*verbsCQ)
 	case C.QPD_ELEM_SRQ:
-		srq, ok := c.objs.get(uintptr(ev.handle)).(*verbsSRQ)
-		if !ok {
-			return e, false
-		}
-		e.SRQ = srq
+		e.SRQ, ok = obj.(*verbsSRQ)
 	case C.QPD_ELEM_PORT:
 		e.Port = uint8(ev.port)
 	}
-	return e, true
+	return e, ok
 }
 
 // ofClosedObject reports whether e concerns a QP, CQ or SRQ closed since
@@ -385,16 +374,18 @@ func (c *verbsContext) queue(e ibv.AsyncEvent) {
 	c.evMu.Lock()
 	c.events = append(c.events, e)
 	c.evMu.Unlock()
-	select {
-	case c.notify <- struct{}{}:
-	default:
-	}
+	c.wake()
 }
 
 func (c *verbsContext) failAsync(err error) {
 	c.evMu.Lock()
 	c.asyncErr = err
 	c.evMu.Unlock()
+	c.wake()
+}
+
+// wake leaves notify's token for NextAsyncEvent, unless it is there already.
+func (c *verbsContext) wake() {
 	select {
 	case c.notify <- struct{}{}:
 	default:
@@ -411,10 +402,7 @@ func (c *verbsContext) NextAsyncEvent(ctx context.Context) (ibv.AsyncEvent, erro
 			more := len(c.events) > 0
 			c.evMu.Unlock()
 			if more {
-				select {
-				case c.notify <- struct{}{}:
-				default:
-				}
+				c.wake()
 			}
 			if c.ofClosedObject(e) {
 				continue

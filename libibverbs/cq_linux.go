@@ -271,10 +271,7 @@ func (q *verbsCQ) ReqNotify(solicitedOnly bool) error {
 	if solicitedOnly {
 		so = 1
 	}
-	if rc := C.qpd_req_notify_cq(q.cq, so); rc != 0 {
-		return fmt.Errorf("arming CQ: %w", rcErr(rc))
-	}
-	return nil
+	return rcCheck(C.qpd_req_notify_cq(q.cq, so), "arming CQ")
 }
 
 func (q *verbsCQ) Close() error {

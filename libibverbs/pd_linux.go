@@ -66,10 +66,7 @@ func (p *verbsPD) CreateSRQ(attr ibv.SRQAttr) (ibv.SRQ, error) {
 
 func (p *verbsPD) Close() error {
 	return p.life.close("PD", p.trace, func() error {
-		if rc := C.qpd_ibv_dealloc_pd(p.pd); rc != 0 {
-			return fmt.Errorf("deallocating PD: %w", rcErr(rc))
-		}
-		return nil
+		return rcCheck(C.qpd_ibv_dealloc_pd(p.pd), "deallocating PD")
 	}, &p.ctx.life)
 }
 
@@ -95,9 +92,6 @@ func (m *verbsMR) Buf() []byte  { return m.buf }
 
 func (m *verbsMR) Close() error {
 	return m.life.close("MR", m.trace, func() error {
-		if rc := C.qpd_ibv_dereg_mr(m.mr); rc != 0 {
-			return fmt.Errorf("deregistering MR: %w", rcErr(rc))
-		}
-		return nil
+		return rcCheck(C.qpd_ibv_dereg_mr(m.mr), "deregistering MR")
 	}, &m.pd.life)
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"github.com/qpdrain/qpdrain/ibv"
 	"testing"
-
-	"github.com/qpdrain/qpdrain/internal/testing/cverbs"
 )
 
 // BenchmarkPostFakeQP is the binding's own cost of QP.PostSend and
@@ -16,17 +14,7 @@ import (
 // through libibverbs' inline ibv_post_*) against a provider that accepts
 // every WR at once. ns/op is per call of batch WRs with one SGE each.
 func BenchmarkPostFakeQP(b *testing.B) {
-	q := &verbsQP{}
-	q.setQP(cverbs.FakeQP())
-	var err error
-	if q.sendPost, err = newPostBuf(); err != nil {
-		b.Fatal(err)
-	}
-	defer q.sendPost.free()
-	if q.recvPost, err = newPostBuf(); err != nil {
-		b.Fatal(err)
-	}
-	defer q.recvPost.free()
+	q := fakeQP(b)
 	for _, batch := range []int{1, 16} {
 		sends := make([]ibv.SendWR, batch)
 		recvs := make([]ibv.RecvWR, batch)

@@ -206,10 +206,7 @@ func (s *verbsSRQ) Modify(attr ibv.SRQAttr, mask ibv.SRQAttrMask) error {
 		max_sge:   C.uint32_t(attr.MaxSGE),
 		srq_limit: C.uint32_t(attr.SRQLimit),
 	}
-	if rc := C.qpd_ibv_modify_srq(s.srq, &a, C.int(mask)); rc != 0 {
-		return fmt.Errorf("modifying SRQ: %w", rcErr(rc))
-	}
-	return nil
+	return rcCheck(C.qpd_ibv_modify_srq(s.srq, &a, C.int(mask)), "modifying SRQ")
 }
 
 func (s *verbsSRQ) Close() error {

@@ -162,30 +162,12 @@ func devAttrs(dev uint32) *netlink.AttributeEncoder {
 
 // Devices lists the RDMA devices visible in the socket's network namespace.
 func (c *Conn) Devices(ctx context.Context) ([]Device, error) {
-	var out []Device
-	err := c.request(ctx, CmdGet, "", netlink.Dump, nil, func(m netlink.Message) error {
-		d, err := decodeDevice(m.Data)
-		if err != nil {
-			return err
-		}
-		out = append(out, d)
-		return nil
-	})
-	return out, err
+	return dump(ctx, c, CmdGet, "", nil, nil, appendOne(decodeDevice))
 }
 
 // Ports lists the ports of dev.
 func (c *Conn) Ports(ctx context.Context, dev Device) ([]Port, error) {
-	var out []Port
-	err := c.request(ctx, CmdPortGet, dev.label(), netlink.Dump, devAttrs(dev.Index), func(m netlink.Message) error {
-		p, err := decodePort(m.Data)
-		if err != nil {
-			return err
-		}
-		out = append(out, p)
-		return nil
-	})
-	return out, err
+	return dump(ctx, c, CmdPortGet, dev.label(), devAttrs(dev.Index), nil, appendOne(decodePort))
 }
 
 // Summary reads the resource summary of dev.
@@ -206,32 +188,40 @@ func (c *Conn) QPs(ctx context.Context, dev Device) ([]QP, error) {
 
 // AppendQPs is QPs appending to dst, for callers that reuse a slice.
 func (c *Conn) AppendQPs(ctx context.Context, dst []QP, dev Device) ([]QP, error) {
-	err := c.request(ctx, CmdResQPGet, dev.label(), netlink.Dump, devAttrs(dev.Index), func(m netlink.Message) (err error) {
-		dst, err = appendQPs(dst, m.Data)
+	return dump(ctx, c, CmdResQPGet, dev.label(), devAttrs(dev.Index), dst, appendQPs)
+}
+
+// dump sends the dump request cmd (about device dev, for errors) and
+// appends to dst the entries appendMsg decodes from each reply message.
+func dump[T any](ctx context.Context, c *Conn, cmd Command, dev string, attrs *netlink.AttributeEncoder, dst []T, appendMsg func([]T, []byte) ([]T, error)) ([]T, error) {
+	err := c.request(ctx, cmd, dev, netlink.Dump, attrs, func(m netlink.Message) (err error) {
+		dst, err = appendMsg(dst, m.Data)
 		return err
 	})
 	return dst, err
 }
 
+// appendOne makes decode, of a reply message that holds one entry, an
+// appendMsg for dump.
+func appendOne[T any](decode func([]byte) (T, error)) func([]T, []byte) ([]T, error) {
+	return func(dst []T, b []byte) ([]T, error) {
+		v, err := decode(b)
+		if err != nil {
+			return dst, err
+		}
+		return append(dst, v), nil
+	}
+}
+
 // PDs dumps the PD table of dev.
 func (c *Conn) PDs(ctx context.Context, dev Device) ([]PD, error) {
-	var out []PD
-	err := c.request(ctx, CmdResPDGet, dev.label(), netlink.Dump, devAttrs(dev.Index), func(m netlink.Message) (err error) {
-		out, err = appendPDs(out, m.Data)
-		return err
-	})
-	return out, err
+	return dump(ctx, c, CmdResPDGet, dev.label(), devAttrs(dev.Index), nil, appendPDs)
 }
 
 // Contexts dumps the context table of dev (one entry per open uverbs
 // file; kernel 5.11 and later).
 func (c *Conn) Contexts(ctx context.Context, dev Device) ([]Ctx, error) {
-	var out []Ctx
-	err := c.request(ctx, CmdResCtxGet, dev.label(), netlink.Dump, devAttrs(dev.Index), func(m netlink.Message) (err error) {
-		out, err = appendCtxs(out, m.Data)
-		return err
-	})
-	return out, err
+	return dump(ctx, c, CmdResCtxGet, dev.label(), devAttrs(dev.Index), nil, appendCtxs)
 }
 
 // UverbsChardev looks up the uverbs char device of dev ("uverbs0").

@@ -82,18 +82,26 @@ func TestAdversarialFlushInterleaved(t *testing.T) {
 	}
 }
 
+// recvsPosted is a QP on the schedule of seed, connected to a peer, with n
+// receives posted (wr_id 0 to n-1), and the CQ it completes into.
+func recvsPosted(t *testing.T, seed uint64, n int) (*soft.QP, ibv.CQ) {
+	t.Helper()
+	e := newEnv(t, soft.Config{Schedule: soft.Schedule{Seed: seed}})
+	cq := e.cq(64)
+	mr := e.mr(4096, ibv.AccessLocalWrite)
+	a, b := e.qp(cq, nil), e.qp(e.cq(4), nil)
+	connect(t, a, b, 1)
+	for i := range n {
+		postRecv(t, a, ibv.RecvWR{ID: uint64(i), SGL: sge(mr, 0, 64)})
+	}
+	return a, cq
+}
+
 // A move to ERROR generates no flush by itself: the flushes come with later
 // calls, a few at a time.
 func TestAdversarialFlushDeferred(t *testing.T) {
 	for seed := uint64(1); seed <= seeds; seed++ {
-		e := newEnv(t, soft.Config{Schedule: soft.Schedule{Seed: seed}})
-		cq := e.cq(64)
-		mr := e.mr(4096, ibv.AccessLocalWrite)
-		a, b := e.qp(cq, nil), e.qp(e.cq(4), nil)
-		connect(t, a, b, 1)
-		for i := range 16 {
-			postRecv(t, a, ibv.RecvWR{ID: uint64(i), SGL: sge(mr, 0, 64)})
-		}
+		a, cq := recvsPosted(t, seed, 16)
 		toState(t, a, ibv.QPSErr)
 		wcs := make([]ibv.WC, 32)
 		n, err := cq.Poll(wcs)
@@ -303,14 +311,7 @@ func TestAdversarialQPNumbersAcrossDevices(t *testing.T) {
 // deferred flushes it reaches 0 only when the last one was generated.
 func TestOutstanding(t *testing.T) {
 	for seed := uint64(0); seed <= 8; seed++ {
-		e := newEnv(t, soft.Config{Schedule: soft.Schedule{Seed: seed}})
-		cq := e.cq(64)
-		mr := e.mr(4096, ibv.AccessLocalWrite)
-		a, b := e.qp(cq, nil), e.qp(e.cq(4), nil)
-		connect(t, a, b, 1)
-		for i := range 4 {
-			postRecv(t, a, ibv.RecvWR{ID: uint64(i), SGL: sge(mr, 0, 64)})
-		}
+		a, cq := recvsPosted(t, seed, 4)
 		if n := a.Outstanding(); n != 4 {
 			t.Fatalf("seed %d: %d outstanding, want 4 receives", seed, n)
 		}

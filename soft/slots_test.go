@@ -16,13 +16,18 @@ func forSchedules(t *testing.T, f func(t *testing.T, sched soft.Schedule)) {
 	}
 }
 
-// slotPair is a connected pair whose a has a send queue and b a receive
+// slotRig is a connected pair whose a has a send queue and b a receive
 // queue of depth 2, each on its own CQ.
-func slotPair(t *testing.T, sched soft.Schedule) (a, b ibv.QP, cqa, cqb ibv.CQ, mr ibv.MR) {
+type slotRig struct {
+	a, b     ibv.QP
+	cqa, cqb ibv.CQ
+	mr       ibv.MR
+}
+
+func slotPair(t *testing.T, sched soft.Schedule) *slotRig {
 	t.Helper()
 	e := newEnv(t, soft.Config{Schedule: sched})
-	cqa, cqb = e.cq(16), e.cq(16)
-	mr = e.mr(4096, ibv.AccessLocalWrite)
+	r := &slotRig{cqa: e.cq(16), cqb: e.cq(16), mr: e.mr(4096, ibv.AccessLocalWrite)}
 	small := ibv.QPCap{MaxSendWR: 2, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}
 	mk := func(cq ibv.CQ) ibv.QP {
 		q, err := e.pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, Type: ibv.QPTRC, Cap: small})
@@ -32,9 +37,19 @@ func slotPair(t *testing.T, sched soft.Schedule) (a, b ibv.QP, cqa, cqb ibv.CQ, 
 		e.closeLater(q)
 		return q
 	}
-	a, b = mk(cqa), mk(cqb)
-	connect(t, a, b, 1)
-	return a, b, cqa, cqb, mr
+	r.a, r.b = mk(r.cqa), mk(r.cqb)
+	connect(t, r.a, r.b, 1)
+	return r
+}
+
+// write posts a zero-length RDMA WRITE on a.
+func (r *slotRig) write(id uint64, flags ibv.SendFlags) error {
+	return r.a.PostSend([]ibv.SendWR{{ID: id, Opcode: ibv.WRRDMAWrite, Flags: flags, SGL: sge(r.mr, 0, 0)}})
+}
+
+// recv posts a receive on b.
+func (r *slotRig) recv(id uint64) error {
+	return r.b.PostRecv([]ibv.RecvWR{{ID: id, SGL: sge(r.mr, 0, 64)}})
 }
 
 func wantFull(t *testing.T, err error, what string) {
@@ -48,22 +63,19 @@ func wantFull(t *testing.T, err error, what string) {
 // same queue completes and that completion is polled.
 func TestSendSlotFreesWhenPolled(t *testing.T) {
 	forSchedules(t, func(t *testing.T, sched soft.Schedule) {
-		a, _, cqa, _, mr := slotPair(t, sched)
-		write := func(id uint64, flags ibv.SendFlags) error {
-			return a.PostSend([]ibv.SendWR{{ID: id, Opcode: ibv.WRRDMAWrite, Flags: flags, SGL: sge(mr, 0, 0)}})
-		}
-		if err := write(1, 0); err != nil {
+		r := slotPair(t, sched)
+		if err := r.write(1, 0); err != nil {
 			t.Fatal(err)
 		}
-		if err := write(2, 0); err != nil {
+		if err := r.write(2, 0); err != nil {
 			t.Fatal(err)
 		}
 		// Both executed and completed silently; their slots stay taken.
-		wantFull(t, write(3, ibv.SendSignaled), "a third send on a depth of 2 with nothing polled")
-		if got := pollAll(t, cqa); len(got) != 0 {
+		wantFull(t, r.write(3, ibv.SendSignaled), "a third send on a depth of 2 with nothing polled")
+		if got := pollAll(t, r.cqa); len(got) != 0 {
 			t.Fatalf("unsignaled sends completed with %v", got)
 		}
-		wantFull(t, write(3, ibv.SendSignaled), "a third send after an empty poll")
+		wantFull(t, r.write(3, ibv.SendSignaled), "a third send after an empty poll")
 	})
 }
 
@@ -71,26 +83,23 @@ func TestSendSlotFreesWhenPolled(t *testing.T) {
 // unsignaled sends before it.
 func TestSignaledPollFreesEarlierSlots(t *testing.T) {
 	forSchedules(t, func(t *testing.T, sched soft.Schedule) {
-		a, _, cqa, _, mr := slotPair(t, sched)
-		write := func(id uint64, flags ibv.SendFlags) error {
-			return a.PostSend([]ibv.SendWR{{ID: id, Opcode: ibv.WRRDMAWrite, Flags: flags, SGL: sge(mr, 0, 0)}})
-		}
-		if err := write(1, 0); err != nil {
+		r := slotPair(t, sched)
+		if err := r.write(1, 0); err != nil {
 			t.Fatal(err)
 		}
-		if err := write(2, ibv.SendSignaled); err != nil {
+		if err := r.write(2, ibv.SendSignaled); err != nil {
 			t.Fatal(err)
 		}
-		wantFull(t, write(3, 0), "a send before the signaled completion is polled")
-		if got := pollAll(t, cqa); len(got) != 1 || got[0].ID != 2 {
+		wantFull(t, r.write(3, 0), "a send before the signaled completion is polled")
+		if got := pollAll(t, r.cqa); len(got) != 1 || got[0].ID != 2 {
 			t.Fatalf("polled %v, want the completion of WR 2", got)
 		}
 		for id := uint64(3); id <= 4; id++ {
-			if err := write(id, ibv.SendSignaled); err != nil {
+			if err := r.write(id, ibv.SendSignaled); err != nil {
 				t.Fatalf("send %d after the poll freed both slots: %v", id, err)
 			}
 		}
-		wantFull(t, write(5, 0), "a fifth send")
+		wantFull(t, r.write(5, 0), "a fifth send")
 	})
 }
 
@@ -98,28 +107,27 @@ func TestSignaledPollFreesEarlierSlots(t *testing.T) {
 // one.
 func TestRecvSlotFreesWhenPolled(t *testing.T) {
 	forSchedules(t, func(t *testing.T, sched soft.Schedule) {
-		a, b, _, cqb, mr := slotPair(t, sched)
-		recv := func(id uint64) error { return b.PostRecv([]ibv.RecvWR{{ID: id, SGL: sge(mr, 0, 64)}}) }
+		r := slotPair(t, sched)
 		for id := uint64(1); id <= 2; id++ {
-			if err := recv(id); err != nil {
+			if err := r.recv(id); err != nil {
 				t.Fatal(err)
 			}
 		}
 		// Both are consumed by messages; their completions are not polled.
 		for id := uint64(1); id <= 2; id++ {
-			post(t, a, ibv.SendWR{ID: 10 + id, Opcode: ibv.WRSend, SGL: sge(mr, 64, 8)})
+			post(t, r.a, ibv.SendWR{ID: 10 + id, Opcode: ibv.WRSend, SGL: sge(r.mr, 64, 8)})
 		}
-		wantFull(t, recv(3), "a third receive with two completions unpolled")
-		toState(t, b, ibv.QPSErr)
-		wantFull(t, recv(3), "a receive posted in ERROR with the queue full")
-		got := devPoll(t, cqb, 2)
+		wantFull(t, r.recv(3), "a third receive with two completions unpolled")
+		toState(t, r.b, ibv.QPSErr)
+		wantFull(t, r.recv(3), "a receive posted in ERROR with the queue full")
+		got := devPoll(t, r.cqb, 2)
 		if got[0].ID != 1 || got[1].ID != 2 {
 			t.Fatalf("polled %v, want receives 1 and 2", got)
 		}
-		if err := recv(3); err != nil {
+		if err := r.recv(3); err != nil {
 			t.Fatalf("a receive after both completions were polled: %v", err)
 		}
-		if got := devPoll(t, cqb, 1); got[0].ID != 3 || got[0].Status != ibv.WCWRFlushErr {
+		if got := devPoll(t, r.cqb, 1); got[0].ID != 3 || got[0].Status != ibv.WCWRFlushErr {
 			t.Fatalf("polled %v, want receive 3 flushed", got)
 		}
 	})

@@ -119,6 +119,17 @@ static inline void qp_pair(struct rig *r, struct ibv_qp *a, struct ibv_qp *b)
 	qp_connect(r, b, a->qp_num);
 }
 
+/* pair_new creates two RC QPs completing into scq and rcq, *a with queues of
+ * 8 WRs and *b with queues of depth (receiving from srq unless it is NULL),
+ * and connects them to each other. */
+static inline void pair_new(struct rig *r, struct ibv_cq *scq, struct ibv_cq *rcq, struct ibv_srq *srq, int depth,
+			    struct ibv_qp **a, struct ibv_qp **b)
+{
+	*a = qp_new(r, scq, rcq, NULL, 8);
+	*b = qp_new(r, scq, rcq, srq, depth);
+	qp_pair(r, *a, *b);
+}
+
 static inline void to_error(struct ibv_qp *qp)
 {
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
@@ -143,6 +154,19 @@ static inline void post_srq_recv(struct rig *r, struct ibv_srq *srq, uint64_t id
 
 	if (ibv_post_srq_recv(srq, &w, &bad))
 		die("ibv_post_srq_recv");
+}
+
+/* srq_new creates an SRQ of max_wr WRs and posts n receives to it (wr_id 1 to n). */
+static inline struct ibv_srq *srq_new(struct rig *r, uint32_t max_wr, int n)
+{
+	struct ibv_srq_init_attr a = { .attr = { .max_wr = max_wr, .max_sge = 1 } };
+	struct ibv_srq *srq = ibv_create_srq(r->pd, &a);
+
+	if (!srq)
+		die("ibv_create_srq");
+	for (int i = 1; i <= n; i++)
+		post_srq_recv(r, srq, i);
+	return srq;
 }
 
 static inline void post_send(struct rig *r, struct ibv_qp *qp, uint64_t id)

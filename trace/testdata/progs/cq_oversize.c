@@ -6,11 +6,11 @@
 int main(void)
 {
 	struct rig r;
+	struct ibv_qp *a, *b;
 
 	rig_open(&r);
 	struct ibv_cq *scq = cq_new(&r, 16), *rcq = cq_new(&r, 8);
-	struct ibv_qp *a = qp_new(&r, scq, rcq, NULL, 8), *b = qp_new(&r, scq, rcq, NULL, 64);
-	qp_pair(&r, a, b);
+	pair_new(&r, scq, rcq, NULL, 64, &a, &b);
 	for (int i = 1; i <= 32; i++)
 		post_recv(&r, b, i);
 	for (int i = 1; i <= 32; i++) {

@@ -5,11 +5,11 @@
 int main(void)
 {
 	struct rig r;
+	struct ibv_qp *a, *b;
 
 	rig_open(&r);
 	struct ibv_cq *scq = cq_new(&r, 16), *rcq = cq_new(&r, 16);
-	struct ibv_qp *a = qp_new(&r, scq, rcq, NULL, 8), *b = qp_new(&r, scq, rcq, NULL, 8);
-	qp_pair(&r, a, b);
+	pair_new(&r, scq, rcq, NULL, 8, &a, &b);
 	post_recv(&r, b, 1);
 	post_send(&r, a, 2);
 	need(poll_n(rcq, 1, 2000), 1, "the receive");

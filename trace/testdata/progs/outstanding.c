@@ -6,11 +6,11 @@
 int main(void)
 {
 	struct rig r;
+	struct ibv_qp *a, *b;
 
 	rig_open(&r);
 	struct ibv_cq *cq = cq_new(&r, 16);
-	struct ibv_qp *a = qp_new(&r, cq, cq, NULL, 8), *b = qp_new(&r, cq, cq, NULL, 8);
-	qp_pair(&r, a, b);
+	pair_new(&r, cq, cq, NULL, 8, &a, &b);
 	for (int i = 1; i <= 4; i++)
 		post_recv(&r, b, i);
 	to_error(a);

@@ -7,11 +7,11 @@
 int main(void)
 {
 	struct rig r;
+	struct ibv_qp *a, *b;
 
 	rig_open(&r);
 	struct ibv_cq *cq = cq_new(&r, 16);
-	struct ibv_qp *a = qp_new(&r, cq, cq, NULL, 8), *b = qp_new(&r, cq, cq, NULL, 8);
-	qp_pair(&r, a, b);
+	pair_new(&r, cq, cq, NULL, 8, &a, &b);
 	to_error(a);
 	to_error(b);
 	usleep(200000);

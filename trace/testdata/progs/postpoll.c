@@ -6,13 +6,13 @@
 int main(int argc, char **argv)
 {
 	struct rig r;
+	struct ibv_qp *a, *b;
 	int n = argc > 1 ? atoi(argv[1]) : 5000;
 	struct timespec t0, t1;
 
 	rig_open(&r);
 	struct ibv_cq *cq = cq_new(&r, 16);
-	struct ibv_qp *a = qp_new(&r, cq, cq, NULL, 8), *b = qp_new(&r, cq, cq, NULL, 8);
-	qp_pair(&r, a, b);
+	pair_new(&r, cq, cq, NULL, 8, &a, &b);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (int i = 0; i < n; i++) {
 		struct ibv_wc wc[2];

@@ -7,21 +7,16 @@
 int main(void)
 {
 	struct rig r;
+	struct ibv_qp *a, *b;
 	struct ibv_async_event ev;
-	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 16, .max_sge = 1 } };
 	struct ibv_srq_attr lim = { .srq_limit = 4 };
 
 	rig_open(&r);
 	struct ibv_cq *cq = cq_new(&r, 32);
-	struct ibv_srq *srq = ibv_create_srq(r.pd, &sa);
-	if (!srq)
-		die("ibv_create_srq");
-	for (int i = 1; i <= 4; i++)
-		post_srq_recv(&r, srq, i);
+	struct ibv_srq *srq = srq_new(&r, 16, 4);
 	if (ibv_modify_srq(srq, &lim, IBV_SRQ_LIMIT))
 		die("ibv_modify_srq");
-	struct ibv_qp *a = qp_new(&r, cq, cq, NULL, 8), *b = qp_new(&r, cq, cq, srq, 8);
-	qp_pair(&r, a, b);
+	pair_new(&r, cq, cq, srq, 8, &a, &b);
 	post_send(&r, a, 100);
 	need(poll_n(cq, 2, 2000), 2, "send and its SRQ receive");
 	await_event(&r, IBV_EVENT_SRQ_LIMIT_REACHED, &ev);
