@@ -1,29 +1,20 @@
 package drain_test
 
 import (
-	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/internal/testing/texttest"
 )
 
-// Each enum the CLI prints marshals to JSON as its String.
+// Each enum the CLI prints marshals to JSON as its String, and the ones its
+// flags read come back from their text.
 func TestEnumText(t *testing.T) {
-	for _, v := range []interface {
-		fmt.Stringer
-		MarshalText() ([]byte, error)
-	}{
+	texttest.MarshalsAsString(t,
 		drain.Quarantine, drain.DestroyWhenEmpty, drain.QueueSend, drain.QueueRecv, drain.QueueUnknown,
 		drain.Safe, drain.DestroyedAfterEmptyCQ, drain.Outcome(200), drain.ProofRecvDrainWR, drain.ProofNone,
-		drain.MissingLastWQE, drain.MissingNothing,
-	} {
-		b, err := json.Marshal(v)
-		if want, _ := json.Marshal(v.String()); err != nil || string(b) != string(want) {
-			t.Errorf("%v: marshalled %s (%v), want %s", v, b, err, want)
-		}
-	}
+		drain.MissingLastWQE, drain.MissingNothing)
 	for _, o := range []drain.Outcome{drain.Pending, drain.Safe, drain.DestroyedAfterEmptyCQ, drain.Quarantined, drain.Failed} {
 		b, _ := o.MarshalText()
 		if back := drain.Outcome(200); back.UnmarshalText(b) != nil || back != o {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
+	"github.com/qpdrain/qpdrain/internal/testing/texttest"
 	"github.com/qpdrain/qpdrain/soft"
 )
 
@@ -250,8 +251,10 @@ func lookupResult(results []Result, name string) (Result, bool) {
 	return Result{}, false
 }
 
-// An outcome reads back from its JSON; a name that is no outcome is refused.
+// An outcome marshals as its name (check -j prints it) and reads back from
+// its JSON; a name that is no outcome is refused.
 func TestOutcomeText(t *testing.T) {
+	texttest.MarshalsAsString(t, Pass, Deviation, Error, Outcome(200))
 	for _, o := range []Outcome{Pass, Deviation, Error} {
 		b, err := json.Marshal(o)
 		var back Outcome
