@@ -112,6 +112,7 @@ func (r *Reaper) giveUp(h *Handle, now time.Time) {
 			if id&^WRIDMask == r.newest {
 				r.newest = 0
 			}
+			r.loseWR(id, h.qpn)
 			r.orphans = append(r.orphans, orphan{id: id, at: r.at(now)})
 		}
 	}

@@ -88,7 +88,7 @@ type Reaper struct {
 	// byNum names, for each QP number on the CQ, the QP it stands for now:
 	// pending or quarantined. Completions carry only the number; events
 	// carry the QP, which must be the same object.
-	byNum         map[uint32]*Handle
+	byNum         qpTable
 	provingList   list // counting receives, the CQ not yet past earlier QPs with the number
 	errorList     list // rx_error_list: in ERROR, Last WQE Reached not seen
 	flushList     list // rx_flush_list: ready, a drain WR still to post
@@ -96,8 +96,11 @@ type Reaper struct {
 	barrierList   list // SRQ side only, waiting for a barrier completion
 	emptyWaitList list // stalled under DestroyWhenEmpty, waiting for an empty poll
 	quarantine    list
-	// wrs maps every drain WR counted against the headroom to its QP.
-	wrs      map[uint64]*Handle
+	// Every drain WR counted against the headroom is either the sendID or
+	// recvID of the handle byNum names for the QP it was posted on, or in
+	// lost (with that QP's number): those of QPs given up (orphans), and
+	// of quarantined QPs whose number now stands for another QP.
+	lost     map[uint64]uint32
 	orphans  []orphan
 	inFlight int
 	// newest is the sequence number of the newest drain WR outstanding for
@@ -118,11 +121,15 @@ type Reaper struct {
 	kicked     bool
 	history    eventHistory
 	eventsSeen int
-	lastWC     *Handle // the handle of the last completion counted
-	cqErr      error
-	shut       bool
-	stats      Stats
-	cqOK       bool // cq can be compared (identifiable)
+	// lastWC is the handle of the last completion looked up, nil or
+	// byNum[lastWC.qpn]; nextWC was the one after it on its list then.
+	// Completions come in runs of one QP, often QP after QP in the order
+	// they were added: the two hints save most lookups by number.
+	lastWC, nextWC *Handle
+	cqErr          error
+	shut           bool
+	stats          Stats
+	cqOK           bool // cq can be compared (identifiable)
 	// sendWR and recvWR are the one-WR lists of every drain WR post, kept
 	// here so that a post allocates nothing (a provider copies the WRs it
 	// takes). A WR list names one QP (ibv_post_send(3)) and every QP's
@@ -149,8 +156,6 @@ func NewReaper(cq ibv.CQ, opts Options) *Reaper {
 		cq:      cq,
 		opts:    o,
 		epoch:   o.Clock.Now(),
-		byNum:   make(map[uint32]*Handle),
-		wrs:     make(map[uint64]*Handle),
 		history: eventHistory{max: o.EventHistory},
 		cqOK:    identifiable(cq),
 	}
@@ -325,18 +330,10 @@ func (r *Reaper) newHandle(qp ibv.QP, o AddOptions, now time.Time) (*Handle, err
 	return h, nil
 }
 
-// reserve sizes the reaper's empty maps for n more QPs, so that a batch
-// does not grow them step by step; a map in use keeps its size.
+// reserve sizes the reaper's empty map by QP number for n more QPs, so
+// that a batch does not grow it step by step; a map in use keeps its size.
 func (r *Reaper) reserve(n int) {
-	if n <= 1 {
-		return
-	}
-	if len(r.byNum) == 0 {
-		r.byNum = make(map[uint32]*Handle, n)
-	}
-	if len(r.wrs) == 0 {
-		r.wrs = make(map[uint64]*Handle, min(2*n, r.opts.Headroom))
-	}
+	r.byNum.reserve(n)
 }
 
 // admit enters h under r.mu: its QP number names it from now on, so that
@@ -345,7 +342,8 @@ func (r *Reaper) reserve(n int) {
 // its receives is left proving; every other one is left adding.
 func (r *Reaper) admit(h *Handle, now time.Time) error {
 	qpn := h.qpn
-	switch old := r.byNum[qpn]; {
+	old := r.byNum.get(qpn)
+	switch {
 	case r.shut:
 		return fmt.Errorf("adding qpn %d: %w", qpn, ErrShutdown)
 	case r.cqErr != nil:
@@ -356,9 +354,12 @@ func (r *Reaper) admit(h *Handle, now time.Time) error {
 		return fmt.Errorf("qpn %d names another QP still being drained: %w", qpn, ibv.ErrBusy)
 	}
 	// A quarantined QP that had this number was destroyed by its owner
-	// and the number reused: it keeps its place in the quarantine, and the
-	// number now stands for the new QP.
-	r.byNum[qpn] = h
+	// and the number reused: it keeps its place in the quarantine (and its
+	// drain WRs their headroom), and the number now stands for the new QP.
+	if old != nil {
+		r.displace(old)
+	}
+	r.byNum.set(qpn, h)
 	r.stats.Added++
 	r.stats.Pending++
 	if h.recvsLeft > 0 {
@@ -453,10 +454,17 @@ func (r *Reaper) moveToError(h *Handle, began time.Time) ([]Step, error) {
 		}
 		from = attr.State
 	}
-	if from == ibv.QPSErr {
-		return []Step{{At: began, Kind: StepState, From: from, To: ibv.QPSErr}}, nil
+	// The first allocation of the steps holds them all for a QP that goes
+	// on at once (about 6); one that waits for Last WQE Reached, perhaps
+	// long, holds one until its second step.
+	n := 8
+	if h.srq && !h.lastWQE {
+		n = 1
 	}
-	var steps []Step
+	if from == ibv.QPSErr {
+		return append(make([]Step, 0, n), Step{At: began, Kind: StepState, From: from, To: ibv.QPSErr}), nil
+	}
+	steps := make([]Step, 0, max(n, 3))
 	if from == ibv.QPSRTR && r.opts.ViaRTS {
 		// The attributes RTR -> RTS requires (IBTA Table 91); their values
 		// do not matter to a QP about to enter ERROR.
@@ -530,13 +538,9 @@ func (r *Reaper) handleWC(wc ibv.WC, now time.Time) bool {
 		r.drainWC(wc, now)
 		return true
 	}
-	// Flushes come in runs of one QP: remember the last one looked up.
-	h := r.lastWC
-	if h == nil || h.qpn != wc.QPNum {
-		if h = r.byNum[wc.QPNum]; h == nil {
-			return false
-		}
-		r.lastWC = h
+	h := r.lookup(wc.QPNum)
+	if h == nil {
+		return false
 	}
 	switch h.stage {
 	case stageQuarantine:
@@ -546,6 +550,24 @@ func (r *Reaper) handleWC(wc ibv.WC, now time.Time) bool {
 		r.count(h, wc, now)
 	}
 	return false
+}
+
+// lookup returns the handle the QP number qpn stands for, nil if none.
+// The hints go first (lastWC, nextWC). A handle that was on a list is
+// byNum's until it is finished or quarantined (a quarantined QP's number
+// may stand for another QP now).
+func (r *Reaper) lookup(qpn uint32) *Handle {
+	if h := r.lastWC; h != nil && h.qpn == qpn {
+		return h
+	}
+	h := r.nextWC
+	if h == nil || h.qpn != qpn || h.stage == stageDone || h.stage == stageQuarantine {
+		if h = r.byNum.get(qpn); h == nil {
+			return nil
+		}
+	}
+	r.lastWC, r.nextWC = h, h.next
+	return h
 }
 
 // count records a completion of a QP being drained.
@@ -590,18 +612,27 @@ func (r *Reaper) count(h *Handle, wc ibv.WC, now time.Time) {
 // posted on and, wherever it was posted, a barrier for every SRQ side that
 // became ready before it was posted.
 func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
-	h, ok := r.wrs[wc.ID]
-	if !ok || wc.QPNum != h.qpn {
+	h := r.lookup(wc.QPNum)
+	if h == nil || wc.ID != h.sendID && wc.ID != h.recvID {
 		// Not a drain WR of this reaper (another reaper's on the same CQ,
-		// or one no longer counted), or not from the QP it was posted on:
-		// it proves nothing.
+		// or one no longer counted), one of a QP given up, or not from
+		// the QP it was posted on: it proves nothing.
+		if qpn, ok := r.lost[wc.ID]; ok && qpn == wc.QPNum {
+			delete(r.lost, wc.ID)
+			r.release(wc.ID)
+		}
 		r.stats.LateDrainWCs++
 		return
 	}
-	r.untrack(wc.ID)
+	r.release(wc.ID)
 	if live := h.stage == stageFlush || h.stage == stageWait || h.stage == stageBarrier || h.stage == stageEmptyWait; !live {
-		// Its QP was given up: the caller may have destroyed it, so its
-		// drain WR orders nothing the reaper still relies on.
+		// Its QP is quarantined: the caller may destroy it, so its drain
+		// WR orders nothing the reaper still relies on.
+		if wc.ID == h.sendID {
+			h.sendID = 0
+		} else {
+			h.recvID = 0
+		}
 		r.stats.LateDrainWCs++
 		return
 	}
@@ -683,7 +714,7 @@ func (r *Reaper) HandleEvent(ev ibv.AsyncEvent) (claimed bool) {
 		// Add refused every QP whose value cannot be compared.
 		return false
 	}
-	h := r.byNum[ev.QP.Num()]
+	h := r.byNum.get(ev.QP.Num())
 	if h == nil || h.qp != ev.QP {
 		if ev.Type == ibv.EventQPLastWQEReached && inError(ev.QP) {
 			r.history.add(ev.QP, now)
@@ -741,14 +772,17 @@ func (r *Reaper) Forget(qp ibv.QP) {
 
 func (r *Reaper) cqError(now time.Time) {
 	r.cqErr = fmt.Errorf("%w (EventCQErr)", ErrCQError)
-	for _, h := range r.byNum {
+	for _, h := range r.byNum.all() {
 		if h.stage == stageQuarantine {
 			continue
 		}
 		r.finish(h, Failed, fmt.Errorf("qpn %d: %w", h.qpn, r.cqErr), now)
 	}
 	// Nothing more will be polled from the CQ.
-	clear(r.wrs)
+	for h := r.quarantine.head; h != nil; h = h.next {
+		h.sendID, h.recvID = 0, 0
+	}
+	clear(r.lost)
 	r.orphans, r.inFlight, r.newest = nil, 0, 0
 }
 
@@ -808,9 +842,9 @@ func (r *Reaper) finish(h *Handle, o Outcome, err error, now time.Time) {
 	// the CQ empty: also under DestroyWhenEmpty, whose empty poll released
 	// the QP but came before the caller could destroy it.
 	r.giveUp(h, now)
-	if r.byNum[h.qpn] == h {
-		delete(r.byNum, h.qpn)
-	}
+	// Only a quarantined QP's number can stand for another QP, and a
+	// quarantined QP is not finished.
+	r.byNum.del(h.qpn)
 	r.forget(h)
 	h.stage = stageDone
 	r.stats.Pending--
@@ -825,11 +859,23 @@ func (r *Reaper) finish(h *Handle, o Outcome, err error, now time.Time) {
 	}
 }
 
-// forget drops the reaper's last reference to a handle it let go of.
+// forget drops the hint to a handle whose number no longer stands for it.
 func (r *Reaper) forget(h *Handle) {
 	if r.lastWC == h {
 		r.lastWC = nil
 	}
+}
+
+// displace lets go of a quarantined QP whose number now stands for
+// another QP: its drain WRs still outstanding are counted in r.lost.
+func (r *Reaper) displace(q *Handle) {
+	for _, id := range [...]uint64{q.sendID, q.recvID} {
+		if id != 0 {
+			r.loseWR(id, q.qpn)
+		}
+	}
+	q.sendID, q.recvID = 0, 0
+	r.forget(q)
 }
 
 // conclude records the outcome. It is the only place that sets one, and
@@ -902,12 +948,7 @@ func (r *Reaper) Quarantined() []*Handle {
 // at device stop, destroys them after 5 s.
 func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 	r.mu.Lock()
-	pending := make([]*Handle, 0, len(r.byNum))
-	for _, h := range r.byNum {
-		if h.stage != stageQuarantine {
-			pending = append(pending, h)
-		}
-	}
+	pending := slices.DeleteFunc(r.byNum.all(), func(h *Handle) bool { return h.stage == stageQuarantine })
 	r.mu.Unlock()
 	for _, h := range pending {
 		if _, err := h.Wait(ctx); err != nil && ctx.Err() != nil {
@@ -918,7 +959,7 @@ func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 	defer r.mu.Unlock()
 	r.shut = true
 	now := r.opts.Clock.Now()
-	for _, h := range r.byNum {
+	for _, h := range r.byNum.all() {
 		if h.stage != stageQuarantine {
 			r.finish(h, Failed, fmt.Errorf("qpn %d: %w", h.qpn, ErrShutdown), now)
 		}
@@ -932,8 +973,8 @@ func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 	for r.quarantine.n > 0 {
 		h := r.quarantine.head
 		r.quarantine.remove(h)
-		if r.byNum[h.qpn] == h {
-			delete(r.byNum, h.qpn)
+		if r.byNum.get(h.qpn) == h {
+			r.byNum.del(h.qpn)
 		}
 		r.forget(h)
 		r.giveUp(h, now)
