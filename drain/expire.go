@@ -10,10 +10,10 @@ import (
 // expire applies the policy to every wait that has run out of time.
 func (r *Reaper) expire(now time.Time) {
 	t := r.at(now)
-	for h := r.provingList.head; h != nil && h.deadline <= t; h = r.provingList.head {
+	for h := r.provingList.Front(); h != nil && h.deadline <= t; h = r.provingList.Front() {
 		r.begin(h, false, now)
 	}
-	for h := r.errorList.head; h != nil && h.deadline <= t; h = r.errorList.head {
+	for h := r.errorList.Front(); h != nil && h.deadline <= t; h = r.errorList.Front() {
 		r.errorList.remove(h)
 		err := fmt.Errorf("qpn %d: %w within %v", h.qpn, ErrNoLastWQE, r.opts.LastWQETimeout)
 		if r.eventsSeen == 0 {
@@ -26,7 +26,7 @@ func (r *Reaper) expire(now time.Time) {
 		}
 	}
 	for _, l := range [...]*list{&r.flushList, &r.waitList, &r.barrierList} {
-		for h := l.head; h != nil && h.deadline <= t; h = l.head {
+		for h := l.Front(); h != nil && h.deadline <= t; h = l.Front() {
 			l.remove(h)
 			if r.stall(h, r.stallErr(h), now) {
 				h.needSend, h.needRecv = false, false
@@ -80,12 +80,12 @@ func (r *Reaper) stall(h *Handle, err error, now time.Time) bool {
 	r.logf(h, "drain stalled: %v (policy %s)", err, r.opts.Policy)
 	if r.opts.Policy == DestroyWhenEmpty {
 		if !h.stalled {
-			h.stalled, h.stalledAt = true, r.at(now)
+			h.stalled, h.since = true, r.at(now)
 		}
 		return true
 	}
-	if r.quarantine.n >= r.opts.MaxQuarantine {
-		r.finish(h, Failed, fmt.Errorf("%w (%d QPs): %w", ErrQuarantineFull, r.quarantine.n, err), now)
+	if r.quarantine.Len() >= r.opts.MaxQuarantine {
+		r.finish(h, Failed, fmt.Errorf("%w (%d QPs): %w", ErrQuarantineFull, r.quarantine.Len(), err), now)
 		return false
 	}
 	// A quarantined QP is kept, not given up: its drain WRs may still
@@ -130,8 +130,8 @@ func (r *Reaper) NextDeadline() time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	next := r.nextDeadline()
-	for h := r.emptyWaitList.head; h != nil; h = h.next {
-		if t := r.epoch.Add(h.stalledAt + 1); next.IsZero() || t.Before(next) {
+	for h := r.emptyWaitList.Front(); h != nil; h = h.links.Next() {
+		if t := r.epoch.Add(h.since + 1); next.IsZero() || t.Before(next) {
 			next = t
 		}
 	}
@@ -143,7 +143,7 @@ func (r *Reaper) NextDeadline() time.Time {
 func (r *Reaper) nextDeadline() time.Time {
 	d := time.Duration(-1)
 	for _, l := range [...]*list{&r.provingList, &r.errorList, &r.flushList, &r.waitList, &r.barrierList} {
-		if h := l.head; h != nil && (d < 0 || h.deadline < d) {
+		if h := l.Front(); h != nil && (d < 0 || h.deadline < d) {
 			d = h.deadline
 		}
 	}

@@ -31,19 +31,19 @@ func (r *Reaper) post(now time.Time) {
 	if r.cqErr != nil || r.shut {
 		return
 	}
-	for h := r.flushList.head; h != nil && r.inFlight < r.opts.Headroom; {
-		next := h.next
+	for h := r.flushList.Front(); h != nil && r.inFlight < r.opts.Headroom; {
+		next := h.links.Next()
 		if !h.full || h.retryGen != r.pollGen {
 			r.postFor(h, now)
 		}
 		h = next
 	}
-	t := r.barrierList.tail
+	t := r.barrierList.Back()
 	if t == nil || r.newest > t.barrierAfter {
 		return
 	}
-	for c := r.barrierList.head; c != nil && r.inFlight < r.opts.Headroom; {
-		next := c.next
+	for c := r.barrierList.Front(); c != nil && r.inFlight < r.opts.Headroom; {
+		next := c.links.Next()
 		id := r.nextID()
 		if err := c.qp.PostSend(r.drainSend(id)); err != nil {
 			// Its send queue was stated empty: the QP cannot carry it.
@@ -54,7 +54,7 @@ func (r *Reaper) post(now time.Time) {
 		c.sendID = id
 		r.track(id)
 		r.stats.DrainWRs++
-		c.step(Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: c.qpn, Count: r.barrierList.n})
+		c.step(Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: c.qpn, Count: r.barrierList.Len()})
 		return
 	}
 }

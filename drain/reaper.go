@@ -369,8 +369,8 @@ func (r *Reaper) admit(h *Handle, now time.Time) error {
 		// begun after this moment that finds the CQ empty is past them:
 		// until then the QP stays as it is and counts nothing.
 		h.stage = stageProving
-		h.added = r.at(now)
-		h.deadline = h.added + r.opts.DrainTimeout
+		h.since = r.at(now)
+		h.deadline = h.since + r.opts.DrainTimeout
 		r.provingList.push(h)
 		// Only a poll moves this QP on: Run must not sleep on its channel.
 		r.kicked = true
@@ -566,7 +566,7 @@ func (r *Reaper) lookup(qpn uint32) *Handle {
 			return nil
 		}
 	}
-	r.lastWC, r.nextWC = h, h.next
+	r.lastWC, r.nextWC = h, h.links.Next()
 	return h
 }
 
@@ -638,7 +638,7 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 	}
 	seq := wc.ID &^ WRIDMask
 	riders := 0
-	for b := r.barrierList.head; b != nil && b.barrierAfter < seq && (r.opts.MaxBatch == 0 || riders < r.opts.MaxBatch); b = b.next {
+	for b := r.barrierList.Front(); b != nil && b.barrierAfter < seq && (r.opts.MaxBatch == 0 || riders < r.opts.MaxBatch); b = b.links.Next() {
 		riders++
 	}
 	batch := riders
@@ -674,7 +674,7 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 		}
 	}
 	for range riders {
-		b := r.barrierList.head
+		b := r.barrierList.Front()
 		r.barrierList.remove(b)
 		b.step(Step{At: now, Kind: StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
 		b.report.Batch = batch
@@ -779,7 +779,7 @@ func (r *Reaper) cqError(now time.Time) {
 		r.finish(h, Failed, fmt.Errorf("qpn %d: %w", h.qpn, r.cqErr), now)
 	}
 	// Nothing more will be polled from the CQ.
-	for h := r.quarantine.head; h != nil; h = h.next {
+	for h := r.quarantine.Front(); h != nil; h = h.links.Next() {
 		h.sendID, h.recvID = 0, 0
 	}
 	clear(r.lost)
@@ -809,16 +809,16 @@ func (r *Reaper) cqEmpty(polledAt time.Time) {
 	now := r.opts.Clock.Now()
 	r.pollGen++
 	t := r.at(polledAt)
-	for h := r.provingList.head; h != nil; {
-		next := h.next
-		if h.added < t {
+	for h := r.provingList.Front(); h != nil; {
+		next := h.links.Next()
+		if h.since < t {
 			r.begin(h, true, now)
 		}
 		h = next
 	}
-	for h := r.emptyWaitList.head; h != nil; {
-		next := h.next
-		if h.stalledAt < t {
+	for h := r.emptyWaitList.Front(); h != nil; {
+		next := h.links.Next()
+		if h.since < t {
 			r.emptyWaitList.remove(h)
 			h.step(Step{At: now, Kind: StepCQEmpty})
 			r.finish(h, DestroyedAfterEmptyCQ, nil, now)
@@ -933,8 +933,8 @@ func (r *Reaper) Stats() Stats {
 func (r *Reaper) Quarantined() []*Handle {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]*Handle, 0, r.quarantine.n)
-	for h := r.quarantine.head; h != nil; h = h.next {
+	out := make([]*Handle, 0, r.quarantine.Len())
+	for h := r.quarantine.Front(); h != nil; h = h.links.Next() {
 		out = append(out, h)
 	}
 	return out
@@ -970,8 +970,8 @@ func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 			notSafe = append(notSafe, h)
 		}
 	}
-	for r.quarantine.n > 0 {
-		h := r.quarantine.head
+	for r.quarantine.Len() > 0 {
+		h := r.quarantine.Front()
 		r.quarantine.remove(h)
 		if r.byNum.get(h.qpn) == h {
 			r.byNum.del(h.qpn)
