@@ -8,14 +8,15 @@ type stage uint8
 
 const (
 	stageAdding     stage = iota // being moved to ERROR, on no list yet
-	stageProving                 // provingList: counting receives, waiting for the CQ to be past the number's earlier QPs
-	stageError                   // errorList: waiting for Last WQE Reached
-	stageFlush                   // flushList: ready, a drain WR still to post (headroom, a full queue)
-	stageWait                    // waitList: drain WRs posted, or receives counted, awaited
-	stageBarrier                 // barrierList: only the SRQ side open, waiting for a barrier completion
-	stageEmptyWait               // emptyWaitList: stalled, waiting for an empty poll
-	stageQuarantine              // quarantine: stalled, kept
+	stageProving                 // counting receives, waiting for the CQ to be past the number's earlier QPs
+	stageError                   // rx_error_list: in ERROR, waiting for Last WQE Reached
+	stageFlush                   // rx_flush_list: ready, a drain WR still to post (headroom, a full queue)
+	stageWait                    // rx_drain_list: drain WRs posted, or receives counted, awaited
+	stageBarrier                 // only the SRQ side open, waiting for a barrier completion
+	stageEmptyWait               // stalled under DestroyWhenEmpty, waiting for an empty poll
+	stageQuarantine              // stalled, kept
 	stageDone                    // outcome reached, forgotten by the reaper
+	numStages                    // the number of stages, for Reaper.lists
 )
 
 // list is an intrusive list of handles ordered by deadline, so moving a QP
@@ -48,21 +49,8 @@ func (l *list) remove(h *Handle) {
 
 // listOf is the list of stage s, nil for a stage that has none.
 func (r *Reaper) listOf(s stage) *list {
-	switch s {
-	case stageProving:
-		return &r.provingList
-	case stageError:
-		return &r.errorList
-	case stageFlush:
-		return &r.flushList
-	case stageWait:
-		return &r.waitList
-	case stageBarrier:
-		return &r.barrierList
-	case stageEmptyWait:
-		return &r.emptyWaitList
-	case stageQuarantine:
-		return &r.quarantine
+	if s == stageAdding || s >= stageDone {
+		return nil
 	}
-	return nil
+	return &r.lists[s]
 }

@@ -31,18 +31,18 @@ func (r *Reaper) post(now time.Time) {
 	if r.cqErr != nil || r.shut {
 		return
 	}
-	for h := r.flushList.Front(); h != nil && r.inFlight < r.opts.Headroom; {
+	for h := r.lists[stageFlush].Front(); h != nil && r.inFlight < r.opts.Headroom; {
 		next := h.links.Next()
 		if !h.full || h.retryGen != r.pollGen {
 			r.postFor(h, now)
 		}
 		h = next
 	}
-	t := r.barrierList.Back()
+	t := r.lists[stageBarrier].Back()
 	if t == nil || r.newest > t.barrierAfter {
 		return
 	}
-	for c := r.barrierList.Front(); c != nil && r.inFlight < r.opts.Headroom; {
+	for c := r.lists[stageBarrier].Front(); c != nil && r.inFlight < r.opts.Headroom; {
 		next := c.links.Next()
 		id := r.nextID()
 		if err := c.qp.PostSend(r.drainSend(id)); err != nil {
@@ -54,7 +54,7 @@ func (r *Reaper) post(now time.Time) {
 		c.sendID = id
 		r.track(id)
 		r.stats.DrainWRs++
-		c.step(Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: c.qpn, Count: r.barrierList.Len()})
+		c.step(Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: c.qpn, Count: r.lists[stageBarrier].Len()})
 		return
 	}
 }
@@ -97,7 +97,7 @@ func (r *Reaper) postFor(h *Handle, now time.Time) {
 		h.step(Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: h.qpn, Count: 1})
 	}
 	if !h.needSend && !h.needRecv {
-		r.flushList.remove(h)
+		r.lists[stageFlush].remove(h)
 		r.place(h, now)
 	}
 }

@@ -88,14 +88,10 @@ type Reaper struct {
 	// byNum names, for each QP number on the CQ, the QP it stands for now:
 	// pending or quarantined. Completions carry only the number; events
 	// carry the QP, which must be the same object.
-	byNum         qpTable
-	provingList   list // counting receives, the CQ not yet past earlier QPs with the number
-	errorList     list // rx_error_list: in ERROR, Last WQE Reached not seen
-	flushList     list // rx_flush_list: ready, a drain WR still to post
-	waitList      list // rx_drain_list: drain WRs or counted receives outstanding
-	barrierList   list // SRQ side only, waiting for a barrier completion
-	emptyWaitList list // stalled under DestroyWhenEmpty, waiting for an empty poll
-	quarantine    list
+	byNum qpTable
+	// lists holds the QPs of each stage that has a list, by stage (see
+	// stage): lists[stageAdding] and lists[stageDone] stay empty.
+	lists [numStages]list
 	// Every drain WR counted against the headroom is either the sendID or
 	// recvID of the handle byNum names for the QP it was posted on, or in
 	// lost (with that QP's number): those of QPs given up (orphans), and
@@ -159,8 +155,8 @@ func NewReaper(cq ibv.CQ, opts Options) *Reaper {
 		history: eventHistory{max: o.EventHistory},
 		cqOK:    identifiable(cq),
 	}
-	for s := stageProving; s < stageDone; s++ {
-		r.listOf(s).of = s
+	for s := range r.lists {
+		r.lists[s].of = stage(s)
 	}
 	return r
 }
@@ -241,19 +237,24 @@ func (r *Reaper) addAll(qps []ibv.QP, o AddOptions, done func(i int, h *Handle, 
 		move[i] = true
 		toMove++
 	}
-	if toMove == 0 {
-		r.post(now)
-		r.wakeForDeadline()
-		r.mu.Unlock()
-		for i, h := range hs {
-			if h != nil {
-				done(i, h, nil)
-			}
-		}
-		return
+	if toMove > 0 {
+		now = r.moveAll(hs, move, now)
 	}
+	r.post(now)
+	r.wakeForDeadline()
 	r.mu.Unlock()
+	for i, h := range hs {
+		if h != nil {
+			done(i, h, nil)
+		}
+	}
+}
 
+// moveAll moves the QPs of hs marked in move to ERROR (their steps dated
+// began) without r.mu, which the caller holds, then goes on with their
+// drains under it and returns the time it took it back.
+func (r *Reaper) moveAll(hs []*Handle, move []bool, began time.Time) time.Time {
+	r.mu.Unlock()
 	type moved struct {
 		steps []Step
 		err   error
@@ -261,12 +262,11 @@ func (r *Reaper) addAll(qps []ibv.QP, o AddOptions, done func(i int, h *Handle, 
 	ms := make([]moved, len(hs))
 	for i, h := range hs {
 		if move[i] {
-			ms[i].steps, ms[i].err = r.moveToError(h, now)
+			ms[i].steps, ms[i].err = r.moveToError(h, began)
 		}
 	}
-
 	r.mu.Lock()
-	now = r.opts.Clock.Now()
+	now := r.opts.Clock.Now()
 	for i, h := range hs {
 		if !move[i] {
 			continue
@@ -280,14 +280,7 @@ func (r *Reaper) addAll(qps []ibv.QP, o AddOptions, done func(i int, h *Handle, 
 		}
 		r.started(h, ms[i].steps, ms[i].err, now)
 	}
-	r.post(now)
-	r.wakeForDeadline()
-	r.mu.Unlock()
-	for i, h := range hs {
-		if h != nil {
-			done(i, h, nil)
-		}
-	}
+	return now
 }
 
 // newHandle checks what Add can check of qp and o without the lock and
@@ -371,7 +364,7 @@ func (r *Reaper) admit(h *Handle, now time.Time) error {
 		h.stage = stageProving
 		h.since = r.at(now)
 		h.deadline = h.since + r.opts.DrainTimeout
-		r.provingList.push(h)
+		r.lists[stageProving].push(h)
 		// Only a poll moves this QP on: Run must not sleep on its channel.
 		r.kicked = true
 		if r.wake != nil {
@@ -389,7 +382,7 @@ func (r *Reaper) admit(h *Handle, now time.Time) error {
 // proves the receive queue instead. The move to ERROR is made under r.mu,
 // so nothing comes between it and its steps.
 func (r *Reaper) begin(h *Handle, proven bool, now time.Time) {
-	r.provingList.remove(h)
+	r.lists[stageProving].remove(h)
 	if proven && !h.unsure {
 		h.step(Step{At: now, Kind: StepCQEmpty})
 	} else {
@@ -436,7 +429,7 @@ func (r *Reaper) started(h *Handle, steps []Step, err error, now time.Time) {
 	if h.srq && !h.lastWQE {
 		h.stage = stageError
 		h.deadline = r.at(now) + r.opts.LastWQETimeout
-		r.errorList.push(h)
+		r.lists[stageError].push(h)
 	} else {
 		r.ready(h, now)
 	}
@@ -497,19 +490,19 @@ func (r *Reaper) place(h *Handle, now time.Time) {
 	switch {
 	case h.needSend || h.needRecv:
 		h.stage = stageFlush
-		r.flushList.push(h)
+		r.lists[stageFlush].push(h)
 	case h.sendID != 0 || h.recvID != 0 || h.countRecvs && h.recvsLeft > 0:
 		h.stage = stageWait
-		r.waitList.push(h)
+		r.lists[stageWait].push(h)
 	case h.srq && h.report.Recv.By == ProofNone && !h.barrierDone:
 		h.stage = stageBarrier
-		r.barrierList.push(h)
+		r.lists[stageBarrier].push(h)
 	case h.report.Proven():
 		r.finish(h, Safe, nil, now)
 	case h.stalled:
 		// DestroyWhenEmpty, after its drain WRs: an empty poll releases it.
 		h.stage = stageEmptyWait
-		r.emptyWaitList.push(h)
+		r.lists[stageEmptyWait].push(h)
 	default:
 		// Not reachable: every open queue above has something to wait
 		// for. Should it happen, the QP is not safe.
@@ -602,7 +595,7 @@ func (r *Reaper) count(h *Handle, wc ibv.WC, now time.Time) {
 	if h.recvsLeft == 0 {
 		h.report.Recv.By = ProofRecvCount
 		if h.stage == stageWait {
-			r.waitList.remove(h)
+			r.lists[stageWait].remove(h)
 			r.place(h, now)
 		}
 	}
@@ -638,7 +631,7 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 	}
 	seq := wc.ID &^ WRIDMask
 	riders := 0
-	for b := r.barrierList.Front(); b != nil && b.barrierAfter < seq && (r.opts.MaxBatch == 0 || riders < r.opts.MaxBatch); b = b.links.Next() {
+	for b := r.lists[stageBarrier].Front(); b != nil && b.barrierAfter < seq && (r.opts.MaxBatch == 0 || riders < r.opts.MaxBatch); b = b.links.Next() {
 		riders++
 	}
 	batch := riders
@@ -665,17 +658,17 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 	}
 	switch h.stage {
 	case stageWait:
-		r.waitList.remove(h)
+		r.lists[stageWait].remove(h)
 		r.place(h, now)
 	case stageEmptyWait:
 		if h.report.Proven() {
-			r.emptyWaitList.remove(h)
+			r.lists[stageEmptyWait].remove(h)
 			r.finish(h, Safe, nil, now)
 		}
 	}
 	for range riders {
-		b := r.barrierList.Front()
-		r.barrierList.remove(b)
+		b := r.lists[stageBarrier].Front()
+		r.lists[stageBarrier].remove(b)
 		b.step(Step{At: now, Kind: StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
 		b.report.Batch = batch
 		r.barrier(b, wc.ID, h.qpn)
@@ -738,7 +731,7 @@ func (r *Reaper) HandleEvent(ev ibv.AsyncEvent) (claimed bool) {
 		h.lastWQE = true
 	case stageError:
 		h.lastWQE = true
-		r.errorList.remove(h)
+		r.lists[stageError].remove(h)
 		r.ready(h, now)
 		r.post(now)
 	}
@@ -779,7 +772,7 @@ func (r *Reaper) cqError(now time.Time) {
 		r.finish(h, Failed, fmt.Errorf("qpn %d: %w", h.qpn, r.cqErr), now)
 	}
 	// Nothing more will be polled from the CQ.
-	for h := r.quarantine.Front(); h != nil; h = h.links.Next() {
+	for h := r.lists[stageQuarantine].Front(); h != nil; h = h.links.Next() {
 		h.sendID, h.recvID = 0, 0
 	}
 	clear(r.lost)
@@ -809,17 +802,17 @@ func (r *Reaper) cqEmpty(polledAt time.Time) {
 	now := r.opts.Clock.Now()
 	r.pollGen++
 	t := r.at(polledAt)
-	for h := r.provingList.Front(); h != nil; {
+	for h := r.lists[stageProving].Front(); h != nil; {
 		next := h.links.Next()
 		if h.since < t {
 			r.begin(h, true, now)
 		}
 		h = next
 	}
-	for h := r.emptyWaitList.Front(); h != nil; {
+	for h := r.lists[stageEmptyWait].Front(); h != nil; {
 		next := h.links.Next()
 		if h.since < t {
-			r.emptyWaitList.remove(h)
+			r.lists[stageEmptyWait].remove(h)
 			h.step(Step{At: now, Kind: StepCQEmpty})
 			r.finish(h, DestroyedAfterEmptyCQ, nil, now)
 		}
@@ -933,8 +926,8 @@ func (r *Reaper) Stats() Stats {
 func (r *Reaper) Quarantined() []*Handle {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]*Handle, 0, r.quarantine.Len())
-	for h := r.quarantine.Front(); h != nil; h = h.links.Next() {
+	out := make([]*Handle, 0, r.lists[stageQuarantine].Len())
+	for h := r.lists[stageQuarantine].Front(); h != nil; h = h.links.Next() {
 		out = append(out, h)
 	}
 	return out
@@ -970,9 +963,9 @@ func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 			notSafe = append(notSafe, h)
 		}
 	}
-	for r.quarantine.Len() > 0 {
-		h := r.quarantine.Front()
-		r.quarantine.remove(h)
+	for r.lists[stageQuarantine].Len() > 0 {
+		h := r.lists[stageQuarantine].Front()
+		r.lists[stageQuarantine].remove(h)
 		if r.byNum.get(h.qpn) == h {
 			r.byNum.del(h.qpn)
 		}

@@ -18,20 +18,18 @@ type Links[T any] struct {
 }
 
 // Next is the element after n on its list, nil at the back or off a list.
-func (n *Links[T]) Next() *T {
-	if n.next == nil {
-		return nil
-	}
-	return n.next.elem
-}
+func (n *Links[T]) Next() *T { return n.next.of() }
 
 // Prev is the element before n on its list, nil at the front or off a
 // list.
-func (n *Links[T]) Prev() *T {
-	if n.prev == nil {
+func (n *Links[T]) Prev() *T { return n.prev.of() }
+
+// of is the element whose links n are, nil for no links.
+func (n *Links[T]) of() *T {
+	if n == nil {
 		return nil
 	}
-	return n.prev.elem
+	return n.elem
 }
 
 // List is a list of elements of type T; the zero value is empty.
@@ -44,20 +42,10 @@ type List[T any] struct {
 func (l *List[T]) Len() int { return l.n }
 
 // Front is l's first element, nil when l is empty.
-func (l *List[T]) Front() *T {
-	if l.head == nil {
-		return nil
-	}
-	return l.head.elem
-}
+func (l *List[T]) Front() *T { return l.head.of() }
 
 // Back is l's last element, nil when l is empty.
-func (l *List[T]) Back() *T {
-	if l.tail == nil {
-		return nil
-	}
-	return l.tail.elem
-}
+func (l *List[T]) Back() *T { return l.tail.of() }
 
 // PushFront puts e, whose links are n, first on l. e must be on no list.
 func (l *List[T]) PushFront(e *T, n *Links[T]) { l.InsertAfter(e, n, nil) }
