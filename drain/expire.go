@@ -10,11 +10,11 @@ import (
 // expire applies the policy to every wait that has run out of time.
 func (r *Reaper) expire(now time.Time) {
 	t := r.at(now)
-	for h := r.provingList.head; h != nil && h.deadline <= t; h = r.provingList.head {
+	for h := r.lists[stageProving].Front(); h != nil && h.deadline <= t; h = r.lists[stageProving].Front() {
 		r.begin(h, false, now)
 	}
-	for h := r.errorList.head; h != nil && h.deadline <= t; h = r.errorList.head {
-		r.errorList.remove(h)
+	for h := r.lists[stageError].Front(); h != nil && h.deadline <= t; h = r.lists[stageError].Front() {
+		r.lists[stageError].remove(h)
 		err := fmt.Errorf("qpn %d: %w within %v", h.qpn, ErrNoLastWQE, r.opts.LastWQETimeout)
 		if r.eventsSeen == 0 {
 			err = fmt.Errorf("%w: no async event was delivered to the reaper (through Run's Feed.Events or HandleEvent)", err)
@@ -25,13 +25,13 @@ func (r *Reaper) expire(now time.Time) {
 			r.ready(h, now)
 		}
 	}
-	for _, l := range [...]*list{&r.flushList, &r.waitList, &r.barrierList} {
-		for h := l.head; h != nil && h.deadline <= t; h = l.head {
+	for _, l := range [...]*list{&r.lists[stageFlush], &r.lists[stageWait], &r.lists[stageBarrier]} {
+		for h := l.Front(); h != nil && h.deadline <= t; h = l.Front() {
 			l.remove(h)
 			if r.stall(h, r.stallErr(h), now) {
 				h.needSend, h.needRecv = false, false
 				h.stage = stageEmptyWait
-				r.emptyWaitList.push(h)
+				r.lists[stageEmptyWait].push(h)
 			}
 		}
 	}
@@ -80,12 +80,12 @@ func (r *Reaper) stall(h *Handle, err error, now time.Time) bool {
 	r.logf(h, "drain stalled: %v (policy %s)", err, r.opts.Policy)
 	if r.opts.Policy == DestroyWhenEmpty {
 		if !h.stalled {
-			h.stalled, h.stalledAt = true, r.at(now)
+			h.stalled, h.since = true, r.at(now)
 		}
 		return true
 	}
-	if r.quarantine.n >= r.opts.MaxQuarantine {
-		r.finish(h, Failed, fmt.Errorf("%w (%d QPs): %w", ErrQuarantineFull, r.quarantine.n, err), now)
+	if r.lists[stageQuarantine].Len() >= r.opts.MaxQuarantine {
+		r.finish(h, Failed, fmt.Errorf("%w (%d QPs): %w", ErrQuarantineFull, r.lists[stageQuarantine].Len(), err), now)
 		return false
 	}
 	// A quarantined QP is kept, not given up: its drain WRs may still
@@ -95,7 +95,7 @@ func (r *Reaper) stall(h *Handle, err error, now time.Time) bool {
 		r.newest = 0
 	}
 	h.stage = stageQuarantine
-	r.quarantine.push(h)
+	r.lists[stageQuarantine].push(h)
 	r.stats.Quarantined++
 	r.stats.Pending--
 	r.conclude(h, Quarantined, fmt.Errorf("%w: %w", ErrQuarantined, err), now)
@@ -112,6 +112,7 @@ func (r *Reaper) giveUp(h *Handle, now time.Time) {
 			if id&^WRIDMask == r.newest {
 				r.newest = 0
 			}
+			r.loseWR(id, h.qpn)
 			r.orphans = append(r.orphans, orphan{id: id, at: r.at(now)})
 		}
 	}
@@ -129,8 +130,8 @@ func (r *Reaper) NextDeadline() time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	next := r.nextDeadline()
-	for h := r.emptyWaitList.head; h != nil; h = h.next {
-		if t := r.epoch.Add(h.stalledAt + 1); next.IsZero() || t.Before(next) {
+	for h := r.lists[stageEmptyWait].Front(); h != nil; h = h.links.Next() {
+		if t := r.epoch.Add(h.since + 1); next.IsZero() || t.Before(next) {
 			next = t
 		}
 	}
@@ -141,8 +142,8 @@ func (r *Reaper) NextDeadline() time.Time {
 // waits.
 func (r *Reaper) nextDeadline() time.Time {
 	d := time.Duration(-1)
-	for _, l := range [...]*list{&r.provingList, &r.errorList, &r.flushList, &r.waitList, &r.barrierList} {
-		if h := l.head; h != nil && (d < 0 || h.deadline < d) {
+	for _, l := range [...]*list{&r.lists[stageProving], &r.lists[stageError], &r.lists[stageFlush], &r.lists[stageWait], &r.lists[stageBarrier]} {
+		if h := l.Front(); h != nil && (d < 0 || h.deadline < d) {
 			d = h.deadline
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/ilist"
 )
 
 // closedChan is the Done channel of a handle that ended before anyone asked.
@@ -42,11 +43,13 @@ type Handle struct {
 	// before the QP became ready: only a later one is a barrier for it.
 	barrierAfter uint64
 	retryGen     uint64
-	added        time.Duration // since r.epoch
 	deadline     time.Duration // since r.epoch, of the wait the QP's list stands for
-	stalledAt    time.Duration
-	prev, next   *Handle
-	report       Report
+	// since (since r.epoch) is when a proving QP was added, or when a
+	// stalled one first stalled: one field, as a QP stalls only after it
+	// has stopped proving.
+	since  time.Duration
+	links  ilist.Links[Handle]
+	report Report
 }
 
 // QP is the QP being drained.

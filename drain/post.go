@@ -13,9 +13,9 @@ func (r *Reaper) nextID() uint64 {
 	return WRIDTag | r.seq&^WRIDMask
 }
 
-// track counts a posted drain WR against the headroom.
-func (r *Reaper) track(h *Handle, id uint64) {
-	r.wrs[id] = h
+// track counts a posted drain WR against the headroom; the caller keeps
+// its ID in the handle.
+func (r *Reaper) track(id uint64) {
 	r.inFlight++
 	r.newest = id &^ WRIDMask
 	r.stats.MaxInFlight = max(r.stats.MaxInFlight, r.inFlight)
@@ -31,19 +31,19 @@ func (r *Reaper) post(now time.Time) {
 	if r.cqErr != nil || r.shut {
 		return
 	}
-	for h := r.flushList.head; h != nil && r.inFlight < r.opts.Headroom; {
-		next := h.next
+	for h := r.lists[stageFlush].Front(); h != nil && r.inFlight < r.opts.Headroom; {
+		next := h.links.Next()
 		if !h.full || h.retryGen != r.pollGen {
 			r.postFor(h, now)
 		}
 		h = next
 	}
-	t := r.barrierList.tail
+	t := r.lists[stageBarrier].Back()
 	if t == nil || r.newest > t.barrierAfter {
 		return
 	}
-	for c := r.barrierList.head; c != nil && r.inFlight < r.opts.Headroom; {
-		next := c.next
+	for c := r.lists[stageBarrier].Front(); c != nil && r.inFlight < r.opts.Headroom; {
+		next := c.links.Next()
 		id := r.nextID()
 		if err := c.qp.PostSend(r.drainSend(id)); err != nil {
 			// Its send queue was stated empty: the QP cannot carry it.
@@ -52,9 +52,9 @@ func (r *Reaper) post(now time.Time) {
 			continue
 		}
 		c.sendID = id
-		r.track(c, id)
+		r.track(id)
 		r.stats.DrainWRs++
-		c.step(Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: c.qpn, Count: r.barrierList.n})
+		c.step(Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: c.qpn, Count: r.lists[stageBarrier].Len()})
 		return
 	}
 }
@@ -82,7 +82,7 @@ func (r *Reaper) postFor(h *Handle, now time.Time) {
 			return
 		}
 		h.needRecv, h.recvID = false, id
-		r.track(h, id)
+		r.track(id)
 		r.stats.RecvDrainWRs++
 		h.step(Step{At: now, Kind: StepRecvDrainPosted, WRID: id})
 	}
@@ -92,12 +92,12 @@ func (r *Reaper) postFor(h *Handle, now time.Time) {
 			return
 		}
 		h.needSend, h.sendID = false, id
-		r.track(h, id)
+		r.track(id)
 		r.stats.DrainWRs++
 		h.step(Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: h.qpn, Count: 1})
 	}
 	if !h.needSend && !h.needRecv {
-		r.flushList.remove(h)
+		r.lists[stageFlush].remove(h)
 		r.place(h, now)
 	}
 }
@@ -123,13 +123,28 @@ func (r *Reaper) posted(h *Handle, id uint64, err error, what string, now time.T
 	return false
 }
 
-// untrack stops counting a drain WR against the headroom.
+// release returns a counted drain WR's slot to the headroom.
+func (r *Reaper) release(id uint64) {
+	r.inFlight--
+	if id&^WRIDMask == r.newest {
+		r.newest = 0
+	}
+}
+
+// loseWR keeps counting a drain WR posted on qpn whose handle the reaper
+// let go of, until it completes or a poll finds the CQ empty (untrack).
+func (r *Reaper) loseWR(id uint64, qpn uint32) {
+	if r.lost == nil {
+		r.lost = make(map[uint64]uint32)
+	}
+	r.lost[id] = qpn
+}
+
+// untrack stops counting a lost drain WR against the headroom, if it
+// still is.
 func (r *Reaper) untrack(id uint64) {
-	if _, ok := r.wrs[id]; ok {
-		delete(r.wrs, id)
-		r.inFlight--
-		if id&^WRIDMask == r.newest {
-			r.newest = 0
-		}
+	if _, ok := r.lost[id]; ok {
+		delete(r.lost, id)
+		r.release(id)
 	}
 }

@@ -88,16 +88,15 @@ type Reaper struct {
 	// byNum names, for each QP number on the CQ, the QP it stands for now:
 	// pending or quarantined. Completions carry only the number; events
 	// carry the QP, which must be the same object.
-	byNum         map[uint32]*Handle
-	provingList   list // counting receives, the CQ not yet past earlier QPs with the number
-	errorList     list // rx_error_list: in ERROR, Last WQE Reached not seen
-	flushList     list // rx_flush_list: ready, a drain WR still to post
-	waitList      list // rx_drain_list: drain WRs or counted receives outstanding
-	barrierList   list // SRQ side only, waiting for a barrier completion
-	emptyWaitList list // stalled under DestroyWhenEmpty, waiting for an empty poll
-	quarantine    list
-	// wrs maps every drain WR counted against the headroom to its QP.
-	wrs      map[uint64]*Handle
+	byNum qpTable
+	// lists holds the QPs of each stage that has a list, by stage (see
+	// stage): lists[stageAdding] and lists[stageDone] stay empty.
+	lists [numStages]list
+	// Every drain WR counted against the headroom is either the sendID or
+	// recvID of the handle byNum names for the QP it was posted on, or in
+	// lost (with that QP's number): those of QPs given up (orphans), and
+	// of quarantined QPs whose number now stands for another QP.
+	lost     map[uint64]uint32
 	orphans  []orphan
 	inFlight int
 	// newest is the sequence number of the newest drain WR outstanding for
@@ -118,11 +117,15 @@ type Reaper struct {
 	kicked     bool
 	history    eventHistory
 	eventsSeen int
-	lastWC     *Handle // the handle of the last completion counted
-	cqErr      error
-	shut       bool
-	stats      Stats
-	cqOK       bool // cq can be compared (identifiable)
+	// lastWC is the handle of the last completion looked up, nil or
+	// byNum[lastWC.qpn]; nextWC was the one after it on its list then.
+	// Completions come in runs of one QP, often QP after QP in the order
+	// they were added: the two hints save most lookups by number.
+	lastWC, nextWC *Handle
+	cqErr          error
+	shut           bool
+	stats          Stats
+	cqOK           bool // cq can be compared (identifiable)
 	// sendWR and recvWR are the one-WR lists of every drain WR post, kept
 	// here so that a post allocates nothing (a provider copies the WRs it
 	// takes). A WR list names one QP (ibv_post_send(3)) and every QP's
@@ -149,13 +152,11 @@ func NewReaper(cq ibv.CQ, opts Options) *Reaper {
 		cq:      cq,
 		opts:    o,
 		epoch:   o.Clock.Now(),
-		byNum:   make(map[uint32]*Handle),
-		wrs:     make(map[uint64]*Handle),
 		history: eventHistory{max: o.EventHistory},
 		cqOK:    identifiable(cq),
 	}
-	for s := stageProving; s < stageDone; s++ {
-		r.listOf(s).of = s
+	for s := range r.lists {
+		r.lists[s].of = stage(s)
 	}
 	return r
 }
@@ -236,19 +237,24 @@ func (r *Reaper) addAll(qps []ibv.QP, o AddOptions, done func(i int, h *Handle, 
 		move[i] = true
 		toMove++
 	}
-	if toMove == 0 {
-		r.post(now)
-		r.wakeForDeadline()
-		r.mu.Unlock()
-		for i, h := range hs {
-			if h != nil {
-				done(i, h, nil)
-			}
-		}
-		return
+	if toMove > 0 {
+		now = r.moveAll(hs, move, now)
 	}
+	r.post(now)
+	r.wakeForDeadline()
 	r.mu.Unlock()
+	for i, h := range hs {
+		if h != nil {
+			done(i, h, nil)
+		}
+	}
+}
 
+// moveAll moves the QPs of hs marked in move to ERROR (their steps dated
+// began) without r.mu, which the caller holds, then goes on with their
+// drains under it and returns the time it took it back.
+func (r *Reaper) moveAll(hs []*Handle, move []bool, began time.Time) time.Time {
+	r.mu.Unlock()
 	type moved struct {
 		steps []Step
 		err   error
@@ -256,12 +262,11 @@ func (r *Reaper) addAll(qps []ibv.QP, o AddOptions, done func(i int, h *Handle, 
 	ms := make([]moved, len(hs))
 	for i, h := range hs {
 		if move[i] {
-			ms[i].steps, ms[i].err = r.moveToError(h, now)
+			ms[i].steps, ms[i].err = r.moveToError(h, began)
 		}
 	}
-
 	r.mu.Lock()
-	now = r.opts.Clock.Now()
+	now := r.opts.Clock.Now()
 	for i, h := range hs {
 		if !move[i] {
 			continue
@@ -275,14 +280,7 @@ func (r *Reaper) addAll(qps []ibv.QP, o AddOptions, done func(i int, h *Handle, 
 		}
 		r.started(h, ms[i].steps, ms[i].err, now)
 	}
-	r.post(now)
-	r.wakeForDeadline()
-	r.mu.Unlock()
-	for i, h := range hs {
-		if h != nil {
-			done(i, h, nil)
-		}
-	}
+	return now
 }
 
 // newHandle checks what Add can check of qp and o without the lock and
@@ -325,18 +323,10 @@ func (r *Reaper) newHandle(qp ibv.QP, o AddOptions, now time.Time) (*Handle, err
 	return h, nil
 }
 
-// reserve sizes the reaper's empty maps for n more QPs, so that a batch
-// does not grow them step by step; a map in use keeps its size.
+// reserve sizes the reaper's empty map by QP number for n more QPs, so
+// that a batch does not grow it step by step; a map in use keeps its size.
 func (r *Reaper) reserve(n int) {
-	if n <= 1 {
-		return
-	}
-	if len(r.byNum) == 0 {
-		r.byNum = make(map[uint32]*Handle, n)
-	}
-	if len(r.wrs) == 0 {
-		r.wrs = make(map[uint64]*Handle, min(2*n, r.opts.Headroom))
-	}
+	r.byNum.reserve(n)
 }
 
 // admit enters h under r.mu: its QP number names it from now on, so that
@@ -345,7 +335,8 @@ func (r *Reaper) reserve(n int) {
 // its receives is left proving; every other one is left adding.
 func (r *Reaper) admit(h *Handle, now time.Time) error {
 	qpn := h.qpn
-	switch old := r.byNum[qpn]; {
+	old := r.byNum.get(qpn)
+	switch {
 	case r.shut:
 		return fmt.Errorf("adding qpn %d: %w", qpn, ErrShutdown)
 	case r.cqErr != nil:
@@ -356,9 +347,12 @@ func (r *Reaper) admit(h *Handle, now time.Time) error {
 		return fmt.Errorf("qpn %d names another QP still being drained: %w", qpn, ibv.ErrBusy)
 	}
 	// A quarantined QP that had this number was destroyed by its owner
-	// and the number reused: it keeps its place in the quarantine, and the
-	// number now stands for the new QP.
-	r.byNum[qpn] = h
+	// and the number reused: it keeps its place in the quarantine (and its
+	// drain WRs their headroom), and the number now stands for the new QP.
+	if old != nil {
+		r.displace(old)
+	}
+	r.byNum.set(qpn, h)
 	r.stats.Added++
 	r.stats.Pending++
 	if h.recvsLeft > 0 {
@@ -368,9 +362,9 @@ func (r *Reaper) admit(h *Handle, now time.Time) error {
 		// begun after this moment that finds the CQ empty is past them:
 		// until then the QP stays as it is and counts nothing.
 		h.stage = stageProving
-		h.added = r.at(now)
-		h.deadline = h.added + r.opts.DrainTimeout
-		r.provingList.push(h)
+		h.since = r.at(now)
+		h.deadline = h.since + r.opts.DrainTimeout
+		r.lists[stageProving].push(h)
 		// Only a poll moves this QP on: Run must not sleep on its channel.
 		r.kicked = true
 		if r.wake != nil {
@@ -388,7 +382,7 @@ func (r *Reaper) admit(h *Handle, now time.Time) error {
 // proves the receive queue instead. The move to ERROR is made under r.mu,
 // so nothing comes between it and its steps.
 func (r *Reaper) begin(h *Handle, proven bool, now time.Time) {
-	r.provingList.remove(h)
+	r.lists[stageProving].remove(h)
 	if proven && !h.unsure {
 		h.step(Step{At: now, Kind: StepCQEmpty})
 	} else {
@@ -435,7 +429,7 @@ func (r *Reaper) started(h *Handle, steps []Step, err error, now time.Time) {
 	if h.srq && !h.lastWQE {
 		h.stage = stageError
 		h.deadline = r.at(now) + r.opts.LastWQETimeout
-		r.errorList.push(h)
+		r.lists[stageError].push(h)
 	} else {
 		r.ready(h, now)
 	}
@@ -453,10 +447,17 @@ func (r *Reaper) moveToError(h *Handle, began time.Time) ([]Step, error) {
 		}
 		from = attr.State
 	}
-	if from == ibv.QPSErr {
-		return []Step{{At: began, Kind: StepState, From: from, To: ibv.QPSErr}}, nil
+	// The first allocation of the steps holds them all for a QP that goes
+	// on at once (about 6); one that waits for Last WQE Reached, perhaps
+	// long, holds one until its second step.
+	n := 8
+	if h.srq && !h.lastWQE {
+		n = 1
 	}
-	var steps []Step
+	if from == ibv.QPSErr {
+		return append(make([]Step, 0, n), Step{At: began, Kind: StepState, From: from, To: ibv.QPSErr}), nil
+	}
+	steps := make([]Step, 0, max(n, 3))
 	if from == ibv.QPSRTR && r.opts.ViaRTS {
 		// The attributes RTR -> RTS requires (IBTA Table 91); their values
 		// do not matter to a QP about to enter ERROR.
@@ -489,19 +490,19 @@ func (r *Reaper) place(h *Handle, now time.Time) {
 	switch {
 	case h.needSend || h.needRecv:
 		h.stage = stageFlush
-		r.flushList.push(h)
+		r.lists[stageFlush].push(h)
 	case h.sendID != 0 || h.recvID != 0 || h.countRecvs && h.recvsLeft > 0:
 		h.stage = stageWait
-		r.waitList.push(h)
+		r.lists[stageWait].push(h)
 	case h.srq && h.report.Recv.By == ProofNone && !h.barrierDone:
 		h.stage = stageBarrier
-		r.barrierList.push(h)
+		r.lists[stageBarrier].push(h)
 	case h.report.Proven():
 		r.finish(h, Safe, nil, now)
 	case h.stalled:
 		// DestroyWhenEmpty, after its drain WRs: an empty poll releases it.
 		h.stage = stageEmptyWait
-		r.emptyWaitList.push(h)
+		r.lists[stageEmptyWait].push(h)
 	default:
 		// Not reachable: every open queue above has something to wait
 		// for. Should it happen, the QP is not safe.
@@ -530,13 +531,9 @@ func (r *Reaper) handleWC(wc ibv.WC, now time.Time) bool {
 		r.drainWC(wc, now)
 		return true
 	}
-	// Flushes come in runs of one QP: remember the last one looked up.
-	h := r.lastWC
-	if h == nil || h.qpn != wc.QPNum {
-		if h = r.byNum[wc.QPNum]; h == nil {
-			return false
-		}
-		r.lastWC = h
+	h := r.lookup(wc.QPNum)
+	if h == nil {
+		return false
 	}
 	switch h.stage {
 	case stageQuarantine:
@@ -546,6 +543,24 @@ func (r *Reaper) handleWC(wc ibv.WC, now time.Time) bool {
 		r.count(h, wc, now)
 	}
 	return false
+}
+
+// lookup returns the handle the QP number qpn stands for, nil if none.
+// The hints go first (lastWC, nextWC). A handle that was on a list is
+// byNum's until it is finished or quarantined (a quarantined QP's number
+// may stand for another QP now).
+func (r *Reaper) lookup(qpn uint32) *Handle {
+	if h := r.lastWC; h != nil && h.qpn == qpn {
+		return h
+	}
+	h := r.nextWC
+	if h == nil || h.qpn != qpn || h.stage == stageDone || h.stage == stageQuarantine {
+		if h = r.byNum.get(qpn); h == nil {
+			return nil
+		}
+	}
+	r.lastWC, r.nextWC = h, h.links.Next()
+	return h
 }
 
 // count records a completion of a QP being drained.
@@ -580,7 +595,7 @@ func (r *Reaper) count(h *Handle, wc ibv.WC, now time.Time) {
 	if h.recvsLeft == 0 {
 		h.report.Recv.By = ProofRecvCount
 		if h.stage == stageWait {
-			r.waitList.remove(h)
+			r.lists[stageWait].remove(h)
 			r.place(h, now)
 		}
 	}
@@ -590,24 +605,33 @@ func (r *Reaper) count(h *Handle, wc ibv.WC, now time.Time) {
 // posted on and, wherever it was posted, a barrier for every SRQ side that
 // became ready before it was posted.
 func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
-	h, ok := r.wrs[wc.ID]
-	if !ok || wc.QPNum != h.qpn {
+	h := r.lookup(wc.QPNum)
+	if h == nil || wc.ID != h.sendID && wc.ID != h.recvID {
 		// Not a drain WR of this reaper (another reaper's on the same CQ,
-		// or one no longer counted), or not from the QP it was posted on:
-		// it proves nothing.
+		// or one no longer counted), one of a QP given up, or not from
+		// the QP it was posted on: it proves nothing.
+		if qpn, ok := r.lost[wc.ID]; ok && qpn == wc.QPNum {
+			delete(r.lost, wc.ID)
+			r.release(wc.ID)
+		}
 		r.stats.LateDrainWCs++
 		return
 	}
-	r.untrack(wc.ID)
+	r.release(wc.ID)
 	if live := h.stage == stageFlush || h.stage == stageWait || h.stage == stageBarrier || h.stage == stageEmptyWait; !live {
-		// Its QP was given up: the caller may have destroyed it, so its
-		// drain WR orders nothing the reaper still relies on.
+		// Its QP is quarantined: the caller may destroy it, so its drain
+		// WR orders nothing the reaper still relies on.
+		if wc.ID == h.sendID {
+			h.sendID = 0
+		} else {
+			h.recvID = 0
+		}
 		r.stats.LateDrainWCs++
 		return
 	}
 	seq := wc.ID &^ WRIDMask
 	riders := 0
-	for b := r.barrierList.head; b != nil && b.barrierAfter < seq && (r.opts.MaxBatch == 0 || riders < r.opts.MaxBatch); b = b.next {
+	for b := r.lists[stageBarrier].Front(); b != nil && b.barrierAfter < seq && (r.opts.MaxBatch == 0 || riders < r.opts.MaxBatch); b = b.links.Next() {
 		riders++
 	}
 	batch := riders
@@ -634,17 +658,17 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 	}
 	switch h.stage {
 	case stageWait:
-		r.waitList.remove(h)
+		r.lists[stageWait].remove(h)
 		r.place(h, now)
 	case stageEmptyWait:
 		if h.report.Proven() {
-			r.emptyWaitList.remove(h)
+			r.lists[stageEmptyWait].remove(h)
 			r.finish(h, Safe, nil, now)
 		}
 	}
 	for range riders {
-		b := r.barrierList.head
-		r.barrierList.remove(b)
+		b := r.lists[stageBarrier].Front()
+		r.lists[stageBarrier].remove(b)
 		b.step(Step{At: now, Kind: StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
 		b.report.Batch = batch
 		r.barrier(b, wc.ID, h.qpn)
@@ -683,7 +707,7 @@ func (r *Reaper) HandleEvent(ev ibv.AsyncEvent) (claimed bool) {
 		// Add refused every QP whose value cannot be compared.
 		return false
 	}
-	h := r.byNum[ev.QP.Num()]
+	h := r.byNum.get(ev.QP.Num())
 	if h == nil || h.qp != ev.QP {
 		if ev.Type == ibv.EventQPLastWQEReached && inError(ev.QP) {
 			r.history.add(ev.QP, now)
@@ -707,7 +731,7 @@ func (r *Reaper) HandleEvent(ev ibv.AsyncEvent) (claimed bool) {
 		h.lastWQE = true
 	case stageError:
 		h.lastWQE = true
-		r.errorList.remove(h)
+		r.lists[stageError].remove(h)
 		r.ready(h, now)
 		r.post(now)
 	}
@@ -741,14 +765,17 @@ func (r *Reaper) Forget(qp ibv.QP) {
 
 func (r *Reaper) cqError(now time.Time) {
 	r.cqErr = fmt.Errorf("%w (EventCQErr)", ErrCQError)
-	for _, h := range r.byNum {
+	for _, h := range r.byNum.all() {
 		if h.stage == stageQuarantine {
 			continue
 		}
 		r.finish(h, Failed, fmt.Errorf("qpn %d: %w", h.qpn, r.cqErr), now)
 	}
 	// Nothing more will be polled from the CQ.
-	clear(r.wrs)
+	for h := r.lists[stageQuarantine].Front(); h != nil; h = h.links.Next() {
+		h.sendID, h.recvID = 0, 0
+	}
+	clear(r.lost)
 	r.orphans, r.inFlight, r.newest = nil, 0, 0
 }
 
@@ -775,17 +802,17 @@ func (r *Reaper) cqEmpty(polledAt time.Time) {
 	now := r.opts.Clock.Now()
 	r.pollGen++
 	t := r.at(polledAt)
-	for h := r.provingList.head; h != nil; {
-		next := h.next
-		if h.added < t {
+	for h := r.lists[stageProving].Front(); h != nil; {
+		next := h.links.Next()
+		if h.since < t {
 			r.begin(h, true, now)
 		}
 		h = next
 	}
-	for h := r.emptyWaitList.head; h != nil; {
-		next := h.next
-		if h.stalledAt < t {
-			r.emptyWaitList.remove(h)
+	for h := r.lists[stageEmptyWait].Front(); h != nil; {
+		next := h.links.Next()
+		if h.since < t {
+			r.lists[stageEmptyWait].remove(h)
 			h.step(Step{At: now, Kind: StepCQEmpty})
 			r.finish(h, DestroyedAfterEmptyCQ, nil, now)
 		}
@@ -808,9 +835,9 @@ func (r *Reaper) finish(h *Handle, o Outcome, err error, now time.Time) {
 	// the CQ empty: also under DestroyWhenEmpty, whose empty poll released
 	// the QP but came before the caller could destroy it.
 	r.giveUp(h, now)
-	if r.byNum[h.qpn] == h {
-		delete(r.byNum, h.qpn)
-	}
+	// Only a quarantined QP's number can stand for another QP, and a
+	// quarantined QP is not finished.
+	r.byNum.del(h.qpn)
 	r.forget(h)
 	h.stage = stageDone
 	r.stats.Pending--
@@ -825,11 +852,23 @@ func (r *Reaper) finish(h *Handle, o Outcome, err error, now time.Time) {
 	}
 }
 
-// forget drops the reaper's last reference to a handle it let go of.
+// forget drops the hint to a handle whose number no longer stands for it.
 func (r *Reaper) forget(h *Handle) {
 	if r.lastWC == h {
 		r.lastWC = nil
 	}
+}
+
+// displace lets go of a quarantined QP whose number now stands for
+// another QP: its drain WRs still outstanding are counted in r.lost.
+func (r *Reaper) displace(q *Handle) {
+	for _, id := range [...]uint64{q.sendID, q.recvID} {
+		if id != 0 {
+			r.loseWR(id, q.qpn)
+		}
+	}
+	q.sendID, q.recvID = 0, 0
+	r.forget(q)
 }
 
 // conclude records the outcome. It is the only place that sets one, and
@@ -887,8 +926,8 @@ func (r *Reaper) Stats() Stats {
 func (r *Reaper) Quarantined() []*Handle {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]*Handle, 0, r.quarantine.n)
-	for h := r.quarantine.head; h != nil; h = h.next {
+	out := make([]*Handle, 0, r.lists[stageQuarantine].Len())
+	for h := r.lists[stageQuarantine].Front(); h != nil; h = h.links.Next() {
 		out = append(out, h)
 	}
 	return out
@@ -902,12 +941,7 @@ func (r *Reaper) Quarantined() []*Handle {
 // at device stop, destroys them after 5 s.
 func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 	r.mu.Lock()
-	pending := make([]*Handle, 0, len(r.byNum))
-	for _, h := range r.byNum {
-		if h.stage != stageQuarantine {
-			pending = append(pending, h)
-		}
-	}
+	pending := slices.DeleteFunc(r.byNum.all(), func(h *Handle) bool { return h.stage == stageQuarantine })
 	r.mu.Unlock()
 	for _, h := range pending {
 		if _, err := h.Wait(ctx); err != nil && ctx.Err() != nil {
@@ -918,7 +952,7 @@ func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 	defer r.mu.Unlock()
 	r.shut = true
 	now := r.opts.Clock.Now()
-	for _, h := range r.byNum {
+	for _, h := range r.byNum.all() {
 		if h.stage != stageQuarantine {
 			r.finish(h, Failed, fmt.Errorf("qpn %d: %w", h.qpn, ErrShutdown), now)
 		}
@@ -929,11 +963,11 @@ func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 			notSafe = append(notSafe, h)
 		}
 	}
-	for r.quarantine.n > 0 {
-		h := r.quarantine.head
-		r.quarantine.remove(h)
-		if r.byNum[h.qpn] == h {
-			delete(r.byNum, h.qpn)
+	for r.lists[stageQuarantine].Len() > 0 {
+		h := r.lists[stageQuarantine].Front()
+		r.lists[stageQuarantine].remove(h)
+		if r.byNum.get(h.qpn) == h {
+			r.byNum.del(h.qpn)
 		}
 		r.forget(h)
 		r.giveUp(h, now)

@@ -35,10 +35,7 @@ var outcomeNames = [...]string{"pending", "safe", "destroyed after empty CQ", "q
 
 // String names the outcome.
 func (o Outcome) String() string {
-	if int(o) < len(outcomeNames) {
-		return outcomeNames[o]
-	}
-	return fmt.Sprintf("Outcome(%d)", uint8(o))
+	return enumName(o, outcomeNames[:], "Outcome")
 }
 
 // SafeToDestroy reports whether the QP may be destroyed now.
@@ -203,10 +200,7 @@ var proofNames = [...]string{"none", "Last WQE Reached and a barrier drain WR", 
 
 // String names the proof.
 func (p Proof) String() string {
-	if int(p) < len(proofNames) {
-		return proofNames[p]
-	}
-	return fmt.Sprintf("Proof(%d)", uint8(p))
+	return enumName(p, proofNames[:], "Proof")
 }
 
 // Missing says what an unproven queue still lacked when its drain ended.
@@ -236,10 +230,7 @@ var missingNames = [...]string{"nothing", "no Last WQE Reached", "no barrier com
 
 // String says what was missing.
 func (m Missing) String() string {
-	if int(m) < len(missingNames) {
-		return missingNames[m]
-	}
-	return fmt.Sprintf("Missing(%d)", uint8(m))
+	return enumName(m, missingNames[:], "Missing")
 }
 
 // QueueProof is the evidence for one queue of a QP.
@@ -350,4 +341,12 @@ func (r *Report) String() string {
 	}
 	fmt.Fprintf(&b, "  %s: %s\n  send queue: %s\n", recv, r.Recv, r.Send)
 	return b.String()
+}
+
+// enumName is names[v], or "typ(v)" for a value past the names.
+func enumName[T ~uint8](v T, names []string, typ string) string {
+	if int(v) < len(names) {
+		return names[v]
+	}
+	return fmt.Sprintf("%s(%d)", typ, uint8(v))
 }

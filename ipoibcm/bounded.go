@@ -71,8 +71,8 @@ func (m *Manager) hand(c *Conn, lastWQE bool, now time.Time) {
 // otherwise (quarantined, or refused by a full quarantine: either way not
 // proven, so kept).
 func (m *Manager) afterReaper(now time.Time) {
-	for c := m.lists[ListDrain].head; c != nil; {
-		next := c.next
+	for c := m.lists[ListDrain].Front(); c != nil; {
+		next := c.links.Next()
 		select {
 		case <-c.handle.Done():
 			switch o := c.handle.Report().Outcome; {
@@ -96,7 +96,7 @@ func (m *Manager) afterReaper(now time.Time) {
 // bounded runs the Bounded policy's timers that are due.
 func (m *Manager) bounded(now time.Time) {
 	// Entries join rx_error_list at the head: the tail waits longest.
-	for c := m.lists[ListError].tail; c != nil && !c.deadline.IsZero() && !now.Before(c.deadline); c = m.lists[ListError].tail {
+	for c := m.lists[ListError].Back(); c != nil && !c.deadline.IsZero() && !now.Before(c.deadline); c = m.lists[ListError].Back() {
 		m.hand(c, false, now)
 	}
 	// pollAll just found the CQ empty.

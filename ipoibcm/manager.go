@@ -8,6 +8,7 @@ import (
 
 	"github.com/qpdrain/qpdrain/drain"
 	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/ilist"
 	"github.com/qpdrain/qpdrain/rcsetup"
 	"github.com/qpdrain/qpdrain/teardown"
 )
@@ -29,7 +30,7 @@ type Conn struct {
 	peer       uint32
 	state      State
 	list       ListID
-	prev, next *Conn
+	links      ilist.Links[Conn]
 	stamp      time.Time // p->jiffies: last activity, refreshed at most every UpdateTime
 	errAt      time.Time // when the QP was moved to ERROR
 	recvCount  int       // without an SRQ: receives posted and not yet completed
@@ -109,7 +110,7 @@ type Manager struct {
 	dead     map[uint32]struct{}
 	deadRing []uint32
 	deadNext int
-	lists    [NumLists]connList
+	lists    [NumLists]ilist.List[Conn]
 	nonSRQ   int       // nonsrq_conn_qp
 	staleAt  time.Time // the stale task's next run; zero when not queued
 	stats    Stats
@@ -213,16 +214,16 @@ func (m *Manager) warn(format string, args ...any) {
 // list_move_tail).
 func (m *Manager) move(c *Conn, l ListID, front bool) {
 	if c.list != ListNone {
-		m.lists[c.list].remove(c)
+		m.lists[c.list].Remove(&c.links)
 	}
 	c.list = l
 	if l == ListNone {
 		return
 	}
 	if front {
-		m.lists[l].pushFront(c)
+		m.lists[l].PushFront(c, &c.links)
 	} else {
-		m.lists[l].pushBack(c)
+		m.lists[l].PushBack(c, &c.links)
 	}
 }
 

@@ -119,10 +119,10 @@ func (m *Manager) handleEvent(ev ibv.AsyncEvent, now time.Time) bool {
 // outstanding, because the CQ has one spare slot; it goes on the first QP
 // of the flush list, and the whole flush list moves to the drain list.
 func (m *Manager) startRxDrain(now time.Time) {
-	if m.lists[ListFlush].n == 0 || m.lists[ListDrain].n != 0 {
+	if m.lists[ListFlush].Len() == 0 || m.lists[ListDrain].Len() != 0 {
 		return
 	}
-	first := m.lists[ListFlush].head
+	first := m.lists[ListFlush].Front()
 	if err := first.qp.PostSend([]ibv.SendWR{{ID: KernelDrainWRID, Opcode: ibv.WRSend, Flags: ibv.SendSignaled}}); err != nil {
 		m.stats.DrainPostFailed++
 		m.warn("failed to post drain wr on qpn %d: %v", first.qpn, err)
@@ -130,7 +130,7 @@ func (m *Manager) startRxDrain(now time.Time) {
 		m.stats.DrainWRs++
 	}
 	// list_splice_init keeps the order; the drain list was empty.
-	for c := m.lists[ListFlush].head; c != nil; c = m.lists[ListFlush].head {
+	for c := m.lists[ListFlush].Front(); c != nil; c = m.lists[ListFlush].Front() {
 		m.move(c, ListDrain, false)
 		m.emit(c, EventDrainPosted, now)
 	}
@@ -160,7 +160,7 @@ func (m *Manager) pollAll(now time.Time) (int, error) {
 // handleWC is ipoib_cm_handle_rx_wc.
 func (m *Manager) handleWC(wc ibv.WC, now time.Time) error {
 	if wc.ID == KernelDrainWRID && m.reaper == nil {
-		for c := m.lists[ListDrain].head; c != nil; c = m.lists[ListDrain].head {
+		for c := m.lists[ListDrain].Front(); c != nil; c = m.lists[ListDrain].Front() {
 			m.move(c, ListReap, false)
 			m.emit(c, EventDrained, now)
 		}
@@ -227,7 +227,7 @@ func (m *Manager) repost(c *Conn, slot int) error {
 // empty.
 func (m *Manager) staleTask(now time.Time) {
 	m.staleAt = time.Time{}
-	for c := m.lists[ListPassive].tail; c != nil; c = m.lists[ListPassive].tail {
+	for c := m.lists[ListPassive].Back(); c != nil; c = m.lists[ListPassive].Back() {
 		if !now.After(c.stamp.Add(m.cfg.Timeout)) {
 			break
 		}
@@ -236,14 +236,14 @@ func (m *Manager) staleTask(now time.Time) {
 		m.stats.Stale++
 		m.emit(c, EventStale, now)
 	}
-	if m.lists[ListPassive].n > 0 {
+	if m.lists[ListPassive].Len() > 0 {
 		m.staleAt = now.Add(m.cfg.Delay)
 	}
 }
 
 // reap is ipoib_cm_free_rx_reap_list: destroy every QP on rx_reap_list.
 func (m *Manager) reap(now time.Time) {
-	for c := m.lists[ListReap].head; c != nil; c = m.lists[ListReap].head {
+	for c := m.lists[ListReap].Front(); c != nil; c = m.lists[ListReap].Front() {
 		m.destroy(c, now)
 	}
 }
@@ -277,7 +277,7 @@ func (m *Manager) NextDeadline() time.Time {
 	if m.reaper != nil {
 		earlier(m.reaper.NextDeadline())
 	}
-	if c := m.lists[ListError].tail; c != nil && m.reaper != nil {
+	if c := m.lists[ListError].Back(); c != nil && m.reaper != nil {
 		// Entries join at the head, so the tail waits longest.
 		earlier(c.deadline)
 	}
@@ -322,8 +322,8 @@ func (m *Manager) Snapshot() Snapshot {
 	defer m.mu.Unlock()
 	s := Snapshot{At: m.clock.Now(), QPs: len(m.conns), NonSRQConns: m.nonSRQ}
 	for l := ListPassive; l < NumLists; l++ {
-		ids := make([]uint32, 0, m.lists[l].n)
-		for c := m.lists[l].head; c != nil; c = c.next {
+		ids := make([]uint32, 0, m.lists[l].Len())
+		for c := m.lists[l].Front(); c != nil; c = c.links.Next() {
 			ids = append(ids, c.qpn)
 		}
 		s.Lists[l] = ids
@@ -338,7 +338,7 @@ func (m *Manager) Counts() [NumLists]int {
 	defer m.mu.Unlock()
 	var n [NumLists]int
 	for l := range n {
-		n[l] = m.lists[l].n
+		n[l] = m.lists[l].Len()
 	}
 	return n
 }

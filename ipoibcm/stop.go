@@ -41,7 +41,7 @@ func (m *Manager) Stop(ctx context.Context) (StopReport, error) {
 	m.stopped = true
 	begin := m.clock.Now()
 	reapedBefore := m.stats.Reaped
-	for c := m.lists[ListPassive].head; c != nil; c = m.lists[ListPassive].head {
+	for c := m.lists[ListPassive].Front(); c != nil; c = m.lists[ListPassive].Front() {
 		m.toErrorList(c, StateError, begin)
 		m.toError(c, begin)
 		m.emit(c, EventStop, begin)
@@ -49,7 +49,7 @@ func (m *Manager) Stop(ctx context.Context) (StopReport, error) {
 	m.staleAt = time.Time{}
 	var rep StopReport
 	var errs []error
-	for m.lists[ListError].n+m.lists[ListFlush].n+m.lists[ListDrain].n > 0 {
+	for m.lists[ListError].Len()+m.lists[ListFlush].Len()+m.lists[ListDrain].Len() > 0 {
 		now := m.clock.Now()
 		if now.Sub(begin) > m.cfg.StopTimeout {
 			m.warn("RX drain timing out")
@@ -81,7 +81,7 @@ func (m *Manager) Stop(ctx context.Context) (StopReport, error) {
 		m.reaper.Shutdown(ended)
 	}
 	for _, l := range []ListID{ListPassive, ListError, ListFlush, ListDrain, ListQuarantine} {
-		for c := m.lists[l].head; c != nil; c = m.lists[l].head {
+		for c := m.lists[l].Front(); c != nil; c = m.lists[l].Front() {
 			m.emit(c, EventForced, now)
 			m.destroy(c, now)
 			m.stats.Reaped--

@@ -1,0 +1,46 @@
+package drain_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/testing/devtest"
+	"github.com/qpdrain/qpdrain/soft"
+)
+
+// A quarantined QP whose number now stands for a new QP counting its
+// receives: a completion with the number, while the new QP proves the CQ
+// past its number's earlier QPs, may be the new QP's own, so its count is
+// not trusted, even when the quarantined QP was the last one a completion
+// was looked up for (the reaper's lookup hint must not outlive the
+// number's reuse).
+func TestReusedNumberAfterLookupHint(t *testing.T) {
+	dev := openSoft(t, soft.Config{Quirks: soft.Quirks{NoLastWQEReached: true}, SRQPrefetch: 4})
+	r := newRig(t, dev, nil, 64)
+	r.postRecvs(nil, 16)
+	old := r.pair(true)
+	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: 10 * time.Millisecond, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	defer rp.Shutdown(endedCtx())
+	if _, err := add(t, rp, old, drain.AddOptions{NoSends: true}).Wait(testCtx(t)); !errors.Is(err, drain.ErrQuarantined) {
+		t.Fatalf("old QP: %v, want quarantined", err)
+	}
+	// A completion of the old QP's number: the quarantined QP is the one
+	// it was looked up for.
+	stale := ibv.WC{ID: recvIDBase, QPNum: old.Num(), Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv}
+	if rp.HandleWC(stale) {
+		t.Fatal("a receive's completion claimed")
+	}
+	qp := r.pair(false)
+	r.postRecvs(qp, 2)
+	h := add(t, rp, renumbered{QP: qp, num: old.Num()}, drain.AddOptions{CountRecvs: true, Recvs: 2, NoSends: true})
+	time.Sleep(time.Millisecond) // the next poll begins after the Add
+	rp.HandleWC(stale)
+	rp.CQEmpty()
+	rep := h.Report()
+	if !has(rep, drain.StepCountNotTrusted) || has(rep, drain.StepCQEmpty) {
+		t.Errorf("a completion with the number came while proving, yet the count was trusted:\n%s", rep)
+	}
+}

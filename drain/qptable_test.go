@@ -1,0 +1,54 @@
+package drain
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+// TestQPTable checks the table against a map through random sets and
+// deletes of numbers in a row, with strides, and at random, so that
+// probes wrap, collide and close gaps.
+func TestQPTable(t *testing.T) {
+	for _, pattern := range []struct {
+		name string
+		qpn  func(i int) uint32
+	}{
+		{"row", func(i int) uint32 { return 17 + uint32(i) }},
+		{"stride 8", func(i int) uint32 { return uint32(8 * i) }},
+		{"stride 4096", func(i int) uint32 { return uint32(4096*i) & 0xffffff }},
+		{"random", func(i int) uint32 { return uint32(rand.N(1 << 24)) }},
+	} {
+		t.Run(pattern.name, func(t *testing.T) {
+			var tab qpTable
+			want := map[uint32]*Handle{}
+			nums := make([]uint32, 3000)
+			for i := range nums {
+				nums[i] = pattern.qpn(i)
+			}
+			for step := range 50000 {
+				qpn := nums[rand.N(len(nums))]
+				if rand.N(3) == 0 {
+					tab.del(qpn)
+					delete(want, qpn)
+				} else {
+					h := &Handle{qpn: qpn}
+					tab.set(qpn, h)
+					want[qpn] = h
+				}
+				if tab.n != len(want) {
+					t.Fatalf("step %d: %d entries, want %d", step, tab.n, len(want))
+				}
+				if step%997 == 0 {
+					for _, q := range nums {
+						if got := tab.get(q); got != want[q] {
+							t.Fatalf("step %d: get(%d) = %p, want %p", step, q, got, want[q])
+						}
+					}
+					if len(tab.all()) != len(want) {
+						t.Fatalf("step %d: all() has %d, want %d", step, len(tab.all()), len(want))
+					}
+				}
+			}
+		})
+	}
+}
