@@ -15,8 +15,8 @@
 //
 // A missing completion or event is judged after Options.Timeout (at least
 // MinTimeout), a send a retry series must fail after the series and one
-// Timeout per retry timer, with the series as the QP's attributes report
-// it; a repeated event after a further Options.Quiet. Before
+// Timeout per retry timer (2 s at the least: a loaded host fires each
+// timer late), with the series as the QP's attributes report it; a repeated event after a further Options.Quiet. Before
 // posting to a QP it has moved to ERROR a probe lets the device settle for
 // Options.Quiet/5, so that the post does not race the provider's own flush
 // of the QP (rxe on Linux 6.12 flushes a receive posted in that window, and

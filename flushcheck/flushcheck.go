@@ -73,7 +73,7 @@ const (
 	// retry series (rxe under qemu flushes in milliseconds). Shorter,
 	// slow answers would be reported as missing. A probe that waits out a
 	// retry series (peer-gone, rnr-exhausted) allows one Timeout per
-	// retry timer.
+	// retry timer, and 2 s at the least.
 	MinTimeout     = 100 * time.Millisecond
 	DefaultTimeout = 5 * time.Second
 	DefaultQuiet   = 500 * time.Millisecond

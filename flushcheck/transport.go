@@ -44,15 +44,21 @@ type retrySeries struct {
 // sooner.
 func (r retrySeries) budget() time.Duration { return roundDur(time.Duration(r.timers) * r.timer) }
 
-// wait bounds the wait for the error completion: the series with one
-// Timeout of margin per timer. Each timer fires late by the machine's
-// scheduling delay, and the lateness adds up over the series (the soft
-// device on real time on a loaded machine: 66 ms for rnr-exhausted's
-// 15.4 ms, more than 100 ms for peer-gone's 12.6 ms), so one Timeout for
-// the whole series would report a slow machine as a missing completion.
+// wait bounds the wait for the error completion: the series, then one
+// Timeout of margin per timer, and never less than retryLateness. Each
+// timer fires late by the machine's scheduling delay and the lateness adds
+// up over the series (the soft device on real time on a loaded machine:
+// 66 ms for rnr-exhausted's 15.4 ms, more than 300 ms for peer-gone's
+// 12.6 ms, with -race tests and a VM sharing two cores), so a short Timeout
+// alone would report a slow machine as a missing completion. The wait
+// costs nothing on a provider that ends the series: it ends at the
+// completion.
 func (r retrySeries) wait(timeout time.Duration) time.Duration {
-	return time.Duration(r.timers) * (r.timer + timeout)
+	return r.budget() + max(time.Duration(r.timers)*timeout, retryLateness)
 }
+
+// retryLateness is the least margin a retry series gets past its budget.
+const retryLateness = 2 * time.Second
 
 // queryRetry returns qp's attributes in mask, as the device holds them.
 func queryRetry(qp ibv.QP, mask ibv.QPAttrMask) (ibv.QPAttr, error) {

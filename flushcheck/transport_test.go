@@ -13,7 +13,7 @@ import (
 
 // TestRetryProbes: peer-gone and rnr-exhausted pass on the soft device on
 // real time, however late a loaded machine fires its retry timers within
-// one Timeout each (run it with -count=20 beside a load).
+// their wait (run it with -count=20 beside a load).
 func TestRetryProbes(t *testing.T) {
 	dev := openSoft(t, soft.Quirks{})
 	for _, name := range []string{ProbePeerGone, ProbeRNRExhausted} {
