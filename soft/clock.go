@@ -21,6 +21,9 @@ type clock struct {
 	base  time.Time     // real time: device time 0
 	virt  time.Duration // virtual time now
 	quiet time.Time     // last call that was not idle, while timers are pending
+	// noJumps keeps the virtual clock where Advance puts it: a caller that
+	// moves it itself must not see it move with real time (SetClockJumps).
+	noJumps bool
 	// timers are the pending device timers, soonest first.
 	timers []devTimer
 	firing bool
@@ -68,6 +71,20 @@ func (f *Fabric) Advance(d time.Duration) error {
 	}
 	f.clk.virt = end
 	return nil
+}
+
+// SetClockJumps chooses whether the virtual clock jumps to the next timer
+// once only waiting calls happened for a millisecond of real time (on, the
+// default). Off, it moves only by Advance: for a caller that moves it
+// itself (a simulation on its own virtual clock), whose run must not depend
+// on how much real time passes between its calls, since a jump taken while
+// it was merely slow fires device timers before their simulated time. A
+// waiter then waits for what another call or an Advance brings. A
+// real-time fabric is not affected.
+func (f *Fabric) SetClockJumps(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.clk.noJumps = !on
 }
 
 // SetRealTime makes the fabric's clock follow real time (on), for demos,
@@ -144,7 +161,7 @@ func (f *Fabric) jumpClock() bool {
 		f.fireDue()
 		return len(f.clk.timers) != n
 	}
-	if time.Since(f.clk.quiet) < quiescence {
+	if f.clk.noJumps || time.Since(f.clk.quiet) < quiescence {
 		return false
 	}
 	f.clk.virt = max(f.clk.virt, f.clk.timers[0].due)
@@ -176,6 +193,9 @@ func (f *Fabric) idleWait() time.Duration {
 	}
 	if f.clk.real {
 		return max(f.clk.timers[0].due-f.now(), time.Microsecond)
+	}
+	if f.clk.noJumps {
+		return 0
 	}
 	return quiescence
 }

@@ -63,7 +63,9 @@
 // fabric with timers pending has seen only waiting calls (polls that find
 // nothing, NextAsyncEvent, WaitCQ) for a millisecond of real time, every
 // caller is waiting, and the clock jumps to the next timer, as simulation
-// testers do; a caller waiting in real time is never stranded.
+// testers do; a caller waiting in real time is never stranded. A caller
+// that moves the clock itself turns the jumps off (Fabric.SetClockJumps),
+// so that its run does not depend on how fast it ran.
 // Fabric.SetRealTime(true) makes it follow real time, for demos.
 //
 // A QP moved from RTS to SQD starts no more sends, but a send already in

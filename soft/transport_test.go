@@ -2,7 +2,9 @@ package soft_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -196,9 +198,13 @@ func TestRNR(t *testing.T) {
 
 // waitOnClock polls cq, advancing the fabric's clock by step between polls,
 // until it has a completion, and checks that it came exactly when the
-// clock reached deadline: never before, never after.
+// clock reached deadline: never before, never after. The clock moves only
+// by those steps: a jump, when the test was slow between two polls, would
+// fire the timer early.
 func waitOnClock(t *testing.T, fab *soft.Fabric, cq ibv.CQ, deadline, step time.Duration) []ibv.WC {
 	t.Helper()
+	fab.SetClockJumps(false)
+	defer fab.SetClockJumps(true)
 	for {
 		got := pollAll(t, cq)
 		now := fab.Now()
@@ -305,6 +311,37 @@ func TestClockJumpsWhenCallersWait(t *testing.T) {
 	}
 	if now := e.dev.Fabric().Now(); now < 8*4096*(1<<14) {
 		t.Errorf("device time %v at the completion, want at least 8 ACK timeouts", now)
+	}
+}
+
+// With its jumps off, the clock moves only by Advance: callers that wait
+// for longer than the quiescence period see no timer fire, and Advance
+// fires it when due.
+func TestClockJumpsOff(t *testing.T) {
+	e := newEnv(t, soft.Config{})
+	fab := e.dev.Fabric()
+	fab.SetClockJumps(false)
+	p := newPair(t, e, e)
+	toState(t, p.b, ibv.QPSErr)
+	start := fab.Now()
+	post(t, p.a, ibv.SendWR{ID: 1, Opcode: ibv.WRRDMAWrite})
+	for range 5 {
+		time.Sleep(2 * time.Millisecond)
+		if got := pollAll(t, p.cqa); len(got) > 0 {
+			t.Fatalf("%v after %v of device time, want none before Advance", got, fab.Now()-start)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+	defer cancel()
+	if ev, err := e.dev.NextAsyncEvent(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("NextAsyncEvent: %v, %v; want the context's deadline", ev, err)
+	}
+	if now := fab.Now(); now != start {
+		t.Fatalf("device time moved by %v with its jumps off", now-start)
+	}
+	got := waitOnClock(t, fab, p.cqa, start+8*4096*(1<<14), 10*time.Millisecond)
+	if len(got) != 1 || got[0].Status != ibv.WCRetryExcErr {
+		t.Fatalf("%v, want RETRY_EXC_ERR", got)
 	}
 }
 

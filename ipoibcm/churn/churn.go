@@ -65,7 +65,7 @@ type Config struct {
 	// DeviceClock, when set, is moved along with the virtual clock: the
 	// devices' own timers (a soft.Fabric's retry and RNR timers) then
 	// fire at the simulated times. Ignored with RealTime.
-	DeviceClock interface{ Advance(time.Duration) error }
+	DeviceClock DeviceClock
 	// Progress, if set, is called with the events done so far, about a
 	// hundred times in a run.
 	Progress func(done, total int)
@@ -113,6 +113,18 @@ func (c Config) withDefaults() (Config, error) {
 		return bad("settle", c.Settle)
 	}
 	return c, nil
+}
+
+// DeviceClock is the devices' own virtual clock (a soft.Fabric).
+type DeviceClock interface {
+	// Advance moves it forward by d, firing the timers due on the way.
+	Advance(d time.Duration) error
+	// SetClockJumps(false) makes it move only by Advance. Run turns the
+	// jumps off for the run and on again after it: a clock that also moved
+	// on its own, when the simulator was slow between two calls, would fire
+	// timers before their simulated time, and the run would depend on the
+	// real time it took.
+	SetClockJumps(on bool)
 }
 
 // epoch is where the virtual clock starts; results give times since it.
@@ -207,6 +219,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		s.clock = s.virtual
 	}
 	s.res = newResult(cfg)
+	if c := cfg.DeviceClock; c != nil && !cfg.RealTime {
+		c.SetClockJumps(false)
+		defer c.SetClockJumps(true)
+	}
 	wall := time.Now()
 	err = s.run(ctx)
 	err = errors.Join(err, s.close(ctx))

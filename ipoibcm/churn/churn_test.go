@@ -120,6 +120,35 @@ func TestDeterministic(t *testing.T) {
 	}
 }
 
+// A simulator slowed down in real time gives the same run: the device
+// clock moves only with the simulated one. A soft fabric's clock that also
+// jumped once its callers had been idle for a millisecond of real time
+// fired peers' retry timers early, and a slow moment changed the send
+// errors counted.
+func TestDeterministicWhenSlow(t *testing.T) {
+	run := func(slow bool) []byte {
+		rx, peers := softPair(t, soft.Quirks{SendInErrorNotFlushed: true}, 128)
+		cfg := goldenConfig(rx, peers, false, ipoibcm.Bounded, true)
+		if slow {
+			// Longer than the fabric's quiescence, a hundred times.
+			cfg.Progress = func(int, int) { time.Sleep(2 * time.Millisecond) }
+		}
+		res, err := Run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Wall = 0
+		b, err := json.Marshal(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	if fast, slow := run(false), run(true); !bytes.Equal(fast, slow) {
+		t.Errorf("a slow simulator gave another run:\n%s\n%s", fast, slow)
+	}
+}
+
 func TestConfigErrors(t *testing.T) {
 	rx, _ := softPair(t, soft.Quirks{}, 0)
 	for _, c := range []Config{
