@@ -2,7 +2,9 @@ package drain_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,100 +14,209 @@ import (
 	"github.com/qpdrain/qpdrain/teardown"
 )
 
+// deviceRecvs is how many receives each QP of BenchmarkDrainDevice has
+// posted on its own receive queue.
+const deviceRecvs = 4
+
+// How a case of BenchmarkDrainDevice feeds its reaper.
+const (
+	feedNone    = iota // the floor: no reaper
+	feedPoll           // the caller's poll loop (Reaper.Poll)
+	feedChannel        // Run on the CQ's completion channel
+)
+
+// deviceCase is one way BenchmarkDrainDevice drains its QPs.
+type deviceCase struct {
+	name     string
+	headroom int
+	feed     int
+	// queried leaves the QPs' state unstated (Add queries it); for the
+	// floor, it posts the sends only once every QP is in ERROR.
+	queried bool
+}
+
+// deviceCases are BenchmarkDrainDevice's cases; the floor is the first.
+func deviceCases(n int) []deviceCase {
+	return []deviceCase{
+		{"floor", 0, feedNone, false},
+		{"floor-split", 0, feedNone, true},
+		{"batched-poll", n, feedPoll, false},
+		{"batched", n, feedChannel, false},
+		{"batched-queried", n, feedChannel, true},
+		{"one-at-a-time", 1, feedChannel, false},
+	}
+}
+
 // BenchmarkDrainDevice runs the same comparison on the test device
-// (QPDRAIN_TEST_DEVICE: the soft device, or rxe in the VM): 1,024 RC QPs
-// in RTS with their own receive queues, 4 receives posted on each and
-// counted back (AddOptions.CountRecvs, which rxe 6.1 needs: it never
-// flushes a receive drain WR), each moved to ERROR by Add (so that Run
-// cannot poll a QP's flushes before its count is registered) and drained
-// by a drain WR on its own send queue: batched (headroom 1,024) and one at
-// a time. "floor" is what the device allows: the same QPs moved to ERROR,
-// one signaled send posted on each as its drain WR would be, and every
-// flush and send completion polled by a loop that drains nothing, timed
-// from the first modify to the last completion. Only the ibv API is used,
-// so it measures a real provider's drain WR round trip where there is one.
+// (QPDRAIN_TEST_DEVICE: the soft device, or rxe in the VM): n RC QPs in
+// RTS with their own receive queues, deviceRecvs receives posted on each
+// and counted back (AddOptions.CountRecvs, which rxe 6.1 needs: it never
+// flushes a receive drain WR), each moved to ERROR by Add (so that no
+// poll can take a QP's flushes before its count is registered) and
+// drained by a drain WR on its own send queue. "batched-poll": headroom
+// n, every QP added at once (AddAll), the caller's poll loop feeding the
+// reaper, as the floor polls; "batched": the same fed by Run on the CQ's
+// completion channel (DrainAll); "batched-queried": "batched" with the
+// QPs' state not stated, so that Add queries each one; "one-at-a-time":
+// headroom 1, each QP's drain waited for before the next is added, Run
+// on the channel. The caller moved the QPs to RTS and says so
+// (AddOptions.StateKnown) but in "batched-queried". "floor" is what the
+// device allows: the same QPs moved to ERROR, one signaled send posted on
+// each as its drain WR would be, and every flush and send completion
+// polled by a loop that drains nothing, timed from the first modify to
+// the last completion; "floor-split" posts the sends once every QP is in
+// ERROR, as the reaper does. Only the ibv API is used, so it measures a
+// real provider's drain WR round trip where there is one.
+//
+// One iteration is a round of every case, each on QPs of its own, in an
+// order that turns by one case each round, so that the host's load, which
+// swings by 2x within minutes on a shared host, falls on every case alike.
+// Each case reports its median time per round ("-ms") and the median of
+// its per-round ratio to the floor ("/floor").
 func BenchmarkDrainDevice(b *testing.B) {
-	const n, recvs = 1024, 4
-	for _, mode := range []struct {
-		name     string
-		headroom int
-	}{{"batched", n}, {"one-at-a-time", 1}, {"floor", 0}} {
-		b.Run(mode.name, func(b *testing.B) {
+	for _, n := range []int{1024, 4096} {
+		b.Run(fmt.Sprintf("qps=%d", n), func(b *testing.B) {
 			dev := devtest.Open(b)
-			drainWRs := 0
+			cases := deviceCases(n)
+			laps := make([][]time.Duration, len(cases))
+			round := 0
 			for b.Loop() {
 				b.StopTimer()
-				var closers teardown.List
-				keep := closers.Add
-				ch := must(dev.CreateCompChannel())
-				keep(ch)
-				cq := must(dev.CreateCQ(n*(recvs+1)+16, ch))
-				keep(cq)
-				peerCQ := must(dev.CreateCQ(16, nil))
-				keep(peerCQ)
-				pd := must(dev.AllocPD())
-				keep(pd)
-				qps := make([]ibv.QP, n)
-				for i := range qps {
-					qps[i] = must(pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: qpCap, Type: ibv.QPTRC}))
-					keep(qps[i])
-					peer := must(pd.CreateQP(ibv.QPInitAttr{SendCQ: peerCQ, RecvCQ: peerCQ, Cap: qpCap, Type: ibv.QPTRC}))
-					keep(peer)
-					devtest.Connect(b, dev, qps[i], peer)
-					wrs := make([]ibv.RecvWR, recvs)
-					for j := range wrs {
-						wrs[j].ID = recvIDBase | uint64(i*recvs+j)
-					}
-					if err := qps[i].PostRecv(wrs); err != nil {
-						b.Fatal(err)
-					}
+				for k := range cases {
+					i := (k + round) % len(cases)
+					laps[i] = append(laps[i], deviceRound(b, dev, n, cases[i]))
 				}
-				if mode.headroom == 0 {
-					runtime.GC()
-					b.StartTimer()
-					deviceFloor(b, cq, qps, n*(recvs+1))
-					b.StopTimer()
-					drainWRs += n
-					if err := closers.Close(); err != nil {
-						b.Fatal(err)
-					}
-					b.StartTimer()
-					continue
-				}
-				rp := drain.NewReaper(cq, drain.Options{Headroom: mode.headroom, DrainTimeout: devtest.Timeout, Queue: queueOf})
-				ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
-				runDone := make(chan error, 1)
-				add := drain.AddOptions{CountRecvs: true, Recvs: recvs}
-				runtime.GC()
-				b.StartTimer()
-				go func() { runDone <- rp.Run(ctx, drain.Feed{Channel: ch}) }()
-				if mode.headroom == 1 {
-					oneAtATime(ctx, b, rp, qps, add)
-				} else if _, err := rp.DrainAll(ctx, qps, add); err != nil {
-					b.Fatal(err)
-				}
-				b.StopTimer()
-				cancel()
-				<-runDone
-				drainWRs += rp.Stats().DrainWRs
-				if err := closers.Close(); err != nil {
-					b.Fatal(err)
-				}
+				round++
 				b.StartTimer()
 			}
-			b.ReportMetric(float64(drainWRs)/float64(b.N), "drainWRs/op")
+			for i, c := range cases {
+				b.ReportMetric(median(laps[i], func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }), c.name+"-ms")
+				if i == 0 {
+					continue
+				}
+				ratios := make([]float64, len(laps[i]))
+				for r, d := range laps[i] {
+					ratios[r] = float64(d) / float64(laps[0][r])
+				}
+				b.ReportMetric(median(ratios, func(x float64) float64 { return x }), c.name+"/floor")
+			}
 		})
 	}
+}
+
+// median returns the median of f over xs.
+func median[T any](xs []T, f func(T) float64) float64 {
+	vs := make([]float64, len(xs))
+	for i, x := range xs {
+		vs[i] = f(x)
+	}
+	slices.Sort(vs)
+	return vs[len(vs)/2]
+}
+
+// deviceRound sets up n QPs on dev (untimed), drains them as c says and
+// returns the time it took, with b's timer running for that time only.
+func deviceRound(b *testing.B, dev ibv.Context, n int, c deviceCase) time.Duration {
+	var closers teardown.List
+	defer func() {
+		if err := closers.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}()
+	ch, cq, qps := setupDevice(b, dev, n, &closers)
+	runtime.GC()
+	began := b.Elapsed()
+	if c.feed == feedNone {
+		b.StartTimer()
+		deviceFloor(b, cq, qps, n*(deviceRecvs+1), c.queried)
+		b.StopTimer()
+		return b.Elapsed() - began
+	}
+	rp := drain.NewReaper(cq, drain.Options{Headroom: c.headroom, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	add := drain.AddOptions{CountRecvs: true, Recvs: deviceRecvs, StateKnown: !c.queried, State: ibv.QPSRTS}
+	drainOnDevice(b, rp, ch, qps, c.feed, c.headroom, add)
+	lap := b.Elapsed() - began
+	if st := rp.Stats(); st.Safe != n || st.DrainWRs != n || st.MaxInFlight > c.headroom {
+		b.Fatalf("%s: stats %+v: want %d safe with a drain WR each, at most %d outstanding", c.name, st, n, c.headroom)
+	}
+	return lap
+}
+
+// setupDevice creates, on dev, a CQ on a completion channel and n RC QPs
+// completing into it, each connected to a peer, in RTS, with deviceRecvs
+// receives posted; closers takes every object.
+func setupDevice(b *testing.B, dev ibv.Context, n int, closers *teardown.List) (ibv.CompChannel, ibv.CQ, []ibv.QP) {
+	keep := closers.Add
+	ch := must(dev.CreateCompChannel())
+	keep(ch)
+	cq := must(dev.CreateCQ(n*(deviceRecvs+1)+16, ch))
+	keep(cq)
+	peerCQ := must(dev.CreateCQ(16, nil))
+	keep(peerCQ)
+	pd := must(dev.AllocPD())
+	keep(pd)
+	qps := make([]ibv.QP, n)
+	for i := range qps {
+		qps[i] = must(pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: qpCap, Type: ibv.QPTRC}))
+		keep(qps[i])
+		peer := must(pd.CreateQP(ibv.QPInitAttr{SendCQ: peerCQ, RecvCQ: peerCQ, Cap: qpCap, Type: ibv.QPTRC}))
+		keep(peer)
+		devtest.Connect(b, dev, qps[i], peer)
+		wrs := make([]ibv.RecvWR, deviceRecvs)
+		for j := range wrs {
+			wrs[j].ID = recvIDBase | uint64(i*deviceRecvs+j)
+		}
+		if err := qps[i].PostRecv(wrs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return ch, cq, qps
+}
+
+// drainOnDevice drains qps through rp, fed as feed says, timing from the
+// first Add to the last outcome: the caller's poll loop (pollAllDrained),
+// or Run on ch with every QP added at once (DrainAll) or, with headroom 1,
+// one at a time.
+func drainOnDevice(b *testing.B, rp *drain.Reaper, ch ibv.CompChannel, qps []ibv.QP, feed, headroom int, add drain.AddOptions) {
+	if feed == feedPoll {
+		b.StartTimer()
+		pollAllDrained(b, rp, qps, add)
+		b.StopTimer()
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
+	runDone := make(chan error, 1)
+	b.StartTimer()
+	go func() { runDone <- rp.Run(ctx, drain.Feed{Channel: ch}) }()
+	if headroom == 1 {
+		oneAtATime(ctx, b, rp, qps, add)
+	} else if _, err := rp.DrainAll(ctx, qps, add); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	cancel()
+	<-runDone
 }
 
 // deviceFloor moves every QP of qps to ERROR, posts one signaled send on
 // each (the drain WR a reaper would post, with no reaper's ID), and polls
 // cq until want completions came back, within devtest.Timeout.
-func deviceFloor(b *testing.B, cq ibv.CQ, qps []ibv.QP, want int) {
+func deviceFloor(b *testing.B, cq ibv.CQ, qps []ibv.QP, want int, split bool) {
 	send := []ibv.SendWR{{ID: sendIDBase, Opcode: ibv.WRSend, Flags: ibv.SendSignaled}}
 	for _, qp := range qps {
 		if err := qp.Modify(ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState); err != nil {
 			b.Fatal(err)
+		}
+		if split {
+			continue
+		}
+		if err := qp.PostSend(send); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, qp := range qps {
+		if !split {
+			break
 		}
 		if err := qp.PostSend(send); err != nil {
 			b.Fatal(err)
