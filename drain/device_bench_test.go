@@ -30,8 +30,7 @@ type deviceCase struct {
 	name     string
 	headroom int
 	feed     int
-	// queried leaves the QPs' state unstated (Add queries it); for the
-	// floor, it posts the sends only once every QP is in ERROR.
+	// queried leaves the QPs' state unstated: Add queries it.
 	queried bool
 }
 
@@ -39,7 +38,6 @@ type deviceCase struct {
 func deviceCases(n int) []deviceCase {
 	return []deviceCase{
 		{"floor", 0, feedNone, false},
-		{"floor-split", 0, feedNone, true},
 		{"batched-poll", n, feedPoll, false},
 		{"batched", n, feedChannel, false},
 		{"batched-queried", n, feedChannel, true},
@@ -64,33 +62,39 @@ func deviceCases(n int) []deviceCase {
 // device allows: the same QPs moved to ERROR, one signaled send posted on
 // each as its drain WR would be, and every flush and send completion
 // polled by a loop that drains nothing, timed from the first modify to
-// the last completion; "floor-split" posts the sends once every QP is in
-// ERROR, as the reaper does. Only the ibv API is used, so it measures a
-// real provider's drain WR round trip where there is one.
+// the last completion. Only the ibv API is used, so it measures a real
+// provider's drain WR round trip where there is one.
 //
 // One iteration is a round of every case, each on QPs of its own, in an
 // order that turns by one case each round, so that the host's load, which
 // swings by 2x within minutes on a shared host, falls on every case alike.
 // Each case reports its median time per round ("-ms") and the median of
-// its per-round ratio to the floor ("/floor").
+// its per-round ratio to the floor ("/floor"); a case fed by Run, how
+// many times per round Run slept on the completion channel ("-waits").
 func BenchmarkDrainDevice(b *testing.B) {
 	for _, n := range []int{1024, 4096} {
 		b.Run(fmt.Sprintf("qps=%d", n), func(b *testing.B) {
 			dev := devtest.Open(b)
 			cases := deviceCases(n)
 			laps := make([][]time.Duration, len(cases))
+			waits := make([][]int, len(cases))
 			round := 0
 			for b.Loop() {
 				b.StopTimer()
 				for k := range cases {
 					i := (k + round) % len(cases)
-					laps[i] = append(laps[i], deviceRound(b, dev, n, cases[i]))
+					lap, w := deviceRound(b, dev, n, cases[i])
+					laps[i] = append(laps[i], lap)
+					waits[i] = append(waits[i], w)
 				}
 				round++
 				b.StartTimer()
 			}
 			for i, c := range cases {
 				b.ReportMetric(median(laps[i], func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }), c.name+"-ms")
+				if c.feed == feedChannel {
+					b.ReportMetric(median(waits[i], func(w int) float64 { return float64(w) }), c.name+"-waits")
+				}
 				if i == 0 {
 					continue
 				}
@@ -115,8 +119,9 @@ func median[T any](xs []T, f func(T) float64) float64 {
 }
 
 // deviceRound sets up n QPs on dev (untimed), drains them as c says and
-// returns the time it took, with b's timer running for that time only.
-func deviceRound(b *testing.B, dev ibv.Context, n int, c deviceCase) time.Duration {
+// returns the time it took, with b's timer running for that time only,
+// and how many times Run waited on the completion channel.
+func deviceRound(b *testing.B, dev ibv.Context, n int, c deviceCase) (time.Duration, int) {
 	var closers teardown.List
 	defer func() {
 		if err := closers.Close(); err != nil {
@@ -128,18 +133,18 @@ func deviceRound(b *testing.B, dev ibv.Context, n int, c deviceCase) time.Durati
 	began := b.Elapsed()
 	if c.feed == feedNone {
 		b.StartTimer()
-		deviceFloor(b, cq, qps, n*(deviceRecvs+1), c.queried)
+		deviceFloor(b, cq, qps, n*(deviceRecvs+1))
 		b.StopTimer()
-		return b.Elapsed() - began
+		return b.Elapsed() - began, 0
 	}
 	rp := drain.NewReaper(cq, drain.Options{Headroom: c.headroom, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	add := drain.AddOptions{CountRecvs: true, Recvs: deviceRecvs, StateKnown: !c.queried, State: ibv.QPSRTS}
-	drainOnDevice(b, rp, ch, qps, c.feed, c.headroom, add)
+	waits := drainOnDevice(b, rp, ch, qps, c.feed, c.headroom, add)
 	lap := b.Elapsed() - began
 	if st := rp.Stats(); st.Safe != n || st.DrainWRs != n || st.MaxInFlight > c.headroom {
 		b.Fatalf("%s: stats %+v: want %d safe with a drain WR each, at most %d outstanding", c.name, st, n, c.headroom)
 	}
-	return lap
+	return lap, waits
 }
 
 // setupDevice creates, on dev, a CQ on a completion channel and n RC QPs
@@ -176,18 +181,19 @@ func setupDevice(b *testing.B, dev ibv.Context, n int, closers *teardown.List) (
 // drainOnDevice drains qps through rp, fed as feed says, timing from the
 // first Add to the last outcome: the caller's poll loop (pollAllDrained),
 // or Run on ch with every QP added at once (DrainAll) or, with headroom 1,
-// one at a time.
-func drainOnDevice(b *testing.B, rp *drain.Reaper, ch ibv.CompChannel, qps []ibv.QP, feed, headroom int, add drain.AddOptions) {
+// one at a time. It returns how many times Run waited on ch.
+func drainOnDevice(b *testing.B, rp *drain.Reaper, ch ibv.CompChannel, qps []ibv.QP, feed, headroom int, add drain.AddOptions) int {
 	if feed == feedPoll {
 		b.StartTimer()
 		pollAllDrained(b, rp, qps, add)
 		b.StopTimer()
-		return
+		return 0
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
 	runDone := make(chan error, 1)
+	counted := &countingChannel{CompChannel: ch}
 	b.StartTimer()
-	go func() { runDone <- rp.Run(ctx, drain.Feed{Channel: ch}) }()
+	go func() { runDone <- rp.Run(ctx, drain.Feed{Channel: counted}) }()
 	if headroom == 1 {
 		oneAtATime(ctx, b, rp, qps, add)
 	} else if _, err := rp.DrainAll(ctx, qps, add); err != nil {
@@ -196,27 +202,29 @@ func drainOnDevice(b *testing.B, rp *drain.Reaper, ch ibv.CompChannel, qps []ibv
 	b.StopTimer()
 	cancel()
 	<-runDone
+	return counted.waits
+}
+
+// countingChannel counts the waits on a completion channel: each is a
+// sleep after an empty poll and an arming of the CQ, and a wake-up.
+type countingChannel struct {
+	ibv.CompChannel
+	waits int // only Run's goroutine waits; read once Run has returned
+}
+
+func (c *countingChannel) WaitCQ(ctx context.Context) (ibv.CQ, error) {
+	c.waits++
+	return c.CompChannel.WaitCQ(ctx)
 }
 
 // deviceFloor moves every QP of qps to ERROR, posts one signaled send on
 // each (the drain WR a reaper would post, with no reaper's ID), and polls
 // cq until want completions came back, within devtest.Timeout.
-func deviceFloor(b *testing.B, cq ibv.CQ, qps []ibv.QP, want int, split bool) {
+func deviceFloor(b *testing.B, cq ibv.CQ, qps []ibv.QP, want int) {
 	send := []ibv.SendWR{{ID: sendIDBase, Opcode: ibv.WRSend, Flags: ibv.SendSignaled}}
 	for _, qp := range qps {
 		if err := qp.Modify(ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState); err != nil {
 			b.Fatal(err)
-		}
-		if split {
-			continue
-		}
-		if err := qp.PostSend(send); err != nil {
-			b.Fatal(err)
-		}
-	}
-	for _, qp := range qps {
-		if !split {
-			break
 		}
 		if err := qp.PostSend(send); err != nil {
 			b.Fatal(err)
