@@ -70,7 +70,8 @@ func deviceCases(n int) []deviceCase {
 // swings by 2x within minutes on a shared host, falls on every case alike.
 // Each case reports its median time per round ("-ms") and the median of
 // its per-round ratio to the floor ("/floor"); a case fed by Run, how
-// many times per round Run slept on the completion channel ("-waits").
+// many times per round Run slept on the completion channel ("-waits") and
+// for how long in all ("-waited-ms").
 func BenchmarkDrainDevice(b *testing.B) {
 	for _, n := range []int{1024, 4096} {
 		b.Run(fmt.Sprintf("qps=%d", n), func(b *testing.B) {
@@ -78,22 +79,25 @@ func BenchmarkDrainDevice(b *testing.B) {
 			cases := deviceCases(n)
 			laps := make([][]time.Duration, len(cases))
 			waits := make([][]int, len(cases))
+			waited := make([][]time.Duration, len(cases))
 			round := 0
 			for b.Loop() {
 				b.StopTimer()
 				for k := range cases {
 					i := (k + round) % len(cases)
-					lap, w := deviceRound(b, dev, n, cases[i])
+					lap, w, wd := deviceRound(b, dev, n, cases[i])
 					laps[i] = append(laps[i], lap)
 					waits[i] = append(waits[i], w)
+					waited[i] = append(waited[i], wd)
 				}
 				round++
 				b.StartTimer()
 			}
 			for i, c := range cases {
-				b.ReportMetric(median(laps[i], func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }), c.name+"-ms")
+				b.ReportMetric(median(laps[i], ms), c.name+"-ms")
 				if c.feed == feedChannel {
 					b.ReportMetric(median(waits[i], func(w int) float64 { return float64(w) }), c.name+"-waits")
+					b.ReportMetric(median(waited[i], ms), c.name+"-waited-ms")
 				}
 				if i == 0 {
 					continue
@@ -108,6 +112,9 @@ func BenchmarkDrainDevice(b *testing.B) {
 	}
 }
 
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
 // median returns the median of f over xs.
 func median[T any](xs []T, f func(T) float64) float64 {
 	vs := make([]float64, len(xs))
@@ -120,8 +127,8 @@ func median[T any](xs []T, f func(T) float64) float64 {
 
 // deviceRound sets up n QPs on dev (untimed), drains them as c says and
 // returns the time it took, with b's timer running for that time only,
-// and how many times Run waited on the completion channel.
-func deviceRound(b *testing.B, dev ibv.Context, n int, c deviceCase) (time.Duration, int) {
+// and how many times Run waited on the completion channel, for how long.
+func deviceRound(b *testing.B, dev ibv.Context, n int, c deviceCase) (time.Duration, int, time.Duration) {
 	var closers teardown.List
 	defer func() {
 		if err := closers.Close(); err != nil {
@@ -135,16 +142,16 @@ func deviceRound(b *testing.B, dev ibv.Context, n int, c deviceCase) (time.Durat
 		b.StartTimer()
 		deviceFloor(b, cq, qps, n*(deviceRecvs+1))
 		b.StopTimer()
-		return b.Elapsed() - began, 0
+		return b.Elapsed() - began, 0, 0
 	}
 	rp := drain.NewReaper(cq, drain.Options{Headroom: c.headroom, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	add := drain.AddOptions{CountRecvs: true, Recvs: deviceRecvs, StateKnown: !c.queried, State: ibv.QPSRTS}
-	waits := drainOnDevice(b, rp, ch, qps, c.feed, c.headroom, add)
+	waits, waited := drainOnDevice(b, rp, ch, qps, c.feed, c.headroom, add)
 	lap := b.Elapsed() - began
 	if st := rp.Stats(); st.Safe != n || st.DrainWRs != n || st.MaxInFlight > c.headroom {
 		b.Fatalf("%s: stats %+v: want %d safe with a drain WR each, at most %d outstanding", c.name, st, n, c.headroom)
 	}
-	return lap, waits
+	return lap, waits, waited
 }
 
 // setupDevice creates, on dev, a CQ on a completion channel and n RC QPs
@@ -181,13 +188,14 @@ func setupDevice(b *testing.B, dev ibv.Context, n int, closers *teardown.List) (
 // drainOnDevice drains qps through rp, fed as feed says, timing from the
 // first Add to the last outcome: the caller's poll loop (pollAllDrained),
 // or Run on ch with every QP added at once (DrainAll) or, with headroom 1,
-// one at a time. It returns how many times Run waited on ch.
-func drainOnDevice(b *testing.B, rp *drain.Reaper, ch ibv.CompChannel, qps []ibv.QP, feed, headroom int, add drain.AddOptions) int {
+// one at a time. It returns how many times Run waited on ch, and for how
+// long while the timer ran.
+func drainOnDevice(b *testing.B, rp *drain.Reaper, ch ibv.CompChannel, qps []ibv.QP, feed, headroom int, add drain.AddOptions) (int, time.Duration) {
 	if feed == feedPoll {
 		b.StartTimer()
 		pollAllDrained(b, rp, qps, add)
 		b.StopTimer()
-		return 0
+		return 0, 0
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
 	runDone := make(chan error, 1)
@@ -200,20 +208,34 @@ func drainOnDevice(b *testing.B, rp *drain.Reaper, ch ibv.CompChannel, qps []ibv
 		b.Fatal(err)
 	}
 	b.StopTimer()
+	stopped := time.Now()
 	cancel()
 	<-runDone
-	return counted.waits
+	if counted.lastEnd.After(stopped) {
+		// The wait that Run's end cut short: only its timed part counts.
+		counted.waited -= min(counted.lastEnd.Sub(stopped), counted.lastEnd.Sub(counted.lastBegan))
+	}
+	return counted.waits, counted.waited
 }
 
-// countingChannel counts the waits on a completion channel: each is a
-// sleep after an empty poll and an arming of the CQ, and a wake-up.
+// countingChannel counts the waits on a completion channel, and the time
+// spent in them: each is a sleep after an empty poll and an arming of the
+// CQ, and a wake-up.
 type countingChannel struct {
 	ibv.CompChannel
-	waits int // only Run's goroutine waits; read once Run has returned
+	// Only Run's goroutine waits; read once Run has returned.
+	waits              int
+	waited             time.Duration
+	lastBegan, lastEnd time.Time
 }
 
 func (c *countingChannel) WaitCQ(ctx context.Context) (ibv.CQ, error) {
 	c.waits++
+	c.lastBegan = time.Now()
+	defer func() {
+		c.lastEnd = time.Now()
+		c.waited += c.lastEnd.Sub(c.lastBegan)
+	}()
 	return c.CompChannel.WaitCQ(ctx)
 }
 
