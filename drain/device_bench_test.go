@@ -1,0 +1,267 @@
+package drain_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/testing/devtest"
+	"github.com/qpdrain/qpdrain/teardown"
+)
+
+// deviceRecvs is how many receives each QP of BenchmarkDrainDevice has
+// posted on its own receive queue.
+const deviceRecvs = 4
+
+// How a case of BenchmarkDrainDevice feeds its reaper.
+const (
+	feedNone    = iota // the floor: no reaper
+	feedPoll           // the caller's poll loop (Reaper.Poll)
+	feedChannel        // Run on the CQ's completion channel
+)
+
+// deviceCase is one way BenchmarkDrainDevice drains its QPs.
+type deviceCase struct {
+	name     string
+	headroom int
+	feed     int
+	// queried leaves the QPs' state unstated: Add queries it.
+	queried bool
+}
+
+// deviceCases are BenchmarkDrainDevice's cases; the floor is the first.
+func deviceCases(n int) []deviceCase {
+	return []deviceCase{
+		{"floor", 0, feedNone, false},
+		{"batched-poll", n, feedPoll, false},
+		{"batched", n, feedChannel, false},
+		{"batched-queried", n, feedChannel, true},
+		{"one-at-a-time", 1, feedChannel, false},
+	}
+}
+
+// BenchmarkDrainDevice runs the same comparison on the test device
+// (QPDRAIN_TEST_DEVICE: the soft device, or rxe in the VM): n RC QPs in
+// RTS with their own receive queues, deviceRecvs receives posted on each
+// and counted back (AddOptions.CountRecvs, which rxe 6.1 needs: it never
+// flushes a receive drain WR), each moved to ERROR by Add (so that no
+// poll can take a QP's flushes before its count is registered) and
+// drained by a drain WR on its own send queue. "batched-poll": headroom
+// n, every QP added at once (AddAll), the caller's poll loop feeding the
+// reaper, as the floor polls; "batched": the same fed by Run on the CQ's
+// completion channel (DrainAll); "batched-queried": "batched" with the
+// QPs' state not stated, so that Add queries each one; "one-at-a-time":
+// headroom 1, each QP's drain waited for before the next is added, Run
+// on the channel. The caller moved the QPs to RTS and says so
+// (AddOptions.StateKnown) but in "batched-queried". "floor" is what the
+// device allows: the same QPs moved to ERROR, one signaled send posted on
+// each as its drain WR would be, and every flush and send completion
+// polled by a loop that drains nothing, timed from the first modify to
+// the last completion. Only the ibv API is used, so it measures a real
+// provider's drain WR round trip where there is one.
+//
+// One iteration is a round of every case, each on QPs of its own, in an
+// order that turns by one case each round, so that the host's load, which
+// swings by 2x within minutes on a shared host, falls on every case alike.
+// Each case reports its median time per round ("-ms") and the median of
+// its per-round ratio to the floor ("/floor"); a case fed by Run, how
+// many times per round Run slept on the completion channel ("-waits") and
+// for how long in all ("-waited-ms").
+func BenchmarkDrainDevice(b *testing.B) {
+	for _, n := range []int{1024, 4096} {
+		b.Run(fmt.Sprintf("qps=%d", n), func(b *testing.B) {
+			dev := devtest.Open(b)
+			cases := deviceCases(n)
+			laps := make([][]time.Duration, len(cases))
+			waits := make([][]int, len(cases))
+			waited := make([][]time.Duration, len(cases))
+			round := 0
+			for b.Loop() {
+				b.StopTimer()
+				for k := range cases {
+					i := (k + round) % len(cases)
+					lap, w, wd := deviceRound(b, dev, n, cases[i])
+					laps[i] = append(laps[i], lap)
+					waits[i] = append(waits[i], w)
+					waited[i] = append(waited[i], wd)
+				}
+				round++
+				b.StartTimer()
+			}
+			for i, c := range cases {
+				b.ReportMetric(median(laps[i], ms), c.name+"-ms")
+				if c.feed == feedChannel {
+					b.ReportMetric(median(waits[i], func(w int) float64 { return float64(w) }), c.name+"-waits")
+					b.ReportMetric(median(waited[i], ms), c.name+"-waited-ms")
+				}
+				if i == 0 {
+					continue
+				}
+				ratios := make([]float64, len(laps[i]))
+				for r, d := range laps[i] {
+					ratios[r] = float64(d) / float64(laps[0][r])
+				}
+				b.ReportMetric(median(ratios, func(x float64) float64 { return x }), c.name+"/floor")
+			}
+		})
+	}
+}
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// median returns the median of f over xs.
+func median[T any](xs []T, f func(T) float64) float64 {
+	vs := make([]float64, len(xs))
+	for i, x := range xs {
+		vs[i] = f(x)
+	}
+	slices.Sort(vs)
+	return vs[len(vs)/2]
+}
+
+// deviceRound sets up n QPs on dev (untimed), drains them as c says and
+// returns the time it took, with b's timer running for that time only,
+// and how many times Run waited on the completion channel, for how long.
+func deviceRound(b *testing.B, dev ibv.Context, n int, c deviceCase) (time.Duration, int, time.Duration) {
+	var closers teardown.List
+	defer func() {
+		if err := closers.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}()
+	ch, cq, qps := setupDevice(b, dev, n, &closers)
+	runtime.GC()
+	began := b.Elapsed()
+	if c.feed == feedNone {
+		b.StartTimer()
+		deviceFloor(b, cq, qps, n*(deviceRecvs+1))
+		b.StopTimer()
+		return b.Elapsed() - began, 0, 0
+	}
+	rp := drain.NewReaper(cq, drain.Options{Headroom: c.headroom, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	add := drain.AddOptions{CountRecvs: true, Recvs: deviceRecvs, StateKnown: !c.queried, State: ibv.QPSRTS}
+	waits, waited := drainOnDevice(b, rp, ch, qps, c.feed, c.headroom, add)
+	lap := b.Elapsed() - began
+	if st := rp.Stats(); st.Safe != n || st.DrainWRs != n || st.MaxInFlight > c.headroom {
+		b.Fatalf("%s: stats %+v: want %d safe with a drain WR each, at most %d outstanding", c.name, st, n, c.headroom)
+	}
+	return lap, waits, waited
+}
+
+// setupDevice creates, on dev, a CQ on a completion channel and n RC QPs
+// completing into it, each connected to a peer, in RTS, with deviceRecvs
+// receives posted; closers takes every object.
+func setupDevice(b *testing.B, dev ibv.Context, n int, closers *teardown.List) (ibv.CompChannel, ibv.CQ, []ibv.QP) {
+	keep := closers.Add
+	ch := must(dev.CreateCompChannel())
+	keep(ch)
+	cq := must(dev.CreateCQ(n*(deviceRecvs+1)+16, ch))
+	keep(cq)
+	peerCQ := must(dev.CreateCQ(16, nil))
+	keep(peerCQ)
+	pd := must(dev.AllocPD())
+	keep(pd)
+	qps := make([]ibv.QP, n)
+	for i := range qps {
+		qps[i] = must(pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: qpCap, Type: ibv.QPTRC}))
+		keep(qps[i])
+		peer := must(pd.CreateQP(ibv.QPInitAttr{SendCQ: peerCQ, RecvCQ: peerCQ, Cap: qpCap, Type: ibv.QPTRC}))
+		keep(peer)
+		devtest.Connect(b, dev, qps[i], peer)
+		wrs := make([]ibv.RecvWR, deviceRecvs)
+		for j := range wrs {
+			wrs[j].ID = recvIDBase | uint64(i*deviceRecvs+j)
+		}
+		if err := qps[i].PostRecv(wrs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return ch, cq, qps
+}
+
+// drainOnDevice drains qps through rp, fed as feed says, timing from the
+// first Add to the last outcome: the caller's poll loop (pollAllDrained),
+// or Run on ch with every QP added at once (DrainAll) or, with headroom 1,
+// one at a time. It returns how many times Run waited on ch, and for how
+// long while the timer ran.
+func drainOnDevice(b *testing.B, rp *drain.Reaper, ch ibv.CompChannel, qps []ibv.QP, feed, headroom int, add drain.AddOptions) (int, time.Duration) {
+	if feed == feedPoll {
+		b.StartTimer()
+		pollAllDrained(b, rp, qps, add)
+		b.StopTimer()
+		return 0, 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
+	runDone := make(chan error, 1)
+	counted := &countingChannel{CompChannel: ch}
+	b.StartTimer()
+	go func() { runDone <- rp.Run(ctx, drain.Feed{Channel: counted}) }()
+	if headroom == 1 {
+		oneAtATime(ctx, b, rp, qps, add)
+	} else if _, err := rp.DrainAll(ctx, qps, add); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	stopped := time.Now()
+	cancel()
+	<-runDone
+	if counted.lastEnd.After(stopped) {
+		// The wait that Run's end cut short: only its timed part counts.
+		counted.waited -= min(counted.lastEnd.Sub(stopped), counted.lastEnd.Sub(counted.lastBegan))
+	}
+	return counted.waits, counted.waited
+}
+
+// countingChannel counts the waits on a completion channel, and the time
+// spent in them: each is a sleep after an empty poll and an arming of the
+// CQ, and a wake-up.
+type countingChannel struct {
+	ibv.CompChannel
+	// Only Run's goroutine waits; read once Run has returned.
+	waits              int
+	waited             time.Duration
+	lastBegan, lastEnd time.Time
+}
+
+func (c *countingChannel) WaitCQ(ctx context.Context) (ibv.CQ, error) {
+	c.waits++
+	c.lastBegan = time.Now()
+	defer func() {
+		c.lastEnd = time.Now()
+		c.waited += c.lastEnd.Sub(c.lastBegan)
+	}()
+	return c.CompChannel.WaitCQ(ctx)
+}
+
+// deviceFloor moves every QP of qps to ERROR, posts one signaled send on
+// each (the drain WR a reaper would post, with no reaper's ID), and polls
+// cq until want completions came back, within devtest.Timeout.
+func deviceFloor(b *testing.B, cq ibv.CQ, qps []ibv.QP, want int) {
+	send := []ibv.SendWR{{ID: sendIDBase, Opcode: ibv.WRSend, Flags: ibv.SendSignaled}}
+	for _, qp := range qps {
+		if err := qp.Modify(ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState); err != nil {
+			b.Fatal(err)
+		}
+		if err := qp.PostSend(send); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var wcs [64]ibv.WC
+	deadline := time.Now().Add(devtest.Timeout)
+	for got := 0; got < want; {
+		k, err := cq.Poll(wcs[:])
+		if err != nil {
+			b.Fatal(err)
+		}
+		got += k
+		if k == 0 && time.Now().After(deadline) {
+			b.Fatalf("%d of %d completions within %v", got, want, devtest.Timeout)
+		}
+	}
+}
