@@ -100,16 +100,7 @@ func TestDeterministic(t *testing.T) {
 		rx, peers := softPair(t, soft.Quirks{}, 0)
 		cfg := goldenConfig(rx, peers, false, ipoibcm.Bounded, true)
 		cfg.Seed, cfg.Events = seed, 1000
-		res, err := Run(context.Background(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Wall = 0
-		b, err := json.Marshal(res)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
+		return runJSON(t, cfg)
 	}
 	a, b, c := run(7), run(7), run(8)
 	if !bytes.Equal(a, b) {
@@ -133,20 +124,27 @@ func TestDeterministicWhenSlow(t *testing.T) {
 			// Longer than the fabric's quiescence, a hundred times.
 			cfg.Progress = func(int, int) { time.Sleep(2 * time.Millisecond) }
 		}
-		res, err := Run(context.Background(), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Wall = 0
-		b, err := json.Marshal(res)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
+		return runJSON(t, cfg)
 	}
 	if fast, slow := run(false), run(true); !bytes.Equal(fast, slow) {
 		t.Errorf("a slow simulator gave another run:\n%s\n%s", fast, slow)
 	}
+}
+
+// runJSON runs cfg and returns its result as JSON, without the wall time,
+// the one field that may differ between two runs of one configuration.
+func runJSON(t *testing.T, cfg Config) []byte {
+	t.Helper()
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Wall = 0
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func TestConfigErrors(t *testing.T) {
