@@ -95,13 +95,13 @@ func TestWriteRecordsAndRender(t *testing.T) {
 	if _, err := WriteRecords(dir, map[string][]byte{"6.0.0-1-amd64": rec}, false); err != nil {
 		t.Fatal(err)
 	}
-	written, err := WriteRecords(dir, map[string][]byte{"7.3.4+deb13-amd64": rec, "6.12.95+deb12-amd64": rec, "6.1.0-57-amd64": rec}, true)
+	written, err := WriteRecords(dir, map[string][]byte{"7.3.4+deb13-amd64": rec, "6.12.95+deb12-amd64": rec, "6.9.0-1-amd64": rec, "6.1.0-57-amd64": rec}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "rxe-*.json"))
-	if len(written) != 3 || !slices.Equal(files, written) {
-		t.Errorf("written %v, in the directory %v: want the 3 kernels, 6.0's record replaced", written, files)
+	if len(written) != 4 || !slices.Equal(files, written) {
+		t.Errorf("written %v, in the directory %v: want the 4 kernels, 6.0's record replaced", written, files)
 	}
 
 	doc := []byte("# x\n<!-- providers:probes begin -->\nold\n<!-- providers:probes end -->\ntext\n" +
@@ -112,7 +112,8 @@ func TestWriteRecordsAndRender(t *testing.T) {
 	}
 	s := string(out)
 	for _, want := range []string{
-		"| Probe | Soft device | rxe, `6.1.0-57-amd64` | rxe, `6.12.95+deb12-amd64` | rxe, `7.3.4+deb13-amd64` |\n",
+		// In release order, not the files' (6.12 sorts before 6.9 as text).
+		"| Probe | Soft device | rxe, `6.1.0-57-amd64` | rxe, `6.9.0-1-amd64` | rxe, `6.12.95+deb12-amd64` | rxe, `7.3.4+deb13-amd64` |\n",
 		"| `recv-in-error` | pass: never completed \\| not even later | **deviation**: never completed \\| not even later |",
 		"| Policy | `quarantine` | `quarantine` |",
 		"<!-- providers:probes end -->\ntext\n",
