@@ -25,6 +25,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -239,7 +240,7 @@ func loadColumns(dir string) ([]column, error) {
 		}
 		cols = append(cols, c)
 	}
-	sort.SliceStable(cols[1:], func(i, j int) bool { return lessNumbers(cols[1+i].kernel, cols[1+j].kernel) })
+	slices.SortStableFunc(cols[1:], func(a, b column) int { return slices.Compare(a.kernel, b.kernel) })
 	return cols, nil
 }
 
@@ -254,15 +255,6 @@ func releaseNumbers(kernel string) []int {
 		ns = append(ns, n)
 	}
 	return ns
-}
-
-func lessNumbers(a, b []int) bool {
-	for i := range min(len(a), len(b)) {
-		if a[i] != b[i] {
-			return a[i] < b[i]
-		}
-	}
-	return len(a) < len(b)
 }
 
 // cell escapes s for a Markdown table cell.
