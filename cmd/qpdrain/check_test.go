@@ -14,13 +14,10 @@ import (
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 )
 
-// exitCodeOf is the exit status main gives err.
-func exitCodeOf(err error) int { return exitCode(err) }
-
 func TestCheckSoft(t *testing.T) {
 	for _, name := range []string{"soft", "soft0"} {
 		out, err := runSub("check", "--device", name, "--timeout", "100ms", "-d")
-		if code := exitCodeOf(err); code != exitClean {
+		if code := exitCode(err); code != exitClean {
 			t.Fatalf("qpdrain check --device %s: exit code %d (%v), want %d\n%s", name, code, err, exitClean, out)
 		}
 		lines := strings.Split(strings.TrimSpace(out), "\n")
@@ -74,7 +71,7 @@ func TestCheckStreams(t *testing.T) {
 	root.SetArgs([]string{"check", "--device", "soft", "--timeout", "200ms"})
 	start := time.Now()
 	err := root.Execute()
-	if code := exitCodeOf(err); code != exitClean {
+	if code := exitCode(err); code != exitClean {
 		t.Fatalf("exit code %d (%v)", code, err)
 	}
 	total := time.Since(start)
@@ -97,7 +94,7 @@ func TestCheckDefaultDevice(t *testing.T) {
 		// With hardware (rxe in the VM) the default is the first device,
 		// and its deviations are findings, not errors.
 		out, err := runSub("check", "--timeout", "1s")
-		if code := exitCodeOf(err); code != exitClean && code != exitFindings {
+		if code := exitCode(err); code != exitClean && code != exitFindings {
 			t.Fatalf("qpdrain check: exit code %d (%v)\n%s", code, err, out)
 		}
 		if want := "device " + infos[0].Name + ";"; !strings.HasPrefix(out, want) {
@@ -106,7 +103,7 @@ func TestCheckDefaultDevice(t *testing.T) {
 		return
 	}
 	out, err := runSub("check", "--timeout", "100ms")
-	if code := exitCodeOf(err); code != exitClean {
+	if code := exitCode(err); code != exitClean {
 		t.Fatalf("qpdrain check: exit code %d (%v)\n%s", code, err, out)
 	}
 	why := "no RDMA device on this machine"
@@ -122,7 +119,7 @@ func TestCheckDefaultDevice(t *testing.T) {
 // the probes that depend on it, with the rule it breaks.
 func TestCheckQuirkFindings(t *testing.T) {
 	out, err := runSub("check", "--soft-quirk", "no-last-wqe-reached", "--soft-quirk", "no-responder-error-event", "--timeout", "100ms")
-	if code := exitCodeOf(err); code != exitFindings {
+	if code := exitCode(err); code != exitFindings {
 		t.Fatalf("exit code %d (%v), want %d:\n%s", code, err, exitFindings, out)
 	}
 	wantAll(t, "output", out,
@@ -137,7 +134,7 @@ func TestCheckQuirkFindings(t *testing.T) {
 
 func TestCheckJSON(t *testing.T) {
 	out, err := runSub("check", "--device", "soft", "--soft-quirk", "send-in-error-not-flushed", "--timeout", "100ms", "-j")
-	if code := exitCodeOf(err); code != exitFindings {
+	if code := exitCode(err); code != exitFindings {
 		t.Fatalf("exit code %d (%v), want %d", code, err, exitFindings)
 	}
 	var got checkJSON
@@ -192,7 +189,7 @@ func TestCheckRejects(t *testing.T) {
 		{[]string{"extra-arg"}, exitError, `unknown command "extra-arg"`},
 	} {
 		out, err := runSub("check", tc.args...)
-		if code := exitCodeOf(err); code != tc.code || err == nil || !strings.Contains(err.Error(), tc.says) {
+		if code := exitCode(err); code != tc.code || err == nil || !strings.Contains(err.Error(), tc.says) {
 			t.Errorf("check %v: exit code %d (%v), want %d saying %q", tc.args, code, err, tc.code, tc.says)
 		}
 		if out != "" {
@@ -212,7 +209,7 @@ func TestCheckVerdict(t *testing.T) {
 		{[]flushcheck.Result{r(flushcheck.Pass), r(flushcheck.Deviation)}, exitFindings},
 		{[]flushcheck.Result{r(flushcheck.Deviation), r(flushcheck.Error)}, exitError},
 	} {
-		if got := exitCodeOf(checkVerdict(tc.results)); got != tc.want {
+		if got := exitCode(checkVerdict(tc.results)); got != tc.want {
 			t.Errorf("%v: exit code %d, want %d", tc.results, got, tc.want)
 		}
 	}
@@ -238,7 +235,7 @@ func TestCheckTestDevice(t *testing.T) {
 	if devtest.CurrentProvider() == devtest.ProviderSoft {
 		want = exitClean
 	}
-	if code := exitCodeOf(err); code != want && devtest.CurrentProvider() != devtest.ProviderOther {
+	if code := exitCode(err); code != want && devtest.CurrentProvider() != devtest.ProviderOther {
 		t.Errorf("exit code %d (%v), want %d", code, err, want)
 	}
 	if n := strings.Count(out, "\n"); n < 2+len(flushcheck.Probes()) {

@@ -19,7 +19,7 @@ import (
 func TestChurnCmd(t *testing.T) {
 	common := []string{"--events", "2000", "--quirk", "send-in-error-not-flushed", "--max-qp", "64"}
 	out, err := runSub("churn", common...)
-	if code := exitCodeOf(err); code != exitFindings {
+	if code := exitCode(err); code != exitFindings {
 		t.Fatalf("kernel policy: exit %d (%v), want %d\n%s", code, err, exitFindings, out)
 	}
 	wantAll(t, "kernel policy output", out, "rx_flush_list", "first rejection: event", "accepted after it: 0", "hung drains 1")
@@ -54,7 +54,7 @@ func TestChurnCmdBadFlags(t *testing.T) {
 		{"--vanish", "2"},
 		{"--max-nonsrq-conn-qp", "5000"},
 	} {
-		if _, err := runSub("churn", args...); exitCodeOf(err) != exitError {
+		if _, err := runSub("churn", args...); exitCode(err) != exitError {
 			t.Errorf("churn %v: %v, want exit %d", args, err, exitError)
 		}
 	}

@@ -186,7 +186,7 @@ func parseQPNs(t *testing.T, s string) []uint32 {
 func reapAndCheck(t *testing.T, pid int, want []uint32) {
 	t.Helper()
 	out, err := runQpdrain(t, "reap", "--pid", strconv.Itoa(pid), "--yes", "-j", "--wait", "60s")
-	if code := exitCodeOf(err); code != exitClean {
+	if code := exitCode(err); code != exitClean {
 		t.Fatalf("reap --pid %d: exit %d:\n%s", pid, code, out)
 	}
 	var r reapResult
@@ -239,7 +239,7 @@ func TestLeaksRxe(t *testing.T) {
 	}
 
 	out, err := runQpdrain(t, "leaks", "-j", "--for", "2s", "--interval", "500ms")
-	if code := exitCodeOf(err); code != exitFindings {
+	if code := exitCode(err); code != exitFindings {
 		t.Fatalf("leaks: exit %d, want %d:\n%s", code, exitFindings, out)
 	}
 	var r leaksJSON
@@ -300,8 +300,8 @@ func TestLeaksRxe(t *testing.T) {
 	if !strings.Contains(string(body), `qpdrain_device_max_qp{device="`+devtest.DeviceName()+`"}`) {
 		t.Errorf("exporter has no max_qp for %s:\n%s", devtest.DeviceName(), body)
 	}
-	if out, err := runQpdrain(t, "leaks", "--for", "1s", "--interval", "500ms"); exitCodeOf(err) != exitClean {
-		t.Errorf("leaks after the reaps: exit %d:\n%s", exitCodeOf(err), out)
+	if out, err := runQpdrain(t, "leaks", "--for", "1s", "--interval", "500ms"); exitCode(err) != exitClean {
+		t.Errorf("leaks after the reaps: exit %d:\n%s", exitCode(err), out)
 	}
 }
 
@@ -446,8 +446,8 @@ func TestReapHoldersRxe(t *testing.T) {
 	}
 
 	for _, f := range [][]string{{"state", "FOO"}, {"type", "XYZ"}, {"path-mig-state", "NONE"}, {"link", dev + "/7"}} {
-		if out, err := runQpdrain(t, append([]string{"qps"}, f...)...); exitCodeOf(err) != exitError {
-			t.Errorf("qps %v: exit %d, want %d:\n%s", f, exitCodeOf(err), exitError, out)
+		if out, err := runQpdrain(t, append([]string{"qps"}, f...)...); exitCode(err) != exitError {
+			t.Errorf("qps %v: exit %d, want %d:\n%s", f, exitCode(err), exitError, out)
 		}
 	}
 
@@ -482,8 +482,8 @@ func TestReapHoldersRxe(t *testing.T) {
 	// and rdma shows that its own went.
 	out, err := runQpdrain(t, "reap", "--pid", strconv.Itoa(kf), "--yes", "-j")
 	var r reapResult
-	if exitCodeOf(err) != exitClean || json.Unmarshal([]byte(out), &r) != nil || len(r.QPs) != 0 || len(r.MayKeep) != 4 {
-		t.Fatalf("reap --pid %d (a candidate): exit %d:\n%s", kf, exitCodeOf(err), out)
+	if exitCode(err) != exitClean || json.Unmarshal([]byte(out), &r) != nil || len(r.QPs) != 0 || len(r.MayKeep) != 4 {
+		t.Fatalf("reap --pid %d (a candidate): exit %d:\n%s", kf, exitCode(err), out)
 	}
 	if err := waitGone("/proc/" + strconv.Itoa(kf)); err != nil {
 		t.Fatal(err)

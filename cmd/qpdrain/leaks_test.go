@@ -116,7 +116,7 @@ func run(t *testing.T, args ...string) (string, int) {
 	if err != nil {
 		errOut += err.Error()
 	}
-	return out + errOut, exitCodeOf(err)
+	return out + errOut, exitCode(err)
 }
 
 // leakyHost has the GSI QP, healthy RTS QPs of pid 100 and two QPs of
@@ -148,7 +148,7 @@ func TestLeaksJSONAndTextfile(t *testing.T) {
 	useHost(t, leakyHost(100))
 	prom := filepath.Join(t.TempDir(), "qpdrain.prom")
 	out, err := runSub("leaks", "-j", "--for", "10ms", "--interval", "10ms", "--textfile", prom)
-	if code := exitCodeOf(err); code != exitFindings {
+	if code := exitCode(err); code != exitFindings {
 		t.Fatalf("exit %d, want %d", code, exitFindings)
 	}
 	var got struct {

@@ -7,7 +7,7 @@ import (
 )
 
 // runRoot runs qpdrain's command tree on args and returns what it wrote to
-// stdout and stderr and the command's error (exitCodeOf gives its exit
+// stdout and stderr and the command's error (exitCode gives its exit
 // status); unlike execute it prints no error line and no -j error document.
 func runRoot(args ...string) (stdout, stderr string, err error) {
 	var out, errOut bytes.Buffer

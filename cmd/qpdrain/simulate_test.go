@@ -75,7 +75,7 @@ func TestSimulateRejects(t *testing.T) {
 		{[]string{"--qps", "60000", "--taken", "100"}, "needs a CQ of"},
 	} {
 		_, err := runSub("simulate", tc.args...)
-		if exitCodeOf(err) != exitError {
+		if exitCode(err) != exitError {
 			t.Errorf("simulate %v: %v, want exit code %d", tc.args, err, exitError)
 			continue
 		}

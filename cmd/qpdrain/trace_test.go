@@ -29,7 +29,7 @@ func TestTraceFrom(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := runSub("trace", "-d", "--last-wqe", "raises", "--from", rec)
-	if code := exitCodeOf(err); code != exitFindings {
+	if code := exitCode(err); code != exitFindings {
 		t.Fatalf("exit %d (%v), want %d:\n%s", code, err, exitFindings, out)
 	}
 	wantAll(t, "report", out, "pid 7 on rxe0: 1 QPs, 1 CQs, 1 SRQs", "1 finding(s):",
@@ -39,7 +39,7 @@ func TestTraceFrom(t *testing.T) {
 	// never: a note, clean; -j into --report, nothing on stdout
 	report := filepath.Join(dir, "r.json")
 	out, err = runSub("trace", "-j", "--last-wqe", "never", "--report", report, "--from", rec)
-	if code := exitCodeOf(err); code != exitClean || out != "" {
+	if code := exitCode(err); code != exitClean || out != "" {
 		t.Fatalf("exit %d (%v), stdout %q; want clean, nothing on stdout", code, err, out)
 	}
 	b, err := os.ReadFile(report)
@@ -71,7 +71,7 @@ func TestTraceBadArgs(t *testing.T) {
 		{[]string{"trace", "--from", filepath.Join(t.TempDir(), "none")}, "no such file"},
 	} {
 		_, err := runSub(tc.args[0], tc.args[1:]...)
-		if code := exitCodeOf(err); code != exitError || !strings.Contains(err.Error(), tc.want) {
+		if code := exitCode(err); code != exitError || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: exit %d, %v; want %d with %q", tc.args, code, err, exitError, tc.want)
 		}
 	}

@@ -52,7 +52,7 @@ func TestVMGoTestOutsideModule(t *testing.T) {
 	cache := t.TempDir()
 	t.Chdir(t.TempDir())
 	_, err := runVMCmd(cache, nil, "go-test", "./...")
-	if code := exitCodeOf(err); code != exitError || !strings.Contains(err.Error(), "not inside a Go module") {
+	if code := exitCode(err); code != exitError || !strings.Contains(err.Error(), "not inside a Go module") {
 		t.Errorf("go-test outside a module: exit %d, %v; want 2", code, err)
 	}
 	if ents, _ := os.ReadDir(cache); len(ents) != 0 {
@@ -79,7 +79,7 @@ func TestVMBadArgs(t *testing.T) {
 		{[]string{"bogus"}, `unknown command "bogus"`},
 	} {
 		_, err := runVMCmd(cache, nil, tc.args[0], tc.args[1:]...)
-		if code := exitCodeOf(err); code != exitError || !strings.Contains(err.Error(), tc.want) {
+		if code := exitCode(err); code != exitError || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: exit %d, %v; want 2 and %q", tc.args, code, err, tc.want)
 		}
 	}

@@ -61,7 +61,7 @@ func TestWorkloadRxe(t *testing.T) {
 	}
 
 	out, err = runQpdrain(t, "leaks", "-j", "--for", "2s", "--interval", "500ms")
-	if code := exitCodeOf(err); code != exitFindings {
+	if code := exitCode(err); code != exitFindings {
 		t.Fatalf("leaks: exit %d, want %d:\n%s", code, exitFindings, out)
 	}
 	var r leaksJSON
