@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"syscall"
 
+	"github.com/qpdrain/qpdrain/leaks"
 	"github.com/qpdrain/qpdrain/rdmanl"
 	"github.com/qpdrain/qpdrain/rdmanl/inventory"
 )
@@ -419,19 +420,12 @@ func appendOwner(b []byte, q *inventory.QP) []byte {
 	return b
 }
 
-// maxQPs asks the verbs API for a device's max_qp; false when it cannot
-// (no libibverbs, a CGO_ENABLED=0 build, a device it cannot open).
+// maxQPs asks the verbs API for a device's max_qp, as leaks.MaxQPLimits
+// does for the exporter; false when it cannot (no libibverbs, a
+// CGO_ENABLED=0 build, a device it cannot open).
 func maxQPs(dev string) (int, bool) {
-	c, err := openVerbsDevice(dev)
-	if err != nil {
-		return 0, false
-	}
-	defer c.Close()
-	a, err := c.QueryDevice()
-	if err != nil {
-		return 0, false
-	}
-	return a.MaxQP, true
+	l := leaks.MaxQPLimits([]string{dev})[dev]
+	return l.MaxQP, l.Unknown == ""
 }
 
 // qpSummaryJSON is one device of --summary -j.
