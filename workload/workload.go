@@ -132,8 +132,7 @@ func Read(proc string, pid uint32) (Workload, error) {
 // the kubelet's systemd driver lay out alike. It fails with ErrNoCgroup
 // when there is neither, and on a malformed line.
 func ParseProcCgroup(b []byte) (Workload, error) {
-	var v1 string
-	haveV1 := false
+	var v1 string // the name=systemd line's path: never "", it starts with "/"
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	for sc.Scan() {
@@ -153,13 +152,13 @@ func ParseProcCgroup(b []byte) (Workload, error) {
 			return Parse(p), nil
 		}
 		if ctrl == "name=systemd" {
-			v1, haveV1 = p, true
+			v1 = p
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return Workload{}, fmt.Errorf("reading cgroup lines: %w", err)
 	}
-	if haveV1 {
+	if v1 != "" {
 		return Parse(v1), nil
 	}
 	return Workload{}, ErrNoCgroup
