@@ -35,7 +35,15 @@ func TestFindingWorkloads(t *testing.T) {
 	if q.Workload() != &svc {
 		t.Errorf("orphan QP's workload %v, want its holder's", q.Workload())
 	}
-	if k := kern(1, "GSI", "RTS", "ib_core"); k.Workload() != nil {
+	// A live owner whose cgroup is unknown: its workload is unknown, not
+	// a holder's.
+	if q := rc(19, "RTS", Process{PID: 300, Comm: "app"}, holder); q.Workload() != nil {
+		t.Errorf("QP of a live owner with no workload has workload %v, want none (not its holder's)", q.Workload())
+	}
+	// A kernel QP has none, whatever processes are listed with it.
+	k := kern(1, "GSI", "RTS", "ib_core")
+	k.Holders = []Process{holder}
+	if k.Workload() != nil {
 		t.Errorf("kernel QP has workload %v", k.Workload())
 	}
 }
