@@ -101,13 +101,15 @@ func TestContractBadInputs(t *testing.T) {
 		{[]string{"leaks", "--textfile", "DIR/missing/x.prom"}, exitError, "no such file or directory"},
 		{[]string{"leaks", "--textfile", ""}, exitError, "want a file name"},
 		{[]string{"leaks", "--timeout", "0"}, exitError, `"--timeout" flag: want a positive duration`},
-		{[]string{"leaks", "--near-limit", "0"}, exitError, "--near-limit 0"},
-		{[]string{"leaks", "--interval", "0s"}, exitError, "positive interval"},
+		{[]string{"leaks", "--near-limit", "0"}, exitError, `"0" for "--near-limit" flag: want a fraction in (0, 1]`},
+		{[]string{"leaks", "--near-limit", "NaN"}, exitError, `"NaN" for "--near-limit" flag: want a finite number`},
+		{[]string{"leaks", "--interval", "0s"}, exitError, `"0s" for "--interval" flag: want a positive duration`},
+		{[]string{"leaks", "--for", "-1s"}, exitError, `"-1s" for "--for" flag: want at least 0s`},
 
 		{[]string{"qps", "--timeout", "0"}, exitError, `"--timeout" flag`},
 		{[]string{"qps", "lqpn", "x"}, exitError, `filter lqpn "x"`},
 		{[]string{"reap"}, exitError, "give one target"},
-		{[]string{"reap", "--pid", "5", "--wait", "0s"}, exitError, "--wait 0s"},
+		{[]string{"reap", "--pid", "5", "--wait", "0s"}, exitError, `"0s" for "--wait" flag: want a positive duration`},
 		{[]string{"reap", "--timeout", "0"}, exitError, `"--timeout" flag`},
 
 		{[]string{"rxe", "add", "a/b", "lo"}, exitError, `device name "a/b"`},

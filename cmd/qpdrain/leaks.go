@@ -57,9 +57,9 @@ Exit status 0 clean, 1 findings, 2 error, 3 no RDMA devices here.`,
 	}
 	o.host.flags(cmd, 2*time.Minute)
 	f := cmd.Flags()
-	f.DurationVar(&o.window, "for", leaks.DefaultFor, "how long to sample")
-	f.DurationVar(&o.interval, "interval", leaks.DefaultInterval, "time between samples")
-	f.Float64Var(&o.nearLimit, "near-limit", leaks.DefaultNearLimit, "fraction of max_qp at which a device is near its limit")
+	durationFlag(f, &o.window, "for", leaks.DefaultFor, "how long to sample", atLeastDuration(0))
+	durationFlag(f, &o.interval, "interval", leaks.DefaultInterval, "time between samples", positive)
+	floatFlag(f, &o.nearLimit, "near-limit", leaks.DefaultNearLimit, "fraction of max_qp at which a device is near its limit", fraction(true))
 	stringFlag(f, &o.textfile, "textfile", "", "also write Prometheus metrics to this file (node_exporter's textfile collector), atomically", outputFile())
 	return cmd
 }
@@ -74,12 +74,6 @@ func cmdContext(cmd *cobra.Command) context.Context {
 
 func runLeaks(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions, o *leaksOptions) error {
 	defer oneShotGC()()
-	if o.nearLimit <= 0 || o.nearLimit > 1 {
-		return withExitCode(exitError, fmt.Errorf("--near-limit %g: want a fraction in (0, 1]", o.nearLimit))
-	}
-	if o.window < 0 || o.interval <= 0 {
-		return withExitCode(exitError, fmt.Errorf("--for %v --interval %v: want a window of 0 or more and a positive interval", o.window, o.interval))
-	}
 	h, err := openHost(o.host, stderr)
 	if err != nil {
 		return hostError(err)

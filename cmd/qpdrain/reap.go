@@ -64,8 +64,6 @@ Exit status 0 when every QP went, 1 when some remain, 2 on errors and refusals, 
 			switch {
 			case (o.pid != 0) == (o.rxe != ""):
 				return withExitCode(exitError, errors.New("give one target: --pid N or --rxe NAME"))
-			case o.wait <= 0:
-				return withExitCode(exitError, fmt.Errorf("--wait %v must be positive", o.wait))
 			case o.pid != 0:
 				return reapPID(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), opts, o)
 			}
@@ -81,7 +79,7 @@ Exit status 0 when every QP went, 1 when some remain, 2 on errors and refusals, 
 		return err
 	})
 	f.BoolVar(&o.yes, "yes", false, "act; without it reap prints the plan only")
-	f.DurationVar(&o.wait, "wait", 10*time.Second, "how long to wait for the QPs to go")
+	durationFlag(f, &o.wait, "wait", 10*time.Second, "how long to wait for the QPs to go", positive)
 	return cmd
 }
 
