@@ -75,17 +75,17 @@ func queryRetry(qp ibv.QP, mask ibv.QPAttrMask) (ibv.QPAttr, error) {
 // other two flushed behind it, and the QP in ERROR.
 func requesterError(e *env, a ibv.QP, want ibv.WCStatus, r retrySeries) (verdict, error) {
 	const n = 3
-	budget := r.budget()
+	budget, wait := r.budget(), r.wait(e.o.Timeout)
 	e.mark()
 	if err := a.PostSend(sends(sendBase, n)); err != nil {
 		return verdict{}, fmt.Errorf("posting sends: %w", err)
 	}
-	first, err := e.poll(a.SendCQ(), 1, r.wait(e.o.Timeout))
+	first, err := e.poll(a.SendCQ(), 1, wait)
 	if err != nil {
 		return verdict{}, err
 	}
 	if len(first) == 0 {
-		return deviation("no completion within %v of posting %d sends (retry budget %v: %s)", r.wait(e.o.Timeout), n, budget, r.why), nil
+		return deviation("no completion within %v of posting %d sends (retry budget %v: %s)", wait, n, budget, r.why), nil
 	}
 	took := e.since()
 	rest, err := e.poll(a.SendCQ(), n-1, e.o.Timeout)

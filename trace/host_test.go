@@ -76,18 +76,16 @@ func runOut(t *testing.T, shim string, argv ...string) (string, *Result) {
 func TestHostPlanted(t *testing.T) {
 	var names []string
 	for n := range planted {
-		if !strings.HasPrefix(n, "qpx_") {
+		if !strings.HasPrefix(n, "qpx_") { // the fake has no ibv_qp_ex: rxe in the VM tests it
 			names = append(names, n)
 		}
 	}
 	shim, dir := hostRig(t, names...)
 	raises := Options{LastWQE: func(string) (LastWQE, bool) { return LastWQE{Raises: true, Source: "the fake raises it"}, true }}
-	for name, want := range planted {
+	for _, name := range names {
+		want := planted[name]
 		if name == "posted_in_error" {
 			want = ""
-		}
-		if strings.HasPrefix(name, "qpx_") {
-			continue // the fake has no ibv_qp_ex: rxe in the VM tests it
 		}
 		t.Run(name, func(t *testing.T) {
 			argv := []string{filepath.Join(dir, name)}
