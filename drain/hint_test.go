@@ -44,3 +44,38 @@ func TestReusedNumberAfterLookupHint(t *testing.T) {
 		t.Errorf("a completion with the number came while proving, yet the count was trusted:\n%s", rep)
 	}
 }
+
+// The same for the reaper's other lookup hint, the handle after the last
+// one looked up: a quarantined QP that was that next handle when a
+// completion of the QP before it was looked up does not take the
+// completions of a new QP given its number.
+func TestReusedNumberAfterNextHint(t *testing.T) {
+	dev := openSoft(t, soft.Config{Quirks: soft.Quirks{NoLastWQEReached: true}, SRQPrefetch: 4})
+	r := newRig(t, dev, nil, 64)
+	r.postRecvs(nil, 16)
+	first, old := r.pair(true), r.pair(true)
+	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: 10 * time.Millisecond, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	defer rp.Shutdown(endedCtx())
+	hFirst := add(t, rp, first, drain.AddOptions{NoSends: true})
+	hOld := add(t, rp, old, drain.AddOptions{NoSends: true})
+	// A completion of the first QP's number, while both wait in a row:
+	// the old QP is the handle after the one it was looked up for.
+	if rp.HandleWC(ibv.WC{ID: recvIDBase, QPNum: first.Num(), Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv}) {
+		t.Fatal("a receive's completion claimed")
+	}
+	for _, h := range []*drain.Handle{hFirst, hOld} {
+		if _, err := h.Wait(testCtx(t)); !errors.Is(err, drain.ErrQuarantined) {
+			t.Fatalf("%v, want quarantined", err)
+		}
+	}
+	qp := r.pair(false)
+	r.postRecvs(qp, 2)
+	h := add(t, rp, renumbered{QP: qp, num: old.Num()}, drain.AddOptions{CountRecvs: true, Recvs: 2, NoSends: true})
+	time.Sleep(time.Millisecond) // the next poll begins after the Add
+	rp.HandleWC(ibv.WC{ID: recvIDBase, QPNum: old.Num(), Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv})
+	rp.CQEmpty()
+	rep := h.Report()
+	if !has(rep, drain.StepCountNotTrusted) || has(rep, drain.StepCQEmpty) {
+		t.Errorf("a completion with the number came while proving, yet the count was trusted:\n%s", rep)
+	}
+}
