@@ -79,3 +79,28 @@ func TestReusedNumberAfterNextHint(t *testing.T) {
 		t.Errorf("a completion with the number came while proving, yet the count was trusted:\n%s", rep)
 	}
 }
+
+// And a QP that finished, the last one a completion was looked up for (its
+// drain WR's), does not take the completions of a new QP given its number.
+func TestReusedNumberAfterFinish(t *testing.T) {
+	dev := openSoft(t, soft.Config{})
+	r := newRig(t, dev, nil, 64)
+	old := r.pair(false)
+	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
+	defer rp.Shutdown(endedCtx())
+	hOld := add(t, rp, old, drain.AddOptions{})
+	pollUntilDone(t, rp, r.cq)
+	if o := hOld.Report().Outcome; o != drain.Safe {
+		t.Fatalf("old QP: %s, want safe", o)
+	}
+	qp := r.pair(false)
+	r.postRecvs(qp, 2)
+	h := add(t, rp, renumbered{QP: qp, num: old.Num()}, drain.AddOptions{CountRecvs: true, Recvs: 2, NoSends: true})
+	time.Sleep(time.Millisecond) // the next poll begins after the Add
+	rp.HandleWC(ibv.WC{ID: recvIDBase, QPNum: old.Num(), Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv})
+	rp.CQEmpty()
+	rep := h.Report()
+	if !has(rep, drain.StepCountNotTrusted) || has(rep, drain.StepCQEmpty) {
+		t.Errorf("a completion with the number came while proving, yet the count was trusted:\n%s", rep)
+	}
+}
