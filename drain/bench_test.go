@@ -72,6 +72,27 @@ func oneAtATime(ctx context.Context, b *testing.B, rp *drain.Reaper, qps []ibv.Q
 	}
 }
 
+// drainByRun drains qps through rp fed by Run on ch, with b's timer
+// running from Run's start to the last outcome: every QP added at once
+// (DrainAll) or, with headroom 1, each one's drain waited for before the
+// next is added. It returns when the timer stopped, once Run has returned.
+func drainByRun(b *testing.B, rp *drain.Reaper, ch ibv.CompChannel, qps []ibv.QP, headroom int, add drain.AddOptions) time.Time {
+	ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
+	runDone := make(chan error, 1)
+	b.StartTimer()
+	go func() { runDone <- rp.Run(ctx, drain.Feed{Channel: ch}) }()
+	if headroom == 1 {
+		oneAtATime(ctx, b, rp, qps, add)
+	} else if _, err := rp.DrainAll(ctx, qps, add); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	stopped := time.Now()
+	cancel()
+	<-runDone
+	return stopped
+}
+
 // must unwraps a setup result; a failed setup is a broken benchmark, so it
 // panics (b.Fatal cannot take a multi-value call).
 func must[T any](v T, err error) T {
@@ -156,20 +177,10 @@ func BenchmarkDrain(b *testing.B) {
 					// The caller moved them to ERROR and says so.
 					add := drain.AddOptions{LastWQESeen: true, StateKnown: true, State: ibv.QPSErr}
 					runtime.GC() // the setup's garbage is not the drain's
-					b.StartTimer()
 					if mode.run {
-						ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
-						runDone := make(chan error, 1)
-						go func() { runDone <- rp.Run(ctx, drain.Feed{Channel: s.ch}) }()
-						if mode.headroom == 1 {
-							oneAtATime(ctx, b, rp, s.qps, add)
-						} else if _, err := rp.DrainAll(ctx, s.qps, add); err != nil {
-							b.Fatal(err)
-						}
-						b.StopTimer()
-						cancel()
-						<-runDone
+						drainByRun(b, rp, s.ch, s.qps, mode.headroom, add)
 					} else {
+						b.StartTimer()
 						pollAllDrained(b, rp, s.qps, add)
 						b.StopTimer()
 					}

@@ -197,20 +197,8 @@ func drainOnDevice(b *testing.B, rp *drain.Reaper, ch ibv.CompChannel, qps []ibv
 		b.StopTimer()
 		return 0, 0
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
-	runDone := make(chan error, 1)
 	counted := &countingChannel{CompChannel: ch}
-	b.StartTimer()
-	go func() { runDone <- rp.Run(ctx, drain.Feed{Channel: counted}) }()
-	if headroom == 1 {
-		oneAtATime(ctx, b, rp, qps, add)
-	} else if _, err := rp.DrainAll(ctx, qps, add); err != nil {
-		b.Fatal(err)
-	}
-	b.StopTimer()
-	stopped := time.Now()
-	cancel()
-	<-runDone
+	stopped := drainByRun(b, rp, counted, qps, headroom, add)
 	if counted.lastEnd.After(stopped) {
 		// The wait that Run's end cut short: only its timed part counts.
 		counted.waited -= min(counted.lastEnd.Sub(stopped), counted.lastEnd.Sub(counted.lastBegan))

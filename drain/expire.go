@@ -91,9 +91,8 @@ func (r *Reaper) stall(h *Handle, err error, now time.Time) bool {
 	// A quarantined QP is kept, not given up: its drain WRs may still
 	// complete, so they keep counting against the headroom until they do.
 	// They are no barrier one can count on any more.
-	if h.sendID&^WRIDMask == r.newest || h.recvID&^WRIDMask == r.newest {
-		r.newest = 0
-	}
+	r.noBarrier(h.sendID)
+	r.noBarrier(h.recvID)
 	h.stage = stageQuarantine
 	r.lists[stageQuarantine].push(h)
 	r.stats.Quarantined++
@@ -109,9 +108,7 @@ func (r *Reaper) stall(h *Handle, err error, now time.Time) bool {
 func (r *Reaper) giveUp(h *Handle, now time.Time) {
 	for _, id := range [...]uint64{h.sendID, h.recvID} {
 		if id != 0 {
-			if id&^WRIDMask == r.newest {
-				r.newest = 0
-			}
+			r.noBarrier(id)
 			r.loseWR(id, h.qpn)
 			r.orphans = append(r.orphans, orphan{id: id, at: r.at(now)})
 		}

@@ -44,3 +44,109 @@ func TestReusedNumberAfterLookupHint(t *testing.T) {
 		t.Errorf("a completion with the number came while proving, yet the count was trusted:\n%s", rep)
 	}
 }
+
+// The same for the reaper's other lookup hint, the handle after the last
+// one looked up: a quarantined QP that was that next handle when a
+// completion of the QP before it was looked up does not take the
+// completions of a new QP given its number.
+func TestReusedNumberAfterNextHint(t *testing.T) {
+	dev := openSoft(t, soft.Config{Quirks: soft.Quirks{NoLastWQEReached: true}, SRQPrefetch: 4})
+	r := newRig(t, dev, nil, 64)
+	r.postRecvs(nil, 16)
+	first, old := r.pair(true), r.pair(true)
+	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: 10 * time.Millisecond, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	defer rp.Shutdown(endedCtx())
+	hFirst := add(t, rp, first, drain.AddOptions{NoSends: true})
+	hOld := add(t, rp, old, drain.AddOptions{NoSends: true})
+	// A completion of the first QP's number, while both wait in a row:
+	// the old QP is the handle after the one it was looked up for.
+	if rp.HandleWC(ibv.WC{ID: recvIDBase, QPNum: first.Num(), Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv}) {
+		t.Fatal("a receive's completion claimed")
+	}
+	for _, h := range []*drain.Handle{hFirst, hOld} {
+		if _, err := h.Wait(testCtx(t)); !errors.Is(err, drain.ErrQuarantined) {
+			t.Fatalf("%v, want quarantined", err)
+		}
+	}
+	qp := r.pair(false)
+	r.postRecvs(qp, 2)
+	h := add(t, rp, renumbered{QP: qp, num: old.Num()}, drain.AddOptions{CountRecvs: true, Recvs: 2, NoSends: true})
+	time.Sleep(time.Millisecond) // the next poll begins after the Add
+	rp.HandleWC(ibv.WC{ID: recvIDBase, QPNum: old.Num(), Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv})
+	rp.CQEmpty()
+	rep := h.Report()
+	if !has(rep, drain.StepCountNotTrusted) || has(rep, drain.StepCQEmpty) {
+		t.Errorf("a completion with the number came while proving, yet the count was trusted:\n%s", rep)
+	}
+}
+
+// And a QP that finished, the last one a completion was looked up for (its
+// drain WR's), does not take the completions of a new QP given its number.
+func TestReusedNumberAfterFinish(t *testing.T) {
+	dev := openSoft(t, soft.Config{})
+	r := newRig(t, dev, nil, 64)
+	old := r.pair(false)
+	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
+	defer rp.Shutdown(endedCtx())
+	hOld := add(t, rp, old, drain.AddOptions{})
+	pollUntilDone(t, rp, r.cq)
+	if o := hOld.Report().Outcome; o != drain.Safe {
+		t.Fatalf("old QP: %s, want safe", o)
+	}
+	qp := r.pair(false)
+	r.postRecvs(qp, 2)
+	h := add(t, rp, renumbered{QP: qp, num: old.Num()}, drain.AddOptions{CountRecvs: true, Recvs: 2, NoSends: true})
+	time.Sleep(time.Millisecond) // the next poll begins after the Add
+	rp.HandleWC(ibv.WC{ID: recvIDBase, QPNum: old.Num(), Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv})
+	rp.CQEmpty()
+	rep := h.Report()
+	if !has(rep, drain.StepCountNotTrusted) || has(rep, drain.StepCQEmpty) {
+		t.Errorf("a completion with the number came while proving, yet the count was trusted:\n%s", rep)
+	}
+}
+
+// And a QP that finished without a lookup (given up after its stall, the
+// CQ found empty), the handle after the last one looked up, does not take
+// the completions of a new QP given its number.
+func TestReusedNumberAfterNextHintFinished(t *testing.T) {
+	dev := openSoft(t, soft.Config{Quirks: soft.Quirks{NoLastWQEReached: true}, SRQPrefetch: 4})
+	r := newRig(t, dev, nil, 64)
+	r.postRecvs(nil, 16)
+	first, old := r.pair(true), r.pair(true)
+	rp := drain.NewReaper(r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, LastWQETimeout: 20 * time.Millisecond, DrainTimeout: 20 * time.Millisecond, Queue: queueOf})
+	defer rp.Shutdown(endedCtx())
+	hs := []*drain.Handle{add(t, rp, first, drain.AddOptions{NoSends: true}), add(t, rp, old, drain.AddOptions{NoSends: true})}
+	// While both wait in a row, the old QP is the handle after the one a
+	// completion of the first QP's number was looked up for.
+	if rp.HandleWC(ibv.WC{ID: recvIDBase, QPNum: first.Num(), Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv}) {
+		t.Fatal("a receive's completion claimed")
+	}
+	deadline := time.Now().Add(devtest.Timeout)
+	for _, h := range hs {
+		for done := false; !done; {
+			select {
+			case <-h.Done():
+				done = true
+			default:
+				if time.Now().After(deadline) {
+					t.Fatalf("not given up within %v:\n%s", devtest.Timeout, h.Report())
+				}
+				time.Sleep(time.Millisecond)
+				rp.CQEmpty()
+			}
+		}
+		if o := h.Report().Outcome; o != drain.DestroyedAfterEmptyCQ {
+			t.Fatalf("%s, want %s:\n%s", o, drain.DestroyedAfterEmptyCQ, h.Report())
+		}
+	}
+	qp := r.pair(false)
+	r.postRecvs(qp, 2)
+	h := add(t, rp, renumbered{QP: qp, num: old.Num()}, drain.AddOptions{CountRecvs: true, Recvs: 2, NoSends: true})
+	time.Sleep(time.Millisecond) // the next poll begins after the Add
+	rp.HandleWC(ibv.WC{ID: recvIDBase, QPNum: old.Num(), Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv})
+	rp.CQEmpty()
+	rep := h.Report()
+	if !has(rep, drain.StepCountNotTrusted) || has(rep, drain.StepCQEmpty) {
+		t.Errorf("a completion with the number came while proving, yet the count was trusted:\n%s", rep)
+	}
+}

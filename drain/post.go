@@ -126,6 +126,13 @@ func (r *Reaper) posted(h *Handle, id uint64, err error, what string, now time.T
 // release returns a counted drain WR's slot to the headroom.
 func (r *Reaper) release(id uint64) {
 	r.inFlight--
+	r.noBarrier(id)
+}
+
+// noBarrier forgets that the drain WR id is the newest outstanding, if it
+// is: it completed, or its QP no longer drains, so it orders nothing one
+// can count on.
+func (r *Reaper) noBarrier(id uint64) {
 	if id&^WRIDMask == r.newest {
 		r.newest = 0
 	}

@@ -215,7 +215,7 @@ func (r *Reaper) addAll(qps []ibv.QP, o AddOptions, done func(i int, h *Handle, 
 	move := make([]bool, len(hs))
 	toMove := 0
 	r.mu.Lock()
-	r.reserve(len(qps))
+	r.byNum.reserve(len(qps)) // a batch does not grow it step by step
 	for i, h := range hs {
 		if h == nil {
 			continue
@@ -321,12 +321,6 @@ func (r *Reaper) newHandle(qp ibv.QP, o AddOptions, now time.Time) (*Handle, err
 		}
 	}
 	return h, nil
-}
-
-// reserve sizes the reaper's empty map by QP number for n more QPs, so
-// that a batch does not grow it step by step; a map in use keeps its size.
-func (r *Reaper) reserve(n int) {
-	r.byNum.reserve(n)
 }
 
 // admit enters h under r.mu: its QP number names it from now on, so that
