@@ -18,9 +18,7 @@ import (
 // was looked up for (the reaper's lookup hint must not outlive the
 // number's reuse).
 func TestReusedNumberAfterLookupHint(t *testing.T) {
-	dev := openSoft(t, soft.Config{Quirks: soft.Quirks{NoLastWQEReached: true}, SRQPrefetch: 4})
-	r := newRig(t, dev, nil, 64)
-	r.postRecvs(nil, 16)
+	r := stallingSRQRig(t)
 	old := r.pair(true)
 	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: 10 * time.Millisecond, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	defer rp.Shutdown(endedCtx())
@@ -29,20 +27,10 @@ func TestReusedNumberAfterLookupHint(t *testing.T) {
 	}
 	// A completion of the old QP's number: the quarantined QP is the one
 	// it was looked up for.
-	stale := ibv.WC{ID: recvIDBase, QPNum: old.Num(), Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv}
-	if rp.HandleWC(stale) {
+	if rp.HandleWC(recvFlush(old.Num())) {
 		t.Fatal("a receive's completion claimed")
 	}
-	qp := r.pair(false)
-	r.postRecvs(qp, 2)
-	h := add(t, rp, renumbered{QP: qp, num: old.Num()}, drain.AddOptions{CountRecvs: true, Recvs: 2, NoSends: true})
-	time.Sleep(time.Millisecond) // the next poll begins after the Add
-	rp.HandleWC(stale)
-	rp.CQEmpty()
-	rep := h.Report()
-	if !has(rep, drain.StepCountNotTrusted) || has(rep, drain.StepCQEmpty) {
-		t.Errorf("a completion with the number came while proving, yet the count was trusted:\n%s", rep)
-	}
+	wantReusedNumberNotTrusted(t, r, rp, old.Num())
 }
 
 // The same for the reaper's other lookup hint, the handle after the last
@@ -50,9 +38,7 @@ func TestReusedNumberAfterLookupHint(t *testing.T) {
 // completion of the QP before it was looked up does not take the
 // completions of a new QP given its number.
 func TestReusedNumberAfterNextHint(t *testing.T) {
-	dev := openSoft(t, soft.Config{Quirks: soft.Quirks{NoLastWQEReached: true}, SRQPrefetch: 4})
-	r := newRig(t, dev, nil, 64)
-	r.postRecvs(nil, 16)
+	r := stallingSRQRig(t)
 	first, old := r.pair(true), r.pair(true)
 	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: 10 * time.Millisecond, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	defer rp.Shutdown(endedCtx())
@@ -60,7 +46,7 @@ func TestReusedNumberAfterNextHint(t *testing.T) {
 	hOld := add(t, rp, old, drain.AddOptions{NoSends: true})
 	// A completion of the first QP's number, while both wait in a row:
 	// the old QP is the handle after the one it was looked up for.
-	if rp.HandleWC(ibv.WC{ID: recvIDBase, QPNum: first.Num(), Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv}) {
+	if rp.HandleWC(recvFlush(first.Num())) {
 		t.Fatal("a receive's completion claimed")
 	}
 	for _, h := range []*drain.Handle{hFirst, hOld} {
@@ -68,16 +54,7 @@ func TestReusedNumberAfterNextHint(t *testing.T) {
 			t.Fatalf("%v, want quarantined", err)
 		}
 	}
-	qp := r.pair(false)
-	r.postRecvs(qp, 2)
-	h := add(t, rp, renumbered{QP: qp, num: old.Num()}, drain.AddOptions{CountRecvs: true, Recvs: 2, NoSends: true})
-	time.Sleep(time.Millisecond) // the next poll begins after the Add
-	rp.HandleWC(ibv.WC{ID: recvIDBase, QPNum: old.Num(), Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv})
-	rp.CQEmpty()
-	rep := h.Report()
-	if !has(rep, drain.StepCountNotTrusted) || has(rep, drain.StepCQEmpty) {
-		t.Errorf("a completion with the number came while proving, yet the count was trusted:\n%s", rep)
-	}
+	wantReusedNumberNotTrusted(t, r, rp, old.Num())
 }
 
 // And a QP that finished, the last one a completion was looked up for (its
@@ -93,32 +70,21 @@ func TestReusedNumberAfterFinish(t *testing.T) {
 	if o := hOld.Report().Outcome; o != drain.Safe {
 		t.Fatalf("old QP: %s, want safe", o)
 	}
-	qp := r.pair(false)
-	r.postRecvs(qp, 2)
-	h := add(t, rp, renumbered{QP: qp, num: old.Num()}, drain.AddOptions{CountRecvs: true, Recvs: 2, NoSends: true})
-	time.Sleep(time.Millisecond) // the next poll begins after the Add
-	rp.HandleWC(ibv.WC{ID: recvIDBase, QPNum: old.Num(), Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv})
-	rp.CQEmpty()
-	rep := h.Report()
-	if !has(rep, drain.StepCountNotTrusted) || has(rep, drain.StepCQEmpty) {
-		t.Errorf("a completion with the number came while proving, yet the count was trusted:\n%s", rep)
-	}
+	wantReusedNumberNotTrusted(t, r, rp, old.Num())
 }
 
 // And a QP that finished without a lookup (given up after its stall, the
 // CQ found empty), the handle after the last one looked up, does not take
 // the completions of a new QP given its number.
 func TestReusedNumberAfterNextHintFinished(t *testing.T) {
-	dev := openSoft(t, soft.Config{Quirks: soft.Quirks{NoLastWQEReached: true}, SRQPrefetch: 4})
-	r := newRig(t, dev, nil, 64)
-	r.postRecvs(nil, 16)
+	r := stallingSRQRig(t)
 	first, old := r.pair(true), r.pair(true)
 	rp := drain.NewReaper(r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, LastWQETimeout: 20 * time.Millisecond, DrainTimeout: 20 * time.Millisecond, Queue: queueOf})
 	defer rp.Shutdown(endedCtx())
 	hs := []*drain.Handle{add(t, rp, first, drain.AddOptions{NoSends: true}), add(t, rp, old, drain.AddOptions{NoSends: true})}
 	// While both wait in a row, the old QP is the handle after the one a
 	// completion of the first QP's number was looked up for.
-	if rp.HandleWC(ibv.WC{ID: recvIDBase, QPNum: first.Num(), Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv}) {
+	if rp.HandleWC(recvFlush(first.Num())) {
 		t.Fatal("a receive's completion claimed")
 	}
 	deadline := time.Now().Add(devtest.Timeout)
@@ -139,14 +105,38 @@ func TestReusedNumberAfterNextHintFinished(t *testing.T) {
 			t.Fatalf("%s, want %s:\n%s", o, drain.DestroyedAfterEmptyCQ, h.Report())
 		}
 	}
+	wantReusedNumberNotTrusted(t, r, rp, old.Num())
+}
+
+// wantReusedNumberNotTrusted gives num to a new QP counting its two
+// receives and, while it proves its CQ, hands rp a receive's flush with
+// num: that completion may be the new QP's own, so the new QP's count must
+// not be trusted.
+func wantReusedNumberNotTrusted(t *testing.T, r *rig, rp *drain.Reaper, num uint32) {
+	t.Helper()
 	qp := r.pair(false)
 	r.postRecvs(qp, 2)
-	h := add(t, rp, renumbered{QP: qp, num: old.Num()}, drain.AddOptions{CountRecvs: true, Recvs: 2, NoSends: true})
+	h := add(t, rp, renumbered{QP: qp, num: num}, drain.AddOptions{CountRecvs: true, Recvs: 2, NoSends: true})
 	time.Sleep(time.Millisecond) // the next poll begins after the Add
-	rp.HandleWC(ibv.WC{ID: recvIDBase, QPNum: old.Num(), Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv})
+	rp.HandleWC(recvFlush(num))
 	rp.CQEmpty()
 	rep := h.Report()
 	if !has(rep, drain.StepCountNotTrusted) || has(rep, drain.StepCQEmpty) {
 		t.Errorf("a completion with the number came while proving, yet the count was trusted:\n%s", rep)
 	}
+}
+
+// recvFlush is the flush of a receive of the QP numbered num.
+func recvFlush(num uint32) ibv.WC {
+	return ibv.WC{ID: recvIDBase, QPNum: num, Status: ibv.WCWRFlushErr, Opcode: ibv.WCRecv}
+}
+
+// stallingSRQRig is a rig whose device never raises Last WQE Reached, so a
+// QP on its SRQ (16 receives posted) stalls until its LastWQETimeout.
+func stallingSRQRig(t *testing.T) *rig {
+	t.Helper()
+	dev := openSoft(t, soft.Config{Quirks: soft.Quirks{NoLastWQEReached: true}, SRQPrefetch: 4})
+	r := newRig(t, dev, nil, 64)
+	r.postRecvs(nil, 16)
+	return r
 }

@@ -130,6 +130,19 @@ static inline void pair_new(struct rig *r, struct ibv_cq *scq, struct ibv_cq *rc
 	qp_pair(r, *a, *b);
 }
 
+/* rig_open_pair opens the rig and, on one CQ of 16 entries for all their
+ * queues, a connected pair of RC QPs of 8 WRs each (pair_new); it returns
+ * the CQ. It is the whole setup of a program whose subject comes after. */
+static inline struct ibv_cq *rig_open_pair(struct rig *r, struct ibv_qp **a, struct ibv_qp **b)
+{
+	struct ibv_cq *cq;
+
+	rig_open(r);
+	cq = cq_new(r, 16);
+	pair_new(r, cq, cq, NULL, 8, a, b);
+	return cq;
+}
+
 static inline void to_error(struct ibv_qp *qp)
 {
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };

@@ -8,9 +8,7 @@ int main(void)
 	struct rig r;
 	struct ibv_qp *a, *b;
 
-	rig_open(&r);
-	struct ibv_cq *cq = cq_new(&r, 16);
-	pair_new(&r, cq, cq, NULL, 8, &a, &b);
+	struct ibv_cq *cq = rig_open_pair(&r, &a, &b);
 	for (int i = 1; i <= 4; i++)
 		post_recv(&r, b, i);
 	to_error(a);

@@ -10,9 +10,7 @@ int main(int argc, char **argv)
 	int n = argc > 1 ? atoi(argv[1]) : 5000;
 	struct timespec t0, t1;
 
-	rig_open(&r);
-	struct ibv_cq *cq = cq_new(&r, 16);
-	pair_new(&r, cq, cq, NULL, 8, &a, &b);
+	struct ibv_cq *cq = rig_open_pair(&r, &a, &b);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (int i = 0; i < n; i++) {
 		struct ibv_wc wc[2];
