@@ -4,11 +4,11 @@ package libibverbs
 
 import (
 	"errors"
-	"github.com/qpdrain/qpdrain/ibv"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/cverbs"
 )
 

@@ -10,11 +10,12 @@ import "C"
 
 import (
 	"fmt"
-	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/ibv/objtrace"
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/ibv/objtrace"
 )
 
 // lifecycle is the closed state and user count every libibverbs object

@@ -12,7 +12,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"github.com/qpdrain/qpdrain/ibv"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -21,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/ibv/objtrace"
 )
 

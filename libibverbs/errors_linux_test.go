@@ -4,9 +4,10 @@ package libibverbs
 
 import (
 	"errors"
-	"github.com/qpdrain/qpdrain/ibv"
 	"syscall"
 	"testing"
+
+	"github.com/qpdrain/qpdrain/ibv"
 )
 
 func TestErrnoErr(t *testing.T) {

@@ -9,9 +9,10 @@ package libibverbs
 import "C"
 
 import (
-	"github.com/qpdrain/qpdrain/ibv"
 	"sync"
 	"unsafe"
+
+	"github.com/qpdrain/qpdrain/ibv"
 )
 
 // libibverbs is the library's soname, as a program linked against it

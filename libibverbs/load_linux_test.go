@@ -4,12 +4,13 @@ package libibverbs
 
 import (
 	"errors"
-	"github.com/qpdrain/qpdrain/ibv"
 	"os"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/qpdrain/qpdrain/ibv"
 )
 
 // TestLoadMissing: a library that is not there, or one without libibverbs's

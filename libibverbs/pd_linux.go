@@ -9,9 +9,9 @@ import "C"
 
 import (
 	"fmt"
-	"github.com/qpdrain/qpdrain/ibv"
 	"unsafe"
 
+	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/ibv/objtrace"
 )
 

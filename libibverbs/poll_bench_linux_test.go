@@ -4,9 +4,9 @@ package libibverbs
 
 import (
 	"fmt"
-	"github.com/qpdrain/qpdrain/ibv"
 	"testing"
 
+	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/cverbs"
 )
 

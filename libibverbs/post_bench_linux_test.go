@@ -4,8 +4,9 @@ package libibverbs
 
 import (
 	"fmt"
-	"github.com/qpdrain/qpdrain/ibv"
 	"testing"
+
+	"github.com/qpdrain/qpdrain/ibv"
 )
 
 // BenchmarkPostFakeQP is the binding's own cost of QP.PostSend and

@@ -9,11 +9,11 @@ import "C"
 
 import (
 	"fmt"
-	"github.com/qpdrain/qpdrain/ibv"
 	"sync"
 	"syscall"
 	"unsafe"
 
+	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/ibv/objtrace"
 )
 

@@ -150,22 +150,17 @@ func (c *CQ) ReqNotify(solicitedOnly bool) error {
 // Close destroys the CQ. It fails with ErrBusy while a QP completes into it
 // (IBTA C11-17).
 func (c *CQ) Close() error {
-	c.dev.fab.mu.Lock()
-	defer c.dev.fab.mu.Unlock()
-	if c.closed {
+	return c.dev.fab.closeObject(&c.closed, c.rec, func() error {
+		if len(c.qps) > 0 {
+			return fmt.Errorf("closing CQ %d used by %d QPs: %w", c.id, len(c.qps), ibv.ErrBusy)
+		}
+		c.buf, c.meta = nil, nil
+		c.dev.nCQ--
+		if c.ch != nil {
+			c.ch.forget(c)
+		}
 		return nil
-	}
-	if len(c.qps) > 0 {
-		return fmt.Errorf("closing CQ %d used by %d QPs: %w", c.id, len(c.qps), ibv.ErrBusy)
-	}
-	c.closed = true
-	c.buf, c.meta = nil, nil
-	c.dev.nCQ--
-	if c.ch != nil {
-		c.ch.forget(c)
-	}
-	c.rec.Release()
-	return nil
+	})
 }
 
 // push adds a completion. A full CQ overflows instead: it raises CQ_ERR
@@ -270,19 +265,14 @@ func (ch *CompChannel) WaitCQ(ctx context.Context) (ibv.CQ, error) {
 
 // Close destroys the channel. It fails with ErrBusy while a CQ uses it.
 func (ch *CompChannel) Close() error {
-	ch.dev.fab.mu.Lock()
-	defer ch.dev.fab.mu.Unlock()
-	if ch.closed {
+	return ch.dev.fab.closeObject(&ch.closed, ch.rec, func() error {
+		if ch.nCQ > 0 {
+			return fmt.Errorf("closing a completion channel used by %d CQs: %w", ch.nCQ, ibv.ErrBusy)
+		}
+		close(ch.done)
+		ch.dev.nChannel--
 		return nil
-	}
-	if ch.nCQ > 0 {
-		return fmt.Errorf("closing a completion channel used by %d CQs: %w", ch.nCQ, ibv.ErrBusy)
-	}
-	ch.closed = true
-	close(ch.done)
-	ch.dev.nChannel--
-	ch.rec.Release()
-	return nil
+	})
 }
 
 // signal queues a CQ event. Called with fab.mu held.

@@ -425,21 +425,16 @@ func (d *Device) wakeEvents() {
 // Close closes the device. It fails with ErrBusy while PDs, CQs or
 // completion channels are open; a second Close returns nil.
 func (d *Device) Close() error {
-	d.fab.mu.Lock()
-	defer d.fab.mu.Unlock()
-	if d.closed {
+	return d.fab.closeObject(&d.closed, d.rec, func() error {
+		if d.nPD > 0 || d.nCQ > 0 || d.nChannel > 0 {
+			return fmt.Errorf("closing device %s with %d PDs, %d CQs, %d completion channels open: %w",
+				d.name, d.nPD, d.nCQ, d.nChannel, ibv.ErrBusy)
+		}
+		d.fab.gen++
+		close(d.done)
+		d.events.reset()
 		return nil
-	}
-	if d.nPD > 0 || d.nCQ > 0 || d.nChannel > 0 {
-		return fmt.Errorf("closing device %s with %d PDs, %d CQs, %d completion channels open: %w",
-			d.name, d.nPD, d.nCQ, d.nChannel, ibv.ErrBusy)
-	}
-	d.closed = true
-	d.fab.gen++
-	close(d.done)
-	d.events.reset()
-	d.rec.Release()
-	return nil
+	})
 }
 
 // InjectSRQError puts srq, an SRQ of this device, in error: the SRQ raises

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/ibv/objtrace"
 )
 
 // Fabric connects soft devices in one process. One mutex guards every
@@ -32,6 +33,24 @@ type Fabric struct {
 	held heldWC
 	// clk is the device time of every device on the fabric.
 	clk clock
+}
+
+// closeObject is the Close protocol every soft object shares, under f.mu.
+// It is idempotent (nil once closed); otherwise destroy either fails,
+// changing nothing (ErrBusy while the object is in use), or frees what the
+// object holds, and then the object is closed and its leak record released.
+func (f *Fabric) closeObject(closed *bool, rec *objtrace.Record, destroy func() error) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if *closed {
+		return nil
+	}
+	if err := destroy(); err != nil {
+		return err
+	}
+	*closed = true
+	rec.Release()
+	return nil
 }
 
 // heldWC is a completion written to its CQ later in the same verb.

@@ -41,18 +41,13 @@ func (p *PD) Context() ibv.Context { return p.dev }
 // Close releases the PD. It fails with ErrBusy while MRs, QPs or SRQs of
 // the PD are open.
 func (p *PD) Close() error {
-	p.dev.fab.mu.Lock()
-	defer p.dev.fab.mu.Unlock()
-	if p.closed {
+	return p.dev.fab.closeObject(&p.closed, p.rec, func() error {
+		if p.nMR > 0 || p.nQP > 0 || p.nSRQ > 0 {
+			return fmt.Errorf("closing a PD with %d MRs, %d QPs, %d SRQs open: %w", p.nMR, p.nQP, p.nSRQ, ibv.ErrBusy)
+		}
+		p.dev.nPD--
 		return nil
-	}
-	if p.nMR > 0 || p.nQP > 0 || p.nSRQ > 0 {
-		return fmt.Errorf("closing a PD with %d MRs, %d QPs, %d SRQs open: %w", p.nMR, p.nQP, p.nSRQ, ibv.ErrBusy)
-	}
-	p.closed = true
-	p.dev.nPD--
-	p.rec.Release()
-	return nil
+	})
 }
 
 // MR is a registered memory region of a soft device. Its lkey and rkey are
@@ -119,17 +114,12 @@ func (m *MR) Buf() []byte { return m.buf }
 // Close deregisters the MR; its keys stop working at once.
 func (m *MR) Close() error {
 	d := m.pd.dev
-	d.fab.mu.Lock()
-	defer d.fab.mu.Unlock()
-	if m.closed {
+	return d.fab.closeObject(&m.closed, m.rec, func() error {
+		d.mrs[m.key>>8-1] = nil
+		d.nMR--
+		m.pd.nMR--
 		return nil
-	}
-	m.closed = true
-	d.mrs[m.key>>8-1] = nil
-	d.nMR--
-	m.pd.nMR--
-	m.rec.Release()
-	return nil
+	})
 }
 
 // slice returns the bytes [addr, addr+n) of the MR with key on device d

@@ -168,34 +168,29 @@ func (q *QP) Query(mask ibv.QPAttrMask) (ibv.QPAttr, ibv.QPInitAttr, error) {
 // before Last WQE Reached.
 func (q *QP) Close() error {
 	d := q.dev
-	d.fab.mu.Lock()
-	defer d.fab.mu.Unlock()
-	if q.closed {
-		return nil
-	}
-	q.closed = true
-	d.fab.gen++
-	q.dropQueues()
-	delete(d.qps, q.num)
-	delete(q.sendCQ.qps, q)
-	delete(q.recvCQ.qps, q)
-	if q.srq != nil {
-		// From the end: QPs are mostly closed newest first (teardown), and
-		// a scan from the front made closing an SRQ's n QPs O(n²), seconds
-		// at 65,536.
-		for i := len(q.srq.qps) - 1; i >= 0; i-- {
-			if q.srq.qps[i] == q {
-				q.srq.qps = slices.Delete(q.srq.qps, i, i+1)
-				break
+	return d.fab.closeObject(&q.closed, q.rec, func() error {
+		d.fab.gen++
+		q.dropQueues()
+		delete(d.qps, q.num)
+		delete(q.sendCQ.qps, q)
+		delete(q.recvCQ.qps, q)
+		if q.srq != nil {
+			// From the end: QPs are mostly closed newest first (teardown),
+			// and a scan from the front made closing an SRQ's n QPs O(n²),
+			// seconds at 65,536.
+			for i := len(q.srq.qps) - 1; i >= 0; i-- {
+				if q.srq.qps[i] == q {
+					q.srq.qps = slices.Delete(q.srq.qps, i, i+1)
+					break
+				}
 			}
 		}
-	}
-	q.pd.nQP--
-	if d.adv != nil {
-		d.adv.freeQPN = append(d.adv.freeQPN, q.num)
-	}
-	q.rec.Release()
-	return nil
+		q.pd.nQP--
+		if d.adv != nil {
+			d.adv.freeQPN = append(d.adv.freeQPN, q.num)
+		}
+		return nil
+	})
 }
 
 // dropQueues empties every queue of the QP without completions.

@@ -154,18 +154,13 @@ func (s *SRQ) Modify(attr ibv.SRQAttr, mask ibv.SRQAttrMask) error {
 // Close destroys the SRQ. It fails with ErrBusy while a QP is attached. WRs
 // still queued are dropped without completions: no QP owns them.
 func (s *SRQ) Close() error {
-	s.dev.fab.mu.Lock()
-	defer s.dev.fab.mu.Unlock()
-	if s.closed {
+	return s.dev.fab.closeObject(&s.closed, s.rec, func() error {
+		if len(s.qps) > 0 {
+			return fmt.Errorf("closing SRQ %d with %d QPs attached: %w", s.id, len(s.qps), ibv.ErrBusy)
+		}
+		s.q.reset()
+		s.dev.nSRQ--
+		s.pd.nSRQ--
 		return nil
-	}
-	if len(s.qps) > 0 {
-		return fmt.Errorf("closing SRQ %d with %d QPs attached: %w", s.id, len(s.qps), ibv.ErrBusy)
-	}
-	s.closed = true
-	s.q.reset()
-	s.dev.nSRQ--
-	s.pd.nSRQ--
-	s.rec.Release()
-	return nil
+	})
 }
