@@ -110,6 +110,8 @@ func TestContractBadInputs(t *testing.T) {
 		{[]string{"qps", "lqpn", "x"}, exitError, `filter lqpn "x"`},
 		{[]string{"reap"}, exitError, "give one target"},
 		{[]string{"reap", "--pid", "5", "--wait", "0s"}, exitError, `"0s" for "--wait" flag: want a positive duration`},
+		{[]string{"reap", "--pid", "-4"}, exitError, `"-4" for "--pid" flag: want a process id`},
+		{[]string{"reap", "--pid", "0"}, exitError, `"0" for "--pid" flag: want a process id`},
 		{[]string{"reap", "--timeout", "0"}, exitError, `"--timeout" flag`},
 
 		{[]string{"rxe", "add", "a/b", "lo"}, exitError, `device name "a/b"`},

@@ -72,7 +72,12 @@ Exit status 0 when every QP went, 1 when some remain, 2 on errors and refusals, 
 	}
 	o.host.flags(cmd, 30*time.Second)
 	f := cmd.Flags()
-	f.IntVar(&o.pid, "pid", 0, "the process that owns or holds the QPs")
+	intFlag(f, &o.pid, "pid", 0, "the process that owns or holds the QPs", func(n int) error {
+		if n < 1 {
+			return errors.New("want a process id")
+		}
+		return nil
+	})
 	f.StringVar(&o.rxe, "rxe", "", "the rxe link to delete")
 	stringFlag(f, &o.signal, "signal", "TERM", "the signal for --pid: TERM, INT, HUP or KILL", func(s string) error {
 		_, err := parseReapSignal(s)
@@ -122,8 +127,6 @@ func kernelThread(procRoot string, pid int) (bool, error) {
 // process.
 func checkReapPID(procRoot string, pid int) (leaks.Process, error) {
 	switch {
-	case pid < 0:
-		return leaks.Process{}, fmt.Errorf("--pid %d: want a process id", pid)
 	case pid == 1:
 		return leaks.Process{}, fmt.Errorf("pid 1 is init, and ending it ends the host: %w", errRefused)
 	case pid == os.Getpid():
