@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -77,9 +76,7 @@ func newChurnCmd(opts *globalOptions) *cobra.Command {
 				}
 			}
 			if opts.json {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				err = enc.Encode(run)
+				err = printJSON(out, run)
 			} else {
 				fmt.Fprintf(out, "device %s, max_qp %d, quirks: %s\n", run.Device, run.MaxQP, quirkList(o.quirks))
 				err = res.WriteText(out, o.rows, true)

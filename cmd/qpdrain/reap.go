@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -382,9 +381,7 @@ func reapRxe(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions,
 func printReap(w io.Writer, opts *globalOptions, r *reapResult, o *reapOptions) error {
 	var err error
 	if opts.json {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(r)
+		err = printJSON(w, r)
 	} else {
 		err = formatReap(w, r, o)
 	}

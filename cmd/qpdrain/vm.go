@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -132,9 +131,7 @@ func newVMKernelsCmd(opts *globalOptions, o *vmOptions) *cobra.Command {
 				return withExitCode(exitError, fmt.Errorf("vm kernels: %w", err))
 			}
 			if opts.json {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(ks)
+				return printJSON(cmd.OutOrStdout(), ks)
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintf(w, "cache %s\n", vo.Cache)
