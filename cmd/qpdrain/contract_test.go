@@ -184,10 +184,7 @@ func TestContractInterrupt(t *testing.T) {
 // A file is written whole through a temporary file, or not at all.
 func TestWriteFileAtomic(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, "x.png")
-	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := writeFile(t, filepath.Join(dir, "x.png"), "old")
 	err := writeFileAtomic(path, func(w io.Writer) error {
 		w.Write([]byte("half"))
 		return errors.New("disk full")

@@ -20,9 +20,9 @@ func TestVMKernels(t *testing.T) {
 	if err := os.MkdirAll(kd, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(kd, ".complete"), nil, 0o644)
-	os.WriteFile(filepath.Join(kd, "package"), []byte("linux-image-6.1.0-57-amd64 6.1.192-3\n"), 0o644)
-	os.WriteFile(filepath.Join(cache, "kernels", "bookworm.ref"), []byte("6.1.0-57-amd64\n"), 0o644)
+	writeFile(t, filepath.Join(kd, ".complete"), "")
+	writeFile(t, filepath.Join(kd, "package"), "linux-image-6.1.0-57-amd64 6.1.192-3\n")
+	writeFile(t, filepath.Join(cache, "kernels", "bookworm.ref"), "6.1.0-57-amd64\n")
 
 	out, err := runVMCmd(cache, nil, "kernels")
 	if err != nil {
