@@ -25,11 +25,7 @@ func cqOverrun(e *env) (verdict, error) {
 	if err != nil {
 		return verdict{}, err
 	}
-	b, err := e.rc(pd, nil)
-	if err != nil {
-		return verdict{}, err
-	}
-	if err := e.connect(a, b, rcsetup.DefaultRetry); err != nil {
+	if _, err := e.peer(pd, a, rcsetup.DefaultRetry); err != nil {
 		return verdict{}, err
 	}
 	local, err := e.buffer(pd, 64, ibv.AccessLocalWrite)
@@ -63,14 +59,8 @@ func cqOverrun(e *env) (verdict, error) {
 	if err != nil {
 		return verdict{}, err
 	}
-	ok := 0
-	for _, wc := range wcs {
-		if wc.Status == ibv.WCSuccess {
-			ok++
-		}
-	}
 	obs := fmt.Sprintf("%d signaled RDMA WRITEs on a CQ of %d entries: events %s; QP %s; %d completions polled (%d SUCCESS), %d lost",
-		n, size, eventList(evs), st, len(wcs), ok, n-len(wcs))
+		n, size, eventList(evs), st, len(wcs), withStatus(wcs, ibv.WCSuccess), n-len(wcs))
 	if !hasEvent(evs, isCQErr) {
 		return deviation("%s: no CQ_ERR within %v, so a drain on this CQ cannot tell that its barrier completion may be lost", obs, e.o.Timeout), nil
 	}
@@ -101,11 +91,7 @@ func flushOrder(e *env) (verdict, error) {
 			return verdict{}, err
 		}
 		for _, q := range []ibv.QP{qa, qb} {
-			peer, err := e.rc(pd, nil)
-			if err != nil {
-				return verdict{}, err
-			}
-			if err := e.connect(q, peer, rcsetup.DefaultRetry); err != nil {
+			if _, err := e.peer(pd, q, rcsetup.DefaultRetry); err != nil {
 				return verdict{}, err
 			}
 			if err := q.PostRecv(recvs(recvBase, n)); err != nil {

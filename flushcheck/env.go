@@ -120,6 +120,19 @@ func (e *env) connect(a, b ibv.QP, rt rcsetup.Retry) error {
 	return r.Connect(a, b)
 }
 
+// peer creates an RC QP on pd and connects q, an RC QP in RESET, to it
+// with the retry attributes rt (both RTS); it returns the new QP.
+func (e *env) peer(pd ibv.PD, q ibv.QP, rt rcsetup.Retry) (ibv.QP, error) {
+	p, err := e.rc(pd, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.connect(q, p, rt); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
 // pair creates two RC QPs, the first taking its receives from srq when not
 // nil, and connects them to each other (RTS).
 func (e *env) pair(pd ibv.PD, srq ibv.SRQ) (a, b ibv.QP, err error) {
@@ -131,10 +144,7 @@ func (e *env) pairWith(pd ibv.PD, srq ibv.SRQ, rt rcsetup.Retry) (a, b ibv.QP, e
 	if a, err = e.rc(pd, srq); err != nil {
 		return nil, nil, err
 	}
-	if b, err = e.rc(pd, nil); err != nil {
-		return nil, nil, err
-	}
-	if err := e.connect(a, b, rt); err != nil {
+	if b, err = e.peer(pd, a, rt); err != nil {
 		return nil, nil, err
 	}
 	return a, b, nil
@@ -383,6 +393,17 @@ func wcList(wcs []ibv.WC, qpn uint32) string {
 		}
 	}
 	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// withStatus counts the completions of wcs that have status s.
+func withStatus(wcs []ibv.WC, s ibv.WCStatus) int {
+	n := 0
+	for _, wc := range wcs {
+		if wc.Status == s {
+			n++
+		}
+	}
+	return n
 }
 
 func idList(ids []uint64) string {

@@ -145,11 +145,8 @@ func resetReuse(e *env) (verdict, error) {
 	if err != nil {
 		return verdict{}, err
 	}
-	c, err := e.rc(pd, nil)
+	c, err := e.peer(pd, a, rcsetup.DefaultRetry)
 	if err != nil {
-		return verdict{}, err
-	}
-	if err := e.connect(a, c, rcsetup.DefaultRetry); err != nil {
 		return verdict{}, fmt.Errorf("reusing the QP after RESET: %w", err)
 	}
 	if err := c.PostRecv(recvs(reuseBase, 1)); err != nil {

@@ -506,19 +506,13 @@ func responderAccessError(e *env) (verdict, error) {
 	if err != nil {
 		return verdict{}, err
 	}
-	nf := 0
-	for _, wc := range flushed {
-		if wc.Status == ibv.WCWRFlushErr {
-			nf++
-		}
-	}
 	b2.WriteString("; responder: ")
 	if got == nil {
 		fmt.Fprintf(&b2, "no async event within %v", e.o.Timeout)
 	} else {
 		fmt.Fprintf(&b2, "%s %v after the WRITE", got.Type, got.at)
 	}
-	fmt.Fprintf(&b2, ", state %s, %d of 2 receives flushed", st, nf)
+	fmt.Fprintf(&b2, ", state %s, %d of 2 receives flushed", st, withStatus(flushed, ibv.WCWRFlushErr))
 	if len(other) > 0 {
 		fmt.Fprintf(&b2, "; other events: %s", strings.Join(other, ", "))
 	}

@@ -43,15 +43,20 @@ func (p Policy) String() string {
 	return "Policy(?)"
 }
 
-// ParsePolicy is the inverse of Policy.String.
-func ParsePolicy(s string) (Policy, error) {
-	switch s {
-	case "kernel":
-		return Kernel, nil
-	case "bounded":
-		return Bounded, nil
+// MarshalText encodes the policy as its name, so that JSON (-j) carries
+// the word the text output prints. It never fails.
+func (p Policy) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// UnmarshalText reads a policy's name ("kernel", "bounded") back, as
+// --policy takes it; any other text is an error naming the two.
+func (p *Policy) UnmarshalText(text []byte) error {
+	for _, q := range [...]Policy{Kernel, Bounded} {
+		if string(text) == q.String() {
+			*p = q
+			return nil
+		}
 	}
-	return 0, fmt.Errorf("policy %q: want kernel or bounded", s)
+	return fmt.Errorf("policy %q: want kernel or bounded", text)
 }
 
 // The kernel's timers (ipoib_cm.c, with HZ ticks as seconds) and limits.

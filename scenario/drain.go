@@ -140,7 +140,7 @@ func (d *Drain) Run(ctx context.Context) (res *DrainResult, err error) {
 	// Objects are closed in reverse order of creation, children first,
 	// whatever happens.
 	var objs teardown.List
-	keep := objs.Add
+	b := builder{td: &objs}
 	defer func() {
 		if cerr := objs.Close(); cerr != nil && err == nil {
 			err = cerr
@@ -155,12 +155,13 @@ func (d *Drain) Run(ctx context.Context) (res *DrainResult, err error) {
 	}
 	cqe := d.CQE()
 	srqWR := max(d.QPs*d.Taken, 1)
-	dev, err := soft.Open(soft.Config{Fabric: fab, Quirks: d.Quirks, SRQPrefetch: prefetch,
-		Limits: soft.Limits{MaxCQE: cqe, MaxSRQWR: srqWR, MaxQPWR: d.Taken + d.Sends + 2}})
-	if err != nil {
-		return nil, err
+	dev := create(&b, func() (*soft.Device, error) {
+		return soft.Open(soft.Config{Fabric: fab, Quirks: d.Quirks, SRQPrefetch: prefetch,
+			Limits: soft.Limits{MaxCQE: cqe, MaxSRQWR: srqWR, MaxQPWR: d.Taken + d.Sends + 2}})
+	})
+	if b.err != nil {
+		return nil, b.err
 	}
-	keep(dev)
 	// The device's limit is known before anything is created on it.
 	attr, err := dev.QueryDevice()
 	if err != nil {
@@ -171,42 +172,22 @@ func (d *Drain) Run(ctx context.Context) (res *DrainResult, err error) {
 	}
 	// The peers live on a second device, so that all of max_qp is the
 	// drained QPs'.
-	peers, err := soft.Open(soft.Config{Fabric: fab, Name: "soft1", Limits: soft.Limits{MaxQPWR: d.Taken + d.Sends + 2}})
-	if err != nil {
-		return nil, err
-	}
-	keep(peers)
-	ch, err := dev.CreateCompChannel()
-	if err != nil {
-		return nil, err
-	}
-	keep(ch)
-	cq, err := dev.CreateCQ(cqe, ch)
-	if err != nil {
-		return nil, err
-	}
-	keep(cq)
-	peerCQ, err := peers.CreateCQ(16, nil)
-	if err != nil {
-		return nil, err
-	}
-	keep(peerCQ)
-	pd, err := dev.AllocPD()
-	if err != nil {
-		return nil, err
-	}
-	keep(pd)
-	peerPD, err := peers.AllocPD()
-	if err != nil {
-		return nil, err
-	}
-	keep(peerPD)
+	peers := create(&b, func() (*soft.Device, error) {
+		return soft.Open(soft.Config{Fabric: fab, Name: "soft1", Limits: soft.Limits{MaxQPWR: d.Taken + d.Sends + 2}})
+	})
+	ch := create(&b, dev.CreateCompChannel)
+	cq := create(&b, func() (ibv.CQ, error) { return dev.CreateCQ(cqe, ch) })
+	peerCQ := b.cq(peers)
+	pd := b.pd(dev)
+	peerPD := b.pd(peers)
 	var srq ibv.SRQ
 	if !d.NoSRQ {
-		if srq, err = pd.CreateSRQ(ibv.SRQAttr{MaxWR: uint32(srqWR), MaxSGE: 1}); err != nil {
-			return nil, err
-		}
-		keep(srq)
+		srq = create(&b, func() (ibv.SRQ, error) { return pd.CreateSRQ(ibv.SRQAttr{MaxWR: uint32(srqWR), MaxSGE: 1}) })
+	}
+	if b.err != nil {
+		return nil, b.err
+	}
+	if srq != nil {
 		if err := srq.PostRecv(recvs(0, d.QPs*d.Taken)); err != nil {
 			return nil, err
 		}
@@ -214,19 +195,18 @@ func (d *Drain) Run(ctx context.Context) (res *DrainResult, err error) {
 	qcap := ibv.QPCap{MaxSendWR: uint32(d.Sends + 1), MaxRecvWR: uint32(d.Taken + 1), MaxSendSGE: 1, MaxRecvSGE: 1}
 	qps := make([]ibv.QP, d.QPs)
 	for i := range qps {
-		qp, err := pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, SRQ: srq, Cap: qcap, Type: ibv.QPTRC})
-		if err != nil {
-			return nil, err
-		}
-		keep(qp)
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		peer, err := peerPD.CreateQP(ibv.QPInitAttr{SendCQ: peerCQ, RecvCQ: peerCQ, Cap: qcap, Type: ibv.QPTRC})
-		if err != nil {
-			return nil, err
+		qp := create(&b, func() (ibv.QP, error) {
+			return pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, SRQ: srq, Cap: qcap, Type: ibv.QPTRC})
+		})
+		peer := create(&b, func() (ibv.QP, error) {
+			return peerPD.CreateQP(ibv.QPInitAttr{SendCQ: peerCQ, RecvCQ: peerCQ, Cap: qcap, Type: ibv.QPTRC})
+		})
+		if b.err != nil {
+			return nil, b.err
 		}
-		keep(peer)
 		if err := soft.Connect(qp, peer, 1); err != nil {
 			return nil, err
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -62,10 +61,7 @@ func newCheckCmd(opts *globalOptions) *cobra.Command {
 			}
 			opts.log.WithField("device", res.device).WithField("probes", len(res.results)).Debug("flush check ran")
 			if opts.json {
-				enc := json.NewEncoder(w)
-				enc.SetIndent("", "  ")
-				enc.SetEscapeHTML(false) // observations contain "->"
-				err = enc.Encode(res.jsonView())
+				err = printJSON(w, res.jsonView())
 			} else {
 				err = res.formatTail(w, opts.details)
 			}

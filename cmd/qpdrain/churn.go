@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -77,9 +76,7 @@ func newChurnCmd(opts *globalOptions) *cobra.Command {
 				}
 			}
 			if opts.json {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				err = enc.Encode(run)
+				err = printJSON(out, run)
 			} else {
 				fmt.Fprintf(out, "device %s, max_qp %d, quirks: %s\n", run.Device, run.MaxQP, quirkList(o.quirks))
 				err = res.WriteText(out, o.rows, true)
@@ -103,7 +100,7 @@ func newChurnCmd(opts *globalOptions) *cobra.Command {
 	intFlag(f, &o.maxQP, "max-qp", 0, "QPs the soft device creates at most (0: its default, 65536); past it connections are rejected", atLeast(0))
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the churn schedule")
 	intFlag(f, &o.events, "events", churn.DefaultEvents, "churn events to run (connects, sends, disconnects, vanishes)", between(1, churn.MaxEvents))
-	wordFlag(f, &o.policy, "policy", ipoibcm.Kernel, "drain policy: kernel (ipoib_cm.c) or bounded (qpdrain's)", ipoibcm.ParsePolicy)
+	wordFlag(f, &o.policy, "policy", ipoibcm.Kernel, "drain policy: kernel (ipoib_cm.c) or bounded (qpdrain's)", parseText[ipoibcm.Policy])
 	f.BoolVar(&o.quarantine, "quarantine", false, "bounded policy: keep stalled QPs in the quarantine instead of destroying them once the CQ is empty")
 	f.BoolVar(&o.noSRQ, "no-srq", false, "give each connection its own receive ring, as on devices without SRQs")
 	intFlag(f, &o.recvQueue, "recvq-size", 16, "receives in the SRQ, or per connection without one (ipoib_recvq_size)", atLeast(1))

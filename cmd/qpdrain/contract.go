@@ -104,6 +104,15 @@ type errorJSON struct {
 	ExitCode int    `json:"exit_code"`
 }
 
+// printJSON writes v as -j prints a command's document: indented, and with
+// <, > and & as they are, since observations and traces say "->".
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
 // execute runs qpdrain with args and returns its exit status. A value on sig
 // (SIGINT, SIGTERM) cancels the command's context: the command stops at its
 // next check, and exits 130 with one line, unless it ends cleanly (nil).

@@ -38,6 +38,8 @@ func TestContractBadInputs(t *testing.T) {
 		{[]string{"completion", "bogus"}, exitError, `unknown command "bogus" for "qpdrain completion"`},
 		{[]string{"rxe", "bogus"}, exitError, `unknown command "bogus" for "qpdrain rxe": want one of add, del, list`},
 		{[]string{"vm", "bogus"}, exitError, `unknown command "bogus" for "qpdrain vm"`},
+		{[]string{"vm", "kernels", "--timeout", "500ms"}, exitError, `"500ms" for "--timeout" flag: want at least 1s`},
+		{[]string{"vm", "kernels", "--kernels", "5.10"}, exitError, `"5.10" for "--kernels" flag: kernel "5.10"`},
 		{[]string{"version", "extra"}, exitError, `unknown command "extra"`},
 		{[]string{"devices", "extra"}, exitError, `unknown command "extra"`},
 		{[]string{"check", "--bogus"}, exitError, "unknown flag: --bogus"},
@@ -110,6 +112,8 @@ func TestContractBadInputs(t *testing.T) {
 		{[]string{"qps", "lqpn", "x"}, exitError, `filter lqpn "x"`},
 		{[]string{"reap"}, exitError, "give one target"},
 		{[]string{"reap", "--pid", "5", "--wait", "0s"}, exitError, `"0s" for "--wait" flag: want a positive duration`},
+		{[]string{"reap", "--pid", "-4"}, exitError, `"-4" for "--pid" flag: want a process id`},
+		{[]string{"reap", "--pid", "0"}, exitError, `"0" for "--pid" flag: want a process id`},
 		{[]string{"reap", "--timeout", "0"}, exitError, `"--timeout" flag`},
 
 		{[]string{"rxe", "add", "a/b", "lo"}, exitError, `device name "a/b"`},
@@ -180,10 +184,7 @@ func TestContractInterrupt(t *testing.T) {
 // A file is written whole through a temporary file, or not at all.
 func TestWriteFileAtomic(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, "x.png")
-	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path := writeFile(t, filepath.Join(dir, "x.png"), "old")
 	err := writeFileAtomic(path, func(w io.Writer) error {
 		w.Write([]byte("half"))
 		return errors.New("disk full")

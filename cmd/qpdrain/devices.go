@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -45,9 +44,7 @@ printing [], the empty list).`,
 				return err
 			}
 			if opts.json {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(devs)
+				return printJSON(cmd.OutOrStdout(), devs)
 			}
 			printDevices(cmd.OutOrStdout(), devs, opts.details)
 			return nil

@@ -56,9 +56,7 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.
 	}
 	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	for path, b := range map[string]*pem.Block{certFile: {Type: "CERTIFICATE", Bytes: der}, keyFile: {Type: "EC PRIVATE KEY", Bytes: kder}} {
-		if err := os.WriteFile(path, pem.EncodeToMemory(b), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		writeFile(t, path, string(pem.EncodeToMemory(b)))
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
@@ -81,11 +79,8 @@ func TestExporterTLSBasicAuth(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	config := filepath.Join(dir, "web.yml")
-	if err := os.WriteFile(config, []byte("tls_server_config:\n  cert_file: "+certFile+"\n  key_file: "+keyFile+
-		"\nbasic_auth_users:\n  prometheus: "+string(hash)+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	config := writeFile(t, filepath.Join(dir, "web.yml"), "tls_server_config:\n  cert_file: "+certFile+"\n  key_file: "+keyFile+
+		"\nbasic_auth_users:\n  prometheus: "+string(hash)+"\n")
 	f := leakyHost(100)
 	pod := workload.Parse(testPodCg)
 	base := f.qps
@@ -225,10 +220,7 @@ func TestDaemonSetArgs(t *testing.T) {
 // or the host is read: exit 2, where a valid set would get as far as
 // finding no RDMA here (exit 3).
 func testExporterBadFlags(t *testing.T) {
-	bad := filepath.Join(t.TempDir(), "web.yml")
-	if err := os.WriteFile(bad, []byte("tls_server_config:\n  cert_file: /no/such/cert.pem\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	bad := writeFile(t, filepath.Join(t.TempDir(), "web.yml"), "tls_server_config:\n  cert_file: /no/such/cert.pem\n")
 	for _, c := range []struct {
 		args []string
 		want string

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -100,10 +99,7 @@ func runLeaks(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions
 		}
 	}
 	if opts.json {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.SetEscapeHTML(false)
-		err = enc.Encode(leaksJSON{Report: r, WindowNS: r.Window().Nanoseconds(), IntervalNS: o.interval.Nanoseconds()})
+		err = printJSON(stdout, leaksJSON{Report: r, WindowNS: r.Window().Nanoseconds(), IntervalNS: o.interval.Nanoseconds()})
 	} else {
 		err = formatLeaks(stdout, &r, o.interval, opts.details)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -185,14 +184,8 @@ func parseQPNs(t *testing.T, s string) []uint32 {
 // rdma that every QP it targeted is gone and that it says so.
 func reapAndCheck(t *testing.T, pid int, want []uint32) {
 	t.Helper()
-	out, err := runQpdrain(t, "reap", "--pid", strconv.Itoa(pid), "--yes", "-j", "--wait", "60s")
-	if code := exitCode(err); code != exitClean {
-		t.Fatalf("reap --pid %d: exit %d:\n%s", pid, code, out)
-	}
 	var r reapResult
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		t.Fatalf("reap -j: %v\n%s", err, out)
-	}
+	runJSON(t, exitClean, &r, "reap", "--pid", strconv.Itoa(pid), "--yes", "-j", "--wait", "60s")
 	var got []uint32
 	for _, q := range r.QPs {
 		got = append(got, q.LQPN)
@@ -238,14 +231,8 @@ func TestLeaksRxe(t *testing.T) {
 		}
 	}
 
-	out, err := runQpdrain(t, "leaks", "-j", "--for", "2s", "--interval", "500ms")
-	if code := exitCode(err); code != exitFindings {
-		t.Fatalf("leaks: exit %d, want %d:\n%s", code, exitFindings, out)
-	}
 	var r leaksJSON
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		t.Fatalf("leaks -j: %v\n%s", err, out)
-	}
+	out := runJSON(t, exitFindings, &r, "leaks", "-j", "--for", "2s", "--interval", "500ms")
 	var reasons []string
 	for _, f := range r.Findings {
 		reasons = append(reasons, string(f.Reason))
@@ -398,14 +385,8 @@ func TestReapHoldersRxe(t *testing.T) {
 
 	snapshot := func() map[uint32]qpJSON {
 		t.Helper()
-		out, err := runQpdrain(t, "qps", "-j", "link", dev)
-		if err != nil {
-			t.Fatal(err)
-		}
 		var list []qpJSON
-		if err := json.Unmarshal([]byte(out), &list); err != nil {
-			t.Fatalf("qps -j: %v\n%s", err, out)
-		}
+		runJSON(t, exitClean, &list, "qps", "-j", "link", dev)
 		m := map[uint32]qpJSON{}
 		for _, q := range list {
 			m[q.LQPN] = q
@@ -480,10 +461,9 @@ func TestReapHoldersRxe(t *testing.T) {
 
 	// The fork's keeper may keep either pair of QPs: reap waits for none,
 	// and rdma shows that its own went.
-	out, err := runQpdrain(t, "reap", "--pid", strconv.Itoa(kf), "--yes", "-j")
 	var r reapResult
-	if exitCode(err) != exitClean || json.Unmarshal([]byte(out), &r) != nil || len(r.QPs) != 0 || len(r.MayKeep) != 4 {
-		t.Fatalf("reap --pid %d (a candidate): exit %d:\n%s", kf, exitCode(err), out)
+	if runJSON(t, exitClean, &r, "reap", "--pid", strconv.Itoa(kf), "--yes", "-j"); len(r.QPs) != 0 || len(r.MayKeep) != 4 {
+		t.Fatalf("reap --pid %d (a candidate): %+v, want no QP waited for and 4 it may keep alive", kf, r)
 	}
 	if err := waitGone("/proc/" + strconv.Itoa(kf)); err != nil {
 		t.Fatal(err)

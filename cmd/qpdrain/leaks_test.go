@@ -216,6 +216,11 @@ func TestReapPlanAndAct(t *testing.T) {
 		!strings.Contains(out, "for the 3 QPs it alone holds (3 owned, 0 kept alive as a holder)") || !strings.Contains(out, "nothing done: run again with --yes") {
 		t.Fatalf("plan: exit %d signals %v:\n%s", code, f.signals, out)
 	}
+	// --signal takes any case, with or without SIG; the plan names it as
+	// signal(7) does.
+	if out, code = run(t, "reap", "--pid", strconv.Itoa(pid), "--signal", "sigHup"); code != exitClean || !strings.Contains(out, "plan: send SIGHUP to pid") {
+		t.Errorf("plan with --signal sigHup: exit %d:\n%s", code, out)
+	}
 	out, code = run(t, "reap", "--pid", strconv.Itoa(pid), "--yes", "--signal", "KILL")
 	if code != exitClean || len(f.signals) != 1 || f.signals[0] != syscall.SIGKILL || !strings.Contains(out, "freed 3 of 3 QPs") || !strings.Contains(out, "0 remain") {
 		t.Fatalf("reap: exit %d signals %v:\n%s", code, f.signals, out)

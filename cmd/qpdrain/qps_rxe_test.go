@@ -150,6 +150,20 @@ func runQpdrain(t *testing.T, args ...string) (string, error) {
 	return stdout, err
 }
 
+// runJSON runs the CLI, which must exit want, decodes its -j document into
+// v and returns the document.
+func runJSON(t *testing.T, want int, v any, args ...string) string {
+	t.Helper()
+	out, err := runQpdrain(t, args...)
+	if code := exitCode(err); code != want {
+		t.Fatalf("qpdrain %s: exit %d, want %d:\n%s", strings.Join(args, " "), code, want, out)
+	}
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("qpdrain %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
 func runRdma(t *testing.T, args ...string) string {
 	t.Helper()
 	out, err := exec.Command("rdma", args...).Output()

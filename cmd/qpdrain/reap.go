@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -27,7 +26,7 @@ func init() { subcommands = append(subcommands, newReapCmd) }
 type reapOptions struct {
 	pid    int
 	rxe    string
-	signal string
+	signal reapSignal
 	yes    bool
 	wait   time.Duration
 	host   hostOptions
@@ -72,26 +71,41 @@ Exit status 0 when every QP went, 1 when some remain, 2 on errors and refusals, 
 	}
 	o.host.flags(cmd, 30*time.Second)
 	f := cmd.Flags()
-	f.IntVar(&o.pid, "pid", 0, "the process that owns or holds the QPs")
-	f.StringVar(&o.rxe, "rxe", "", "the rxe link to delete")
-	stringFlag(f, &o.signal, "signal", "TERM", "the signal for --pid: TERM, INT, HUP or KILL", func(s string) error {
-		_, err := parseReapSignal(s)
-		return err
+	intFlag(f, &o.pid, "pid", 0, "the process that owns or holds the QPs", func(n int) error {
+		if n < 1 {
+			return errors.New("want a process id")
+		}
+		return nil
 	})
+	f.StringVar(&o.rxe, "rxe", "", "the rxe link to delete")
+	wordFlag(f, &o.signal, "signal", reapSignal{"TERM", syscall.SIGTERM}, "the signal for --pid: TERM, INT, HUP or KILL", parseReapSignal)
 	f.BoolVar(&o.yes, "yes", false, "act; without it reap prints the plan only")
 	durationFlag(f, &o.wait, "wait", 10*time.Second, "how long to wait for the QPs to go", positive)
 	return cmd
 }
 
+// reapSignal is a --signal value: the signal, and its name as the flag
+// takes it (TERM).
+type reapSignal struct {
+	name string
+	sig  syscall.Signal
+}
+
+// String is the signal's name without SIG, the flag's default.
+func (s reapSignal) String() string { return s.name }
+
 // reapSignals are the signals --signal accepts.
 var reapSignals = map[string]syscall.Signal{"TERM": syscall.SIGTERM, "INT": syscall.SIGINT, "HUP": syscall.SIGHUP, "KILL": syscall.SIGKILL}
 
-func parseReapSignal(s string) (syscall.Signal, error) {
-	sig, ok := reapSignals[strings.TrimPrefix(strings.ToUpper(s), "SIG")]
+// parseReapSignal reads a --signal value: one of reapSignals' names, in
+// any case, with or without SIG.
+func parseReapSignal(s string) (reapSignal, error) {
+	name := strings.TrimPrefix(strings.ToUpper(s), "SIG")
+	sig, ok := reapSignals[name]
 	if !ok {
-		return 0, errors.New("want TERM, INT, HUP or KILL")
+		return reapSignal{}, errors.New("want TERM, INT, HUP or KILL")
 	}
-	return sig, nil
+	return reapSignal{name, sig}, nil
 }
 
 // pfKthread is PF_KTHREAD (include/linux/sched.h), bit of /proc/<pid>/stat's
@@ -122,8 +136,6 @@ func kernelThread(procRoot string, pid int) (bool, error) {
 // process.
 func checkReapPID(procRoot string, pid int) (leaks.Process, error) {
 	switch {
-	case pid < 0:
-		return leaks.Process{}, fmt.Errorf("--pid %d: want a process id", pid)
 	case pid == 1:
 		return leaks.Process{}, fmt.Errorf("pid 1 is init, and ending it ends the host: %w", errRefused)
 	case pid == os.Getpid():
@@ -239,10 +251,6 @@ type reapResult struct {
 }
 
 func reapPID(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions, o *reapOptions) error {
-	sig, err := parseReapSignal(o.signal)
-	if err != nil {
-		return withExitCode(exitError, err)
-	}
 	proc, err := checkReapPID(o.host.proc, o.pid)
 	if err != nil {
 		return withExitCode(exitError, fmt.Errorf("reap: %w", err))
@@ -257,7 +265,7 @@ func reapPID(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions,
 	if err != nil {
 		return hostError(fmt.Errorf("reading the host's QPs: %w", err))
 	}
-	res := reapResult{Target: "pid", PID: proc.PID, Comm: proc.Comm, Signal: "SIG" + strings.TrimPrefix(strings.ToUpper(o.signal), "SIG"),
+	res := reapResult{Target: "pid", PID: proc.PID, Comm: proc.Comm, Signal: "SIG" + o.signal.name,
 		Remaining: []reapQP{}}
 	res.QPs, res.MayKeep = targetsOf(s, o.pid)
 	if len(res.QPs) == 0 && len(res.MayKeep) == 0 {
@@ -267,7 +275,7 @@ func reapPID(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions,
 	if !o.yes {
 		return printReap(stdout, opts, &res, o)
 	}
-	if err := h.Signal(o.pid, sig); err != nil {
+	if err := h.Signal(o.pid, o.signal.sig); err != nil {
 		return withExitCode(exitError, err)
 	}
 	opts.log.WithField("pid", o.pid).WithField("signal", res.Signal).Info("signalled")
@@ -373,9 +381,7 @@ func reapRxe(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions,
 func printReap(w io.Writer, opts *globalOptions, r *reapResult, o *reapOptions) error {
 	var err error
 	if opts.json {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(r)
+		err = printJSON(w, r)
 	} else {
 		err = formatReap(w, r, o)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
 )
@@ -21,6 +22,16 @@ func runRoot(args ...string) (stdout, stderr string, err error) {
 func runSub(sub string, args ...string) (string, error) {
 	out, _, err := runRoot(append([]string{sub}, args...)...)
 	return out, err
+}
+
+// writeFile writes content to path, failing t when it cannot, and returns
+// path.
+func writeFile(t *testing.T, path, content string) string {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // wantAll fails t for each of wants that out, the command's output (what

@@ -32,10 +32,7 @@ func newScenarioCmd(opts *globalOptions) *cobra.Command {
 			}
 			opts.log.WithField("scenario", args[0]).WithField("steps", len(steps)).Debug("scenario ran")
 			if opts.json {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				enc.SetEscapeHTML(false) // traces contain "->"
-				return enc.Encode(steps)
+				return printJSON(cmd.OutOrStdout(), steps)
 			}
 			return scenario.Format(cmd.OutOrStdout(), steps)
 		},

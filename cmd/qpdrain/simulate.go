@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -51,9 +50,7 @@ func newSimulateCmd(opts *globalOptions) *cobra.Command {
 				return withExitCode(exitError, fmt.Errorf("simulate: %w", err))
 			}
 			if opts.json {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				err = enc.Encode(res.jsonView())
+				err = printJSON(cmd.OutOrStdout(), res.jsonView())
 			} else {
 				err = res.format(cmd.OutOrStdout(), opts.details)
 			}

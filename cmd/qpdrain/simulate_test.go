@@ -122,3 +122,15 @@ func TestSimulateKeys(t *testing.T) {
 		t.Errorf("QP numbers in hex:\n%s", text)
 	}
 }
+
+// -j writes a step's "->" as it is, as every command's document does, not
+// HTML-escaped as \u003e.
+func TestSimulateJSONUnescaped(t *testing.T) {
+	out, err := runSub("simulate", "--qps", "1", "-j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "RTS -> ERR") || strings.Contains(out, `\u003e`) {
+		t.Errorf("simulate -j steps not as written:\n%s", out)
+	}
+}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -138,10 +137,7 @@ func runTrace(ctx context.Context, stdout io.Writer, opts *globalOptions, o *tra
 
 func writeTrace(w io.Writer, opts *globalOptions, out traceOutput) error {
 	if opts.json {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.SetEscapeHTML(false)
-		return enc.Encode(out)
+		return printJSON(w, out)
 	}
 	if out.Program != nil {
 		if _, err := fmt.Fprintf(w, "qpdrain trace: %s: %s\n", strings.Join(out.Program, " "), out.Status); err != nil {

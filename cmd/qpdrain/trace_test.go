@@ -24,10 +24,7 @@ exit t=6000000 pid=7 tid=7
 
 func TestTraceFrom(t *testing.T) {
 	dir := t.TempDir()
-	rec := filepath.Join(dir, "run.rec")
-	if err := os.WriteFile(rec, []byte(traceRecords), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	rec := writeFile(t, filepath.Join(dir, "run.rec"), traceRecords)
 	out, err := runSub("trace", "-d", "--last-wqe", "raises", "--from", rec)
 	if code := exitCode(err); code != exitFindings {
 		t.Fatalf("exit %d (%v), want %d:\n%s", code, err, exitFindings, out)
@@ -56,10 +53,7 @@ func TestTraceFrom(t *testing.T) {
 }
 
 func TestTraceBadArgs(t *testing.T) {
-	bad := filepath.Join(t.TempDir(), "bad.rec")
-	if err := os.WriteFile(bad, []byte("open t=1 pid=1\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	bad := writeFile(t, filepath.Join(t.TempDir(), "bad.rec"), "open t=1 pid=1\n")
 	for _, tc := range []struct {
 		args []string
 		want string

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -20,7 +19,9 @@ func init() { subcommands = append(subcommands, newVMCmd) }
 
 // vmOptions are the flags the vm subcommands share.
 type vmOptions struct {
-	kernels string
+	kernels kernelList
+	// envErr is why $RXE_KERNELS, the default of --kernels, is no list.
+	envErr  error
 	cache   string
 	accel   vm.Accel
 	kvmDev  string
@@ -46,11 +47,13 @@ cannot run it (packages missing and not root, no network for a cold cache).`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&o.kernels, "kernels", os.Getenv("RXE_KERNELS"), "kernels, comma-separated: 6.1, 6.12, newest, default, all (default $RXE_KERNELS, else 6.1,6.12,newest)")
+	var def kernelList
+	def, o.envErr = parseKernelList(os.Getenv("RXE_KERNELS"))
+	wordFlag(pf, &o.kernels, "kernels", def, "kernels, comma-separated: 6.1, 6.12, newest, default, all (default $RXE_KERNELS, else 6.1,6.12,newest)", parseKernelList)
 	pf.StringVar(&o.cache, "cache", "", "cache directory (default $QPDRAIN_VM_CACHE, else the user's cache dir/qpdrain/vm)")
 	wordFlag(pf, &o.accel, "accel", vm.AccelAuto, "qemu accelerator: auto (KVM when it starts the guest, else TCG), kvm or tcg", vm.ParseAccel)
 	pf.StringVar(&o.kvmDev, "kvm-device", "", "the KVM device auto probes (default $QPDRAIN_VM_KVM_DEVICE, else /dev/kvm; a missing path means no KVM)")
-	pf.DurationVar(&o.timeout, "timeout", 0, "deadline of each VM, at least 1s, after which it is killed and the run fails (default $RXE_TIMEOUT seconds, else 480s)")
+	durationFlag(pf, &o.timeout, "timeout", 0, "deadline of each VM, at least 1s, after which it is killed and the run fails (default $RXE_TIMEOUT seconds, else 480s)", atLeastDuration(time.Second))
 	cmd.AddCommand(newVMRunCmd(o), newVMGoTestCmd(o), newVMKernelsCmd(opts, o))
 	return cmd
 }
@@ -128,9 +131,7 @@ func newVMKernelsCmd(opts *globalOptions, o *vmOptions) *cobra.Command {
 				return withExitCode(exitError, fmt.Errorf("vm kernels: %w", err))
 			}
 			if opts.json {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(ks)
+				return printJSON(cmd.OutOrStdout(), ks)
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintf(w, "cache %s\n", vo.Cache)
@@ -159,22 +160,35 @@ func newVMKernelsCmd(opts *globalOptions, o *vmOptions) *cobra.Command {
 	}
 }
 
-// resolve turns the flags into vm.Options; bad values exit 2.
+// kernelList is a --kernels value: the list as given, and the kernels
+// vm.ParseKernels resolves it to.
+type kernelList struct {
+	names string
+	ks    []vm.Kernel
+}
+
+// String is the list as given, the flag's default.
+func (l kernelList) String() string { return l.names }
+
+func parseKernelList(s string) (kernelList, error) {
+	ks, err := vm.ParseKernels(s)
+	return kernelList{s, ks}, err
+}
+
+// resolve turns the flags into vm.Options; a bad $RXE_KERNELS, the one
+// default the flags cannot check when they are read, exits 2.
 func (o *vmOptions) resolve(cmd *cobra.Command) (vm.Options, error) {
-	ks, err := vm.ParseKernels(o.kernels)
-	if err != nil {
-		return vm.Options{}, withExitCode(exitError, fmt.Errorf("--kernels: %w", err))
-	}
-	if cmd.Flags().Changed("timeout") && o.timeout < time.Second {
-		return vm.Options{}, withExitCode(exitError, fmt.Errorf("--timeout %v: want at least 1s", o.timeout))
+	if o.envErr != nil && !cmd.Flags().Changed("kernels") {
+		return vm.Options{}, withExitCode(exitError, fmt.Errorf("$RXE_KERNELS: %w", o.envErr))
 	}
 	cache := o.cache
 	if cache == "" {
+		var err error
 		if cache, err = vm.DefaultCacheDir(); err != nil {
 			return vm.Options{}, withExitCode(exitError, err)
 		}
 	}
-	return vm.Options{Kernels: ks, Cache: cache, Accel: o.accel, KVMDevice: o.kvmDev, Timeout: o.timeout, Stdout: cmd.OutOrStdout()}, nil
+	return vm.Options{Kernels: o.kernels.ks, Cache: cache, Accel: o.accel, KVMDevice: o.kvmDev, Timeout: o.timeout, Stdout: cmd.OutOrStdout()}, nil
 }
 
 // runVM runs f with a context that SIGINT and SIGTERM cancel.

@@ -20,9 +20,9 @@ func TestVMKernels(t *testing.T) {
 	if err := os.MkdirAll(kd, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(kd, ".complete"), nil, 0o644)
-	os.WriteFile(filepath.Join(kd, "package"), []byte("linux-image-6.1.0-57-amd64 6.1.192-3\n"), 0o644)
-	os.WriteFile(filepath.Join(cache, "kernels", "bookworm.ref"), []byte("6.1.0-57-amd64\n"), 0o644)
+	writeFile(t, filepath.Join(kd, ".complete"), "")
+	writeFile(t, filepath.Join(kd, "package"), "linux-image-6.1.0-57-amd64 6.1.192-3\n")
+	writeFile(t, filepath.Join(cache, "kernels", "bookworm.ref"), "6.1.0-57-amd64\n")
 
 	out, err := runVMCmd(cache, nil, "kernels")
 	if err != nil {
@@ -68,19 +68,32 @@ func TestVMBadArgs(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"run", "--kernels", "5.10", "--", "true"}, `kernel "5.10"`},
+		{[]string{"run", "--kernels", "5.10", "--", "true"}, `"5.10" for "--kernels" flag: kernel "5.10"`},
 		{[]string{"run", "--accel", "hvf", "--", "true"}, `accelerator "hvf"`},
 		{[]string{"run", "--", "qpdrain-no-such-command"}, "missing binary"},
 		{[]string{"run", "--files", "/nonexistent", "--", "true"}, "/nonexistent"},
 		{[]string{"go-test", "--", "-test.v"}, "no packages"},
-		{[]string{"run", "--timeout", "0", "--", "true"}, "--timeout 0s: want at least 1s"},
-		{[]string{"run", "--timeout", "-5s", "--", "true"}, "--timeout -5s"},
-		{[]string{"go-test", "--timeout", "500ms", "./..."}, "--timeout 500ms"},
+		{[]string{"run", "--timeout", "0", "--", "true"}, `"0" for "--timeout" flag: want at least 1s`},
+		{[]string{"run", "--timeout", "-5s", "--", "true"}, `"-5s" for "--timeout" flag`},
+		{[]string{"go-test", "--timeout", "500ms", "./..."}, `"500ms" for "--timeout" flag`},
 		{[]string{"bogus"}, `unknown command "bogus"`},
 	} {
 		_, err := runVMCmd(cache, nil, tc.args[0], tc.args[1:]...)
 		if code := exitCode(err); code != exitError || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: exit %d, %v; want 2 and %q", tc.args, code, err, tc.want)
 		}
+	}
+}
+
+// TestVMKernelsEnv: $RXE_KERNELS is --kernels' default, refused naming
+// the variable when it is no list, unless --kernels replaces it.
+func TestVMKernelsEnv(t *testing.T) {
+	t.Setenv("RXE_KERNELS", "5.10")
+	cache := t.TempDir()
+	if _, err := runVMCmd(cache, nil, "kernels"); exitCode(err) != exitError || err == nil || !strings.Contains(err.Error(), `$RXE_KERNELS: kernel "5.10"`) {
+		t.Errorf("vm kernels with RXE_KERNELS=5.10: exit %d, %v; want 2 naming $RXE_KERNELS", exitCode(err), err)
+	}
+	if out, err := runVMCmd(cache, nil, "kernels", "--kernels", "6.1"); err != nil {
+		t.Errorf("vm kernels --kernels 6.1 with RXE_KERNELS=5.10: %v\n%s", err, out)
 	}
 }

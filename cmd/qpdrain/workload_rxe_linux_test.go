@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"regexp"
 	"slices"
@@ -36,14 +35,8 @@ func TestWorkloadRxe(t *testing.T) {
 	want := workload.Workload{Path: path, Slice: "kubepods-besteffort-pod" + esc + ".slice", Unit: "cri-containerd-" + cid + ".scope",
 		ContainerID: cid, Runtime: workload.Containerd, PodUID: uid, QoS: workload.BestEffort}
 
-	out, err := runQpdrain(t, "qps", "-j", "pod", uid)
-	if err != nil {
-		t.Fatalf("qps -j pod %s: %v", uid, err)
-	}
 	var objs []qpJSON
-	if err := json.Unmarshal([]byte(out), &objs); err != nil {
-		t.Fatalf("qps -j: %v\n%s", err, out)
-	}
+	runJSON(t, exitClean, &objs, "qps", "-j", "pod", uid)
 	var got []uint32
 	for _, o := range objs {
 		got = append(got, o.LQPN)
@@ -60,14 +53,8 @@ func TestWorkloadRxe(t *testing.T) {
 		t.Errorf("qps -d cgroup: %v, want %d lines naming the pod and container:\n%s", err, len(qpns), out)
 	}
 
-	out, err = runQpdrain(t, "leaks", "-j", "--for", "2s", "--interval", "500ms")
-	if code := exitCode(err); code != exitFindings {
-		t.Fatalf("leaks: exit %d, want %d:\n%s", code, exitFindings, out)
-	}
 	var r leaksJSON
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		t.Fatalf("leaks -j: %v\n%s", err, out)
-	}
+	out := runJSON(t, exitFindings, &r, "leaks", "-j", "--for", "2s", "--interval", "500ms")
 	var stuckFinding *leaks.Finding
 	for i := range r.Findings {
 		if f := &r.Findings[i]; f.Reason == leaks.StuckInError && f.Owner != nil && f.Owner.PID == pid {

@@ -61,19 +61,19 @@ func dist(d []time.Duration) Dist {
 // Result is what a run saw. Every field but Wall is the same for the same
 // seed, configuration and device behaviour.
 type Result struct {
-	Seed           uint64        `json:"seed"`
-	Policy         string        `json:"policy"`
-	SRQ            bool          `json:"srq"`
-	MaxNonSRQConn  int           `json:"max_nonsrq_conn_qp,omitempty"`
-	Timeout        time.Duration `json:"rx_timeout_ns"`
-	Delay          time.Duration `json:"rx_delay_ns"`
-	UpdateTime     time.Duration `json:"rx_update_time_ns"`
-	DrainTimeout   time.Duration `json:"drain_timeout_ns,omitempty"`
-	ConnectRate    float64       `json:"connect_rate"`
-	SendRate       float64       `json:"send_rate"`
-	Lifetime       time.Duration `json:"lifetime_ns"`
-	VanishFraction float64       `json:"vanish_fraction"`
-	RealTime       bool          `json:"real_time"`
+	Seed           uint64         `json:"seed"`
+	Policy         ipoibcm.Policy `json:"policy"`
+	SRQ            bool           `json:"srq"`
+	MaxNonSRQConn  int            `json:"max_nonsrq_conn_qp,omitempty"`
+	Timeout        time.Duration  `json:"rx_timeout_ns"`
+	Delay          time.Duration  `json:"rx_delay_ns"`
+	UpdateTime     time.Duration  `json:"rx_update_time_ns"`
+	DrainTimeout   time.Duration  `json:"drain_timeout_ns,omitempty"`
+	ConnectRate    float64        `json:"connect_rate"`
+	SendRate       float64        `json:"send_rate"`
+	Lifetime       time.Duration  `json:"lifetime_ns"`
+	VanishFraction float64        `json:"vanish_fraction"`
+	RealTime       bool           `json:"real_time"`
 
 	Events       Events `json:"events"`
 	Accepted     int    `json:"accepted"`
@@ -129,7 +129,7 @@ func newResult(c Config) *Result {
 }
 
 func (r *Result) setManager(c ipoibcm.Config) {
-	r.Policy, r.SRQ = c.Policy.String(), !c.NoSRQ
+	r.Policy, r.SRQ = c.Policy, !c.NoSRQ
 	if c.NoSRQ {
 		r.MaxNonSRQConn = c.MaxNonSRQConn
 	}
