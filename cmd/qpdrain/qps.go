@@ -11,10 +11,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
-	"syscall"
 
 	"github.com/qpdrain/qpdrain/leaks"
 	"github.com/qpdrain/qpdrain/rdmanl"
