@@ -514,29 +514,34 @@ func (r *Reaper) HandleWC(wc ibv.WC) (claimed bool) {
 	defer r.mu.Unlock()
 	now := r.opts.Clock.Now()
 	r.fed = now
-	claimed = r.handleWC(wc, now)
+	claimed, _ = r.handleWC([]ibv.WC{wc}, now)
 	r.expire(now)
 	return claimed
 }
 
-func (r *Reaper) handleWC(wc ibv.WC, now time.Time) bool {
+// handleWC takes the first completion of wcs, not empty, and those after
+// it in a run of the same QP's that it counts with it: a poll finds a QP's
+// flushes together, and one lookup serves them all. It returns whether
+// they are a drain WR's (only ever one) and how many it took.
+func (r *Reaper) handleWC(wcs []ibv.WC, now time.Time) (claimed bool, n int) {
 	r.pollGen++
+	wc := &wcs[0]
 	if IsDrainWRID(wc.ID) {
-		r.drainWC(wc, now)
-		return true
+		r.drainWC(*wc, now)
+		return true, 1
 	}
 	h := r.lookup(wc.QPNum)
 	if h == nil {
-		return false
+		return false, 1
 	}
 	switch h.stage {
 	case stageQuarantine:
+		return false, 1
 	case stageProving:
 		h.unsure = true
-	default:
-		r.count(h, wc, now)
+		return false, 1
 	}
-	return false
+	return false, r.count(h, wcs, now)
 }
 
 // lookup returns the handle the QP number qpn stands for, nil if none.
@@ -557,42 +562,52 @@ func (r *Reaper) lookup(qpn uint32) *Handle {
 	return h
 }
 
-// count records a completion of a QP being drained.
-func (r *Reaper) count(h *Handle, wc ibv.WC, now time.Time) {
-	q := QueueUnknown
-	if r.opts.Queue != nil {
-		q = r.opts.Queue(wc)
-	}
-	f := &h.report.Flushed[q]
+// count records the completions of h, a QP being drained, at the front of
+// wcs, up to the first of another QP or a drain WR's, and returns how many
+// it took: it stops after one that moved h on (its last counted receive).
+func (r *Reaper) count(h *Handle, wcs []ibv.WC, now time.Time) int {
 	at := now.Sub(h.report.Start)
-	if f.Flushed+f.Other == 0 {
-		f.First = at
-	}
-	f.Last = at
-	switch wc.Status {
-	case ibv.WCWRFlushErr:
-		if f.Flushed == 0 {
-			h.step(Step{At: now, Kind: StepFlushed, Queue: q})
+	for i := range wcs {
+		wc := &wcs[i]
+		if i > 0 && (wc.QPNum != h.qpn || IsDrainWRID(wc.ID)) {
+			return i
 		}
-		f.Flushed++
-	case ibv.WCSuccess:
-		f.Other++
-	default:
-		f.Other++
-		h.step(Step{At: now, Kind: StepErrorWC, Queue: q, Status: wc.Status, WRID: wc.ID})
-	}
-	if q != QueueRecv || !h.countRecvs || h.recvsLeft == 0 {
-		return
-	}
-	h.recvsLeft--
-	h.report.Recv.Count++
-	if h.recvsLeft == 0 {
-		h.report.Recv.By = ProofRecvCount
-		if h.stage == stageWait {
-			r.lists[stageWait].remove(h)
-			r.place(h, now)
+		q := QueueUnknown
+		if r.opts.Queue != nil {
+			q = r.opts.Queue(*wc)
+		}
+		f := &h.report.Flushed[q]
+		if f.Flushed+f.Other == 0 {
+			f.First = at
+		}
+		f.Last = at
+		switch wc.Status {
+		case ibv.WCWRFlushErr:
+			if f.Flushed == 0 {
+				h.step(Step{At: now, Kind: StepFlushed, Queue: q})
+			}
+			f.Flushed++
+		case ibv.WCSuccess:
+			f.Other++
+		default:
+			f.Other++
+			h.step(Step{At: now, Kind: StepErrorWC, Queue: q, Status: wc.Status, WRID: wc.ID})
+		}
+		if q != QueueRecv || !h.countRecvs || h.recvsLeft == 0 {
+			continue
+		}
+		h.recvsLeft--
+		h.report.Recv.Count++
+		if h.recvsLeft == 0 {
+			h.report.Recv.By = ProofRecvCount
+			if h.stage == stageWait {
+				r.lists[stageWait].remove(h)
+				r.place(h, now)
+				return i + 1
+			}
 		}
 	}
+	return len(wcs)
 }
 
 // drainWC takes a drain WR's completion: the proof of the queue it was

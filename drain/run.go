@@ -45,10 +45,12 @@ func (r *Reaper) poll(onWC func(ibv.WC)) (int, error) {
 	}
 	now := r.opts.Clock.Now()
 	foreign := wcs[:0]
-	for _, wc := range wcs[:n] {
-		if !r.handleWC(wc, now) {
-			foreign = append(foreign, wc)
+	for i := 0; i < n; {
+		claimed, k := r.handleWC(wcs[i:n], now)
+		if !claimed {
+			foreign = append(foreign, wcs[i:i+k]...)
 		}
+		i += k
 	}
 	if onWC == nil {
 		r.stats.ForeignWCs += len(foreign)
