@@ -49,7 +49,9 @@ type Handle struct {
 	// has stopped proving.
 	since  time.Duration
 	links  ilist.Links[Handle]
-	report Report
+	report progress
+	steps  []step
+	errs   []error // the Err of steps that have one (step.val)
 }
 
 // QP is the QP being drained.
@@ -75,11 +77,18 @@ func (h *Handle) Report() *Report {
 	return h.snapshot()
 }
 
-// snapshot copies the report; r.mu must be held.
+// snapshot copies the report, its steps built from h's; r.mu must be held.
 func (h *Handle) snapshot() *Report {
-	rep := h.report
-	rep.Steps = append([]Step(nil), h.report.Steps...)
-	return &rep
+	p := &h.report
+	rep := &Report{QPNum: p.QPNum, SRQ: p.SRQ, Start: p.Start, Flushed: p.Flushed, Recv: p.Recv, Send: p.Send,
+		Batch: p.Batch, Stall: p.Stall, Outcome: p.Outcome, Err: p.Err}
+	if len(h.steps) > 0 {
+		rep.Steps = make([]Step, len(h.steps))
+		for i, s := range h.steps {
+			rep.Steps[i] = h.unpack(s)
+		}
+	}
+	return rep
 }
 
 // Wait waits until the drain has an outcome and returns its report. The
@@ -143,15 +152,77 @@ func (h *Handle) waitingFor() error {
 // step appends s. A drain that goes past its first step takes about 6, so
 // the second grows the slice to 8 at once instead of doubling from 1.
 func (h *Handle) step(s Step) {
-	if st := h.report.Steps; len(st) == cap(st) && cap(st) < 8 {
-		h.report.Steps = append(make([]Step, 0, 8), st...)
+	if st := h.steps; len(st) == cap(st) && cap(st) < 8 {
+		h.steps = append(make([]step, 0, 8), st...)
 	}
-	h.report.Steps = append(h.report.Steps, s)
+	h.steps = append(h.steps, h.pack(s))
+}
+
+// transition is the StepState of a move from -> to.
+func (h *Handle) transition(at time.Time, from, to ibv.QPState) step {
+	return h.pack(Step{At: at, Kind: StepState, From: from, To: to})
+}
+
+// step is a Step as a handle keeps it: 32 bytes with no pointer where a
+// Step takes 80, written for every QP about six times and read only with
+// a report. Its time is from the reaper's epoch; val holds the one of
+// From, Event, Status and Count its kind has, or for a step with an Err
+// its index in Handle.errs plus one.
+type step struct {
+	at      time.Duration
+	wrid    uint64
+	carrier uint32
+	val     uint32
+	to      ibv.QPState
+	kind    StepKind
+	queue   Queue
+	outcome Outcome
+}
+
+// pack turns s, which sets only the fields its kind names, into a step.
+func (h *Handle) pack(s Step) step {
+	c := step{at: s.At.Sub(h.r.epoch), wrid: s.WRID, carrier: s.Carrier, to: s.To, kind: s.Kind, queue: s.Queue, outcome: s.Outcome}
+	switch s.Kind {
+	case StepState:
+		c.val = uint32(s.From)
+	case StepEvent:
+		c.val = uint32(s.Event)
+	case StepErrorWC, StepDrainDone, StepRecvDrainDone:
+		c.val = uint32(s.Status)
+	case StepDrainPosted, StepLastWQEStated:
+		c.val = uint32(s.Count)
+	case StepStall, StepOutcome:
+		if s.Err != nil {
+			h.errs = append(h.errs, s.Err)
+			c.val = uint32(len(h.errs))
+		}
+	}
+	return c
+}
+
+// unpack is the Step c was packed from.
+func (h *Handle) unpack(c step) Step {
+	s := Step{At: h.r.epoch.Add(c.at), WRID: c.wrid, Carrier: c.carrier, To: c.to, Kind: c.kind, Queue: c.queue, Outcome: c.outcome}
+	switch c.kind {
+	case StepState:
+		s.From = ibv.QPState(c.val)
+	case StepEvent:
+		s.Event = ibv.EventType(c.val)
+	case StepErrorWC, StepDrainDone, StepRecvDrainDone:
+		s.Status = ibv.WCStatus(c.val)
+	case StepDrainPosted, StepLastWQEStated:
+		s.Count = int(c.val)
+	case StepStall, StepOutcome:
+		if c.val != 0 {
+			s.Err = h.errs[c.val-1]
+		}
+	}
+	return s
 }
 
 func (h *Handle) statedLastWQE() bool {
-	for _, s := range h.report.Steps {
-		if s.Kind == StepEvent && s.Event == ibv.EventQPLastWQEReached {
+	for _, s := range h.steps {
+		if s.kind == StepEvent && ibv.EventType(s.val) == ibv.EventQPLastWQEReached {
 			return false
 		}
 	}

@@ -229,9 +229,9 @@ func (r *Reaper) addAll(qps []ibv.QP, o AddOptions, done func(i int, h *Handle, 
 			continue // proving: only a poll moves it on
 		}
 		if h.given == ibv.QPSErr {
-			steps, err := r.moveToError(h, now)
-			h.report.Steps = steps // the first: nothing came before
-			r.started(h, steps, err, now)
+			var err error
+			h.steps, err = r.moveToError(h, now, nil) // the first: nothing came before
+			r.started(h, h.steps, err, now)
 			continue
 		}
 		move[i] = true
@@ -256,13 +256,13 @@ func (r *Reaper) addAll(qps []ibv.QP, o AddOptions, done func(i int, h *Handle, 
 func (r *Reaper) moveAll(hs []*Handle, move []bool, began time.Time) time.Time {
 	r.mu.Unlock()
 	type moved struct {
-		steps []Step
+		steps []step
 		err   error
 	}
 	ms := make([]moved, len(hs))
 	for i, h := range hs {
 		if move[i] {
-			ms[i].steps, ms[i].err = r.moveToError(h, began)
+			ms[i].steps, ms[i].err = r.moveToError(h, began, nil)
 		}
 	}
 	r.mu.Lock()
@@ -273,10 +273,10 @@ func (r *Reaper) moveAll(hs []*Handle, move []bool, began time.Time) time.Time {
 		}
 		// Completions and events that arrived during the modify were
 		// caused by it: the transitions go first.
-		if len(h.report.Steps) == 0 {
-			h.report.Steps = ms[i].steps
+		if len(h.steps) == 0 {
+			h.steps = ms[i].steps
 		} else {
-			h.report.Steps = slices.Insert(h.report.Steps, 0, ms[i].steps...)
+			h.steps = slices.Insert(h.steps, 0, ms[i].steps...)
 		}
 		r.started(h, ms[i].steps, ms[i].err, now)
 	}
@@ -313,7 +313,7 @@ func (r *Reaper) newHandle(qp ibv.QP, o AddOptions, now time.Time) (*Handle, err
 	if o.StateKnown {
 		h.given = o.State
 	}
-	h.report = Report{QPNum: qpn, SRQ: srq, Start: now}
+	h.report = progress{QPNum: qpn, SRQ: srq, Start: now}
 	if o.CountRecvs && !srq {
 		h.countRecvs, h.recvsLeft = true, o.Recvs
 		if o.Recvs == 0 {
@@ -384,14 +384,15 @@ func (r *Reaper) begin(h *Handle, proven bool, now time.Time) {
 		h.step(Step{At: now, Kind: StepCountNotTrusted})
 	}
 	h.stage = stageAdding
-	steps, err := r.moveToError(h, now)
-	h.report.Steps = append(h.report.Steps, steps...)
-	r.started(h, steps, err, now)
+	k := len(h.steps)
+	var err error
+	h.steps, err = r.moveToError(h, now, h.steps)
+	r.started(h, h.steps[k:], err, now)
 }
 
 // started goes on with h's drain once the move to ERROR (steps, err) is
 // done.
-func (r *Reaper) started(h *Handle, steps []Step, err error, now time.Time) {
+func (r *Reaper) started(h *Handle, steps []step, err error, now time.Time) {
 	switch {
 	case h.stage != stageAdding:
 		// A CQ error or shutdown ended the drain meanwhile.
@@ -400,7 +401,7 @@ func (r *Reaper) started(h *Handle, steps []Step, err error, now time.Time) {
 		r.finish(h, Failed, fmt.Errorf("qpn %d: %w: %w", h.qpn, ErrModifyToError, err), now)
 		return
 	}
-	foundInError := len(steps) == 1 && steps[0].From == ibv.QPSErr
+	foundInError := len(steps) == 1 && ibv.QPState(steps[0].val) == ibv.QPSErr
 	if h.noSends {
 		h.report.Send.By = ProofNoSends
 	} else {
@@ -430,40 +431,47 @@ func (r *Reaper) started(h *Handle, steps []Step, err error, now time.Time) {
 }
 
 // moveToError moves h's QP to ERROR unless it is there, through RTS when
-// Options.ViaRTS asks it of a QP in RTR, and returns the transitions. It
-// queries the state only when AddOptions did not state it.
-func (r *Reaper) moveToError(h *Handle, began time.Time) ([]Step, error) {
+// Options.ViaRTS asks it of a QP in RTR, and returns steps with the
+// transitions appended; h's own steps it leaves alone, as moveAll calls it
+// without r.mu. It queries the state only when AddOptions did not state
+// it.
+func (r *Reaper) moveToError(h *Handle, began time.Time, steps []step) ([]step, error) {
 	qp, from := h.qp, h.given
 	if from == ibv.QPSUnknown {
 		attr, _, err := qp.Query(ibv.QPAttrState)
 		if err != nil {
-			return []Step{{At: began, Kind: StepState, From: ibv.QPSUnknown, To: ibv.QPSErr}}, fmt.Errorf("querying the state: %w", err)
+			return append(steps, h.transition(began, ibv.QPSUnknown, ibv.QPSErr)), fmt.Errorf("querying the state: %w", err)
 		}
 		from = attr.State
 	}
-	// The first allocation of the steps holds them all for a QP that goes
-	// on at once (about 6); one that waits for Last WQE Reached, perhaps
-	// long, holds one until its second step.
-	n := 8
-	if h.srq && !h.lastWQE {
-		n = 1
+	if steps == nil {
+		// The first allocation of the steps holds them all for a QP that
+		// goes on at once (about 6); one that waits for Last WQE Reached,
+		// perhaps long, holds its transitions until its next step.
+		n := 8
+		if h.srq && !h.lastWQE {
+			n = 1
+			if from != ibv.QPSErr {
+				n = 2
+			}
+		}
+		steps = make([]step, 0, n)
 	}
 	if from == ibv.QPSErr {
-		return append(make([]Step, 0, n), Step{At: began, Kind: StepState, From: from, To: ibv.QPSErr}), nil
+		return append(steps, h.transition(began, from, ibv.QPSErr)), nil
 	}
-	steps := make([]Step, 0, max(n, 3))
 	if from == ibv.QPSRTR && r.opts.ViaRTS {
 		// The attributes RTR -> RTS requires (IBTA Table 91); their values
 		// do not matter to a QP about to enter ERROR.
 		rts := ibv.QPAttr{State: ibv.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}
 		mask := ibv.QPAttrState | ibv.QPAttrTimeout | ibv.QPAttrRetryCnt | ibv.QPAttrRNRRetry | ibv.QPAttrSQPSN | ibv.QPAttrMaxQPRdAtomic
+		steps = append(steps, h.transition(began, from, ibv.QPSRTS))
 		if err := qp.Modify(rts, mask); err != nil {
-			return append(steps, Step{At: began, Kind: StepState, From: from, To: ibv.QPSRTS}), fmt.Errorf("modifying RTR -> RTS: %w", err)
+			return steps, fmt.Errorf("modifying RTR -> RTS: %w", err)
 		}
-		steps = append(steps, Step{At: began, Kind: StepState, From: from, To: ibv.QPSRTS})
 		from = ibv.QPSRTS
 	}
-	steps = append(steps, Step{At: began, Kind: StepState, From: from, To: ibv.QPSErr})
+	steps = append(steps, h.transition(began, from, ibv.QPSErr))
 	if err := qp.Modify(ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState); err != nil {
 		return steps, fmt.Errorf("modifying %s -> ERR: %w", from, err)
 	}
