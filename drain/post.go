@@ -28,15 +28,8 @@ func (r *Reaper) track(id uint64) {
 // inside the post, cannot be handed to HandleWC before the reaper knows
 // the WR.
 func (r *Reaper) post(now time.Time) {
-	if r.cqErr != nil || r.shut {
+	if !r.postFlush(now) {
 		return
-	}
-	for h := r.lists[stageFlush].Front(); h != nil && r.inFlight < r.opts.Headroom; {
-		next := h.links.Next()
-		if !h.full || h.retryGen != r.pollGen {
-			r.postFor(h, now)
-		}
-		h = next
 	}
 	t := r.lists[stageBarrier].Back()
 	if t == nil || r.newest > t.barrierAfter {
@@ -57,6 +50,22 @@ func (r *Reaper) post(now time.Time) {
 		c.step(Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: c.qpn, Count: r.lists[stageBarrier].Len()})
 		return
 	}
+}
+
+// postFlush is post without the barrier; it returns false when nothing
+// may be posted any more.
+func (r *Reaper) postFlush(now time.Time) bool {
+	if r.cqErr != nil || r.shut {
+		return false
+	}
+	for h := r.lists[stageFlush].Front(); h != nil && r.inFlight < r.opts.Headroom; {
+		next := h.links.Next()
+		if !h.full || h.retryGen != r.pollGen {
+			r.postFor(h, now)
+		}
+		h = next
+	}
+	return true
 }
 
 // drainSend is the WR list of a send drain WR with id.

@@ -182,11 +182,12 @@ func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
 	return h, err
 }
 
-// AddAll is Add of every QP of qps with the same AddOptions, in one pass:
-// the reaper's lock is taken once for the QPs stated in ERROR and twice
-// for the others (before and after their moves to ERROR, which are made
-// without it), its maps are sized for the batch, and the drain WRs are
-// posted together once every QP is in. hs[i] is qps[i]'s handle, nil when
+// AddAll is Add of every QP of qps with the same AddOptions, in one pass,
+// 64 QPs at a time: for each 64 the reaper's lock is taken once for the
+// QPs stated in ERROR and twice for the others (before and after their
+// moves to ERROR, which are made without it) and their drain WRs are
+// posted; its table of QPs is sized for the batch, and a barrier drain WR
+// for the SRQ sides that need one is posted once every QP is in. hs[i] is qps[i]'s handle, nil when
 // Add would have refused it; err joins the refusals, each naming its QP.
 func (r *Reaper) AddAll(qps []ibv.QP, o AddOptions) (hs []*Handle, err error) {
 	hs = make([]*Handle, len(qps))
@@ -200,29 +201,46 @@ func (r *Reaper) AddAll(qps []ibv.QP, o AddOptions) (hs []*Handle, err error) {
 	return hs, errors.Join(errs...)
 }
 
-// addAll adds qps and tells done, in order, each one's handle or refusal.
+// addChunk is how many QPs addAll takes in at a time, their drain WRs
+// posted before the next ones come: their handles and QPs are still in
+// the cache then, where a batch of thousands would have left it.
+const addChunk = 64
+
+// addAll adds qps and tells done each one's handle or refusal, addChunk
+// QPs at a time.
 func (r *Reaper) addAll(qps []ibv.QP, o AddOptions, done func(i int, h *Handle, err error)) {
-	now := r.opts.Clock.Now()
-	hs := make([]*Handle, len(qps))
-	for i, qp := range qps {
-		h, err := r.newHandle(qp, o, now)
-		if err != nil {
-			done(i, nil, err)
-			continue
-		}
-		hs[i] = h
+	var hs [addChunk]*Handle
+	var move [addChunk]bool
+	for first := 0; first < len(qps); first += addChunk {
+		n := min(addChunk, len(qps)-first)
+		r.addSome(qps, first, o, hs[:n], move[:n], done)
 	}
-	move := make([]bool, len(hs))
+}
+
+// addSome adds the len(hs) QPs of qps from first on; hs and move are its
+// room. It posts their drain WRs, and, once the last of qps is in, the
+// barrier their SRQ sides may wait for, so that a batch shares one.
+func (r *Reaper) addSome(qps []ibv.QP, first int, o AddOptions, hs []*Handle, move []bool, done func(i int, h *Handle, err error)) {
+	now := r.opts.Clock.Now()
+	for i := range hs {
+		h, err := r.newHandle(qps[first+i], o, now)
+		if err != nil {
+			done(first+i, nil, err)
+		}
+		hs[i], move[i] = h, false
+	}
 	toMove := 0
 	r.mu.Lock()
-	r.byNum.reserve(len(qps)) // a batch does not grow it step by step
+	if first == 0 {
+		r.byNum.reserve(len(qps)) // a batch does not grow it step by step
+	}
 	for i, h := range hs {
 		if h == nil {
 			continue
 		}
 		if err := r.admit(h, now); err != nil {
 			hs[i] = nil
-			done(i, nil, err)
+			done(first+i, nil, err)
 			continue
 		}
 		if h.stage != stageAdding {
@@ -240,12 +258,16 @@ func (r *Reaper) addAll(qps []ibv.QP, o AddOptions, done func(i int, h *Handle, 
 	if toMove > 0 {
 		now = r.moveAll(hs, move, now)
 	}
-	r.post(now)
+	if first+len(hs) == len(qps) {
+		r.post(now)
+	} else {
+		r.postFlush(now)
+	}
 	r.wakeForDeadline()
 	r.mu.Unlock()
 	for i, h := range hs {
 		if h != nil {
-			done(i, h, nil)
+			done(first+i, h, nil)
 		}
 	}
 }
