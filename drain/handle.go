@@ -149,6 +149,39 @@ func (h *Handle) waitingFor() error {
 	return ErrDrainNotFlushed
 }
 
+// tally counts, in the report, the completions at the front of wcs (the
+// first one h's) up to the first of another QP or a drain WR's, as of
+// queue q, polled at (from the start); it returns how many it counted.
+func (h *Handle) tally(q Queue, wcs []ibv.WC, at time.Duration, now time.Time) int {
+	f := &h.report.Flushed[q]
+	if f.Flushed+f.Other == 0 {
+		f.First = at
+	}
+	f.Last = at
+	flushed, other := f.Flushed, f.Other
+	n := 0
+	for ; n < len(wcs); n++ {
+		wc := &wcs[n]
+		if n > 0 && (wc.QPNum != h.qpn || IsDrainWRID(wc.ID)) {
+			break
+		}
+		switch wc.Status {
+		case ibv.WCWRFlushErr:
+			if flushed == 0 {
+				h.step(Step{At: now, Kind: StepFlushed, Queue: q})
+			}
+			flushed++
+		case ibv.WCSuccess:
+			other++
+		default:
+			other++
+			h.step(Step{At: now, Kind: StepErrorWC, Queue: q, Status: wc.Status, WRID: wc.ID})
+		}
+	}
+	f.Flushed, f.Other = flushed, other
+	return n
+}
+
 // step appends s. A drain that goes past its first step takes about 6, so
 // the second grows the slice to 8 at once instead of doubling from 1.
 func (h *Handle) step(s Step) {

@@ -597,32 +597,17 @@ func (r *Reaper) lookup(qpn uint32) *Handle {
 // it took: it stops after one that moved h on (its last counted receive).
 func (r *Reaper) count(h *Handle, wcs []ibv.WC, now time.Time) int {
 	at := now.Sub(h.report.Start)
+	if r.opts.Queue == nil {
+		// One queue for all, and no receives counted (AddOptions.CountRecvs
+		// needs Options.Queue): the run at once.
+		return h.tally(QueueUnknown, wcs, at, now)
+	}
 	for i := range wcs {
-		wc := &wcs[i]
-		if i > 0 && (wc.QPNum != h.qpn || IsDrainWRID(wc.ID)) {
+		if i > 0 && (wcs[i].QPNum != h.qpn || IsDrainWRID(wcs[i].ID)) {
 			return i
 		}
-		q := QueueUnknown
-		if r.opts.Queue != nil {
-			q = r.opts.Queue(*wc)
-		}
-		f := &h.report.Flushed[q]
-		if f.Flushed+f.Other == 0 {
-			f.First = at
-		}
-		f.Last = at
-		switch wc.Status {
-		case ibv.WCWRFlushErr:
-			if f.Flushed == 0 {
-				h.step(Step{At: now, Kind: StepFlushed, Queue: q})
-			}
-			f.Flushed++
-		case ibv.WCSuccess:
-			f.Other++
-		default:
-			f.Other++
-			h.step(Step{At: now, Kind: StepErrorWC, Queue: q, Status: wc.Status, WRID: wc.ID})
-		}
+		q := r.opts.Queue(wcs[i])
+		h.tally(q, wcs[i:i+1], at, now)
 		if q != QueueRecv || !h.countRecvs || h.recvsLeft == 0 {
 			continue
 		}
