@@ -191,6 +191,23 @@ func (h *Handle) step(s Step) {
 	h.steps = append(h.steps, h.pack(s))
 }
 
+// firstSteps is the room for h's first steps. A QP that goes on at once
+// takes about 6: room for 8 from room, which holds those of the left QPs
+// of its batch from h on, made by the first that needs it. One that waits
+// for Last WQE Reached, perhaps long, gets none: its transitions take
+// what they need, grown at its next step (step).
+func (h *Handle) firstSteps(room *[]step, left int) []step {
+	if h.srq && !h.lastWQE {
+		return nil
+	}
+	if len(*room) == 0 {
+		*room = make([]step, 8*left)
+	}
+	s := (*room)[:0:8]
+	*room = (*room)[8:]
+	return s
+}
+
 // transition is the StepState of a move from -> to.
 func (h *Handle) transition(at time.Time, from, to ibv.QPState) step {
 	return h.pack(Step{At: at, Kind: StepState, From: from, To: to})

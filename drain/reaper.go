@@ -187,7 +187,8 @@ func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
 // QPs stated in ERROR and twice for the others (before and after their
 // moves to ERROR, which are made without it) and their drain WRs are
 // posted; its table of QPs is sized for the batch, and a barrier drain WR
-// for the SRQ sides that need one is posted once every QP is in. hs[i] is qps[i]'s handle, nil when
+// for the SRQ sides that need one is posted once every QP is in. The
+// handles of each 64 are one allocation, freed once none is referenced. hs[i] is qps[i]'s handle, nil when
 // Add would have refused it; err joins the refusals, each naming its QP.
 func (r *Reaper) AddAll(qps []ibv.QP, o AddOptions) (hs []*Handle, err error) {
 	hs = make([]*Handle, len(qps))
@@ -210,25 +211,37 @@ const addChunk = 64
 // QPs at a time.
 func (r *Reaper) addAll(qps []ibv.QP, o AddOptions, done func(i int, h *Handle, err error)) {
 	var hs [addChunk]*Handle
-	var move [addChunk]bool
+	var ms [addChunk]move
 	for first := 0; first < len(qps); first += addChunk {
 		n := min(addChunk, len(qps)-first)
-		r.addSome(qps, first, o, hs[:n], move[:n], done)
+		r.addSome(qps, first, o, hs[:n], ms[:n], done)
 	}
 }
 
-// addSome adds the len(hs) QPs of qps from first on; hs and move are its
+// move is a QP's move to ERROR made without the reaper's lock (moveAll):
+// whether it is to be made, and its steps and error once made.
+type move struct {
+	do    bool
+	steps []step
+	err   error
+}
+
+// addSome adds the len(hs) QPs of qps from first on; hs and ms are its
 // room. It posts their drain WRs, and, once the last of qps is in, the
-// barrier their SRQ sides may wait for, so that a batch shares one.
-func (r *Reaper) addSome(qps []ibv.QP, first int, o AddOptions, hs []*Handle, move []bool, done func(i int, h *Handle, err error)) {
+// barrier their SRQ sides may wait for, so that a batch shares one. Their
+// handles are one allocation, and so are the steps of those that go on at
+// once.
+func (r *Reaper) addSome(qps []ibv.QP, first int, o AddOptions, hs []*Handle, ms []move, done func(i int, h *Handle, err error)) {
 	now := r.opts.Clock.Now()
+	slab := make([]Handle, len(hs))
 	for i := range hs {
-		h, err := r.newHandle(qps[first+i], o, now)
-		if err != nil {
+		hs[i], ms[i] = &slab[i], move{}
+		if err := r.newHandle(hs[i], qps[first+i], o, now); err != nil {
+			hs[i] = nil
 			done(first+i, nil, err)
 		}
-		hs[i], move[i] = h, false
 	}
+	var room []step
 	toMove := 0
 	r.mu.Lock()
 	if first == 0 {
@@ -246,17 +259,18 @@ func (r *Reaper) addSome(qps []ibv.QP, first int, o AddOptions, hs []*Handle, mo
 		if h.stage != stageAdding {
 			continue // proving: only a poll moves it on
 		}
+		steps := h.firstSteps(&room, len(hs)-i)
 		if h.given == ibv.QPSErr {
 			var err error
-			h.steps, err = r.moveToError(h, now, nil) // the first: nothing came before
+			h.steps, err = r.moveToError(h, now, steps) // the first: nothing came before
 			r.started(h, h.steps, err, now)
 			continue
 		}
-		move[i] = true
+		ms[i] = move{do: true, steps: steps}
 		toMove++
 	}
 	if toMove > 0 {
-		now = r.moveAll(hs, move, now)
+		now = r.moveAll(hs, ms, now)
 	}
 	if first+len(hs) == len(qps) {
 		r.post(now)
@@ -272,25 +286,20 @@ func (r *Reaper) addSome(qps []ibv.QP, first int, o AddOptions, hs []*Handle, mo
 	}
 }
 
-// moveAll moves the QPs of hs marked in move to ERROR (their steps dated
-// began) without r.mu, which the caller holds, then goes on with their
-// drains under it and returns the time it took it back.
-func (r *Reaper) moveAll(hs []*Handle, move []bool, began time.Time) time.Time {
+// moveAll makes the moves to ERROR of hs that ms says to make (their steps
+// dated began) without r.mu, which the caller holds, then goes on with
+// their drains under it and returns the time it took it back.
+func (r *Reaper) moveAll(hs []*Handle, ms []move, began time.Time) time.Time {
 	r.mu.Unlock()
-	type moved struct {
-		steps []step
-		err   error
-	}
-	ms := make([]moved, len(hs))
 	for i, h := range hs {
-		if move[i] {
-			ms[i].steps, ms[i].err = r.moveToError(h, began, nil)
+		if ms[i].do {
+			ms[i].steps, ms[i].err = r.moveToError(h, began, ms[i].steps)
 		}
 	}
 	r.mu.Lock()
 	now := r.opts.Clock.Now()
 	for i, h := range hs {
-		if !move[i] {
+		if !ms[i].do {
 			continue
 		}
 		// Completions and events that arrived during the modify were
@@ -306,32 +315,32 @@ func (r *Reaper) moveAll(hs []*Handle, move []bool, began time.Time) time.Time {
 }
 
 // newHandle checks what Add can check of qp and o without the lock and
-// returns qp's handle.
-func (r *Reaper) newHandle(qp ibv.QP, o AddOptions, now time.Time) (*Handle, error) {
+// makes h qp's handle.
+func (r *Reaper) newHandle(h *Handle, qp ibv.QP, o AddOptions, now time.Time) error {
 	if qp == nil {
-		return nil, fmt.Errorf("adding a nil QP: %w", ibv.ErrInvalidArgument)
+		return fmt.Errorf("adding a nil QP: %w", ibv.ErrInvalidArgument)
 	}
 	qpn := qp.Num()
 	switch {
 	case !r.cqOK:
-		return nil, fmt.Errorf("qpn %d: the reaper's CQ, a %T, cannot be compared, and the reaper tells CQs apart by identity: %w", qpn, r.cq, ErrUnsupportedQP)
+		return fmt.Errorf("qpn %d: the reaper's CQ, a %T, cannot be compared, and the reaper tells CQs apart by identity: %w", qpn, r.cq, ErrUnsupportedQP)
 	case !identifiable(qp):
-		return nil, fmt.Errorf("qpn %d: a %T cannot be compared, and the reaper tells QPs apart by identity: %w", qpn, qp, ErrUnsupportedQP)
+		return fmt.Errorf("qpn %d: a %T cannot be compared, and the reaper tells QPs apart by identity: %w", qpn, qp, ErrUnsupportedQP)
 	}
 	if t := qp.Type(); t != ibv.QPTRC && t != ibv.QPTUC {
-		return nil, fmt.Errorf("qpn %d is a %s QP: %w", qpn, t, ErrUnsupportedQP)
+		return fmt.Errorf("qpn %d is a %s QP: %w", qpn, t, ErrUnsupportedQP)
 	}
 	if qp.SendCQ() != r.cq || qp.RecvCQ() != r.cq {
-		return nil, fmt.Errorf("qpn %d does not complete into the reaper's CQ on both queues: %w", qpn, ErrUnsupportedQP)
+		return fmt.Errorf("qpn %d does not complete into the reaper's CQ on both queues: %w", qpn, ErrUnsupportedQP)
 	}
 	srq := qp.SRQ() != nil
 	if o.CountRecvs && !srq && (r.opts.Queue == nil || o.Recvs < 0) {
-		return nil, fmt.Errorf("qpn %d: counting %d receives needs a non-negative count and Options.Queue: %w", qpn, o.Recvs, ibv.ErrInvalidArgument)
+		return fmt.Errorf("qpn %d: counting %d receives needs a non-negative count and Options.Queue: %w", qpn, o.Recvs, ibv.ErrInvalidArgument)
 	}
 	if o.StateKnown && o.State > ibv.QPSErr {
-		return nil, fmt.Errorf("qpn %d: stated state %s is not a QP state: %w", qpn, o.State, ibv.ErrInvalidArgument)
+		return fmt.Errorf("qpn %d: stated state %s is not a QP state: %w", qpn, o.State, ibv.ErrInvalidArgument)
 	}
-	h := &Handle{r: r, qp: qp, qpn: qpn, given: ibv.QPSUnknown, srq: srq, lastWQE: srq && o.LastWQESeen, noSends: o.NoSends, stated: o.LastWQESeen}
+	*h = Handle{r: r, qp: qp, qpn: qpn, given: ibv.QPSUnknown, srq: srq, lastWQE: srq && o.LastWQESeen, noSends: o.NoSends, stated: o.LastWQESeen}
 	if o.StateKnown {
 		h.given = o.State
 	}
@@ -342,7 +351,7 @@ func (r *Reaper) newHandle(qp ibv.QP, o AddOptions, now time.Time) (*Handle, err
 			h.report.Recv.By = ProofRecvCount
 		}
 	}
-	return h, nil
+	return nil
 }
 
 // admit enters h under r.mu: its QP number names it from now on, so that
@@ -454,8 +463,8 @@ func (r *Reaper) started(h *Handle, steps []step, err error, now time.Time) {
 
 // moveToError moves h's QP to ERROR unless it is there, through RTS when
 // Options.ViaRTS asks it of a QP in RTR, and returns steps with the
-// transitions appended; h's own steps it leaves alone, as moveAll calls it
-// without r.mu. It queries the state only when AddOptions did not state
+// transitions appended (Handle.firstSteps); h's own steps it leaves alone,
+// as moveAll calls it without r.mu. It queries the state only when AddOptions did not state
 // it.
 func (r *Reaper) moveToError(h *Handle, began time.Time, steps []step) ([]step, error) {
 	qp, from := h.qp, h.given
@@ -465,19 +474,6 @@ func (r *Reaper) moveToError(h *Handle, began time.Time, steps []step) ([]step, 
 			return append(steps, h.transition(began, ibv.QPSUnknown, ibv.QPSErr)), fmt.Errorf("querying the state: %w", err)
 		}
 		from = attr.State
-	}
-	if steps == nil {
-		// The first allocation of the steps holds them all for a QP that
-		// goes on at once (about 6); one that waits for Last WQE Reached,
-		// perhaps long, holds its transitions until its next step.
-		n := 8
-		if h.srq && !h.lastWQE {
-			n = 1
-			if from != ibv.QPSErr {
-				n = 2
-			}
-		}
-		steps = make([]step, 0, n)
 	}
 	if from == ibv.QPSErr {
 		return append(steps, h.transition(began, from, ibv.QPSErr)), nil
