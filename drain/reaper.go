@@ -315,7 +315,7 @@ func (r *Reaper) moveAll(hs []*Handle, ms []move, began time.Time) time.Time {
 }
 
 // newHandle checks what Add can check of qp and o without the lock and
-// makes h qp's handle.
+// makes h, zero, qp's handle.
 func (r *Reaper) newHandle(h *Handle, qp ibv.QP, o AddOptions, now time.Time) error {
 	if qp == nil {
 		return fmt.Errorf("adding a nil QP: %w", ibv.ErrInvalidArgument)
@@ -340,11 +340,14 @@ func (r *Reaper) newHandle(h *Handle, qp ibv.QP, o AddOptions, now time.Time) er
 	if o.StateKnown && o.State > ibv.QPSErr {
 		return fmt.Errorf("qpn %d: stated state %s is not a QP state: %w", qpn, o.State, ibv.ErrInvalidArgument)
 	}
-	*h = Handle{r: r, qp: qp, qpn: qpn, given: ibv.QPSUnknown, srq: srq, lastWQE: srq && o.LastWQESeen, noSends: o.NoSends, stated: o.LastWQESeen}
+	// Field by field: h is zero, and a struct assigned whole would be
+	// cleared again first.
+	h.r, h.qp, h.qpn, h.given = r, qp, qpn, ibv.QPSUnknown
+	h.srq, h.lastWQE, h.noSends, h.stated = srq, srq && o.LastWQESeen, o.NoSends, o.LastWQESeen
 	if o.StateKnown {
 		h.given = o.State
 	}
-	h.report = progress{QPNum: qpn, SRQ: srq, Start: now}
+	h.report.QPNum, h.report.SRQ, h.report.Start = qpn, srq, now
 	if o.CountRecvs && !srq {
 		h.countRecvs, h.recvsLeft = true, o.Recvs
 		if o.Recvs == 0 {
