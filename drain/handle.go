@@ -168,14 +168,14 @@ func (h *Handle) tally(q Queue, wcs []ibv.WC, at time.Duration, now time.Time) i
 		switch wc.Status {
 		case ibv.WCWRFlushErr:
 			if flushed == 0 {
-				h.step(Step{At: now, Kind: StepFlushed, Queue: q})
+				h.step(&Step{At: now, Kind: StepFlushed, Queue: q})
 			}
 			flushed++
 		case ibv.WCSuccess:
 			other++
 		default:
 			other++
-			h.step(Step{At: now, Kind: StepErrorWC, Queue: q, Status: wc.Status, WRID: wc.ID})
+			h.step(&Step{At: now, Kind: StepErrorWC, Queue: q, Status: wc.Status, WRID: wc.ID})
 		}
 	}
 	f.Flushed, f.Other = flushed, other
@@ -184,7 +184,7 @@ func (h *Handle) tally(q Queue, wcs []ibv.WC, at time.Duration, now time.Time) i
 
 // step appends s. A drain that goes past its first step takes about 6, so
 // the second grows the slice to 8 at once instead of doubling from 1.
-func (h *Handle) step(s Step) {
+func (h *Handle) step(s *Step) {
 	if st := h.steps; len(st) == cap(st) && cap(st) < 8 {
 		h.steps = append(make([]step, 0, 8), st...)
 	}
@@ -210,7 +210,7 @@ func (h *Handle) firstSteps(room *[]step, left int) []step {
 
 // transition is the StepState of a move from -> to.
 func (h *Handle) transition(at time.Time, from, to ibv.QPState) step {
-	return h.pack(Step{At: at, Kind: StepState, From: from, To: to})
+	return h.pack(&Step{At: at, Kind: StepState, From: from, To: to})
 }
 
 // step is a Step as a handle keeps it: 32 bytes with no pointer where a
@@ -230,7 +230,7 @@ type step struct {
 }
 
 // pack turns s, which sets only the fields its kind names, into a step.
-func (h *Handle) pack(s Step) step {
+func (h *Handle) pack(s *Step) step {
 	c := step{at: s.At.Sub(h.r.epoch), wrid: s.WRID, carrier: s.Carrier, to: s.To, kind: s.Kind, queue: s.Queue, outcome: s.Outcome}
 	switch s.Kind {
 	case StepState:

@@ -47,7 +47,7 @@ func (r *Reaper) post(now time.Time) {
 		c.sendID = id
 		r.track(id)
 		r.stats.DrainWRs++
-		c.step(Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: c.qpn, Count: r.lists[stageBarrier].Len()})
+		c.step(&Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: c.qpn, Count: r.lists[stageBarrier].Len()})
 		return
 	}
 }
@@ -93,7 +93,7 @@ func (r *Reaper) postFor(h *Handle, now time.Time) {
 		h.needRecv, h.recvID = false, id
 		r.track(id)
 		r.stats.RecvDrainWRs++
-		h.step(Step{At: now, Kind: StepRecvDrainPosted, WRID: id})
+		h.step(&Step{At: now, Kind: StepRecvDrainPosted, WRID: id})
 	}
 	if h.needSend && r.inFlight < r.opts.Headroom {
 		id := r.nextID()
@@ -103,7 +103,7 @@ func (r *Reaper) postFor(h *Handle, now time.Time) {
 		h.needSend, h.sendID = false, id
 		r.track(id)
 		r.stats.DrainWRs++
-		h.step(Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: h.qpn, Count: 1})
+		h.step(&Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: h.qpn, Count: 1})
 	}
 	if !h.needSend && !h.needRecv {
 		r.lists[stageFlush].remove(h)
@@ -123,7 +123,7 @@ func (r *Reaper) posted(h *Handle, id uint64, err error, what string, now time.T
 	case errors.Is(err, ibv.ErrQueueFull):
 		if !h.full {
 			r.stats.PostRetries++
-			h.step(Step{At: now, Kind: StepPostRetry, WRID: id})
+			h.step(&Step{At: now, Kind: StepPostRetry, WRID: id})
 		}
 		h.full, h.retryGen = true, r.pollGen
 		return false

@@ -412,10 +412,10 @@ func (r *Reaper) admit(h *Handle, now time.Time) error {
 func (r *Reaper) begin(h *Handle, proven bool, now time.Time) {
 	r.lists[stageProving].remove(h)
 	if proven && !h.unsure {
-		h.step(Step{At: now, Kind: StepCQEmpty})
+		h.step(&Step{At: now, Kind: StepCQEmpty})
 	} else {
 		h.countRecvs, h.recvsLeft = false, 0
-		h.step(Step{At: now, Kind: StepCountNotTrusted})
+		h.step(&Step{At: now, Kind: StepCountNotTrusted})
 	}
 	h.stage = stageAdding
 	k := len(h.steps)
@@ -445,9 +445,9 @@ func (r *Reaper) started(h *Handle, steps []step, err error, now time.Time) {
 	case h.srq:
 		if at, ok := r.history.take(h.qp); ok && foundInError && !h.lastWQE {
 			h.lastWQE = true
-			h.step(Step{At: at, Kind: StepLastWQEStated, Count: 1})
+			h.step(&Step{At: at, Kind: StepLastWQEStated, Count: 1})
 		} else if h.stated {
-			h.step(Step{At: now, Kind: StepLastWQEStated})
+			h.step(&Step{At: now, Kind: StepLastWQEStated})
 		}
 		// Every QP its own drain WR: the SRQ side too is proven by it.
 		h.needSend = h.needSend || r.opts.MaxBatch == 1
@@ -664,12 +664,12 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 	switch wc.ID {
 	case h.recvID:
 		h.recvID = 0
-		h.step(Step{At: now, Kind: StepRecvDrainDone, WRID: wc.ID, Status: wc.Status})
+		h.step(&Step{At: now, Kind: StepRecvDrainDone, WRID: wc.ID, Status: wc.Status})
 		h.report.Recv = QueueProof{By: ProofRecvDrainWR, Carrier: h.qpn, WRID: wc.ID}
 	case h.sendID:
 		h.sendID = 0
 		if h.stage != stageBarrier {
-			h.step(Step{At: now, Kind: StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
+			h.step(&Step{At: now, Kind: StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
 			h.report.Batch = batch
 			if h.report.Send.By == ProofNone {
 				h.report.Send = QueueProof{By: ProofSendDrainWR, Carrier: h.qpn, WRID: wc.ID}
@@ -692,7 +692,7 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 	for range riders {
 		b := r.lists[stageBarrier].Front()
 		r.lists[stageBarrier].remove(b)
-		b.step(Step{At: now, Kind: StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
+		b.step(&Step{At: now, Kind: StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
 		b.report.Batch = batch
 		r.barrier(b, wc.ID, h.qpn)
 		r.place(b, now)
@@ -741,7 +741,7 @@ func (r *Reaper) HandleEvent(ev ibv.AsyncEvent) (claimed bool) {
 		r.stats.LateEvents++
 		return true
 	}
-	h.step(Step{At: now, Kind: StepEvent, Event: ev.Type})
+	h.step(&Step{At: now, Kind: StepEvent, Event: ev.Type})
 	if ev.Type != ibv.EventQPLastWQEReached {
 		return true
 	}
@@ -836,7 +836,7 @@ func (r *Reaper) cqEmpty(polledAt time.Time) {
 		next := h.links.Next()
 		if h.since < t {
 			r.lists[stageEmptyWait].remove(h)
-			h.step(Step{At: now, Kind: StepCQEmpty})
+			h.step(&Step{At: now, Kind: StepCQEmpty})
 			r.finish(h, DestroyedAfterEmptyCQ, nil, now)
 		}
 		h = next
@@ -918,7 +918,7 @@ func (r *Reaper) conclude(h *Handle, o Outcome, err error, now time.Time) {
 		rep.Send.Missing = MissingSendDrainWR
 	}
 	rep.Outcome, rep.Err = o, err
-	h.step(Step{At: now, Kind: StepOutcome, Outcome: o, Err: err})
+	h.step(&Step{At: now, Kind: StepOutcome, Outcome: o, Err: err})
 	if o != Safe {
 		r.logf(h, "drain ended: %s: %v", o, err)
 	}

@@ -37,7 +37,7 @@ func TestStepsPackedComeBackWhole(t *testing.T) {
 	}
 	h := &Handle{r: r, report: progress{QPNum: 5, SRQ: true, Start: at(0), Batch: 3, Outcome: Failed, Err: errOut}}
 	for _, s := range steps {
-		h.step(s)
+		h.step(&s)
 	}
 	rep := h.snapshot()
 	if !reflect.DeepEqual(rep.Steps, steps) {
