@@ -20,8 +20,9 @@ type Handle struct {
 	// given is the state AddOptions stated, QPSUnknown when none was.
 	given ibv.QPState
 
-	// Guarded by r.mu.
-	done        chan struct{} // made by Done on demand, closed at the outcome
+	// Guarded by r.mu. What a poll reads of every QP comes first, within
+	// three cache lines: the stage, the list links, the steps, the report's
+	// start and counts.
 	stage       stage
 	on          stage // the stage of the list h is on, stageAdding for none (a byte: a pointer would cost 8 per QP)
 	srq         bool
@@ -36,6 +37,10 @@ type Handle struct {
 	unsure      bool // a completion with its number came while stageProving
 	noSends     bool // AddOptions.NoSends
 	stated      bool // AddOptions.LastWQESeen
+	links       ilist.Links[Handle]
+	steps       []step
+	report      progress
+	done        chan struct{} // made by Done on demand, closed at the outcome
 	recvsLeft   int
 	sendID      uint64 // outstanding drain WRs
 	recvID      uint64
@@ -47,11 +52,8 @@ type Handle struct {
 	// since (since r.epoch) is when a proving QP was added, or when a
 	// stalled one first stalled: one field, as a QP stalls only after it
 	// has stopped proving.
-	since  time.Duration
-	links  ilist.Links[Handle]
-	report progress
-	steps  []step
-	errs   []error // the Err of steps that have one (step.val)
+	since time.Duration
+	errs  []error // the Err of steps that have one (step.val)
 }
 
 // QP is the QP being drained.
