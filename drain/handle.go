@@ -37,6 +37,7 @@ type Handle struct {
 	unsure      bool // a completion with its number came while stageProving
 	noSends     bool // AddOptions.NoSends
 	stated      bool // AddOptions.LastWQESeen
+	sawLastWQE  bool // a Last WQE Reached of the QP was handed to HandleEvent (a step)
 	links       ilist.Links[Handle]
 	steps       []step
 	report      progress
@@ -264,13 +265,4 @@ func (h *Handle) unpack(c step) Step {
 		}
 	}
 	return s
-}
-
-func (h *Handle) statedLastWQE() bool {
-	for _, s := range h.steps {
-		if s.kind == StepEvent && ibv.EventType(s.val) == ibv.EventQPLastWQEReached {
-			return false
-		}
-	}
-	return true
 }

@@ -704,7 +704,7 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 func (r *Reaper) barrier(h *Handle, id uint64, carrier uint32) {
 	h.barrierDone = true
 	if h.lastWQE && h.report.Recv.By == ProofNone {
-		h.report.Recv = QueueProof{By: ProofBarrier, Carrier: carrier, WRID: id, Stated: h.statedLastWQE()}
+		h.report.Recv = QueueProof{By: ProofBarrier, Carrier: carrier, WRID: id, Stated: !h.sawLastWQE}
 	}
 }
 
@@ -745,6 +745,7 @@ func (r *Reaper) HandleEvent(ev ibv.AsyncEvent) (claimed bool) {
 	if ev.Type != ibv.EventQPLastWQEReached {
 		return true
 	}
+	h.sawLastWQE = true
 	if h.lastWQE {
 		r.stats.RepeatedLastWQE++
 		return true
