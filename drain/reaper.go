@@ -188,8 +188,9 @@ func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
 // moves to ERROR, which are made without it) and their drain WRs are
 // posted; its table of QPs is sized for the batch, and a barrier drain WR
 // for the SRQ sides that need one is posted once every QP is in. The
-// handles of each 64 are one allocation, freed once none is referenced. hs[i] is qps[i]'s handle, nil when
-// Add would have refused it; err joins the refusals, each naming its QP.
+// handles of each 64 are one allocation, freed once none is referenced.
+// hs[i] is qps[i]'s handle, nil when Add would have refused it; err joins
+// the refusals, each naming its QP.
 func (r *Reaper) AddAll(qps []ibv.QP, o AddOptions) (hs []*Handle, err error) {
 	hs = make([]*Handle, len(qps))
 	var errs []error
@@ -467,8 +468,8 @@ func (r *Reaper) started(h *Handle, steps []step, err error, now time.Time) {
 // moveToError moves h's QP to ERROR unless it is there, through RTS when
 // Options.ViaRTS asks it of a QP in RTR, and returns steps with the
 // transitions appended (Handle.firstSteps); h's own steps it leaves alone,
-// as moveAll calls it without r.mu. It queries the state only when AddOptions did not state
-// it.
+// as moveAll calls it without r.mu. It queries the state only when
+// AddOptions did not state it.
 func (r *Reaper) moveToError(h *Handle, began time.Time, steps []step) ([]step, error) {
 	qp, from := h.qp, h.given
 	if from == ibv.QPSUnknown {
