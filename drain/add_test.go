@@ -102,3 +102,35 @@ func TestCQEntries(t *testing.T) {
 		}
 	}
 }
+
+// A batch of SRQ QPs with only their SRQ side open shares one barrier drain
+// WR however many it holds, though AddAll takes them in a few at a time.
+func TestAddAllSharesOneBarrier(t *testing.T) {
+	skipWithoutLastWQE(t)
+	r := testRig(t)
+	qps := r.pairs(200, true)
+	for _, qp := range qps {
+		if err := qp.Modify(ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range qps { // the caller's event loop saw them
+		if ev := devtest.WaitEvent(t, r.dev, devtest.Timeout); ev.Type != ibv.EventQPLastWQEReached {
+			t.Fatalf("event %v: want QP_LAST_WQE_REACHED", ev)
+		}
+	}
+	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout})
+	hs, err := rp.AddAll(qps, drain.AddOptions{StateKnown: true, State: ibv.QPSErr, LastWQESeen: true, NoSends: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pollUntilDone(t, rp, r.cq)
+	for _, rep := range waitAll(t, hs) {
+		if rep.Recv.By != drain.ProofBarrier || rep.Batch != len(qps) {
+			t.Errorf("qpn %d: %v in a batch of %d, want a barrier shared by all %d", rep.QPNum, rep.Recv, rep.Batch, len(qps))
+		}
+	}
+	if st := rp.Stats(); st.DrainWRs != 1 || st.Safe != len(qps) {
+		t.Errorf("stats %+v: want one drain WR, %d safe", st, len(qps))
+	}
+}

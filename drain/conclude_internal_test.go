@@ -12,11 +12,11 @@ func TestConcludeRefusesSafeWithoutProof(t *testing.T) {
 	r := NewReaper(nil, Options{})
 	for _, tc := range []struct {
 		name string
-		rep  Report
+		rep  progress
 	}{
-		{"no proof", Report{}},
-		{"send only", Report{Send: QueueProof{By: ProofNoSends}}},
-		{"receive only", Report{Recv: QueueProof{By: ProofRecvCount}}},
+		{"no proof", progress{}},
+		{"send only", progress{Send: QueueProof{By: ProofNoSends}}},
+		{"receive only", progress{Recv: QueueProof{By: ProofRecvCount}}},
 	} {
 		h := &Handle{r: r, report: tc.rep}
 		r.conclude(h, Safe, nil, time.Now())
@@ -24,7 +24,7 @@ func TestConcludeRefusesSafeWithoutProof(t *testing.T) {
 			t.Errorf("%s: outcome %s, %v; want failed, ErrDrainNotFlushed", tc.name, h.report.Outcome, h.report.Err)
 		}
 	}
-	h := &Handle{r: r, report: Report{Recv: QueueProof{By: ProofRecvCount}, Send: QueueProof{By: ProofNoSends}}}
+	h := &Handle{r: r, report: progress{Recv: QueueProof{By: ProofRecvCount}, Send: QueueProof{By: ProofNoSends}}}
 	r.conclude(h, Safe, nil, time.Now())
 	if h.report.Outcome != Safe {
 		t.Errorf("both queues proven: outcome %s, want safe", h.report.Outcome)

@@ -76,7 +76,7 @@ func (r *Reaper) stallErr(h *Handle) error {
 // caller, who knows the step, moves h on.
 func (r *Reaper) stall(h *Handle, err error, now time.Time) bool {
 	h.report.Stall = err
-	h.step(Step{At: now, Kind: StepStall, Err: err})
+	h.step(&Step{At: now, Kind: StepStall, Err: err})
 	r.logf(h, "drain stalled: %v (policy %s)", err, r.opts.Policy)
 	if r.opts.Policy == DestroyWhenEmpty {
 		if !h.stalled {

@@ -20,8 +20,9 @@ type Handle struct {
 	// given is the state AddOptions stated, QPSUnknown when none was.
 	given ibv.QPState
 
-	// Guarded by r.mu.
-	done        chan struct{} // made by Done on demand, closed at the outcome
+	// Guarded by r.mu. What a poll reads of every QP comes first, within
+	// three cache lines: the stage, the list links, the steps, the report's
+	// start and counts.
 	stage       stage
 	on          stage // the stage of the list h is on, stageAdding for none (a byte: a pointer would cost 8 per QP)
 	srq         bool
@@ -36,6 +37,11 @@ type Handle struct {
 	unsure      bool // a completion with its number came while stageProving
 	noSends     bool // AddOptions.NoSends
 	stated      bool // AddOptions.LastWQESeen
+	sawLastWQE  bool // a Last WQE Reached of the QP was handed to HandleEvent (a step)
+	links       ilist.Links[Handle]
+	steps       []step
+	report      progress
+	done        chan struct{} // made by Done on demand, closed at the outcome
 	recvsLeft   int
 	sendID      uint64 // outstanding drain WRs
 	recvID      uint64
@@ -47,9 +53,8 @@ type Handle struct {
 	// since (since r.epoch) is when a proving QP was added, or when a
 	// stalled one first stalled: one field, as a QP stalls only after it
 	// has stopped proving.
-	since  time.Duration
-	links  ilist.Links[Handle]
-	report Report
+	since time.Duration
+	errs  []error // the Err of steps that have one (step.val)
 }
 
 // QP is the QP being drained.
@@ -75,11 +80,18 @@ func (h *Handle) Report() *Report {
 	return h.snapshot()
 }
 
-// snapshot copies the report; r.mu must be held.
+// snapshot copies the report, its steps built from h's; r.mu must be held.
 func (h *Handle) snapshot() *Report {
-	rep := h.report
-	rep.Steps = append([]Step(nil), h.report.Steps...)
-	return &rep
+	p := &h.report
+	rep := &Report{QPNum: p.QPNum, SRQ: p.SRQ, Start: p.Start, Flushed: p.Flushed, Recv: p.Recv, Send: p.Send,
+		Batch: p.Batch, Stall: p.Stall, Outcome: p.Outcome, Err: p.Err}
+	if len(h.steps) > 0 {
+		rep.Steps = make([]Step, len(h.steps))
+		for i, s := range h.steps {
+			rep.Steps[i] = h.unpack(s)
+		}
+	}
+	return rep
 }
 
 // Wait waits until the drain has an outcome and returns its report. The
@@ -140,20 +152,117 @@ func (h *Handle) waitingFor() error {
 	return ErrDrainNotFlushed
 }
 
-// step appends s. A drain that goes past its first step takes about 6, so
-// the second grows the slice to 8 at once instead of doubling from 1.
-func (h *Handle) step(s Step) {
-	if st := h.report.Steps; len(st) == cap(st) && cap(st) < 8 {
-		h.report.Steps = append(make([]Step, 0, 8), st...)
+// tally counts, in the report, the completions at the front of wcs (the
+// first one h's) up to the first of another QP or a drain WR's, as of
+// queue q, polled at (from the start); it returns how many it counted.
+func (h *Handle) tally(q Queue, wcs []ibv.WC, at time.Duration, now time.Time) int {
+	f := &h.report.Flushed[q]
+	if f.Flushed+f.Other == 0 {
+		f.First = at
 	}
-	h.report.Steps = append(h.report.Steps, s)
-}
-
-func (h *Handle) statedLastWQE() bool {
-	for _, s := range h.report.Steps {
-		if s.Kind == StepEvent && s.Event == ibv.EventQPLastWQEReached {
-			return false
+	f.Last = at
+	flushed, other := f.Flushed, f.Other
+	n := 0
+	for ; n < len(wcs); n++ {
+		wc := &wcs[n]
+		if n > 0 && (wc.QPNum != h.qpn || IsDrainWRID(wc.ID)) {
+			break
+		}
+		switch wc.Status {
+		case ibv.WCWRFlushErr:
+			if flushed == 0 {
+				h.step(&Step{At: now, Kind: StepFlushed, Queue: q})
+			}
+			flushed++
+		case ibv.WCSuccess:
+			other++
+		default:
+			other++
+			h.step(&Step{At: now, Kind: StepErrorWC, Queue: q, Status: wc.Status, WRID: wc.ID})
 		}
 	}
-	return true
+	f.Flushed, f.Other = flushed, other
+	return n
+}
+
+// step appends s, which sets only the fields its kind names: val is the
+// one of From, Event, Status and Count that is set, with no switch by kind
+// (see the type step). A drain that goes past its first step takes about
+// 6, so the second grows the slice to 8 at once instead of doubling from 1.
+func (h *Handle) step(s *Step) {
+	c := step{at: s.At.Sub(h.r.epoch), wrid: s.WRID, carrier: s.Carrier, to: s.To, kind: s.Kind, queue: s.Queue, outcome: s.Outcome,
+		val: uint32(s.From) | uint32(s.Event) | uint32(s.Status) | uint32(s.Count)}
+	if s.Err != nil {
+		c.val = h.keep(s.Err)
+	}
+	if st := h.steps; len(st) == cap(st) && cap(st) < 8 {
+		h.grow()
+	}
+	h.steps = append(h.steps, c)
+}
+
+func (h *Handle) grow() { h.steps = append(make([]step, 0, 8), h.steps...) }
+
+// firstSteps is the room for h's first steps. A QP that goes on at once
+// takes about 6: room for 8 from room, which holds those of the left QPs
+// of its batch from h on, made by the first that needs it. One that waits
+// for Last WQE Reached, perhaps long, gets none: its transitions take
+// what they need, grown at its next step (step).
+func (h *Handle) firstSteps(room *[]step, left int) []step {
+	if h.srq && !h.lastWQE {
+		return nil
+	}
+	if len(*room) == 0 {
+		*room = make([]step, 8*left)
+	}
+	s := (*room)[:0:8]
+	*room = (*room)[8:]
+	return s
+}
+
+// transition is the StepState of a move from -> to.
+func (h *Handle) transition(at time.Time, from, to ibv.QPState) step {
+	return step{at: at.Sub(h.r.epoch), kind: StepState, val: uint32(from), to: to}
+}
+
+// step is a Step as a handle keeps it: 32 bytes with no pointer where a
+// Step takes 80, written for every QP about six times and read only with
+// a report. Its time is from the reaper's epoch; val holds the one of
+// From, Event, Status and Count its kind has, or for a step with an Err
+// its index in Handle.errs plus one.
+type step struct {
+	at      time.Duration
+	wrid    uint64
+	carrier uint32
+	val     uint32
+	to      ibv.QPState
+	kind    StepKind
+	queue   Queue
+	outcome Outcome
+}
+
+// keep adds err to h.errs and returns its index plus one.
+func (h *Handle) keep(err error) uint32 {
+	h.errs = append(h.errs, err)
+	return uint32(len(h.errs))
+}
+
+// unpack is the Step c was made from.
+func (h *Handle) unpack(c step) Step {
+	s := Step{At: h.r.epoch.Add(c.at), WRID: c.wrid, Carrier: c.carrier, To: c.to, Kind: c.kind, Queue: c.queue, Outcome: c.outcome}
+	switch c.kind {
+	case StepState:
+		s.From = ibv.QPState(c.val)
+	case StepEvent:
+		s.Event = ibv.EventType(c.val)
+	case StepErrorWC, StepDrainDone, StepRecvDrainDone:
+		s.Status = ibv.WCStatus(c.val)
+	case StepDrainPosted, StepLastWQEStated:
+		s.Count = int(c.val)
+	case StepStall, StepOutcome:
+		if c.val != 0 {
+			s.Err = h.errs[c.val-1]
+		}
+	}
+	return s
 }

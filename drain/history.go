@@ -37,6 +37,9 @@ func (e *eventHistory) add(qp ibv.QP, at time.Time) {
 
 // take returns and forgets when qp's Last WQE Reached was seen.
 func (e *eventHistory) take(qp ibv.QP) (time.Time, bool) {
+	if len(e.at) == 0 {
+		return time.Time{}, false // a lookup by interface checks the key first
+	}
 	at, ok := e.at[qp]
 	if ok {
 		delete(e.at, qp)

@@ -28,15 +28,8 @@ func (r *Reaper) track(id uint64) {
 // inside the post, cannot be handed to HandleWC before the reaper knows
 // the WR.
 func (r *Reaper) post(now time.Time) {
-	if r.cqErr != nil || r.shut {
+	if !r.postFlush(now) {
 		return
-	}
-	for h := r.lists[stageFlush].Front(); h != nil && r.inFlight < r.opts.Headroom; {
-		next := h.links.Next()
-		if !h.full || h.retryGen != r.pollGen {
-			r.postFor(h, now)
-		}
-		h = next
 	}
 	t := r.lists[stageBarrier].Back()
 	if t == nil || r.newest > t.barrierAfter {
@@ -54,9 +47,25 @@ func (r *Reaper) post(now time.Time) {
 		c.sendID = id
 		r.track(id)
 		r.stats.DrainWRs++
-		c.step(Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: c.qpn, Count: r.lists[stageBarrier].Len()})
+		c.step(&Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: c.qpn, Count: r.lists[stageBarrier].Len()})
 		return
 	}
+}
+
+// postFlush is post without the barrier; it returns false when nothing
+// may be posted any more.
+func (r *Reaper) postFlush(now time.Time) bool {
+	if r.cqErr != nil || r.shut {
+		return false
+	}
+	for h := r.lists[stageFlush].Front(); h != nil && r.inFlight < r.opts.Headroom; {
+		next := h.links.Next()
+		if !h.full || h.retryGen != r.pollGen {
+			r.postFor(h, now)
+		}
+		h = next
+	}
+	return true
 }
 
 // drainSend is the WR list of a send drain WR with id.
@@ -84,7 +93,7 @@ func (r *Reaper) postFor(h *Handle, now time.Time) {
 		h.needRecv, h.recvID = false, id
 		r.track(id)
 		r.stats.RecvDrainWRs++
-		h.step(Step{At: now, Kind: StepRecvDrainPosted, WRID: id})
+		h.step(&Step{At: now, Kind: StepRecvDrainPosted, WRID: id})
 	}
 	if h.needSend && r.inFlight < r.opts.Headroom {
 		id := r.nextID()
@@ -94,7 +103,7 @@ func (r *Reaper) postFor(h *Handle, now time.Time) {
 		h.needSend, h.sendID = false, id
 		r.track(id)
 		r.stats.DrainWRs++
-		h.step(Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: h.qpn, Count: 1})
+		h.step(&Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: h.qpn, Count: 1})
 	}
 	if !h.needSend && !h.needRecv {
 		r.lists[stageFlush].remove(h)
@@ -114,7 +123,7 @@ func (r *Reaper) posted(h *Handle, id uint64, err error, what string, now time.T
 	case errors.Is(err, ibv.ErrQueueFull):
 		if !h.full {
 			r.stats.PostRetries++
-			h.step(Step{At: now, Kind: StepPostRetry, WRID: id})
+			h.step(&Step{At: now, Kind: StepPostRetry, WRID: id})
 		}
 		h.full, h.retryGen = true, r.pollGen
 		return false

@@ -182,12 +182,15 @@ func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
 	return h, err
 }
 
-// AddAll is Add of every QP of qps with the same AddOptions, in one pass:
-// the reaper's lock is taken once for the QPs stated in ERROR and twice
-// for the others (before and after their moves to ERROR, which are made
-// without it), its maps are sized for the batch, and the drain WRs are
-// posted together once every QP is in. hs[i] is qps[i]'s handle, nil when
-// Add would have refused it; err joins the refusals, each naming its QP.
+// AddAll is Add of every QP of qps with the same AddOptions, in one pass,
+// 64 QPs at a time: for each 64 the reaper's lock is taken once for the
+// QPs stated in ERROR and twice for the others (before and after their
+// moves to ERROR, which are made without it) and their drain WRs are
+// posted; its table of QPs is sized for the batch, and a barrier drain WR
+// for the SRQ sides that need one is posted once every QP is in. The
+// handles of each 64 are one allocation, freed once none is referenced.
+// hs[i] is qps[i]'s handle, nil when Add would have refused it; err joins
+// the refusals, each naming its QP.
 func (r *Reaper) AddAll(qps []ibv.QP, o AddOptions) (hs []*Handle, err error) {
 	hs = make([]*Handle, len(qps))
 	var errs []error
@@ -200,83 +203,112 @@ func (r *Reaper) AddAll(qps []ibv.QP, o AddOptions) (hs []*Handle, err error) {
 	return hs, errors.Join(errs...)
 }
 
-// addAll adds qps and tells done, in order, each one's handle or refusal.
+// addChunk is how many QPs addAll takes in at a time, their drain WRs
+// posted before the next ones come: their handles and QPs are still in
+// the cache then, where a batch of thousands would have left it.
+const addChunk = 64
+
+// addAll adds qps and tells done each one's handle or refusal, addChunk
+// QPs at a time.
 func (r *Reaper) addAll(qps []ibv.QP, o AddOptions, done func(i int, h *Handle, err error)) {
-	now := r.opts.Clock.Now()
-	hs := make([]*Handle, len(qps))
-	for i, qp := range qps {
-		h, err := r.newHandle(qp, o, now)
-		if err != nil {
-			done(i, nil, err)
-			continue
-		}
-		hs[i] = h
+	var hs [addChunk]*Handle
+	var ms [addChunk]move
+	for first := 0; first < len(qps); first += addChunk {
+		n := min(addChunk, len(qps)-first)
+		r.addSome(qps, first, o, hs[:n], ms[:n], done)
 	}
-	move := make([]bool, len(hs))
+}
+
+// move is a QP's move to ERROR made without the reaper's lock (moveAll):
+// whether it is to be made, and its steps and error once made.
+type move struct {
+	do    bool
+	steps []step
+	err   error
+}
+
+// addSome adds the len(hs) QPs of qps from first on; hs and ms are its
+// room. It posts their drain WRs, and, once the last of qps is in, the
+// barrier their SRQ sides may wait for, so that a batch shares one. Their
+// handles are one allocation, and so are the steps of those that go on at
+// once.
+func (r *Reaper) addSome(qps []ibv.QP, first int, o AddOptions, hs []*Handle, ms []move, done func(i int, h *Handle, err error)) {
+	now := r.opts.Clock.Now()
+	slab := make([]Handle, len(hs))
+	for i := range hs {
+		hs[i], ms[i] = &slab[i], move{}
+		if err := r.newHandle(hs[i], qps[first+i], o, now); err != nil {
+			hs[i] = nil
+			done(first+i, nil, err)
+		}
+	}
+	var room []step
 	toMove := 0
 	r.mu.Lock()
-	r.byNum.reserve(len(qps)) // a batch does not grow it step by step
+	if first == 0 {
+		r.byNum.reserve(len(qps)) // a batch does not grow it step by step
+	}
 	for i, h := range hs {
 		if h == nil {
 			continue
 		}
 		if err := r.admit(h, now); err != nil {
 			hs[i] = nil
-			done(i, nil, err)
+			done(first+i, nil, err)
 			continue
 		}
 		if h.stage != stageAdding {
 			continue // proving: only a poll moves it on
 		}
+		steps := h.firstSteps(&room, len(hs)-i)
 		if h.given == ibv.QPSErr {
-			steps, err := r.moveToError(h, now)
-			h.report.Steps = steps // the first: nothing came before
-			r.started(h, steps, err, now)
+			var err error
+			h.steps, err = r.moveToError(h, now, steps) // the first: nothing came before
+			r.started(h, h.steps, err, now)
 			continue
 		}
-		move[i] = true
+		ms[i] = move{do: true, steps: steps}
 		toMove++
 	}
 	if toMove > 0 {
-		now = r.moveAll(hs, move, now)
+		now = r.moveAll(hs, ms, now)
 	}
-	r.post(now)
+	if first+len(hs) == len(qps) {
+		r.post(now)
+	} else {
+		r.postFlush(now)
+	}
 	r.wakeForDeadline()
 	r.mu.Unlock()
 	for i, h := range hs {
 		if h != nil {
-			done(i, h, nil)
+			done(first+i, h, nil)
 		}
 	}
 }
 
-// moveAll moves the QPs of hs marked in move to ERROR (their steps dated
-// began) without r.mu, which the caller holds, then goes on with their
-// drains under it and returns the time it took it back.
-func (r *Reaper) moveAll(hs []*Handle, move []bool, began time.Time) time.Time {
+// moveAll makes the moves to ERROR of hs that ms says to make (their steps
+// dated began) without r.mu, which the caller holds, then goes on with
+// their drains under it and returns the time it took it back.
+func (r *Reaper) moveAll(hs []*Handle, ms []move, began time.Time) time.Time {
 	r.mu.Unlock()
-	type moved struct {
-		steps []Step
-		err   error
-	}
-	ms := make([]moved, len(hs))
 	for i, h := range hs {
-		if move[i] {
-			ms[i].steps, ms[i].err = r.moveToError(h, began)
+		if ms[i].do {
+			ms[i].steps, ms[i].err = r.moveToError(h, began, ms[i].steps)
 		}
 	}
 	r.mu.Lock()
 	now := r.opts.Clock.Now()
 	for i, h := range hs {
-		if !move[i] {
+		if !ms[i].do {
 			continue
 		}
 		// Completions and events that arrived during the modify were
 		// caused by it: the transitions go first.
-		if len(h.report.Steps) == 0 {
-			h.report.Steps = ms[i].steps
+		if len(h.steps) == 0 {
+			h.steps = ms[i].steps
 		} else {
-			h.report.Steps = slices.Insert(h.report.Steps, 0, ms[i].steps...)
+			h.steps = slices.Insert(h.steps, 0, ms[i].steps...)
 		}
 		r.started(h, ms[i].steps, ms[i].err, now)
 	}
@@ -284,43 +316,46 @@ func (r *Reaper) moveAll(hs []*Handle, move []bool, began time.Time) time.Time {
 }
 
 // newHandle checks what Add can check of qp and o without the lock and
-// returns qp's handle.
-func (r *Reaper) newHandle(qp ibv.QP, o AddOptions, now time.Time) (*Handle, error) {
+// makes h, zero, qp's handle.
+func (r *Reaper) newHandle(h *Handle, qp ibv.QP, o AddOptions, now time.Time) error {
 	if qp == nil {
-		return nil, fmt.Errorf("adding a nil QP: %w", ibv.ErrInvalidArgument)
+		return fmt.Errorf("adding a nil QP: %w", ibv.ErrInvalidArgument)
 	}
 	qpn := qp.Num()
 	switch {
 	case !r.cqOK:
-		return nil, fmt.Errorf("qpn %d: the reaper's CQ, a %T, cannot be compared, and the reaper tells CQs apart by identity: %w", qpn, r.cq, ErrUnsupportedQP)
+		return fmt.Errorf("qpn %d: the reaper's CQ, a %T, cannot be compared, and the reaper tells CQs apart by identity: %w", qpn, r.cq, ErrUnsupportedQP)
 	case !identifiable(qp):
-		return nil, fmt.Errorf("qpn %d: a %T cannot be compared, and the reaper tells QPs apart by identity: %w", qpn, qp, ErrUnsupportedQP)
+		return fmt.Errorf("qpn %d: a %T cannot be compared, and the reaper tells QPs apart by identity: %w", qpn, qp, ErrUnsupportedQP)
 	}
 	if t := qp.Type(); t != ibv.QPTRC && t != ibv.QPTUC {
-		return nil, fmt.Errorf("qpn %d is a %s QP: %w", qpn, t, ErrUnsupportedQP)
+		return fmt.Errorf("qpn %d is a %s QP: %w", qpn, t, ErrUnsupportedQP)
 	}
 	if qp.SendCQ() != r.cq || qp.RecvCQ() != r.cq {
-		return nil, fmt.Errorf("qpn %d does not complete into the reaper's CQ on both queues: %w", qpn, ErrUnsupportedQP)
+		return fmt.Errorf("qpn %d does not complete into the reaper's CQ on both queues: %w", qpn, ErrUnsupportedQP)
 	}
 	srq := qp.SRQ() != nil
 	if o.CountRecvs && !srq && (r.opts.Queue == nil || o.Recvs < 0) {
-		return nil, fmt.Errorf("qpn %d: counting %d receives needs a non-negative count and Options.Queue: %w", qpn, o.Recvs, ibv.ErrInvalidArgument)
+		return fmt.Errorf("qpn %d: counting %d receives needs a non-negative count and Options.Queue: %w", qpn, o.Recvs, ibv.ErrInvalidArgument)
 	}
 	if o.StateKnown && o.State > ibv.QPSErr {
-		return nil, fmt.Errorf("qpn %d: stated state %s is not a QP state: %w", qpn, o.State, ibv.ErrInvalidArgument)
+		return fmt.Errorf("qpn %d: stated state %s is not a QP state: %w", qpn, o.State, ibv.ErrInvalidArgument)
 	}
-	h := &Handle{r: r, qp: qp, qpn: qpn, given: ibv.QPSUnknown, srq: srq, lastWQE: srq && o.LastWQESeen, noSends: o.NoSends, stated: o.LastWQESeen}
+	// Field by field: h is zero, and a struct assigned whole would be
+	// cleared again first.
+	h.r, h.qp, h.qpn, h.given = r, qp, qpn, ibv.QPSUnknown
+	h.srq, h.lastWQE, h.noSends, h.stated = srq, srq && o.LastWQESeen, o.NoSends, o.LastWQESeen
 	if o.StateKnown {
 		h.given = o.State
 	}
-	h.report = Report{QPNum: qpn, SRQ: srq, Start: now}
+	h.report.QPNum, h.report.SRQ, h.report.Start = qpn, srq, now
 	if o.CountRecvs && !srq {
 		h.countRecvs, h.recvsLeft = true, o.Recvs
 		if o.Recvs == 0 {
 			h.report.Recv.By = ProofRecvCount
 		}
 	}
-	return h, nil
+	return nil
 }
 
 // admit enters h under r.mu: its QP number names it from now on, so that
@@ -378,20 +413,21 @@ func (r *Reaper) admit(h *Handle, now time.Time) error {
 func (r *Reaper) begin(h *Handle, proven bool, now time.Time) {
 	r.lists[stageProving].remove(h)
 	if proven && !h.unsure {
-		h.step(Step{At: now, Kind: StepCQEmpty})
+		h.step(&Step{At: now, Kind: StepCQEmpty})
 	} else {
 		h.countRecvs, h.recvsLeft = false, 0
-		h.step(Step{At: now, Kind: StepCountNotTrusted})
+		h.step(&Step{At: now, Kind: StepCountNotTrusted})
 	}
 	h.stage = stageAdding
-	steps, err := r.moveToError(h, now)
-	h.report.Steps = append(h.report.Steps, steps...)
-	r.started(h, steps, err, now)
+	k := len(h.steps)
+	var err error
+	h.steps, err = r.moveToError(h, now, h.steps)
+	r.started(h, h.steps[k:], err, now)
 }
 
 // started goes on with h's drain once the move to ERROR (steps, err) is
 // done.
-func (r *Reaper) started(h *Handle, steps []Step, err error, now time.Time) {
+func (r *Reaper) started(h *Handle, steps []step, err error, now time.Time) {
 	switch {
 	case h.stage != stageAdding:
 		// A CQ error or shutdown ended the drain meanwhile.
@@ -400,7 +436,7 @@ func (r *Reaper) started(h *Handle, steps []Step, err error, now time.Time) {
 		r.finish(h, Failed, fmt.Errorf("qpn %d: %w: %w", h.qpn, ErrModifyToError, err), now)
 		return
 	}
-	foundInError := len(steps) == 1 && steps[0].From == ibv.QPSErr
+	foundInError := len(steps) == 1 && ibv.QPState(steps[0].val) == ibv.QPSErr
 	if h.noSends {
 		h.report.Send.By = ProofNoSends
 	} else {
@@ -410,9 +446,9 @@ func (r *Reaper) started(h *Handle, steps []Step, err error, now time.Time) {
 	case h.srq:
 		if at, ok := r.history.take(h.qp); ok && foundInError && !h.lastWQE {
 			h.lastWQE = true
-			h.step(Step{At: at, Kind: StepLastWQEStated, Count: 1})
+			h.step(&Step{At: at, Kind: StepLastWQEStated, Count: 1})
 		} else if h.stated {
-			h.step(Step{At: now, Kind: StepLastWQEStated})
+			h.step(&Step{At: now, Kind: StepLastWQEStated})
 		}
 		// Every QP its own drain WR: the SRQ side too is proven by it.
 		h.needSend = h.needSend || r.opts.MaxBatch == 1
@@ -430,40 +466,34 @@ func (r *Reaper) started(h *Handle, steps []Step, err error, now time.Time) {
 }
 
 // moveToError moves h's QP to ERROR unless it is there, through RTS when
-// Options.ViaRTS asks it of a QP in RTR, and returns the transitions. It
-// queries the state only when AddOptions did not state it.
-func (r *Reaper) moveToError(h *Handle, began time.Time) ([]Step, error) {
+// Options.ViaRTS asks it of a QP in RTR, and returns steps with the
+// transitions appended (Handle.firstSteps); h's own steps it leaves alone,
+// as moveAll calls it without r.mu. It queries the state only when
+// AddOptions did not state it.
+func (r *Reaper) moveToError(h *Handle, began time.Time, steps []step) ([]step, error) {
 	qp, from := h.qp, h.given
 	if from == ibv.QPSUnknown {
 		attr, _, err := qp.Query(ibv.QPAttrState)
 		if err != nil {
-			return []Step{{At: began, Kind: StepState, From: ibv.QPSUnknown, To: ibv.QPSErr}}, fmt.Errorf("querying the state: %w", err)
+			return append(steps, h.transition(began, ibv.QPSUnknown, ibv.QPSErr)), fmt.Errorf("querying the state: %w", err)
 		}
 		from = attr.State
 	}
-	// The first allocation of the steps holds them all for a QP that goes
-	// on at once (about 6); one that waits for Last WQE Reached, perhaps
-	// long, holds one until its second step.
-	n := 8
-	if h.srq && !h.lastWQE {
-		n = 1
-	}
 	if from == ibv.QPSErr {
-		return append(make([]Step, 0, n), Step{At: began, Kind: StepState, From: from, To: ibv.QPSErr}), nil
+		return append(steps, h.transition(began, from, ibv.QPSErr)), nil
 	}
-	steps := make([]Step, 0, max(n, 3))
 	if from == ibv.QPSRTR && r.opts.ViaRTS {
 		// The attributes RTR -> RTS requires (IBTA Table 91); their values
 		// do not matter to a QP about to enter ERROR.
 		rts := ibv.QPAttr{State: ibv.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}
 		mask := ibv.QPAttrState | ibv.QPAttrTimeout | ibv.QPAttrRetryCnt | ibv.QPAttrRNRRetry | ibv.QPAttrSQPSN | ibv.QPAttrMaxQPRdAtomic
+		steps = append(steps, h.transition(began, from, ibv.QPSRTS))
 		if err := qp.Modify(rts, mask); err != nil {
-			return append(steps, Step{At: began, Kind: StepState, From: from, To: ibv.QPSRTS}), fmt.Errorf("modifying RTR -> RTS: %w", err)
+			return steps, fmt.Errorf("modifying RTR -> RTS: %w", err)
 		}
-		steps = append(steps, Step{At: began, Kind: StepState, From: from, To: ibv.QPSRTS})
 		from = ibv.QPSRTS
 	}
-	steps = append(steps, Step{At: began, Kind: StepState, From: from, To: ibv.QPSErr})
+	steps = append(steps, h.transition(began, from, ibv.QPSErr))
 	if err := qp.Modify(ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState); err != nil {
 		return steps, fmt.Errorf("modifying %s -> ERR: %w", from, err)
 	}
@@ -514,29 +544,34 @@ func (r *Reaper) HandleWC(wc ibv.WC) (claimed bool) {
 	defer r.mu.Unlock()
 	now := r.opts.Clock.Now()
 	r.fed = now
-	claimed = r.handleWC(wc, now)
+	claimed, _ = r.handleWC([]ibv.WC{wc}, now)
 	r.expire(now)
 	return claimed
 }
 
-func (r *Reaper) handleWC(wc ibv.WC, now time.Time) bool {
+// handleWC takes the first completion of wcs, not empty, and those after
+// it in a run of the same QP's that it counts with it: a poll finds a QP's
+// flushes together, and one lookup serves them all. It returns whether
+// they are a drain WR's (only ever one) and how many it took.
+func (r *Reaper) handleWC(wcs []ibv.WC, now time.Time) (claimed bool, n int) {
 	r.pollGen++
+	wc := &wcs[0]
 	if IsDrainWRID(wc.ID) {
-		r.drainWC(wc, now)
-		return true
+		r.drainWC(*wc, now)
+		return true, 1
 	}
 	h := r.lookup(wc.QPNum)
 	if h == nil {
-		return false
+		return false, 1
 	}
 	switch h.stage {
 	case stageQuarantine:
+		return false, 1
 	case stageProving:
 		h.unsure = true
-	default:
-		r.count(h, wc, now)
+		return false, 1
 	}
-	return false
+	return false, r.count(h, wcs, now)
 }
 
 // lookup returns the handle the QP number qpn stands for, nil if none.
@@ -557,42 +592,37 @@ func (r *Reaper) lookup(qpn uint32) *Handle {
 	return h
 }
 
-// count records a completion of a QP being drained.
-func (r *Reaper) count(h *Handle, wc ibv.WC, now time.Time) {
-	q := QueueUnknown
-	if r.opts.Queue != nil {
-		q = r.opts.Queue(wc)
-	}
-	f := &h.report.Flushed[q]
+// count records the completions of h, a QP being drained, at the front of
+// wcs, up to the first of another QP or a drain WR's, and returns how many
+// it took: it stops after one that moved h on (its last counted receive).
+func (r *Reaper) count(h *Handle, wcs []ibv.WC, now time.Time) int {
 	at := now.Sub(h.report.Start)
-	if f.Flushed+f.Other == 0 {
-		f.First = at
+	if r.opts.Queue == nil {
+		// One queue for all, and no receives counted (AddOptions.CountRecvs
+		// needs Options.Queue): the run at once.
+		return h.tally(QueueUnknown, wcs, at, now)
 	}
-	f.Last = at
-	switch wc.Status {
-	case ibv.WCWRFlushErr:
-		if f.Flushed == 0 {
-			h.step(Step{At: now, Kind: StepFlushed, Queue: q})
+	for i := range wcs {
+		if i > 0 && (wcs[i].QPNum != h.qpn || IsDrainWRID(wcs[i].ID)) {
+			return i
 		}
-		f.Flushed++
-	case ibv.WCSuccess:
-		f.Other++
-	default:
-		f.Other++
-		h.step(Step{At: now, Kind: StepErrorWC, Queue: q, Status: wc.Status, WRID: wc.ID})
-	}
-	if q != QueueRecv || !h.countRecvs || h.recvsLeft == 0 {
-		return
-	}
-	h.recvsLeft--
-	h.report.Recv.Count++
-	if h.recvsLeft == 0 {
-		h.report.Recv.By = ProofRecvCount
-		if h.stage == stageWait {
-			r.lists[stageWait].remove(h)
-			r.place(h, now)
+		q := r.opts.Queue(wcs[i])
+		h.tally(q, wcs[i:i+1], at, now)
+		if q != QueueRecv || !h.countRecvs || h.recvsLeft == 0 {
+			continue
+		}
+		h.recvsLeft--
+		h.report.Recv.Count++
+		if h.recvsLeft == 0 {
+			h.report.Recv.By = ProofRecvCount
+			if h.stage == stageWait {
+				r.lists[stageWait].remove(h)
+				r.place(h, now)
+				return i + 1
+			}
 		}
 	}
+	return len(wcs)
 }
 
 // drainWC takes a drain WR's completion: the proof of the queue it was
@@ -635,12 +665,12 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 	switch wc.ID {
 	case h.recvID:
 		h.recvID = 0
-		h.step(Step{At: now, Kind: StepRecvDrainDone, WRID: wc.ID, Status: wc.Status})
+		h.step(&Step{At: now, Kind: StepRecvDrainDone, WRID: wc.ID, Status: wc.Status})
 		h.report.Recv = QueueProof{By: ProofRecvDrainWR, Carrier: h.qpn, WRID: wc.ID}
 	case h.sendID:
 		h.sendID = 0
 		if h.stage != stageBarrier {
-			h.step(Step{At: now, Kind: StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
+			h.step(&Step{At: now, Kind: StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
 			h.report.Batch = batch
 			if h.report.Send.By == ProofNone {
 				h.report.Send = QueueProof{By: ProofSendDrainWR, Carrier: h.qpn, WRID: wc.ID}
@@ -663,7 +693,7 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 	for range riders {
 		b := r.lists[stageBarrier].Front()
 		r.lists[stageBarrier].remove(b)
-		b.step(Step{At: now, Kind: StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
+		b.step(&Step{At: now, Kind: StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
 		b.report.Batch = batch
 		r.barrier(b, wc.ID, h.qpn)
 		r.place(b, now)
@@ -675,7 +705,7 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 func (r *Reaper) barrier(h *Handle, id uint64, carrier uint32) {
 	h.barrierDone = true
 	if h.lastWQE && h.report.Recv.By == ProofNone {
-		h.report.Recv = QueueProof{By: ProofBarrier, Carrier: carrier, WRID: id, Stated: h.statedLastWQE()}
+		h.report.Recv = QueueProof{By: ProofBarrier, Carrier: carrier, WRID: id, Stated: !h.sawLastWQE}
 	}
 }
 
@@ -712,10 +742,11 @@ func (r *Reaper) HandleEvent(ev ibv.AsyncEvent) (claimed bool) {
 		r.stats.LateEvents++
 		return true
 	}
-	h.step(Step{At: now, Kind: StepEvent, Event: ev.Type})
+	h.step(&Step{At: now, Kind: StepEvent, Event: ev.Type})
 	if ev.Type != ibv.EventQPLastWQEReached {
 		return true
 	}
+	h.sawLastWQE = true
 	if h.lastWQE {
 		r.stats.RepeatedLastWQE++
 		return true
@@ -807,7 +838,7 @@ func (r *Reaper) cqEmpty(polledAt time.Time) {
 		next := h.links.Next()
 		if h.since < t {
 			r.lists[stageEmptyWait].remove(h)
-			h.step(Step{At: now, Kind: StepCQEmpty})
+			h.step(&Step{At: now, Kind: StepCQEmpty})
 			r.finish(h, DestroyedAfterEmptyCQ, nil, now)
 		}
 		h = next
@@ -889,7 +920,7 @@ func (r *Reaper) conclude(h *Handle, o Outcome, err error, now time.Time) {
 		rep.Send.Missing = MissingSendDrainWR
 	}
 	rep.Outcome, rep.Err = o, err
-	h.step(Step{At: now, Kind: StepOutcome, Outcome: o, Err: err})
+	h.step(&Step{At: now, Kind: StepOutcome, Outcome: o, Err: err})
 	if o != Safe {
 		r.logf(h, "drain ended: %s: %v", o, err)
 	}

@@ -306,7 +306,26 @@ type Report struct {
 
 // Proven reports whether every queue of the QP has a proof. A Safe
 // outcome implies it.
-func (r *Report) Proven() bool { return r.Recv.By != ProofNone && r.Send.By != ProofNone }
+func (r *Report) Proven() bool { return proven(r.Recv, r.Send) }
+
+func proven(recv, send QueueProof) bool { return recv.By != ProofNone && send.By != ProofNone }
+
+// progress is a Report as its handle keeps it, field for field but the
+// steps, which the handle keeps compact (step) and a snapshot builds.
+type progress struct {
+	QPNum      uint32
+	SRQ        bool
+	Start      time.Time
+	Flushed    [3]Flushed
+	Recv, Send QueueProof
+	Batch      int
+	Stall      error
+	Outcome    Outcome
+	Err        error
+}
+
+// Proven is Report.Proven.
+func (p *progress) Proven() bool { return proven(p.Recv, p.Send) }
 
 // Duration is the time from the start of the drain to its outcome (or to
 // its last step while pending).

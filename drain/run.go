@@ -44,14 +44,17 @@ func (r *Reaper) poll(onWC func(ibv.WC)) (int, error) {
 		return 0, nil
 	}
 	now := r.opts.Clock.Now()
-	foreign := wcs[:0]
-	for _, wc := range wcs[:n] {
-		if !r.handleWC(wc, now) {
-			foreign = append(foreign, wc)
+	foreign := wcs[:0] // kept for onWC only: Poll just counts them
+	for i := 0; i < n; {
+		claimed, k := r.handleWC(wcs[i:n], now)
+		switch {
+		case claimed:
+		case onWC == nil:
+			r.stats.ForeignWCs += k
+		default:
+			foreign = append(foreign, wcs[i:i+k]...)
 		}
-	}
-	if onWC == nil {
-		r.stats.ForeignWCs += len(foreign)
+		i += k
 	}
 	r.expire(now)
 	r.mu.Unlock()
