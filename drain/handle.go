@@ -210,20 +210,32 @@ func (h *Handle) step(s *Step) {
 
 func (h *Handle) grow() { h.steps = append(make([]step, 0, 8), h.steps...) }
 
-// firstSteps is the room for h's first steps. A QP that goes on at once
-// takes about 6: room for 8 from room, which holds those of the left QPs
-// of its batch from h on, made by the first that needs it. One that waits
-// for Last WQE Reached, perhaps long, gets none: its transitions take
-// what they need, grown at its next step (step).
+// firstSteps is the room for h's first steps, from room, which holds
+// those of the left QPs of its batch from h on, made by the first that
+// needs it. A QP that goes on at once and ends Safe takes 8: its state, a
+// drain WR posted and done on each of its two queues, a first flush on
+// each, the outcome. An SRQ QP takes its stated Last WQE Reached in
+// place of the receive drain WR's two, and without Options.Queue one
+// flush step counts both queues: room for what it takes and no more, as
+// rooms are zeroed when made and read again in every pass over the
+// handles. One that waits for Last WQE Reached, perhaps long, gets none:
+// its transitions take what they need, grown at its next step (step).
 func (h *Handle) firstSteps(room *[]step, left int) []step {
 	if h.srq && !h.lastWQE {
 		return nil
 	}
-	if len(*room) == 0 {
-		*room = make([]step, 8*left)
+	n := 8
+	if h.srq {
+		n--
 	}
-	s := (*room)[:0:8]
-	*room = (*room)[8:]
+	if h.r.opts.Queue == nil {
+		n--
+	}
+	if len(*room) < n {
+		*room = make([]step, n*left)
+	}
+	s := (*room)[:0:n]
+	*room = (*room)[n:]
 	return s
 }
 
