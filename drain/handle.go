@@ -20,9 +20,11 @@ type Handle struct {
 	// given is the state AddOptions stated, QPSUnknown when none was.
 	given ibv.QPState
 
-	// Guarded by r.mu. What a poll reads of every QP comes first, within
-	// three cache lines: the stage, the list links, the steps, the report's
-	// start and counts.
+	// Guarded by r.mu. What a poll reads of every QP comes first: the
+	// stage, the list links, the steps; then what a drain WR's completion
+	// reads and writes (the drain WRs, the done channel, then the report's
+	// proofs and outcome, progress), then what counting flushes does (the
+	// report's start and counts). The rest is for rarer paths.
 	stage       stage
 	on          stage // the stage of the list h is on, stageAdding for none (a byte: a pointer would cost 8 per QP)
 	srq         bool
@@ -40,14 +42,14 @@ type Handle struct {
 	sawLastWQE  bool // a Last WQE Reached of the QP was handed to HandleEvent (a step)
 	links       ilist.Links[Handle]
 	steps       []step
-	report      progress
-	done        chan struct{} // made by Done on demand, closed at the outcome
-	recvsLeft   int
 	sendID      uint64 // outstanding drain WRs
 	recvID      uint64
 	// barrierAfter is the sequence number of the last drain WR posted
 	// before the QP became ready: only a later one is a barrier for it.
 	barrierAfter uint64
+	done         chan struct{} // made by Done on demand, closed at the outcome
+	report       progress
+	recvsLeft    int
 	retryGen     uint64
 	deadline     time.Duration // since r.epoch, of the wait the QP's list stands for
 	// since (since r.epoch) is when a proving QP was added, or when a
@@ -189,34 +191,51 @@ func (h *Handle) tally(q Queue, wcs []ibv.WC, at time.Duration, now time.Time) i
 // one of From, Event, Status and Count that is set, with no switch by kind
 // (see the type step). A drain that goes past its first step takes about
 // 6, so the second grows the slice to 8 at once instead of doubling from 1.
+//
+// The step is written in place, field by field: one built aside and
+// copied in is read back with wide loads that wait for its narrow stores,
+// and those wait behind the stores to handles not yet in the cache.
 func (h *Handle) step(s *Step) {
-	c := step{at: s.At.Sub(h.r.epoch), wrid: s.WRID, carrier: s.Carrier, to: s.To, kind: s.Kind, queue: s.Queue, outcome: s.Outcome,
-		val: uint32(s.From) | uint32(s.Event) | uint32(s.Status) | uint32(s.Count)}
-	if s.Err != nil {
-		c.val = h.keep(s.Err)
-	}
 	if st := h.steps; len(st) == cap(st) && cap(st) < 8 {
 		h.grow()
 	}
-	h.steps = append(h.steps, c)
+	h.steps = append(h.steps, step{})
+	c := &h.steps[len(h.steps)-1]
+	c.at, c.wrid, c.carrier, c.to, c.kind, c.queue, c.outcome = s.At.Sub(h.r.epoch), s.WRID, s.Carrier, s.To, s.Kind, s.Queue, s.Outcome
+	c.val = uint32(s.From) | uint32(s.Event) | uint32(s.Status) | uint32(s.Count)
+	if s.Err != nil {
+		c.val = h.keep(s.Err)
+	}
 }
 
 func (h *Handle) grow() { h.steps = append(make([]step, 0, 8), h.steps...) }
 
-// firstSteps is the room for h's first steps. A QP that goes on at once
-// takes about 6: room for 8 from room, which holds those of the left QPs
-// of its batch from h on, made by the first that needs it. One that waits
-// for Last WQE Reached, perhaps long, gets none: its transitions take
-// what they need, grown at its next step (step).
+// firstSteps is the room for h's first steps, from room, which holds
+// those of the left QPs of its batch from h on, made by the first that
+// needs it. A QP that goes on at once and ends Safe takes 8: its state, a
+// drain WR posted and done on each of its two queues, a first flush on
+// each, the outcome. An SRQ QP takes its stated Last WQE Reached in
+// place of the receive drain WR's two, and without Options.Queue one
+// flush step counts both queues: room for what it takes and no more, as
+// rooms are zeroed when made and read again in every pass over the
+// handles. One that waits for Last WQE Reached, perhaps long, gets none:
+// its transitions take what they need, grown at its next step (step).
 func (h *Handle) firstSteps(room *[]step, left int) []step {
 	if h.srq && !h.lastWQE {
 		return nil
 	}
-	if len(*room) == 0 {
-		*room = make([]step, 8*left)
+	n := 8
+	if h.srq {
+		n--
 	}
-	s := (*room)[:0:8]
-	*room = (*room)[8:]
+	if h.r.opts.Queue == nil {
+		n--
+	}
+	if len(*room) < n {
+		*room = make([]step, n*left)
+	}
+	s := (*room)[:0:n]
+	*room = (*room)[n:]
 	return s
 }
 

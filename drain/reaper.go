@@ -234,10 +234,20 @@ type move struct {
 // once.
 func (r *Reaper) addSome(qps []ibv.QP, first int, o AddOptions, hs []*Handle, ms []move, done func(i int, h *Handle, err error)) {
 	now := r.opts.Clock.Now()
+	// The numbers first, in a loop of their own: a number is the first read
+	// of its QP, often a cache miss, and the misses of a loop that does
+	// nothing else overlap, where the checks and fills between them would
+	// wait for each in turn.
+	var nums [addChunk]uint32
+	for i := range hs {
+		if qp := qps[first+i]; qp != nil {
+			nums[i] = qp.Num()
+		}
+	}
 	slab := make([]Handle, len(hs))
 	for i := range hs {
 		hs[i], ms[i] = &slab[i], move{}
-		if err := r.newHandle(hs[i], qps[first+i], o, now); err != nil {
+		if err := r.newHandle(hs[i], qps[first+i], nums[i], o, now); err != nil {
 			hs[i] = nil
 			done(first+i, nil, err)
 		}
@@ -315,13 +325,12 @@ func (r *Reaper) moveAll(hs []*Handle, ms []move, began time.Time) time.Time {
 	return now
 }
 
-// newHandle checks what Add can check of qp and o without the lock and
-// makes h, zero, qp's handle.
-func (r *Reaper) newHandle(h *Handle, qp ibv.QP, o AddOptions, now time.Time) error {
+// newHandle checks what Add can check of qp (its number qpn) and o
+// without the lock and makes h, zero, qp's handle.
+func (r *Reaper) newHandle(h *Handle, qp ibv.QP, qpn uint32, o AddOptions, now time.Time) error {
 	if qp == nil {
 		return fmt.Errorf("adding a nil QP: %w", ibv.ErrInvalidArgument)
 	}
-	qpn := qp.Num()
 	switch {
 	case !r.cqOK:
 		return fmt.Errorf("qpn %d: the reaper's CQ, a %T, cannot be compared, and the reaper tells CQs apart by identity: %w", qpn, r.cq, ErrUnsupportedQP)
