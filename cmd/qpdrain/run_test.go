@@ -44,3 +44,13 @@ func wantAll(t *testing.T, what, out string, wants ...string) {
 		}
 	}
 }
+
+// runQpdrain runs the CLI in this process.
+func runQpdrain(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	stdout, stderr, err := runRoot(args...)
+	if err != nil {
+		t.Logf("qpdrain %s: %v\n%s", strings.Join(args, " "), err, stderr)
+	}
+	return stdout, err
+}
