@@ -45,7 +45,7 @@ func newSimulateCmd(opts *globalOptions) *cobra.Command {
 			"Exit status 1 when a QP is not safe to destroy (quarantined or failed).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			res, err := simulate(cmd.Context(), o, opts)
+			res, err := simulate(cmdContext(cmd), o, opts)
 			if err != nil {
 				return withExitCode(exitError, fmt.Errorf("simulate: %w", err))
 			}
@@ -86,9 +86,6 @@ type simResult struct {
 
 // simulate runs the drain simulation the flags describe.
 func simulate(ctx context.Context, o *simulateOptions, g *globalOptions) (*simResult, error) {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	d := &scenario.Drain{QPs: o.qps, NoSRQ: o.noSRQ, Taken: o.taken, Sends: o.sends, Quirks: o.quirks.quirks,
 		Policy: o.policy, MaxBatch: o.maxBatch, MaxQuarantine: o.maxQuarantine, RecvDrain: o.recvDrain,
 		Timeout: o.timeout, Log: g.log}
