@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/mdlayher/netlink"
 	"github.com/mdlayher/netlink/nltest"
-	"golang.org/x/sys/unix"
 )
 
 // qpEntry builds one RES_QP_ENTRY from attribute setters.
@@ -127,7 +127,7 @@ func (f fakeKernel) dial(t testing.TB) *Conn {
 			// read as NLM_F_ACK_TLVS in a reply: build the error plainly.
 			r := req[0]
 			r.Header.Flags = 0
-			return nltest.Error(int(unix.EOPNOTSUPP), []netlink.Message{r})
+			return nltest.Error(int(syscall.EOPNOTSUPP), []netlink.Message{r})
 		}
 		msgs := make([]netlink.Message, 0, len(bodies)+1)
 		for _, b := range bodies {
@@ -146,7 +146,7 @@ func TestConnErrorsNameCommandAndDevice(t *testing.T) {
 	defer c.Close()
 	_, err := c.QPs(context.Background(), Device{Index: 1, Name: "rxe0"})
 	var e *Error
-	if !errors.As(err, &e) || e.Command != CmdResQPGet || e.Device != "rxe0" || !errors.Is(err, unix.EOPNOTSUPP) {
+	if !errors.As(err, &e) || e.Command != CmdResQPGet || e.Device != "rxe0" || !errors.Is(err, syscall.EOPNOTSUPP) {
 		t.Fatalf("err %v, want an *Error of RES_QP_GET on rxe0 wrapping EOPNOTSUPP", err)
 	}
 	if msg := err.Error(); !strings.Contains(msg, "dumping QPs of rxe0 (RES_QP_GET)") {

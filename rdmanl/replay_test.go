@@ -14,6 +14,27 @@ import (
 	"github.com/mdlayher/netlink/nltest"
 )
 
+// recording is the replies to one request.
+type recording struct {
+	name string
+	msgs []netlink.Message
+}
+
+// wantQP is what a replayed dump must contain, written next to the
+// recordings (want.json).
+type wantQP struct {
+	LQPN  uint32 `json:"lqpn"`
+	Type  string `json:"type"`
+	State string `json:"state"`
+}
+
+type wantFile struct {
+	Device string   `json:"device"`
+	PID    uint32   `json:"pid"`
+	PDN    uint32   `json:"pdn"`
+	QPs    []wantQP `json:"qps"`
+}
+
 // kernelRecording is every reply one kernel gave (testdata/<kernel>/).
 type kernelRecording struct {
 	kernel string

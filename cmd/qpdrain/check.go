@@ -21,7 +21,7 @@ func init() { subcommands = append(subcommands, newCheckCmd) }
 // checkOptions are the flags of "qpdrain check".
 type checkOptions struct {
 	device  string
-	quirks  []string
+	quirks  softQuirks
 	timeout time.Duration
 }
 
@@ -73,7 +73,7 @@ func newCheckCmd(opts *globalOptions) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.device, "device", "", `RDMA device to check (default: the first one libibverbs lists, else "soft", the built-in soft device)`)
-	f.StringSliceVar(&o.quirks, "soft-quirk", nil, "provider quirk of the soft device (repeatable): "+strings.Join(soft.QuirkNames(), ", "))
+	quirkFlag(f, &o.quirks, "soft-quirk")
 	durationFlag(f, &o.timeout, "timeout", flushcheck.DefaultTimeout, fmt.Sprintf("how long each probe waits for a completion or event the specification says must come (at least %v; a retry series gets one per retry timer after its own time, 2s at the least)", flushcheck.MinTimeout),
 		atLeastDuration(flushcheck.MinTimeout))
 	return cmd
@@ -93,11 +93,7 @@ type checkResult struct {
 // calling each (if not nil) as each one finishes, and closes the device.
 // Its errors carry their exit code.
 func runCheck(ctx context.Context, o *checkOptions, head func(*checkResult), each func(*checkResult, flushcheck.Result)) (res *checkResult, err error) {
-	quirks, err := soft.ParseQuirks(o.quirks)
-	if err != nil {
-		return nil, withExitCode(exitError, fmt.Errorf("check: %w", err))
-	}
-	dev, res, err := openCheckDevice(o, quirks)
+	dev, res, err := openCheckDevice(o)
 	if err != nil {
 		return nil, fmt.Errorf("check: %w", err)
 	}
@@ -131,16 +127,16 @@ func runCheck(ctx context.Context, o *checkOptions, head func(*checkResult), eac
 // openCheckDevice opens the device --device names; without one, the first
 // device libibverbs lists, or the soft device when there is none, when the
 // build has no libibverbs, or when soft quirks were asked for.
-func openCheckDevice(o *checkOptions, quirks soft.Quirks) (ibv.Context, *checkResult, error) {
-	c := deviceChoice{name: o.device, soft: soft.Config{Quirks: quirks}}
-	if len(o.quirks) > 0 {
+func openCheckDevice(o *checkOptions) (ibv.Context, *checkResult, error) {
+	c := deviceChoice{name: o.device, soft: soft.Config{Quirks: o.quirks.quirks}}
+	if len(o.quirks.names) > 0 {
 		c.softOnly = []string{"--soft-quirk"}
 	}
 	dev, err := openDevice(c)
 	if err != nil {
 		return nil, nil, err
 	}
-	res := &checkResult{device: dev.Name(), soft: dev.soft != nil, note: dev.note, quirks: o.quirks}
+	res := &checkResult{device: dev.Name(), soft: dev.soft != nil, note: dev.note, quirks: o.quirks.names}
 	if dev.soft != nil {
 		// The probes judge retry budgets by the time they see pass.
 		dev.soft.Fabric().SetRealTime(true)
@@ -170,11 +166,7 @@ func (r *checkResult) header() string {
 			b.WriteString(": " + r.note)
 		}
 		b.WriteString(")")
-		quirks := "none"
-		if len(r.quirks) > 0 {
-			quirks = strings.Join(r.quirks, ", ")
-		}
-		fmt.Fprintf(&b, "; soft quirks: %s", quirks)
+		fmt.Fprintf(&b, "; soft quirks: %s", quirkList(r.quirks))
 	}
 	fmt.Fprintf(&b, "; timeout %v per wait", r.timeout)
 	return b.String()

@@ -176,26 +176,14 @@ func TestCheckJSON(t *testing.T) {
 }
 
 func TestCheckRejects(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		code int
-		says string
-	}{
+	wantRefused(t, []string{"check"}, []badInput{
 		{[]string{"--soft-quirk", "nope"}, exitError, `unknown quirk "nope"`},
 		{[]string{"--timeout", "0s"}, exitError, "want at least 100ms"},
 		{[]string{"--timeout", "99ms"}, exitError, `invalid argument "99ms" for "--timeout" flag: want at least 100ms`},
 		{[]string{"--device", "nosuchdevice0"}, exitUnsupported, `no such RDMA device "nosuchdevice0"`},
 		{[]string{"--device", "rxe0", "--soft-quirk", "no-last-wqe-reached"}, exitError, "--soft-quirk applies to the soft device only"},
 		{[]string{"extra-arg"}, exitError, `unknown command "extra-arg"`},
-	} {
-		out, err := runSub("check", tc.args...)
-		if code := exitCode(err); code != tc.code || err == nil || !strings.Contains(err.Error(), tc.says) {
-			t.Errorf("check %v: exit code %d (%v), want %d saying %q", tc.args, code, err, tc.code, tc.says)
-		}
-		if out != "" {
-			t.Errorf("check %v printed %q", tc.args, out)
-		}
-	}
+	})
 }
 
 // Errors outrank deviations in the exit status.

@@ -21,7 +21,7 @@ func init() { subcommands = append(subcommands, newChurnCmd) }
 // churnOptions are the flags of "qpdrain churn".
 type churnOptions struct {
 	device       string
-	quirks       []string
+	quirks       softQuirks
 	maxQP        int
 	schedule     uint64
 	seed         uint64
@@ -78,7 +78,7 @@ func newChurnCmd(opts *globalOptions) *cobra.Command {
 			if opts.json {
 				err = printJSON(out, run)
 			} else {
-				fmt.Fprintf(out, "device %s, max_qp %d, quirks: %s\n", run.Device, run.MaxQP, quirkList(o.quirks))
+				fmt.Fprintf(out, "device %s, max_qp %d, quirks: %s\n", run.Device, run.MaxQP, quirkList(o.quirks.names))
 				err = res.WriteText(out, o.rows, true)
 				if err == nil && o.plot != "" {
 					_, err = fmt.Fprintf(out, "plot: %s%s\n", o.plot, plotCut(res, o.plotUntil))
@@ -95,7 +95,7 @@ func newChurnCmd(opts *globalOptions) *cobra.Command {
 	}
 	f := cmd.Flags()
 	stringFlag(f, &o.device, "device", softDeviceName, "device: soft (the built-in soft device, peers on a second one) or a libibverbs device, peers in loopback", nonEmpty)
-	f.StringSliceVar(&o.quirks, "quirk", nil, "provider quirk of the soft device (repeatable): "+strings.Join(soft.QuirkNames(), ", "))
+	quirkFlag(f, &o.quirks, "quirk")
 	f.Uint64Var(&o.schedule, "schedule-seed", 0, "make the soft device adversarial with this schedule seed (0: orderly)")
 	intFlag(f, &o.maxQP, "max-qp", 0, "QPs the soft device creates at most (0: its default, 65536); past it connections are rejected", atLeast(0))
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the churn schedule")
@@ -155,7 +155,7 @@ func (o *churnOptions) softOnly() []string {
 	for _, f := range []struct {
 		name string
 		set  bool
-	}{{"--quirk", len(o.quirks) > 0}, {"--max-qp", o.maxQP != 0}, {"--schedule-seed", o.schedule != 0}} {
+	}{{"--quirk", len(o.quirks.names) > 0}, {"--max-qp", o.maxQP != 0}, {"--schedule-seed", o.schedule != 0}} {
 		if f.set {
 			given = append(given, f.name)
 		}
@@ -171,19 +171,7 @@ func plotCut(res *churn.Result, until time.Duration) string {
 	return ""
 }
 
-// quirkList is the quirks for text: "none", or their names.
-func quirkList(quirks []string) string {
-	if len(quirks) == 0 {
-		return "none"
-	}
-	return strings.Join(quirks, ", ")
-}
-
 func runChurn(cmd *cobra.Command, o *churnOptions) (run *churnRun, err error) {
-	quirks, err := soft.ParseQuirks(o.quirks)
-	if err != nil {
-		return nil, err
-	}
 	cfg := churn.Config{Seed: o.seed, Events: o.events, ConnectRate: o.connectRate, SendRate: o.sendRate,
 		Lifetime: o.lifetime, VanishFraction: o.vanish, Samples: o.samples, RealTime: o.realTime,
 		Manager: ipoibcm.Config{Policy: o.policy, QuarantinePolicy: o.quarantine, NoSRQ: o.noSRQ,
@@ -203,12 +191,12 @@ func runChurn(cmd *cobra.Command, o *churnOptions) (run *churnRun, err error) {
 			err = errors.Join(err, cerr)
 		}
 	}()
-	run = &churnRun{Device: o.device, Quirks: o.quirks, ScheduleSeed: o.schedule, Events: o.events}
+	run = &churnRun{Device: o.device, Quirks: o.quirks.names, ScheduleSeed: o.schedule, Events: o.events}
 	if run.Quirks == nil {
 		run.Quirks = []string{}
 	}
 	dev, err := openDevice(deviceChoice{name: o.device, softOnly: o.softOnly(),
-		soft: soft.Config{Name: softDefaultName, Quirks: quirks, Limits: soft.Limits{MaxQP: o.maxQP}, Schedule: soft.Schedule{Seed: o.schedule}}})
+		soft: soft.Config{Name: softDefaultName, Quirks: o.quirks.quirks, Limits: soft.Limits{MaxQP: o.maxQP}, Schedule: soft.Schedule{Seed: o.schedule}}})
 	if err != nil {
 		return nil, err
 	}

@@ -46,20 +46,6 @@ func TestChurnCmd(t *testing.T) {
 	}
 }
 
-func TestChurnCmdBadFlags(t *testing.T) {
-	for _, args := range [][]string{
-		{"--policy", "fast"},
-		{"--plot", "x.jpg"},
-		{"--quirk", "nope"},
-		{"--vanish", "2"},
-		{"--max-nonsrq-conn-qp", "5000"},
-	} {
-		if _, err := runSub("churn", args...); exitCode(err) != exitError {
-			t.Errorf("churn %v: %v, want exit %d", args, err, exitError)
-		}
-	}
-}
-
 // churn on the test device: on a real one (rxe in the VM) the schedule runs
 // on the real clock with peers in loopback; nothing leaks under the bounded
 // policy on either kernel.

@@ -154,6 +154,14 @@ func execute(args []string, stdout, stderr io.Writer, sig <-chan os.Signal) int 
 	return code
 }
 
+// cmdContext is the command's context, or a background one.
+func cmdContext(cmd *cobra.Command) context.Context {
+	if ctx := cmd.Context(); ctx != nil {
+		return ctx
+	}
+	return context.Background()
+}
+
 // wantsJSON reports whether args ask for -j, for an error met before the
 // flags are parsed.
 func wantsJSON(args []string) bool {

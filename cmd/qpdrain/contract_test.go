@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -16,24 +15,12 @@ import (
 	"time"
 )
 
-// runCLI runs qpdrain as main does, with signals from sig.
-func runCLI(sig chan os.Signal, args ...string) (stdout, stderr string, code int) {
-	var out, errOut bytes.Buffer
-	code = execute(args, &out, &errOut, sig)
-	return out.String(), errOut.String(), code
-}
-
 // The contract, per command: a bad flag or argument gives its exit code and
 // one line on stderr, prints nothing on stdout (with -j: one JSON document
-// with the error and the code), and writes no file, before any work.
+// with the error and the code), and writes no file, before any work
+// (wantRefused).
 func TestContractBadInputs(t *testing.T) {
-	type tc struct {
-		args []string
-		code int
-		says string
-	}
-	// DIR is replaced by a fresh directory per case, which must stay empty.
-	cases := []tc{
+	wantRefused(t, nil, []badInput{
 		{[]string{"bogus"}, exitError, `unknown command "bogus" for "qpdrain"`},
 		{[]string{"completion", "bogus"}, exitError, `unknown command "bogus" for "qpdrain completion"`},
 		{[]string{"rxe", "bogus"}, exitError, `unknown command "bogus" for "qpdrain rxe": want one of add, del, list`},
@@ -131,33 +118,7 @@ func TestContractBadInputs(t *testing.T) {
 		{[]string{"trace", "--flush-wait", "0", "--", "true"}, exitError, `"--flush-wait" flag: want a positive duration`},
 		{[]string{"trace", "--from", "DIR/missing.rec"}, exitError, "no such file or directory"},
 		{[]string{"exporter", "--web.telemetry-path", "/"}, exitError, "--web.telemetry-path"},
-	}
-	for _, c := range cases {
-		dir := t.TempDir()
-		args := make([]string, len(c.args))
-		for i, a := range c.args {
-			args[i] = strings.ReplaceAll(a, "DIR", dir)
-		}
-		stdout, stderr, code := runCLI(nil, args...)
-		if code != c.code {
-			t.Errorf("qpdrain %q: exit %d, want %d (stderr %q)", args, code, c.code, stderr)
-		}
-		if !strings.HasPrefix(stderr, "qpdrain: ") || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, c.says) {
-			t.Errorf("qpdrain %q: stderr %q, want one line saying %q", args, stderr, c.says)
-		}
-		if wantsJSON(args) {
-			var doc errorJSON
-			dec := json.NewDecoder(strings.NewReader(stdout))
-			if err := dec.Decode(&doc); err != nil || dec.More() || doc.ExitCode != c.code || !strings.Contains(doc.Error, c.says) {
-				t.Errorf("qpdrain %q: stdout %q, want one JSON error document (%v)", args, stdout, err)
-			}
-		} else if stdout != "" {
-			t.Errorf("qpdrain %q printed %q", args, stdout)
-		}
-		if left, _ := os.ReadDir(dir); len(left) != 0 {
-			t.Errorf("qpdrain %q left %v in its directory", args, left)
-		}
-	}
+	})
 }
 
 // Ctrl-C stops check at once: one line, exit 130, and no report of the

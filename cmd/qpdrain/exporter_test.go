@@ -221,19 +221,11 @@ func TestDaemonSetArgs(t *testing.T) {
 // finding no RDMA here (exit 3).
 func testExporterBadFlags(t *testing.T) {
 	bad := writeFile(t, filepath.Join(t.TempDir(), "web.yml"), "tls_server_config:\n  cert_file: /no/such/cert.pem\n")
-	for _, c := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--web.telemetry-path", "/"}, "--web.telemetry-path"},
-		{[]string{"--web.telemetry-path", "metrics"}, "--web.telemetry-path"},
-		{[]string{"--near-limit", "2"}, "--near-limit"},
-		{[]string{"--web.config.file", bad}, "--web.config.file " + bad},
-		{[]string{"--web.config.file", filepath.Join(t.TempDir(), "missing.yml")}, "--web.config.file"},
-	} {
-		out, code := run(t, append([]string{"exporter", "--web.listen-address", "127.0.0.1:1"}, c.args...)...)
-		if code != exitError || !strings.Contains(out, c.want) {
-			t.Errorf("exporter %v: exit %d, %q; want %d and an error naming %s", c.args, code, out, exitError, c.want)
-		}
-	}
+	wantRefused(t, []string{"exporter", "--web.listen-address", "127.0.0.1:1"}, []badInput{
+		{[]string{"--web.telemetry-path", "/"}, exitError, "--web.telemetry-path"},
+		{[]string{"--web.telemetry-path", "metrics"}, exitError, "--web.telemetry-path"},
+		{[]string{"--near-limit", "2"}, exitError, "--near-limit"},
+		{[]string{"--web.config.file", bad}, exitError, "--web.config.file " + bad},
+		{[]string{"--web.config.file", filepath.Join(t.TempDir(), "missing.yml")}, exitError, "--web.config.file"},
+	})
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/mdlayher/netlink"
 	"github.com/mdlayher/netlink/nltest"
-	"golang.org/x/sys/unix"
 
 	"github.com/qpdrain/qpdrain/leaks"
 	"github.com/qpdrain/qpdrain/rdmanl"
@@ -93,7 +93,7 @@ func ipoibKernel(t *testing.T) *rdmanl.Conn {
 			body = qps
 		default: // GET_CHARDEV: this fake has no uverbs char device
 			r.Header.Flags = 0
-			return nltest.Error(int(unix.EOPNOTSUPP), []netlink.Message{r})
+			return nltest.Error(int(syscall.EOPNOTSUPP), []netlink.Message{r})
 		}
 		msgs := []netlink.Message{{Header: netlink.Header{Type: r.Header.Type, Sequence: r.Header.Sequence}, Data: body}}
 		if r.Header.Flags&netlink.Dump == 0 {
@@ -179,4 +179,14 @@ func TestToSample(t *testing.T) {
 	if q := s.Devices[1].QPs[0]; len(q.Holders) != 2 || q.HoldersCertain {
 		t.Errorf("rxe1 QP %+v: want the two candidates, uncertain", q)
 	}
+}
+
+// lqpns is the sorted QP numbers of qps.
+func lqpns(qps []leaks.QPRef) []uint32 {
+	out := make([]uint32, len(qps))
+	for i, q := range qps {
+		out[i] = q.LQPN
+	}
+	slices.Sort(out)
+	return out
 }

@@ -63,14 +63,6 @@ Exit status 0 clean, 1 findings, 2 error, 3 no RDMA devices here.`,
 	return cmd
 }
 
-// cmdContext is the command's context, or a background one.
-func cmdContext(cmd *cobra.Command) context.Context {
-	if ctx := cmd.Context(); ctx != nil {
-		return ctx
-	}
-	return context.Background()
-}
-
 func runLeaks(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions, o *leaksOptions) error {
 	defer oneShotGC()()
 	h, err := openHost(o.host, stderr)

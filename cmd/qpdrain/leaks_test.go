@@ -197,11 +197,11 @@ func TestLeaksExitCodes(t *testing.T) {
 	if out, code := run(t, "leaks", "--for", "0s"); code != exitUnsupported {
 		t.Errorf("no RDMA: exit %d, want %d:\n%s", code, exitUnsupported, out)
 	}
-	for _, args := range [][]string{{"--near-limit", "2"}, {"--interval", "0s"}, {"--for", "-1s"}} {
-		if out, code := run(t, append([]string{"leaks"}, args...)...); code != exitError {
-			t.Errorf("leaks %v: exit %d, want %d:\n%s", args, code, exitError, out)
-		}
-	}
+	wantRefused(t, []string{"leaks"}, []badInput{
+		{[]string{"--near-limit", "2"}, exitError, `"2" for "--near-limit" flag`},
+		{[]string{"--interval", "0s"}, exitError, `"0s" for "--interval" flag`},
+		{[]string{"--for", "-1s"}, exitError, `"-1s" for "--for" flag`},
+	})
 }
 
 func TestReapPlanAndAct(t *testing.T) {
@@ -293,23 +293,15 @@ func TestReapHolders(t *testing.T) {
 
 func TestReapRefuses(t *testing.T) {
 	useHost(t, leakyHost(100))
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"--pid", "1"}, "pid 1 is init"},
-		{[]string{"--pid", strconv.Itoa(os.Getpid())}, "qpdrain itself"},
-		{[]string{"--pid", "-4"}, "want a process id"},
-		{[]string{"--pid", "2", "--signal", "STOP"}, `invalid argument "STOP" for "--signal" flag: want TERM, INT, HUP or KILL`},
-		{[]string{}, "give one target"},
-		{[]string{"--pid", "5", "--rxe", "rxe0"}, "give one target"},
-		{[]string{"--pid", "2"}, "kernel thread"}, // kthreadd
-	} {
-		out, code := run(t, append([]string{"reap"}, tc.args...)...)
-		if code != exitError || !strings.Contains(out, tc.want) {
-			t.Errorf("reap %v: exit %d, want %d and %q:\n%s", tc.args, code, exitError, tc.want, out)
-		}
-	}
+	wantRefused(t, []string{"reap"}, []badInput{
+		{[]string{"--pid", "1"}, exitError, "pid 1 is init"},
+		{[]string{"--pid", strconv.Itoa(os.Getpid())}, exitError, "qpdrain itself"},
+		{[]string{"--pid", "-4"}, exitError, "want a process id"},
+		{[]string{"--pid", "2", "--signal", "STOP"}, exitError, `invalid argument "STOP" for "--signal" flag: want TERM, INT, HUP or KILL`},
+		{nil, exitError, "give one target"},
+		{[]string{"--pid", "5", "--rxe", "rxe0"}, exitError, "give one target"},
+		{[]string{"--pid", "2"}, exitError, "kernel thread"}, // kthreadd
+	})
 }
 
 func TestReapRxe(t *testing.T) {

@@ -3,7 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+
+	"github.com/spf13/pflag"
 
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/soft"
@@ -116,4 +119,40 @@ func andList(words []string) string {
 		return strings.Join(words[:n-1], ", ") + " and " + words[n-1]
 	}
 	return strings.Join(words, "")
+}
+
+// softQuirks is the value of a quirk flag (quirkFlag): the quirk names
+// given, in order, and the soft.Quirks they switch on.
+type softQuirks struct {
+	names  []string
+	quirks soft.Quirks
+}
+
+// quirkFlag defines the repeatable flag that switches on provider quirks of
+// the soft device; a value may be a comma-separated list. Each name is
+// checked when it is set, so that an unknown one is refused (exit 2) before
+// the command does anything.
+func quirkFlag(f *pflag.FlagSet, q *softQuirks, name string) {
+	f.Var(q, name, "provider quirk of the soft device (repeatable): "+strings.Join(soft.QuirkNames(), ", "))
+}
+
+func (q *softQuirks) Set(s string) error {
+	names := append(slices.Clip(q.names), strings.Split(s, ",")...)
+	quirks, err := soft.ParseQuirks(names)
+	if err != nil {
+		return err
+	}
+	q.names, q.quirks = names, quirks
+	return nil
+}
+
+func (q *softQuirks) Type() string   { return "strings" }
+func (q *softQuirks) String() string { return strings.Join(q.names, ",") }
+
+// quirkList is quirk names for text: "none", or the names.
+func quirkList(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
 }

@@ -108,12 +108,11 @@ func TestQPFilterPort(t *testing.T) {
 
 // TestQPFilterExit: a bad filter word exits 2 before RDMA is asked.
 func TestQPFilterExit(t *testing.T) {
-	for _, args := range [][]string{{"state", "FOO"}, {"type", "XYZ"}, {"path-mig-state", "x"}} {
-		out, code := run(t, append([]string{"qps"}, args...)...)
-		if code != exitError || !strings.Contains(out, "want one of") {
-			t.Errorf("qps %v: exit %d, want %d and the valid words:\n%s", args, code, exitError, out)
-		}
-	}
+	wantRefused(t, []string{"qps"}, []badInput{
+		{[]string{"state", "FOO"}, exitError, "want one of"},
+		{[]string{"type", "XYZ"}, exitError, "want one of"},
+		{[]string{"path-mig-state", "x"}, exitError, "want one of"},
+	})
 }
 
 func equalU32(a, b []uint32) bool {

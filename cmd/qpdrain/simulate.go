@@ -24,7 +24,7 @@ type simulateOptions struct {
 	noSRQ         bool
 	taken         int
 	sends         int
-	quirks        []string
+	quirks        softQuirks
 	policy        drain.Policy
 	maxBatch      int
 	maxQuarantine int
@@ -45,7 +45,7 @@ func newSimulateCmd(opts *globalOptions) *cobra.Command {
 			"Exit status 1 when a QP is not safe to destroy (quarantined or failed).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			res, err := simulate(cmd.Context(), o, opts)
+			res, err := simulate(cmdContext(cmd), o, opts)
 			if err != nil {
 				return withExitCode(exitError, fmt.Errorf("simulate: %w", err))
 			}
@@ -68,7 +68,7 @@ func newSimulateCmd(opts *globalOptions) *cobra.Command {
 	f.BoolVar(&o.noSRQ, "no-srq", false, "give each QP its own receive queue instead of a shared SRQ")
 	intFlag(f, &o.taken, "taken", 4, "receive WQEs each QP holds (taken from the SRQ, or posted on its own queue)", between(0, scenario.MaxDrainCQE))
 	intFlag(f, &o.sends, "sends", 2, "sends outstanding on each QP", between(0, scenario.MaxDrainCQE))
-	f.StringSliceVar(&o.quirks, "quirk", nil, "provider quirk of the soft device (repeatable): "+strings.Join(soft.QuirkNames(), ", "))
+	quirkFlag(f, &o.quirks, "quirk")
 	wordFlag(f, &o.policy, "policy", drain.Quarantine, "policy for stalled drains: quarantine or destroy-when-empty", parseText[drain.Policy])
 	intFlag(f, &o.maxBatch, "max-batch", 0, "QPs per drain WR, 0 for no cap, 1 for one at a time as ib_drain_qp", atLeast(0))
 	intFlag(f, &o.maxQuarantine, "max-quarantine", drain.DefaultMaxQuarantine, "QPs the quarantine holds at most", atLeast(1))
@@ -86,14 +86,7 @@ type simResult struct {
 
 // simulate runs the drain simulation the flags describe.
 func simulate(ctx context.Context, o *simulateOptions, g *globalOptions) (*simResult, error) {
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	q, err := soft.ParseQuirks(o.quirks)
-	if err != nil {
-		return nil, err
-	}
-	d := &scenario.Drain{QPs: o.qps, NoSRQ: o.noSRQ, Taken: o.taken, Sends: o.sends, Quirks: q,
+	d := &scenario.Drain{QPs: o.qps, NoSRQ: o.noSRQ, Taken: o.taken, Sends: o.sends, Quirks: o.quirks.quirks,
 		Policy: o.policy, MaxBatch: o.maxBatch, MaxQuarantine: o.maxQuarantine, RecvDrain: o.recvDrain,
 		Timeout: o.timeout, Log: g.log}
 	res, err := d.Run(ctx)
@@ -122,15 +115,11 @@ func (r *simResult) format(w io.Writer, details bool) error {
 	if o.noSRQ {
 		srq = "own receive queues"
 	}
-	quirks := "none"
-	if len(o.quirks) > 0 {
-		quirks = strings.Join(o.quirks, ", ")
-	}
 	if r.note != "" {
 		fmt.Fprintf(w, "the built-in soft device (%s)\n", r.note)
 	}
 	fmt.Fprintf(w, "%s (%s, %d receives taken and %d sends outstanding each) on one CQ of %s (max_qp %d); policy %s; quirks: %s; each wait bounded by %v%s\n",
-		plural(o.qps, "QP"), srq, o.taken, o.sends, softDefaultName, r.MaxQP, o.policy, quirks, r.Timeout, r.timeoutSource())
+		plural(o.qps, "QP"), srq, o.taken, o.sends, softDefaultName, r.MaxQP, o.policy, quirkList(o.quirks.names), r.Timeout, r.timeoutSource())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "lqpn\toutcome\ttime\tbatch\trecv flushed\tsend flushed\tstalled")
 	for _, rep := range r.Reports {
@@ -147,7 +136,7 @@ func (r *simResult) format(w io.Writer, details bool) error {
 	s := r.Stats
 	fmt.Fprintf(w, "%d safe, %d destroyed after an empty CQ, %d quarantined, %d failed; %s, %s, %d repeated Last WQE Reached\n",
 		s.Safe, s.AfterEmptyCQ, s.Quarantined, s.Failed, plural(s.DrainWRs, "drain WR"), plural(s.RecvDrainWRs, "receive drain WR"), s.RepeatedLastWQE)
-	if n := r.TimedOut(); n > 0 && len(o.quirks) == 0 {
+	if n := r.TimedOut(); n > 0 && len(o.quirks.names) == 0 {
 		fmt.Fprintf(w, "the wait bound of %v ran out for %s, with no quirk: the bound, not the device, may be what failed; "+
 			"rerun with --timeout %v or more to tell a slow run from a step that never comes\n",
 			r.Timeout, plural(n, "QP"), (2 * r.Timeout).Round(time.Millisecond))
@@ -225,7 +214,7 @@ type simStatsJSON struct {
 func (r *simResult) jsonView() simJSON {
 	o := r.opts
 	in := simInputsJSON{Device: softDefaultName, MaxQP: r.MaxQP, QPs: o.qps, SRQ: !o.noSRQ, Taken: o.taken, Sends: o.sends,
-		Quirks: o.quirks, Policy: o.policy, MaxBatch: o.maxBatch, MaxQuarantine: o.maxQuarantine, RecvDrain: o.recvDrain,
+		Quirks: o.quirks.names, Policy: o.policy, MaxBatch: o.maxBatch, MaxQuarantine: o.maxQuarantine, RecvDrain: o.recvDrain,
 		TimeoutNS: r.Timeout.Nanoseconds(), TimeoutFlag: o.timeout > 0}
 	if in.Quirks == nil {
 		in.Quirks = []string{}

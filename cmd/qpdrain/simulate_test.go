@@ -56,33 +56,21 @@ func TestSimulateQuirkFindings(t *testing.T) {
 // Bad flags give exit code 2 and an error naming the flag and its value,
 // before any object is created.
 func TestSimulateRejects(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		want string // in the error
-	}{
-		{[]string{"--quirk", "nope"}, `unknown quirk "nope"`},
-		{[]string{"--policy", "nope"}, `unknown policy "nope"`},
-		{[]string{"--qps", "0"}, `invalid argument "0" for "--qps" flag: want 1 to`},
-		{[]string{"--qps", "-3"}, `"-3" for "--qps"`},
-		{[]string{"--taken", "-1"}, `"-1" for "--taken"`},
-		{[]string{"--sends", "-1"}, `"-1" for "--sends"`},
-		{[]string{"--max-batch", "-1"}, `"-1" for "--max-batch" flag: want at least 0`},
-		{[]string{"--max-quarantine", "0"}, `"0" for "--max-quarantine" flag: want at least 1`},
-		{[]string{"--timeout", "0s"}, `"0s" for "--timeout" flag: want a positive duration`},
-		{[]string{"--timeout", "-1s"}, `"-1s" for "--timeout"`},
-		{[]string{"--qps", "9223372036854775807"}, "want 1 to 4194304"},
-		{[]string{"--qps", "65537"}, "--qps 65537: soft0 creates at most 65536 QPs (max_qp)"},
-		{[]string{"--qps", "60000", "--taken", "100"}, "needs a CQ of"},
-	} {
-		_, err := runSub("simulate", tc.args...)
-		if exitCode(err) != exitError {
-			t.Errorf("simulate %v: %v, want exit code %d", tc.args, err, exitError)
-			continue
-		}
-		if !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("simulate %v: %q, want it to name %q", tc.args, err, tc.want)
-		}
-	}
+	wantRefused(t, []string{"simulate"}, []badInput{
+		{[]string{"--quirk", "nope"}, exitError, `unknown quirk "nope"`},
+		{[]string{"--policy", "nope"}, exitError, `unknown policy "nope"`},
+		{[]string{"--qps", "0"}, exitError, `invalid argument "0" for "--qps" flag: want 1 to`},
+		{[]string{"--qps", "-3"}, exitError, `"-3" for "--qps"`},
+		{[]string{"--taken", "-1"}, exitError, `"-1" for "--taken"`},
+		{[]string{"--sends", "-1"}, exitError, `"-1" for "--sends"`},
+		{[]string{"--max-batch", "-1"}, exitError, `"-1" for "--max-batch" flag: want at least 0`},
+		{[]string{"--max-quarantine", "0"}, exitError, `"0" for "--max-quarantine" flag: want at least 1`},
+		{[]string{"--timeout", "0s"}, exitError, `"0s" for "--timeout" flag: want a positive duration`},
+		{[]string{"--timeout", "-1s"}, exitError, `"-1s" for "--timeout"`},
+		{[]string{"--qps", "9223372036854775807"}, exitError, "want 1 to 4194304"},
+		{[]string{"--qps", "65537"}, exitError, "--qps 65537: soft0 creates at most 65536 QPs (max_qp)"},
+		{[]string{"--qps", "60000", "--taken", "100"}, exitError, "needs a CQ of"},
+	})
 }
 
 // Every JSON key is snake_case, drain.Stats' included, and QP numbers are

@@ -56,11 +56,7 @@ func newTraceCmd(opts *globalOptions) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			if ctx == nil {
-				ctx = context.Background()
-			}
-			return runTrace(ctx, cmd.OutOrStdout(), opts, o, args)
+			return runTrace(cmdContext(cmd), cmd.OutOrStdout(), opts, o, args)
 		},
 	}
 	f := cmd.Flags()

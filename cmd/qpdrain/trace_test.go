@@ -54,19 +54,11 @@ func TestTraceFrom(t *testing.T) {
 
 func TestTraceBadArgs(t *testing.T) {
 	bad := writeFile(t, filepath.Join(t.TempDir(), "bad.rec"), "open t=1 pid=1\n")
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"trace"}, "give a program to run (after --) or --from FILE"},
-		{[]string{"trace", "--from", bad, "--", "true"}, "not both"},
-		{[]string{"trace", "--last-wqe", "maybe", "--from", bad}, `"maybe" for "--last-wqe" flag: want one of auto, raises, never`},
-		{[]string{"trace", "--from", bad}, "bad trace record: line 1"},
-		{[]string{"trace", "--from", filepath.Join(t.TempDir(), "none")}, "no such file"},
-	} {
-		_, err := runSub(tc.args[0], tc.args[1:]...)
-		if code := exitCode(err); code != exitError || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%v: exit %d, %v; want %d with %q", tc.args, code, err, exitError, tc.want)
-		}
-	}
+	wantRefused(t, []string{"trace"}, []badInput{
+		{nil, exitError, "give a program to run (after --) or --from FILE"},
+		{[]string{"--from", bad, "--", "true"}, exitError, "not both"},
+		{[]string{"--last-wqe", "maybe", "--from", bad}, exitError, `"maybe" for "--last-wqe" flag: want one of auto, raises, never`},
+		{[]string{"--from", bad}, exitError, "bad trace record: line 1"},
+		{[]string{"--from", filepath.Join(t.TempDir(), "none")}, exitError, "no such file"},
+	})
 }

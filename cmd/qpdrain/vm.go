@@ -79,7 +79,7 @@ output and the kernel log are carried out. The closing line counts kernels: N pa
 			if err != nil {
 				return withExitCode(exitError, fmt.Errorf("vm run: %w", err))
 			}
-			return vmVerdict("run", runVM(cmd.Context(), func(ctx context.Context) error { return vm.Run(ctx, vo, spec) }))
+			return vmVerdict("run", runVM(cmdContext(cmd), func(ctx context.Context) error { return vm.Run(ctx, vo, spec) }))
 		},
 	}
 	cmd.Flags().SetInterspersed(false)
@@ -111,7 +111,7 @@ The closing line counts the tests of every kernel: N passed, N failed.`,
 			if err != nil {
 				return withExitCode(exitError, fmt.Errorf("vm go-test: %w", err))
 			}
-			return vmVerdict("go-test", runVM(cmd.Context(), func(ctx context.Context) error { return vm.GoTest(ctx, vo, dir, pkgs, flags) }))
+			return vmVerdict("go-test", runVM(cmdContext(cmd), func(ctx context.Context) error { return vm.GoTest(ctx, vo, dir, pkgs, flags) }))
 		},
 	}
 }
@@ -193,9 +193,6 @@ func (o *vmOptions) resolve(cmd *cobra.Command) (vm.Options, error) {
 
 // runVM runs f with a context that SIGINT and SIGTERM cancel.
 func runVM(ctx context.Context, f func(context.Context) error) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return f(ctx)

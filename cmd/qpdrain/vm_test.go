@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 )
 
@@ -49,51 +48,32 @@ func TestVMKernels(t *testing.T) {
 // TestVMGoTestOutsideModule: go-test outside any Go module exits 2 before
 // anything is downloaded or built (the cache stays empty).
 func TestVMGoTestOutsideModule(t *testing.T) {
-	cache := t.TempDir()
 	t.Chdir(t.TempDir())
-	_, err := runVMCmd(cache, nil, "go-test", "./...")
-	if code := exitCode(err); code != exitError || !strings.Contains(err.Error(), "not inside a Go module") {
-		t.Errorf("go-test outside a module: exit %d, %v; want 2", code, err)
-	}
-	if ents, _ := os.ReadDir(cache); len(ents) != 0 {
-		t.Errorf("the cache was written: %v", ents)
-	}
+	wantRefused(t, []string{"vm", "--cache", "DIR"}, []badInput{{[]string{"go-test", "./..."}, exitError, "not inside a Go module"}})
 }
 
 // TestVMBadArgs: wrong requests exit 2 with a message naming what was wrong,
-// before anything boots.
+// before anything boots or the cache is written.
 func TestVMBadArgs(t *testing.T) {
-	cache := t.TempDir()
-	for _, tc := range []struct {
-		args []string
-		want string
-	}{
-		{[]string{"run", "--kernels", "5.10", "--", "true"}, `"5.10" for "--kernels" flag: kernel "5.10"`},
-		{[]string{"run", "--accel", "hvf", "--", "true"}, `accelerator "hvf"`},
-		{[]string{"run", "--", "qpdrain-no-such-command"}, "missing binary"},
-		{[]string{"run", "--files", "/nonexistent", "--", "true"}, "/nonexistent"},
-		{[]string{"go-test", "--", "-test.v"}, "no packages"},
-		{[]string{"run", "--timeout", "0", "--", "true"}, `"0" for "--timeout" flag: want at least 1s`},
-		{[]string{"run", "--timeout", "-5s", "--", "true"}, `"-5s" for "--timeout" flag`},
-		{[]string{"go-test", "--timeout", "500ms", "./..."}, `"500ms" for "--timeout" flag`},
-		{[]string{"bogus"}, `unknown command "bogus"`},
-	} {
-		_, err := runVMCmd(cache, nil, tc.args[0], tc.args[1:]...)
-		if code := exitCode(err); code != exitError || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%v: exit %d, %v; want 2 and %q", tc.args, code, err, tc.want)
-		}
-	}
+	wantRefused(t, []string{"vm", "--cache", "DIR"}, []badInput{
+		{[]string{"run", "--kernels", "5.10", "--", "true"}, exitError, `"5.10" for "--kernels" flag: kernel "5.10"`},
+		{[]string{"run", "--accel", "hvf", "--", "true"}, exitError, `accelerator "hvf"`},
+		{[]string{"run", "--", "qpdrain-no-such-command"}, exitError, "missing binary"},
+		{[]string{"run", "--files", "/nonexistent", "--", "true"}, exitError, "/nonexistent"},
+		{[]string{"go-test", "--", "-test.v"}, exitError, "no packages"},
+		{[]string{"run", "--timeout", "0", "--", "true"}, exitError, `"0" for "--timeout" flag: want at least 1s`},
+		{[]string{"run", "--timeout", "-5s", "--", "true"}, exitError, `"-5s" for "--timeout" flag`},
+		{[]string{"go-test", "--timeout", "500ms", "./..."}, exitError, `"500ms" for "--timeout" flag`},
+		{[]string{"bogus"}, exitError, `unknown command "bogus"`},
+	})
 }
 
 // TestVMKernelsEnv: $RXE_KERNELS is --kernels' default, refused naming
 // the variable when it is no list, unless --kernels replaces it.
 func TestVMKernelsEnv(t *testing.T) {
 	t.Setenv("RXE_KERNELS", "5.10")
-	cache := t.TempDir()
-	if _, err := runVMCmd(cache, nil, "kernels"); exitCode(err) != exitError || err == nil || !strings.Contains(err.Error(), `$RXE_KERNELS: kernel "5.10"`) {
-		t.Errorf("vm kernels with RXE_KERNELS=5.10: exit %d, %v; want 2 naming $RXE_KERNELS", exitCode(err), err)
-	}
-	if out, err := runVMCmd(cache, nil, "kernels", "--kernels", "6.1"); err != nil {
+	wantRefused(t, []string{"vm", "--cache", "DIR"}, []badInput{{[]string{"kernels"}, exitError, `$RXE_KERNELS: kernel "5.10"`}})
+	if out, err := runVMCmd(t.TempDir(), nil, "kernels", "--kernels", "6.1"); err != nil {
 		t.Errorf("vm kernels --kernels 6.1 with RXE_KERNELS=5.10: %v\n%s", err, out)
 	}
 }

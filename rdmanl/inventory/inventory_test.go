@@ -6,11 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"strconv"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/qpdrain/qpdrain/rdmanl"
 )
@@ -188,30 +185,5 @@ func TestSysUverbsDevices(t *testing.T) {
 	}
 	if m, err := (Sys{Root: t.TempDir()}).UverbsDevices(); err != nil || len(m) != 0 {
 		t.Errorf("without infiniband_verbs: %v %v, want empty", m, err)
-	}
-}
-
-// TestTaskOnThisProcess maps one of this process's threads to the process
-// on the real /proc.
-func TestTaskOnThisProcess(t *testing.T) {
-	tids := make(chan int)
-	release := make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		tids <- unix.Gettid()
-		<-release
-	}()
-	tid := <-tids
-	defer close(release)
-	task, err := Proc{}.Task(uint32(tid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if task.TGID != uint32(os.Getpid()) || task.Comm == "" || task.Zombie {
-		t.Errorf("task %d: %+v, want process %d", tid, task, os.Getpid())
-	}
-	if _, err := (Proc{}).Task(1 << 30); !errors.Is(err, ErrNoTask) {
-		t.Errorf("a task that does not exist: %v, want ErrNoTask", err)
 	}
 }

@@ -140,16 +140,6 @@ func (h *helperProc) pid(t *testing.T, key string) int {
 
 func (h *helperProc) qpns() []string { return strings.Split(h.ready["qpns"], ",") }
 
-// runQpdrain runs the CLI in this process.
-func runQpdrain(t *testing.T, args ...string) (string, error) {
-	t.Helper()
-	stdout, stderr, err := runRoot(args...)
-	if err != nil {
-		t.Logf("qpdrain %s: %v\n%s", strings.Join(args, " "), err, stderr)
-	}
-	return stdout, err
-}
-
 // runJSON runs the CLI, which must exit want, decodes its -j document into
 // v and returns the document.
 func runJSON(t *testing.T, want int, v any, args ...string) string {

@@ -21,27 +21,6 @@ import (
 // the VM; testdata/import.sh turns them into testdata/<kernel>/*.hex.
 const recordPrefix = "@@NLREC"
 
-// recording is the replies to one request.
-type recording struct {
-	name string
-	msgs []netlink.Message
-}
-
-// wantQP is what a replayed dump must contain, written next to the
-// recordings (want.json).
-type wantQP struct {
-	LQPN  uint32 `json:"lqpn"`
-	Type  string `json:"type"`
-	State string `json:"state"`
-}
-
-type wantFile struct {
-	Device string   `json:"device"`
-	PID    uint32   `json:"pid"`
-	PDN    uint32   `json:"pdn"`
-	QPs    []wantQP `json:"qps"`
-}
-
 // nlType maps libibverbs QP types to RDMA/core's.
 func nlType(t ibv.QPType) QPType {
 	switch t {

@@ -157,15 +157,6 @@ func rdmaQPs(t *testing.T) map[uint32]map[string]any {
 	return out
 }
 
-func lqpns(qps []leaks.QPRef) []uint32 {
-	out := make([]uint32, len(qps))
-	for i, q := range qps {
-		out[i] = q.LQPN
-	}
-	slices.Sort(out)
-	return out
-}
-
 func parseQPNs(t *testing.T, s string) []uint32 {
 	t.Helper()
 	var out []uint32
