@@ -61,6 +61,14 @@ type heldWC struct {
 	solicited bool
 }
 
+// lockTick takes f.mu and runs tick, the entry of every verb that posts or
+// progresses work, and returns f for the caller's deferred f.mu.Unlock.
+func (f *Fabric) lockTick() *Fabric {
+	f.mu.Lock()
+	f.tick()
+	return f
+}
+
 // tick runs the deferred work one device call does. Called with f.mu held.
 func (f *Fabric) tick() {
 	f.tickIdle()
@@ -144,9 +152,8 @@ func (f *Fabric) SetAutoProgress(on bool) {
 // QP cannot send now (SQD, or RNR-blocked waiting for a receive) stays
 // queued, and so do the WRs behind it on that QP.
 func (f *Fabric) Progress(max int) int {
-	f.mu.Lock()
+	f.lockTick()
 	defer f.mu.Unlock()
-	f.tick()
 	return f.progress(max)
 }
 

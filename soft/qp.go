@@ -264,10 +264,8 @@ func (q *QP) lastWQEAgain() {
 // executes before PostSend returns. On failure it returns a *ibv.PostError
 // whose Index is the first WR not posted; the WRs before it were posted.
 func (q *QP) PostSend(wrs []ibv.SendWR) error {
-	f := q.dev.fab
-	f.mu.Lock()
+	f := q.dev.fab.lockTick()
 	defer f.mu.Unlock()
-	f.tick()
 	q.flushDeferred()
 	err := q.postSend(wrs)
 	if q.state == ibv.QPSErr && len(wrs) > 0 {
@@ -374,10 +372,8 @@ func (q *QP) inlineData(wr *ibv.SendWR) ([]byte, error) {
 // QP attached to an SRQ and for a QP in RESET. In ERR the receives complete
 // at once with WR_FLUSH_ERR.
 func (q *QP) PostRecv(wrs []ibv.RecvWR) error {
-	f := q.dev.fab
-	f.mu.Lock()
+	f := q.dev.fab.lockTick()
 	defer f.mu.Unlock()
-	f.tick()
 	q.flushDeferred()
 	err := q.postRecv(wrs)
 	f.receivesPosted()

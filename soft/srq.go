@@ -55,10 +55,8 @@ func (p *PD) CreateSRQ(attr ibv.SRQAttr) (ibv.SRQ, error) {
 // whose Index is the first WR not posted: ErrQueueFull when the SRQ is
 // full, ErrInvalidState once the SRQ is in error.
 func (s *SRQ) PostRecv(wrs []ibv.RecvWR) error {
-	f := s.dev.fab
-	f.mu.Lock()
+	f := s.dev.fab.lockTick()
 	defer f.mu.Unlock()
-	f.tick()
 	err := s.postRecv(wrs)
 	if len(wrs) > 0 {
 		if s.dev.pref > 0 {
