@@ -71,12 +71,16 @@ func fillSGEs(sges []C.struct_ibv_sge, sgl []ibv.SGE) []C.struct_ibv_sge {
 // C to size the chain of ibv_send_wr) or qpd_recv. A failure is the first
 // WR's: nothing of the batch was posted.
 func reserve[In C.struct_qpd_send | C.struct_qpd_recv](b *postBuf, nwr, nsge int) ([]In, []C.struct_ibv_sge, error) {
-	send := C.int(0)
-	if _, ok := any((*In)(nil)).(*C.struct_qpd_send); ok {
-		send = 1
-	}
-	if rc := C.qpd_postbuf_reserve(b.buf, C.int(nwr), C.int(nsge), send); rc != 0 {
-		return nil, nil, &ibv.PostError{Index: 0, Err: rcErr(rc)}
+	// Checked here, not only in C: a batch that fits, nearly every one once
+	// the buffer has grown, then costs no cgo call.
+	if nwr > int(b.buf.wr_cap) || nsge > int(b.buf.sge_cap) {
+		send := C.int(0)
+		if _, ok := any((*In)(nil)).(*C.struct_qpd_send); ok {
+			send = 1
+		}
+		if rc := C.qpd_postbuf_reserve(b.buf, C.int(nwr), C.int(nsge), send); rc != 0 {
+			return nil, nil, &ibv.PostError{Index: 0, Err: rcErr(rc)}
+		}
 	}
 	return unsafe.Slice((*In)(b.buf.in), nwr), unsafe.Slice(b.buf.sge, nsge), nil
 }
