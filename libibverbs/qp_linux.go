@@ -66,18 +66,35 @@ func fillSGEs(sges []C.struct_ibv_sge, sgl []ibv.SGE) []C.struct_ibv_sge {
 	return sges[len(sgl):]
 }
 
+// reserve grows b's buffer (b.mu held) to nwr WRs and nsge SGEs and returns
+// them. In, the C form of the WRs, is qpd_send for a send (which also tells
+// C to size the chain of ibv_send_wr) or qpd_recv. A failure is the first
+// WR's: nothing of the batch was posted.
+func reserve[In C.struct_qpd_send | C.struct_qpd_recv](b *postBuf, nwr, nsge int) ([]In, []C.struct_ibv_sge, error) {
+	// Checked here, not only in C: a batch that fits, nearly every one once
+	// the buffer has grown, then costs no cgo call.
+	if nwr > int(b.buf.wr_cap) || nsge > int(b.buf.sge_cap) {
+		send := C.int(0)
+		if _, ok := any((*In)(nil)).(*C.struct_qpd_send); ok {
+			send = 1
+		}
+		if rc := C.qpd_postbuf_reserve(b.buf, C.int(nwr), C.int(nsge), send); rc != 0 {
+			return nil, nil, &ibv.PostError{Index: 0, Err: rcErr(rc)}
+		}
+	}
+	return unsafe.Slice((*In)(b.buf.in), nwr), unsafe.Slice(b.buf.sge, nsge), nil
+}
+
 // postSend writes wrs into the buffer and posts them on qp. As a provider
 // does with a WR it rejects (bad_wr), a WR the binding cannot express ends
 // the batch: the WRs before it are posted, and the error names it.
 func (b *postBuf) postSend(qp *C.struct_ibv_qp, wrs []ibv.SendWR) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	nsge := sgeCount(wrs)
-	if rc := C.qpd_postbuf_reserve(b.buf, C.int(len(wrs)), C.int(nsge), 1); rc != 0 {
-		return &ibv.PostError{Index: 0, Err: rcErr(rc)}
+	in, sges, err := reserve[C.struct_qpd_send](b, len(wrs), sgeCount(wrs))
+	if err != nil {
+		return err
 	}
-	in := unsafe.Slice((*C.struct_qpd_send)(b.buf.in), len(wrs))
-	sges := unsafe.Slice(b.buf.sge, nsge)
 	for i := range wrs {
 		w := &wrs[i]
 		if w.Opcode == ibv.WRBindMW || w.Opcode == ibv.WRTSO {
@@ -122,12 +139,10 @@ func (b *postBuf) postPrefix(qp *C.struct_ibv_qp, n int, op ibv.WROpcode) error 
 func (b *postBuf) postRecv(qp *C.struct_ibv_qp, srq *C.struct_ibv_srq, wrs []ibv.RecvWR) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	nsge := sgeCount(wrs)
-	if rc := C.qpd_postbuf_reserve(b.buf, C.int(len(wrs)), C.int(nsge), 0); rc != 0 {
-		return &ibv.PostError{Index: 0, Err: rcErr(rc)}
+	in, sges, err := reserve[C.struct_qpd_recv](b, len(wrs), sgeCount(wrs))
+	if err != nil {
+		return err
 	}
-	in := unsafe.Slice((*C.struct_qpd_recv)(b.buf.in), len(wrs))
-	sges := unsafe.Slice(b.buf.sge, nsge)
 	for i := range wrs {
 		in[i] = C.struct_qpd_recv{wr_id: C.uint64_t(wrs[i].ID), num_sge: C.uint32_t(len(wrs[i].SGL))}
 		sges = fillSGEs(sges, wrs[i].SGL)

@@ -275,11 +275,27 @@ static struct ctx_slot *find_slot(const struct ibv_context *ctx)
 	return NULL;
 }
 
-static void rec_qp(const char *kind, struct ibv_qp *qp, struct ibv_context *ctx, const struct ibv_qp_cap *cap, int sig_all, int ex)
+static void rec_fail(const char *verb, int err)
 {
 	struct rec r;
 
-	begin(&r, kind);
+	begin(&r, "fail");
+	put_name(&r, "verb", verb);
+	put_int(&r, "errno", err);
+	emit(&r);
+}
+
+/* rec_qp, rec_cq and rec_srq record the object a create verb made or, when
+ * it made none, the verb's failure with err, the errno it left. */
+static void rec_qp(const char *verb, struct ibv_qp *qp, int err, struct ibv_context *ctx, const struct ibv_qp_cap *cap, int sig_all, int ex)
+{
+	struct rec r;
+
+	if (!qp) {
+		rec_fail(verb, err);
+		return;
+	}
+	begin(&r, "qp");
 	put_ptr(&r, "ctx", ctx);
 	put_ptr(&r, "qp", qp);
 	put_uint(&r, "qpn", qp->qp_num, 0);
@@ -294,20 +310,14 @@ static void rec_qp(const char *kind, struct ibv_qp *qp, struct ibv_context *ctx,
 	emit(&r);
 }
 
-static void rec_fail(const char *verb, int err)
+static void rec_cq(const char *verb, struct ibv_cq *cq, int err, struct ibv_context *ctx, int ex)
 {
 	struct rec r;
 
-	begin(&r, "fail");
-	put_name(&r, "verb", verb);
-	put_int(&r, "errno", err);
-	emit(&r);
-}
-
-static void rec_cq(struct ibv_cq *cq, struct ibv_context *ctx, int ex)
-{
-	struct rec r;
-
+	if (!cq) {
+		rec_fail(verb, err);
+		return;
+	}
 	begin(&r, "cq");
 	put_ptr(&r, "ctx", ctx);
 	put_ptr(&r, "cq", cq);
@@ -316,10 +326,14 @@ static void rec_cq(struct ibv_cq *cq, struct ibv_context *ctx, int ex)
 	emit(&r);
 }
 
-static void rec_srq(struct ibv_srq *srq, struct ibv_context *ctx, uint32_t max_wr)
+static void rec_srq(const char *verb, struct ibv_srq *srq, int err, struct ibv_context *ctx, uint32_t max_wr)
 {
 	struct rec r;
 
+	if (!srq) {
+		rec_fail(verb, err);
+		return;
+	}
 	begin(&r, "srq");
 	put_ptr(&r, "ctx", ctx);
 	put_ptr(&r, "srq", srq);
@@ -673,7 +687,7 @@ static struct ibv_qp *wrap_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_i
 {
 	struct ctx_slot *s = find_slot(ctx);
 	struct ibv_qp *qp;
-	int saved;
+	int saved, ex;
 
 	if (!s) {
 		errno = ENODEV;
@@ -681,15 +695,11 @@ static struct ibv_qp *wrap_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_i
 	}
 	qp = s->create_qp_ex(ctx, attr);
 	saved = errno;
-	if (qp) {
-		int ex = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && attr->send_ops_flags;
-
-		/* ex=1: an ibv_qp_ex send path the shim could not take over */
-		if (ex && real_qp_to_qp_ex && qpx_wrap(real_qp_to_qp_ex(qp), attr->send_ops_flags))
-			ex = 0;
-		rec_qp("qp", qp, ctx, &attr->cap, attr->sq_sig_all, ex);
-	} else
-		rec_fail("ibv_create_qp_ex", saved);
+	/* ex=1: an ibv_qp_ex send path the shim could not take over */
+	ex = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && attr->send_ops_flags;
+	if (qp && ex && real_qp_to_qp_ex && qpx_wrap(real_qp_to_qp_ex(qp), attr->send_ops_flags))
+		ex = 0;
+	rec_qp("ibv_create_qp_ex", qp, saved, ctx, &attr->cap, attr->sq_sig_all, ex);
 	errno = saved;
 	return qp;
 }
@@ -706,10 +716,7 @@ static struct ibv_cq_ex *wrap_create_cq_ex(struct ibv_context *ctx, struct ibv_c
 	}
 	cq = s->create_cq_ex(ctx, attr);
 	saved = errno;
-	if (cq)
-		rec_cq(ibv_cq_ex_to_cq(cq), ctx, 1);
-	else
-		rec_fail("ibv_create_cq_ex", saved);
+	rec_cq("ibv_create_cq_ex", ibv_cq_ex_to_cq(cq), saved, ctx, 1);
 	errno = saved;
 	return cq;
 }
@@ -726,10 +733,7 @@ static struct ibv_srq *wrap_create_srq_ex(struct ibv_context *ctx, struct ibv_sr
 	}
 	srq = s->create_srq_ex(ctx, attr);
 	saved = errno;
-	if (srq)
-		rec_srq(srq, ctx, attr->attr.max_wr);
-	else
-		rec_fail("ibv_create_srq_ex", saved);
+	rec_srq("ibv_create_srq_ex", srq, saved, ctx, attr->attr.max_wr);
 	errno = saved;
 	return srq;
 }
@@ -843,10 +847,7 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
 	struct ibv_cq *cq = real_create_cq(ctx, cqe, cq_context, channel, comp_vector);
 	int saved = errno;
 
-	if (cq)
-		rec_cq(cq, ctx, 0);
-	else
-		rec_fail("ibv_create_cq", saved);
+	rec_cq("ibv_create_cq", cq, saved, ctx, 0);
 	errno = saved;
 	return cq;
 }
@@ -884,10 +885,7 @@ struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr
 	struct ibv_srq *srq = real_create_srq(pd, attr);
 	int saved = errno;
 
-	if (srq)
-		rec_srq(srq, pd->context, attr->attr.max_wr);
-	else
-		rec_fail("ibv_create_srq", saved);
+	rec_srq("ibv_create_srq", srq, saved, pd->context, attr->attr.max_wr);
 	errno = saved;
 	return srq;
 }
@@ -909,10 +907,7 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	struct ibv_qp *qp = real_create_qp(pd, attr);
 	int saved = errno;
 
-	if (qp)
-		rec_qp("qp", qp, pd->context, &attr->cap, attr->sq_sig_all, 0);
-	else
-		rec_fail("ibv_create_qp", saved);
+	rec_qp("ibv_create_qp", qp, saved, pd->context, &attr->cap, attr->sq_sig_all, 0);
 	errno = saved;
 	return qp;
 }
