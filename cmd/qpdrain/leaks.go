@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -49,9 +47,7 @@ is the lower bound the window shows. It changes nothing on the host (docs/LEAKS.
 Exit status 0 clean, 1 findings, 2 error, 3 no RDMA devices here.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmdContext(cmd), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			return runLeaks(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), opts, o)
+			return runLeaks(cmdContext(cmd), cmd.OutOrStdout(), cmd.ErrOrStderr(), opts, o)
 		},
 	}
 	o.host.flags(cmd, 2*time.Minute)

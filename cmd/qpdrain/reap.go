@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -58,8 +57,7 @@ threads, and rxe links with kernel QPs (beyond ib_core's GSI QP), saying why.
 Exit status 0 when every QP went, 1 when some remain, 2 on errors and refusals, 3 no RDMA here.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, stop := signal.NotifyContext(cmdContext(cmd), os.Interrupt, syscall.SIGTERM)
-			defer stop()
+			ctx := cmdContext(cmd)
 			switch {
 			case (o.pid != 0) == (o.rxe != ""):
 				return withExitCode(exitError, errors.New("give one target: --pid N or --rxe NAME"))

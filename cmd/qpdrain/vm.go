@@ -1,12 +1,9 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -79,7 +76,7 @@ output and the kernel log are carried out. The closing line counts kernels: N pa
 			if err != nil {
 				return withExitCode(exitError, fmt.Errorf("vm run: %w", err))
 			}
-			return vmVerdict("run", runVM(cmdContext(cmd), func(ctx context.Context) error { return vm.Run(ctx, vo, spec) }))
+			return vmVerdict("run", vm.Run(cmdContext(cmd), vo, spec))
 		},
 	}
 	cmd.Flags().SetInterspersed(false)
@@ -111,7 +108,7 @@ The closing line counts the tests of every kernel: N passed, N failed.`,
 			if err != nil {
 				return withExitCode(exitError, fmt.Errorf("vm go-test: %w", err))
 			}
-			return vmVerdict("go-test", runVM(cmdContext(cmd), func(ctx context.Context) error { return vm.GoTest(ctx, vo, dir, pkgs, flags) }))
+			return vmVerdict("go-test", vm.GoTest(cmdContext(cmd), vo, dir, pkgs, flags))
 		},
 	}
 }
@@ -189,13 +186,6 @@ func (o *vmOptions) resolve(cmd *cobra.Command) (vm.Options, error) {
 		}
 	}
 	return vm.Options{Kernels: o.kernels.ks, Cache: cache, Accel: o.accel, KVMDevice: o.kvmDev, Timeout: o.timeout, Stdout: cmd.OutOrStdout()}, nil
-}
-
-// runVM runs f with a context that SIGINT and SIGTERM cancel.
-func runVM(ctx context.Context, f func(context.Context) error) error {
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return f(ctx)
 }
 
 // vmVerdict maps a run's error to qpdrain's exit codes: 1 a failed verdict
