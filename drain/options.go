@@ -156,9 +156,8 @@ type Options struct {
 	// being drained HandleEvent remembers, so that Add of such a QP, found
 	// in ERROR, need not wait for an event that came first (default
 	// DefaultEventHistory; negative: none). The oldest is dropped first.
-	// An event belongs to its QP's error episode: it is remembered only if
-	// the QP is in ERROR when HandleEvent gets it, and a caller that takes
-	// a QP out of ERROR (RESET, to reuse it) calls Reaper.Forget.
+	// An event serves only the QP object and the error episode it was
+	// raised in (ibv.AsyncEvent.QPResets), however late it is handed over.
 	EventHistory int
 	// Add is what QP and DrainAll state about every QP they drain.
 	Add AddOptions
