@@ -205,14 +205,16 @@
 // # Time
 //
 // Every deadline, stall timer and report timestamp runs on Options.Clock:
-// RealClock by default, or a VirtualClock, which stands still until moved,
-// so hours of simulated churn take no real time and a stall fires exactly
-// when the clock passes its deadline. Wait, and Run on a completion
-// channel, wait for the next deadline with Clock.Sleep; a VirtualClock's
-// Sleep advances it at once, so on one the caller feeds the reaper (polls
-// the CQ, hands over events) before it waits. Only Run's back-off between
+// clock.Real by default, or a simulated clock that stands still until
+// moved (clock.Virtual, or a soft device's fabric, soft.Fabric, so that
+// the device's timers and the reaper's run on one time), so hours of
+// simulated churn take no real time and a stall fires exactly when the
+// clock passes its deadline. Wait, and Run on a completion channel, wait
+// for the next deadline with Clock.Sleep; a simulated clock's Sleep
+// advances it at once, so on one the caller feeds the reaper (polls the
+// CQ, hands over events) before it waits. Only Run's back-off between
 // empty polls without a channel is real time: it paces the CPU. What the
-// reaper orders by time orders by the clock: on a VirtualClock a poll
+// reaper orders by time orders by the clock: on a simulated clock a poll
 // releases a given-up QP's drain WRs (see Headroom) only when it began
 // after the give-up, so once the clock has moved.
 //

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/qpdrain/qpdrain/clock"
 	"github.com/qpdrain/qpdrain/ibv"
 )
 
@@ -162,9 +163,10 @@ type Options struct {
 	// Add is what QP and DrainAll state about every QP they drain.
 	Add AddOptions
 	// Clock runs every deadline, stall timer and report timestamp of the
-	// reaper (default RealClock). On a VirtualClock a stall times out when
-	// the clock passes its deadline, not when the wall clock does.
-	Clock Clock
+	// reaper (default clock.Real). On a simulated clock (a clock.Virtual, or
+	// the soft device's own, soft.Fabric) a stall times out when the clock
+	// passes its deadline, not when the wall clock does.
+	Clock clock.Clock
 
 	// Log receives a debug record of each stall and outcome; nil (the
 	// default) logs nothing.
@@ -213,7 +215,7 @@ func (o Options) withDefaults() Options {
 		o.Headroom = DefaultHeadroom
 	}
 	if o.Clock == nil {
-		o.Clock = RealClock{}
+		o.Clock = clock.Real{}
 	}
 	if o.EventHistory == 0 {
 		o.EventHistory = DefaultEventHistory

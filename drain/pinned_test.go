@@ -3,6 +3,7 @@ package drain_test
 import (
 	"context"
 	"errors"
+	"github.com/qpdrain/qpdrain/clock"
 	"testing"
 	"time"
 
@@ -259,9 +260,9 @@ func TestWakesForDrainWRDeadline(t *testing.T) {
 	// recorded exactly timeout after the drain began.
 	clocks := []struct {
 		name  string
-		clock func() drain.Clock
+		clock func() clock.Clock
 	}{
-		{"real", func() drain.Clock { return drain.RealClock{} }},
+		{"real", func() clock.Clock { return clock.Real{} }},
 		{"virtual", virtualClock},
 	}
 	check := func(t *testing.T, name string, rep *drain.Report, began time.Time) {
