@@ -54,12 +54,16 @@
 //
 //   - An event must carry that very QP object: a QP of another device with
 //     the same number, or a destroyed QP whose number was reused, is not
-//     it. A remembered Last WQE Reached (Options.EventHistory) belongs to
-//     the error episode it was raised in, and a move out of ERROR ends the
-//     episode: an event handed over when its QP is no longer in ERROR is
-//     not remembered, Add uses a remembered event only for a QP it finds in
-//     ERROR (or that AddOptions.StateKnown states is there), and a caller that takes a QP out of ERROR to reuse it calls
-//     Reaper.Forget (no verb tells the reaper of the move).
+//     it. And it must come from the error episode being drained: a QP
+//     leaves ERROR only for RESET, so ibv.QP.Resets numbers its episodes
+//     and every QP event carries the count it was raised under
+//     (ibv.AsyncEvent.QPResets). A Last WQE Reached of an earlier episode
+//     of a reused QP, or a provider's repeat of it, handed over only after
+//     the QP was reset and added again (an event loop that lags), proves
+//     nothing. A remembered Last WQE Reached (Options.EventHistory) serves
+//     only the QP object and the episode it was raised in, and only a QP
+//     that Add finds in ERROR (or that AddOptions.StateKnown states is
+//     there).
 //   - A completion carries only a QP number, which names one live QP at a
 //     time, but a destroyed QP's completions may stay in the CQ (rxe leaves
 //     them; mlx5 removes a kernel QP's, __mlx5_ib_cq_clean in
@@ -201,14 +205,16 @@
 // # Time
 //
 // Every deadline, stall timer and report timestamp runs on Options.Clock:
-// RealClock by default, or a VirtualClock, which stands still until moved,
-// so hours of simulated churn take no real time and a stall fires exactly
-// when the clock passes its deadline. Wait, and Run on a completion
-// channel, wait for the next deadline with Clock.Sleep; a VirtualClock's
-// Sleep advances it at once, so on one the caller feeds the reaper (polls
-// the CQ, hands over events) before it waits. Only Run's back-off between
+// clock.Real by default, or a simulated clock that stands still until
+// moved (clock.Virtual, or a soft device's fabric, soft.Fabric, so that
+// the device's timers and the reaper's run on one time), so hours of
+// simulated churn take no real time and a stall fires exactly when the
+// clock passes its deadline. Wait, and Run on a completion channel, wait
+// for the next deadline with Clock.Sleep; a simulated clock's Sleep
+// advances it at once, so on one the caller feeds the reaper (polls the
+// CQ, hands over events) before it waits. Only Run's back-off between
 // empty polls without a channel is real time: it paces the CPU. What the
-// reaper orders by time orders by the clock: on a VirtualClock a poll
+// reaper orders by time orders by the clock: on a simulated clock a poll
 // releases a given-up QP's drain WRs (see Headroom) only when it began
 // after the give-up, so once the clock has moved.
 //

@@ -40,6 +40,7 @@ var exploredBodies = []struct {
 	{"EventOfAnotherDevice", TestEventOfAnotherDevice},
 	{"ReusedNumberInFlight", TestReusedNumberInFlight},
 	{"ReusedQPEpisode", TestReusedQPEpisode},
+	{"ReusedQPLateEvent", TestReusedQPLateEvent},
 	{"ReaperReplaced", TestReaperReplaced},
 	{"DestroyWhenEmptyHeadroom", TestDestroyWhenEmptyHeadroom},
 }

@@ -51,6 +51,7 @@ type Handle struct {
 	report       progress
 	recvsLeft    int
 	retryGen     uint64
+	resets       uint64        // the QP's error episode (ibv.QP.Resets)
 	deadline     time.Duration // since r.epoch, of the wait the QP's list stands for
 	// since (since r.epoch) is when a proving QP was added, or when a
 	// stalled one first stalled: one field, as a QP stalls only after it

@@ -7,22 +7,34 @@ import (
 )
 
 // eventHistory remembers the Last WQE Reached of QPs not being drained,
-// by QP object, the oldest dropped first once max are held.
+// by QP object and error episode (ibv.AsyncEvent.QPResets), the oldest
+// dropped first once max are held.
 type eventHistory struct {
 	max  int
-	at   map[ibv.QP]time.Time
+	at   map[ibv.QP]remembered
 	ring []ibv.QP
 	next int
 }
 
-func (e *eventHistory) add(qp ibv.QP, at time.Time) {
+// remembered is when a QP's Last WQE Reached was handed over, and the
+// error episode it was raised in.
+type remembered struct {
+	at     time.Time
+	resets uint64
+}
+
+func (e *eventHistory) add(qp ibv.QP, resets uint64, at time.Time) {
 	if e.max <= 0 {
 		return
 	}
 	if e.at == nil {
-		e.at = make(map[ibv.QP]time.Time)
+		e.at = make(map[ibv.QP]remembered)
 	}
-	if _, ok := e.at[qp]; ok {
+	if m, ok := e.at[qp]; ok {
+		if m.resets != resets {
+			// A later episode's: the earlier one's can serve no drain.
+			e.at[qp] = remembered{at: at, resets: resets}
+		}
 		return
 	}
 	if len(e.ring) < e.max {
@@ -32,17 +44,18 @@ func (e *eventHistory) add(qp ibv.QP, at time.Time) {
 		e.ring[e.next] = qp
 		e.next = (e.next + 1) % e.max
 	}
-	e.at[qp] = at
+	e.at[qp] = remembered{at: at, resets: resets}
 }
 
-// take returns and forgets when qp's Last WQE Reached was seen.
-func (e *eventHistory) take(qp ibv.QP) (time.Time, bool) {
+// take returns and forgets when qp's Last WQE Reached was seen, if it was
+// raised in the error episode qp is in now (resets).
+func (e *eventHistory) take(qp ibv.QP, resets uint64) (time.Time, bool) {
 	if len(e.at) == 0 {
 		return time.Time{}, false // a lookup by interface checks the key first
 	}
-	at, ok := e.at[qp]
+	m, ok := e.at[qp]
 	if ok {
 		delete(e.at, qp)
 	}
-	return at, ok
+	return m.at, ok && m.resets == resets
 }

@@ -34,6 +34,10 @@ type stepper struct {
 	byNum map[uint32]*drain.Handle
 	// lastWQE counts the Last WQE Reached events handed over, claimed or not.
 	lastWQE map[ibv.QP]int
+	// lag, if set, says which events the loop holds back (held) instead
+	// of handing them over: an event loop that lags.
+	lag  func(ibv.AsyncEvent) bool
+	held []ibv.AsyncEvent
 }
 
 func newStepper(t *testing.T, rp *drain.Reaper, cq ibv.CQ, dev ibv.Context) *stepper {
@@ -70,11 +74,31 @@ func (s *stepper) step() {
 		if err != nil {
 			break
 		}
-		if ev.Type == ibv.EventQPLastWQEReached {
-			s.lastWQE[ev.QP]++
+		if s.lag != nil && s.lag(ev) {
+			s.held = append(s.held, ev)
+			continue
 		}
-		s.rp.HandleEvent(ev)
-		s.check()
+		s.handEvent(ev)
+	}
+}
+
+// handEvent hands ev over and checks the drains that ended.
+func (s *stepper) handEvent(ev ibv.AsyncEvent) {
+	s.t.Helper()
+	if ev.Type == ibv.EventQPLastWQEReached {
+		s.lastWQE[ev.QP]++
+	}
+	s.rp.HandleEvent(ev)
+	s.check()
+}
+
+// catchUp hands over the events the loop held back, oldest first.
+func (s *stepper) catchUp() {
+	s.t.Helper()
+	held := s.held
+	s.held = nil
+	for _, ev := range held {
+		s.handEvent(ev)
 	}
 }
 
@@ -200,7 +224,6 @@ func TestReusedQPEpisode(t *testing.T) {
 	devtest.ToError(t, qp)
 	s.until("the first episode's Last WQE Reached", func() bool { return s.lastWQE[qp] == 1 })
 	toReset(t, qp, peer)
-	rp.Forget(qp)
 	devtest.Connect(t, r.dev, qp, peer)
 	devtest.ToError(t, qp)
 	h := add(t, rp, qp, drain.AddOptions{NoSends: true})
@@ -208,6 +231,44 @@ func TestReusedQPEpisode(t *testing.T) {
 	s.until("the second episode's drain", s.settled)
 	if rep := h.Report(); rep.Outcome != drain.Safe {
 		t.Errorf("second episode: %s, want safe\n%s", rep.Outcome, rep)
+	}
+}
+
+// A QP object reused through RESET while the event loop lags: the
+// provider's second Last WQE Reached of the first episode (rxe 6.12 raises
+// it twice; others again on a post in ERROR) reaches the reaper only after
+// the QP was reset, took WQEs from the SRQ again and was added again. It
+// is no proof for the second episode, whose taken WQEs may still be
+// flushing. The reaper before error episodes were numbered
+// (ibv.QP.Resets) took it: a false safe on 26 (twice) and 31 (again) of
+// 300 adversarial seeds.
+func TestReusedQPLateEvent(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		q    soft.Quirks
+	}{{"Twice", soft.Quirks{LastWQEReachedTwice: true}}, {"Again", soft.Quirks{LastWQEReachedAgain: true}}} {
+		t.Run(c.name, func(t *testing.T) {
+			r := identityRig(t, c.q)
+			rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+			s := newStepper(t, rp, r.cq, r.dev)
+			qp, peer := r.pairAndPeer(true)
+			// Every Last WQE Reached of qp after the first waits.
+			s.lag = func(ev ibv.AsyncEvent) bool {
+				return ev.Type == ibv.EventQPLastWQEReached && ev.QP == qp && s.lastWQE[qp] > 0
+			}
+			s.watch(add(t, rp, qp, drain.AddOptions{NoSends: true}), qp.(*soft.QP))
+			s.until("the first episode's drain", s.settled)
+			toReset(t, qp, peer)
+			devtest.Connect(t, r.dev, qp, peer)
+			s.lag = nil
+			h := add(t, rp, qp, drain.AddOptions{NoSends: true})
+			s.watch(h, qp.(*soft.QP))
+			s.catchUp()
+			s.until("the second episode's drain", s.settled)
+			if rep := h.Report(); rep.Outcome != drain.Safe {
+				t.Errorf("second episode: %s, want safe\n%s", rep.Outcome, rep)
+			}
+		})
 	}
 }
 

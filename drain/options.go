@@ -6,6 +6,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/qpdrain/qpdrain/clock"
 	"github.com/qpdrain/qpdrain/ibv"
 )
 
@@ -156,16 +157,16 @@ type Options struct {
 	// being drained HandleEvent remembers, so that Add of such a QP, found
 	// in ERROR, need not wait for an event that came first (default
 	// DefaultEventHistory; negative: none). The oldest is dropped first.
-	// An event belongs to its QP's error episode: it is remembered only if
-	// the QP is in ERROR when HandleEvent gets it, and a caller that takes
-	// a QP out of ERROR (RESET, to reuse it) calls Reaper.Forget.
+	// An event serves only the QP object and the error episode it was
+	// raised in (ibv.AsyncEvent.QPResets), however late it is handed over.
 	EventHistory int
 	// Add is what QP and DrainAll state about every QP they drain.
 	Add AddOptions
 	// Clock runs every deadline, stall timer and report timestamp of the
-	// reaper (default RealClock). On a VirtualClock a stall times out when
-	// the clock passes its deadline, not when the wall clock does.
-	Clock Clock
+	// reaper (default clock.Real). On a simulated clock (a clock.Virtual, or
+	// the soft device's own, soft.Fabric) a stall times out when the clock
+	// passes its deadline, not when the wall clock does.
+	Clock clock.Clock
 
 	// Log receives a debug record of each stall and outcome; nil (the
 	// default) logs nothing.
@@ -214,7 +215,7 @@ func (o Options) withDefaults() Options {
 		o.Headroom = DefaultHeadroom
 	}
 	if o.Clock == nil {
-		o.Clock = RealClock{}
+		o.Clock = clock.Real{}
 	}
 	if o.EventHistory == 0 {
 		o.EventHistory = DefaultEventHistory

@@ -3,6 +3,7 @@ package drain_test
 import (
 	"context"
 	"errors"
+	"github.com/qpdrain/qpdrain/clock"
 	"testing"
 	"time"
 
@@ -259,9 +260,9 @@ func TestWakesForDrainWRDeadline(t *testing.T) {
 	// recorded exactly timeout after the drain began.
 	clocks := []struct {
 		name  string
-		clock func() drain.Clock
+		clock func() clock.Clock
 	}{
-		{"real", func() drain.Clock { return drain.RealClock{} }},
+		{"real", func() clock.Clock { return clock.Real{} }},
 		{"virtual", virtualClock},
 	}
 	check := func(t *testing.T, name string, rep *drain.Report, began time.Time) {
@@ -360,6 +361,65 @@ func TestHistoryAfterErrorLeft(t *testing.T) {
 	devtest.Connect(t, r.dev, qp, peer)
 	devtest.ToError(t, qp)
 	r.wantEventForgotten(rp, qp, "an event handed over in RESET")
+}
+
+// A Last WQE Reached raised in a QP's earlier error episode and handed
+// over only after the QP was reset and added again, by an event loop that
+// lags, proves nothing: on a device that raises no event of its own, the
+// drain stalls for one. Without the episode check the old event released
+// the QP, safe, with no Last WQE Reached of its own episode.
+func TestLateEventOfEarlierEpisode(t *testing.T) {
+	r := quirkRig(t, soft.Quirks{NoLastWQEReached: true})
+	qp, peer := r.pairAndPeer(true)
+	devtest.ToError(t, qp)
+	late := ibv.AsyncEvent{Type: ibv.EventQPLastWQEReached, QP: qp, QPResets: qp.Resets()}
+	toReset(t, qp, peer)
+	devtest.Connect(t, r.dev, qp, peer)
+	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
+	h := add(t, rp, qp, drain.AddOptions{NoSends: true})
+	if !rp.HandleEvent(late) {
+		t.Error("the late event of the QP being drained was not claimed")
+	}
+	pollAll(t, rp, r.cq)
+	rep, err := h.Wait(testCtx(t))
+	checkProof(t, rep)
+	wantErr(t, err, drain.ErrNoLastWQE)
+	if st := rp.Stats(); st.LateEvents != 1 {
+		t.Errorf("stats %+v: want the event counted late", st)
+	}
+}
+
+// A remembered Last WQE Reached serves only the QP object it was raised
+// for: a QP created with the number of a destroyed one, in ERROR in its
+// first episode as the old one was, does not take the old one's event.
+func TestRememberedEventOfDestroyedQP(t *testing.T) {
+	// An adversarial schedule: only it hands out the numbers of destroyed
+	// QPs again.
+	dev, err := soft.Open(soft.Config{Quirks: soft.Quirks{NoLastWQEReached: true}, Schedule: soft.Schedule{Seed: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devtest.Close(t, dev)
+	r := newRig(t, dev, nil, 256)
+	r.postRecvs(nil, 64)
+	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
+	for range 32 {
+		old := r.pair(true)
+		devtest.ToError(t, old)
+		rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventQPLastWQEReached, QP: old, QPResets: old.Resets()})
+		num := old.Num()
+		if err := old.Close(); err != nil {
+			t.Fatal(err)
+		}
+		qp := r.pair(true)
+		if qp.Num() != num {
+			continue
+		}
+		devtest.ToError(t, qp)
+		r.wantEventForgotten(rp, qp, "the event of a destroyed QP with the same number")
+		return
+	}
+	t.Fatal("no QP number reused in 32 tries")
 }
 
 // refusingQP refuses every send: a drain WR on it fails to post.

@@ -1,6 +1,7 @@
 package drain_test
 
 import (
+	"github.com/qpdrain/qpdrain/clock"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +28,7 @@ const stall = 100 * time.Millisecond
 // exactly at its deadline. A test fed by a concurrent caller stays on the
 // real clock, since a wait would jump past deadlines the caller is about
 // to meet.
-func virtualClock() drain.Clock { return drain.NewVirtualClock(time.Unix(1e9, 0)) }
+func virtualClock() clock.Clock { return clock.NewVirtual(time.Unix(1e9, 0)) }
 
 // quirkRig opens a soft device with quirks and 4 receive WQEs prefetched
 // by every SRQ QP, so that ERROR has receives to flush.

@@ -53,8 +53,9 @@ type Stats struct {
 	// RepeatedLastWQE counts Last WQE Reached events for a QP that had
 	// already had one; they are harmless and otherwise ignored.
 	RepeatedLastWQE int
-	// LateEvents and LateDrainWCs count events of quarantined QPs and
-	// completions of drain WRs given up on.
+	// LateEvents counts events of quarantined QPs and of a drained QP's
+	// earlier error episodes; LateDrainWCs, completions of drain WRs
+	// given up on.
 	LateEvents   int
 	LateDrainWCs int
 	// ForeignWCs counts completions Poll found that were not the reaper's
@@ -352,7 +353,7 @@ func (r *Reaper) newHandle(h *Handle, qp ibv.QP, qpn uint32, o AddOptions, now t
 	}
 	// Field by field: h is zero, and a struct assigned whole would be
 	// cleared again first.
-	h.r, h.qp, h.qpn, h.given = r, qp, qpn, ibv.QPSUnknown
+	h.r, h.qp, h.qpn, h.given, h.resets = r, qp, qpn, ibv.QPSUnknown, qp.Resets()
 	h.srq, h.lastWQE, h.noSends, h.stated = srq, srq && o.LastWQESeen, o.NoSends, o.LastWQESeen
 	if o.StateKnown {
 		h.given = o.State
@@ -453,7 +454,7 @@ func (r *Reaper) started(h *Handle, steps []step, err error, now time.Time) {
 	}
 	switch {
 	case h.srq:
-		if at, ok := r.history.take(h.qp); ok && foundInError && !h.lastWQE {
+		if at, ok := r.history.take(h.qp, h.resets); ok && foundInError && !h.lastWQE {
 			h.lastWQE = true
 			h.step(&Step{At: at, Kind: StepLastWQEStated, Count: 1})
 		} else if h.stated {
@@ -720,12 +721,14 @@ func (r *Reaper) barrier(h *Handle, id uint64, carrier uint32) {
 
 // HandleEvent takes one async event from the caller's event loop. It
 // returns true when the event concerns a QP being drained (the very QP
-// object, not just its number; every such event is recorded in its
-// report, and Last WQE Reached moves it on) or is a CQ error on the
-// reaper's CQ, which fails every pending drain with ErrCQError. Other
-// events are the caller's; the reaper remembers the Last WQE Reached
-// among them of QPs in ERROR (Options.EventHistory) in case their QP is
-// added later in the same error episode.
+// object, not just its number) or is a CQ error on the reaper's CQ, which
+// fails every pending drain with ErrCQError. An event of the drained QP's
+// error episode (ibv.AsyncEvent.QPResets) is recorded in its report, and
+// Last WQE Reached moves it on; one raised in an earlier episode, however
+// late the loop hands it over, is counted (Stats.LateEvents) and proves
+// nothing. Other events are the caller's; the reaper remembers the Last
+// WQE Reached among them (Options.EventHistory) in case their QP is added
+// later in the same error episode.
 func (r *Reaper) HandleEvent(ev ibv.AsyncEvent) (claimed bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -742,12 +745,14 @@ func (r *Reaper) HandleEvent(ev ibv.AsyncEvent) (claimed bool) {
 	}
 	h := r.byNum.get(ev.QP.Num())
 	if h == nil || h.qp != ev.QP {
-		if ev.Type == ibv.EventQPLastWQEReached && inError(ev.QP) {
-			r.history.add(ev.QP, now)
+		if ev.Type == ibv.EventQPLastWQEReached {
+			r.history.add(ev.QP, ev.QPResets, now)
 		}
 		return false
 	}
-	if h.stage == stageQuarantine {
+	if h.stage == stageQuarantine || ev.QPResets != h.resets {
+		// A quarantined QP's, or one raised in an earlier error episode
+		// of the QP and handed over only now (an event loop that lags).
 		r.stats.LateEvents++
 		return true
 	}
@@ -772,29 +777,6 @@ func (r *Reaper) HandleEvent(ev ibv.AsyncEvent) (claimed bool) {
 	// Later, the wait has stalled and the barriers already posted may
 	// predate the event: it proves nothing any more.
 	return true
-}
-
-// inError reports whether qp is in ERROR now. A Last WQE Reached handed
-// over when its QP has left ERROR belongs to an episode that ended.
-func inError(qp ibv.QP) bool {
-	attr, _, err := qp.Query(ibv.QPAttrState)
-	return err == nil && attr.State == ibv.QPSErr
-}
-
-// Forget drops the Last WQE Reached the reaper remembers of qp
-// (Options.EventHistory). A remembered event belongs to the error episode
-// it was raised in, and a move out of ERROR ends that episode; no verb
-// tells the reaper of the move, so a caller that takes a QP out of ERROR
-// (to RESET, to reuse it) while the reaper may remember its event calls
-// Forget once the QP has left ERROR. Otherwise the next Add of that QP,
-// found in ERROR, could take the old event as proof for the new episode,
-// whose WQEs taken from the SRQ may still be flushing. An event handed to
-// HandleEvent after the QP left ERROR is not remembered. Forget does
-// nothing to a QP being drained.
-func (r *Reaper) Forget(qp ibv.QP) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.history.take(qp)
 }
 
 func (r *Reaper) cqError(now time.Time) {

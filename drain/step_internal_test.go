@@ -2,6 +2,7 @@ package drain
 
 import (
 	"errors"
+	"github.com/qpdrain/qpdrain/clock"
 	"reflect"
 	"testing"
 	"time"
@@ -14,7 +15,7 @@ import (
 // the report's other fields are progress's.
 func TestStepsPackedComeBackWhole(t *testing.T) {
 	epoch := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
-	r := NewReaper(nil, Options{Clock: NewVirtualClock(epoch)})
+	r := NewReaper(nil, Options{Clock: clock.NewVirtual(epoch)})
 	at := func(d time.Duration) time.Time { return epoch.Add(d) }
 	errStall, errOut := errors.New("stalled"), errors.New("failed")
 	steps := []Step{

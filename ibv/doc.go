@@ -37,6 +37,17 @@
 // event of their object is acknowledged, so the libibverbs implementation acks
 // at once and no caller can deadlock a destroy by holding an event.
 //
+// An event loop may hand an event over long after it was raised, and a QP
+// reused through RESET may meanwhile be in ERROR again: AsyncEvent.QPResets
+// says which error episode a QP event belongs to. The soft device stamps it
+// when it raises the event. The libibverbs implementation stamps it when it
+// reads the event from the device, and a Modify to RESET reads every event
+// already queued before it counts the reset, so an event the provider
+// raised before the QP left ERROR carries the old count. That holds for a
+// provider that raises no event of the episode once the modify to RESET has
+// returned, as rxe: rxe_qp_reset disables the QP's tasks and runs them once
+// itself before the modify returns.
+//
 // # Errors
 //
 // Every implementation (libibverbs, soft) gives the same misuse the same

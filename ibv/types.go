@@ -208,6 +208,9 @@ type AsyncEvent struct {
 	CQ   CQ
 	SRQ  SRQ
 	Port uint8
+	// QPResets is, for a QP event, the QP's Resets when the event was
+	// raised: the error episode it belongs to (see QP.Resets).
+	QPResets uint64
 }
 
 // String names the event and the object it concerns.

@@ -171,6 +171,12 @@ type QP interface {
 	RecvCQ() CQ
 	// SRQ is the SRQ the QP receives from, or nil.
 	SRQ() SRQ
+	// Resets is how many times Modify has moved the QP to RESET. A QP
+	// leaves ERROR only for RESET (IBTA §10.3.1; qp_state_table in the
+	// kernel's drivers/infiniband/core/verbs.c), so it numbers
+	// the QP's error episodes: an event whose AsyncEvent.QPResets differs
+	// was raised in an earlier one, however late it is delivered.
+	Resets() uint64
 	// Close destroys the QP and releases its PD, CQs and SRQ. It returns
 	// nil when already closed.
 	Close() error

@@ -2,6 +2,7 @@ package ipoibcm
 
 import (
 	"fmt"
+	"github.com/qpdrain/qpdrain/clock"
 	"time"
 
 	"github.com/sirupsen/logrus"
@@ -110,8 +111,9 @@ type Config struct {
 	// reaper's quarantine (drain.Quarantine) instead of destroying it once
 	// the CQ is proven empty.
 	QuarantinePolicy bool
-	// Clock runs every timer (default RealClock).
-	Clock Clock
+	// Clock runs every timer (default clock.Real; a clock.Virtual or a soft
+	// device's fabric, soft.Fabric, in simulations).
+	Clock clock.Clock
 	// Trace, if set, sees every transition, in order, under the Manager's
 	// lock: it must not call the Manager.
 	Trace func(Event)
@@ -146,7 +148,7 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	if c.Clock == nil {
-		c.Clock = RealClock{}
+		c.Clock = clock.Real{}
 	}
 	switch {
 	case c.RecvQueueSize < 1:

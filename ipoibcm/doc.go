@@ -33,8 +33,9 @@
 //
 // # Time and concurrency
 //
-// Every timer runs on Config.Clock: RealClock on devices, VirtualClock in
-// simulation, where hours of churn take no real time. The Bounded
+// Every timer runs on Config.Clock: clock.Real on devices, a simulated
+// clock (clock.Virtual, or the soft device's fabric, whose timers then run
+// on the same time) in simulation, where hours of churn take no real time. The Bounded
 // policy's reaper runs on the same clock (drain.Options.Clock). The Manager starts
 // no goroutine; the caller calls Service after anything that may have
 // produced completions or events and at NextDeadline. Snapshot shows each

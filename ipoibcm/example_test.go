@@ -3,6 +3,7 @@ package ipoibcm_test
 import (
 	"context"
 	"fmt"
+	"github.com/qpdrain/qpdrain/clock"
 	"time"
 
 	"github.com/qpdrain/qpdrain/ibv"
@@ -22,7 +23,7 @@ func ExampleManager() {
 	defer peerCQ.Close()
 	route, _ := rcsetup.Loopback(dev, 1)
 
-	clock := ipoibcm.NewVirtualClock(time.Date(2008, 4, 1, 0, 0, 0, 0, time.UTC))
+	clock := clock.NewVirtual(time.Date(2008, 4, 1, 0, 0, 0, 0, time.UTC))
 	m, err := ipoibcm.New(ipoibcm.Config{Context: dev, PD: pd, Clock: clock, RecvQueueSize: 8,
 		Trace: func(e ipoibcm.Event) { fmt.Printf("%-16s -> %s\n", e.Kind, e.List) }})
 	if err != nil {

@@ -2,6 +2,7 @@ package ipoibcm
 
 import (
 	"context"
+	"github.com/qpdrain/qpdrain/clock"
 	"slices"
 	"testing"
 	"time"
@@ -21,7 +22,7 @@ type rig struct {
 	t      *testing.T
 	dev    ibv.Context
 	pd     ibv.PD
-	clock  *VirtualClock
+	clock  *clock.Virtual
 	m      *Manager
 	route  rcsetup.Route
 	peerCQ ibv.CQ
@@ -35,7 +36,7 @@ func newRig(t *testing.T, dev ibv.Context, cfg Config) *rig {
 	if dev == nil {
 		dev = devtest.Open(t)
 	}
-	r := &rig{t: t, dev: dev, clock: NewVirtualClock(epoch)}
+	r := &rig{t: t, dev: dev, clock: clock.NewVirtual(epoch)}
 	r.pd = devtest.NewPD(t, dev)
 	route, err := rcsetup.Loopback(dev, devtest.Port)
 	if err != nil {

@@ -3,6 +3,7 @@ package ipoibcm
 import (
 	"errors"
 	"fmt"
+	"github.com/qpdrain/qpdrain/clock"
 	"sync"
 	"time"
 
@@ -93,7 +94,7 @@ type Stats struct {
 // safe for concurrent use.
 type Manager struct {
 	cfg   Config
-	clock Clock
+	clock clock.Clock
 
 	mu     sync.Mutex
 	objs   teardown.List // CQ, SRQ, MR

@@ -105,6 +105,8 @@ type verbsContext struct {
 	stopFD    int
 	asyncDone chan struct{}
 
+	// readMu serializes reading the async fd (readPending).
+	readMu sync.Mutex
 	// Events read and not yet returned by NextAsyncEvent. notify holds a
 	// token while events are queued; done closes on Close.
 	evMu     sync.Mutex
@@ -316,19 +318,35 @@ func (c *verbsContext) readAsync() {
 			c.failAsync(fmt.Errorf("async fd of %s: poll revents %#x: %w", c.name, fds[0].Revents, syscall.EIO))
 			return
 		}
-		for {
-			var ev C.struct_qpd_async
-			rc := C.qpd_get_async_event(c.ctx, &ev)
-			if rc == C.int(syscall.EAGAIN) {
-				break
+		if !c.readPending() {
+			return
+		}
+	}
+}
+
+// readPending reads, acks and queues every event the device has queued,
+// each stamped with its QP's Resets. It holds readMu, which a QP's Modify
+// to RESET takes too, to read the events queued before the modify
+// returned before it counts the reset. It returns false once the async fd
+// failed.
+func (c *verbsContext) readPending() bool {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	for {
+		var ev C.struct_qpd_async
+		rc := C.qpd_get_async_event(c.ctx, &ev)
+		if rc == C.int(syscall.EAGAIN) {
+			return true
+		}
+		if rc != 0 {
+			c.failAsync(fmt.Errorf("reading async event of %s: %w", c.name, rcErr(rc)))
+			return false
+		}
+		if e, ok := c.mapEvent(ev); ok {
+			if q, isQP := e.QP.(*verbsQP); isQP {
+				e.QPResets = q.resets.Load()
 			}
-			if rc != 0 {
-				c.failAsync(fmt.Errorf("reading async event of %s: %w", c.name, rcErr(rc)))
-				return
-			}
-			if e, ok := c.mapEvent(ev); ok {
-				c.queue(e)
-			}
+			c.queue(e)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import "C"
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -250,6 +251,7 @@ type verbsQP struct {
 	sendPost *postBuf
 	recvPost *postBuf
 	trace    *objtrace.Record
+	resets   atomic.Uint64 // moves to RESET (Resets)
 }
 
 // users lists the objects a QP holds open, each once, in the order it
@@ -366,8 +368,17 @@ func (q *verbsQP) Modify(attr ibv.QPAttr, mask ibv.QPAttrMask) error {
 	if rc := C.qpd_ibv_modify_qp(q.qp, &a, C.int(mask)); rc != 0 {
 		return fmt.Errorf("modifying QP %d (%s): %w", q.num, mask, rcErr(rc))
 	}
+	if mask&ibv.QPAttrState != 0 && attr.State == ibv.QPSReset {
+		// The events the provider queued before the QP left its error
+		// episode are read, and stamped with it, before the reset counts.
+		c := q.pd.ctx
+		c.readPending()
+		q.resets.Add(1)
+	}
 	return nil
 }
+
+func (q *verbsQP) Resets() uint64 { return q.resets.Load() }
 
 func (q *verbsQP) Query(mask ibv.QPAttrMask) (ibv.QPAttr, ibv.QPInitAttr, error) {
 	if err := q.life.enter(); err != nil {

@@ -1,10 +1,12 @@
 package soft
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"time"
 
+	"github.com/qpdrain/qpdrain/clock"
 	"github.com/qpdrain/qpdrain/ibv"
 )
 
@@ -14,10 +16,11 @@ import (
 // short enough that a waiting test does not notice.
 const quiescence = time.Millisecond
 
-// clock is a fabric's device time: virtual (moved by Advance and by jumps
-// when every caller waits) or real. Guarded by fab.mu.
-type clock struct {
+// devClock is a fabric's device time: virtual (moved by Advance and by
+// jumps when every caller waits) or real. Guarded by fab.mu.
+type devClock struct {
 	real  bool
+	epoch time.Time     // what Now reads at device time 0
 	base  time.Time     // real time: device time 0
 	virt  time.Duration // virtual time now
 	quiet time.Time     // last call that was not idle, while timers are pending
@@ -37,12 +40,31 @@ type devTimer struct {
 	epoch uint32
 }
 
-// Now is the fabric's device time: virtual unless SetRealTime(true), from
-// 0 when the fabric was made.
-func (f *Fabric) Now() time.Duration {
+// Now is the fabric's device time: virtual unless SetRealTime(true),
+// starting at the wall-clock time the fabric was made. With Sleep it makes
+// the fabric a clock.Clock, so a drain.Reaper or an ipoibcm.Manager
+// (Options.Clock, Config.Clock) runs on the devices' own time: a stall
+// timeout and a retry timer fire in the order their deadlines fall.
+func (f *Fabric) Now() time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.now()
+	return f.clk.epoch.Add(f.now())
+}
+
+// Sleep lets d pass on the fabric's clock: a virtual clock moves forward
+// by d at once (Advance, firing the device timers due on the way); a
+// real-time one waits. It returns ctx.Err() when ctx ends first.
+func (f *Fabric) Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	real := f.clk.real
+	f.mu.Unlock()
+	if real {
+		return clock.Real{}.Sleep(ctx, d)
+	}
+	return f.Advance(max(d, 0))
 }
 
 func (f *Fabric) now() time.Duration {

@@ -397,6 +397,11 @@ func ofClosedObject(ev ibv.AsyncEvent) bool {
 // raise queues an async event: for delivery now in orderly mode, after a
 // few device calls in adversarial mode. Called with fab.mu held.
 func (d *Device) raise(ev ibv.AsyncEvent) {
+	if q, ok := ev.QP.(*QP); ok {
+		// Stamped now: an adversarial delay must not move it to a later
+		// episode.
+		ev.QPResets = q.resets.Load()
+	}
 	if a := d.adv; a != nil {
 		if delay := a.rng.IntN(advMaxEventDelay + 1); delay > 0 || a.delayed.len() > 0 {
 			a.delayed.push(delayedEvent{ev: ev, due: a.steps + uint64(delay)})

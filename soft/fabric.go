@@ -32,7 +32,7 @@ type Fabric struct {
 	// after the requester's (execHead).
 	held heldWC
 	// clk is the device time of every device on the fabric.
-	clk clock
+	clk devClock
 }
 
 // closeObject is the Close protocol every soft object shares, under f.mu.
@@ -105,7 +105,8 @@ type pendingSend struct {
 
 // NewFabric returns an empty fabric with auto-progress on.
 func NewFabric() *Fabric {
-	return &Fabric{gen: 1, clk: clock{base: time.Now()}} // gen 1: no QP has a cached responder yet
+	now := time.Now()
+	return &Fabric{gen: 1, clk: devClock{epoch: now, base: now}} // gen 1: no QP has a cached responder yet
 }
 
 // SetAutoProgress chooses when posted sends execute. On (the default), a

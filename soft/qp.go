@@ -3,6 +3,7 @@ package soft
 import (
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/ibv/objtrace"
@@ -25,6 +26,8 @@ type QP struct {
 	closed bool
 	state  ibv.QPState
 	attr   ibv.QPAttr // attributes set by Modify
+	// resets counts the moves to RESET (Resets), read without the lock.
+	resets atomic.Uint64
 	// epoch changes whenever the send queue is dropped (ERROR, RESET,
 	// Close), invalidating the fabric's queued entries for this QP.
 	epoch      uint32
@@ -136,6 +139,10 @@ func (q *QP) SRQ() ibv.SRQ {
 	}
 	return q.srq
 }
+
+// Resets is how many times Modify has moved the QP to RESET: the events
+// the device raises for the QP carry it (ibv.AsyncEvent.QPResets).
+func (q *QP) Resets() uint64 { return q.resets.Load() }
 
 // Outstanding is how many WRs of the QP the device holds whose completions
 // it has not generated yet: queued and in-flight sends, receives of the
@@ -537,6 +544,7 @@ func (q *QP) Modify(attr ibv.QPAttr, mask ibv.QPAttrMask) error {
 	switch next {
 	case ibv.QPSReset:
 		q.reset()
+		q.resets.Add(1)
 	case ibv.QPSErr:
 		if q.dev.quirks.FlushDeferred && cur != ibv.QPSErr {
 			q.toErr(eventNone)

@@ -201,7 +201,7 @@ func TestRNR(t *testing.T) {
 // clock reached deadline: never before, never after. The clock moves only
 // by those steps: a jump, when the test was slow between two polls, would
 // fire the timer early.
-func waitOnClock(t *testing.T, fab *soft.Fabric, cq ibv.CQ, deadline, step time.Duration) []ibv.WC {
+func waitOnClock(t *testing.T, fab *soft.Fabric, cq ibv.CQ, deadline time.Time, step time.Duration) []ibv.WC {
 	t.Helper()
 	fab.SetClockJumps(false)
 	defer fab.SetClockJumps(true)
@@ -209,11 +209,11 @@ func waitOnClock(t *testing.T, fab *soft.Fabric, cq ibv.CQ, deadline, step time.
 		got := pollAll(t, cq)
 		now := fab.Now()
 		switch {
-		case len(got) > 0 && now < deadline:
+		case len(got) > 0 && now.Before(deadline):
 			t.Fatalf("completions %v at device time %v, before %v", got, now, deadline)
 		case len(got) > 0:
 			return got
-		case now >= deadline:
+		case !now.Before(deadline):
 			t.Fatalf("no completion at device time %v, due at %v", now, deadline)
 		}
 		if err := fab.Advance(step); err != nil {
@@ -242,7 +242,7 @@ func TestRNRRetryTiming(t *testing.T) {
 			start := fab.Now()
 			post(t, p.a, ibv.SendWR{ID: 1, Opcode: ibv.WRSend, Flags: ibv.SendSignaled})
 			if recvAt < 0 {
-				got := waitOnClock(t, fab, p.cqa, start+retries*timer, 100*time.Microsecond)
+				got := waitOnClock(t, fab, p.cqa, start.Add(retries*timer), 100*time.Microsecond)
 				if len(got) != 1 || got[0].Status != ibv.WCRNRRetryExcErr {
 					t.Fatalf("%v, want RNR_RETRY_EXC_ERR", got)
 				}
@@ -253,7 +253,7 @@ func TestRNRRetryTiming(t *testing.T) {
 			}
 			postRecv(t, p.b, ibv.RecvWR{ID: 2})
 			// The message goes through at the next retry, not before.
-			next := start + (recvAt/timer+1)*timer
+			next := start.Add((recvAt/timer + 1) * timer)
 			got := waitOnClock(t, fab, p.cqa, next, 100*time.Microsecond)
 			if len(got) != 1 || got[0].Status != ibv.WCSuccess {
 				t.Fatalf("%v, want the send to succeed", got)
@@ -278,7 +278,7 @@ func TestUnreachablePeer(t *testing.T) {
 			prepare(p.a, p.b)
 			start := fab.Now()
 			post(t, p.a, ibv.SendWR{ID: 1, Opcode: ibv.WRRDMAWrite}, ibv.SendWR{ID: 2, Opcode: ibv.WRSend})
-			got := waitOnClock(t, fab, p.cqa, start+8*4096*(1<<14), 10*time.Millisecond)
+			got := waitOnClock(t, fab, p.cqa, start.Add(8*4096*(1<<14)), 10*time.Millisecond)
 			want := []ibv.WC{{ID: 1, Status: ibv.WCRetryExcErr, QPNum: p.a.Num()}, flushed(2, p.a.Num())}
 			if !slices.Equal(got, want) {
 				t.Fatalf("%v, want %v", got, want)
@@ -295,6 +295,7 @@ func TestClockJumpsWhenCallersWait(t *testing.T) {
 	e := newEnv(t, soft.Config{})
 	p := newPair(t, e, e)
 	toState(t, p.b, ibv.QPSErr)
+	start := e.dev.Fabric().Now()
 	post(t, p.a, ibv.SendWR{ID: 1, Opcode: ibv.WRRDMAWrite})
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -309,8 +310,8 @@ func TestClockJumpsWhenCallersWait(t *testing.T) {
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
-	if now := e.dev.Fabric().Now(); now < 8*4096*(1<<14) {
-		t.Errorf("device time %v at the completion, want at least 8 ACK timeouts", now)
+	if d := e.dev.Fabric().Now().Sub(start); d < 8*4096*(1<<14) {
+		t.Errorf("device time %v at the completion, want at least 8 ACK timeouts", d)
 	}
 }
 
@@ -328,7 +329,7 @@ func TestClockJumpsOff(t *testing.T) {
 	for range 5 {
 		time.Sleep(2 * time.Millisecond)
 		if got := pollAll(t, p.cqa); len(got) > 0 {
-			t.Fatalf("%v after %v of device time, want none before Advance", got, fab.Now()-start)
+			t.Fatalf("%v after %v of device time, want none before Advance", got, fab.Now().Sub(start))
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
@@ -336,10 +337,10 @@ func TestClockJumpsOff(t *testing.T) {
 	if ev, err := e.dev.NextAsyncEvent(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("NextAsyncEvent: %v, %v; want the context's deadline", ev, err)
 	}
-	if now := fab.Now(); now != start {
-		t.Fatalf("device time moved by %v with its jumps off", now-start)
+	if now := fab.Now(); !now.Equal(start) {
+		t.Fatalf("device time moved by %v with its jumps off", now.Sub(start))
 	}
-	got := waitOnClock(t, fab, p.cqa, start+8*4096*(1<<14), 10*time.Millisecond)
+	got := waitOnClock(t, fab, p.cqa, start.Add(8*4096*(1<<14)), 10*time.Millisecond)
 	if len(got) != 1 || got[0].Status != ibv.WCRetryExcErr {
 		t.Fatalf("%v, want RETRY_EXC_ERR", got)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/qpdrain/qpdrain/clock"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -62,9 +63,10 @@ type Config struct {
 	// RealTime runs the schedule on the real clock instead of a virtual
 	// one, for real devices: events happen at their times.
 	RealTime bool
-	// DeviceClock, when set, is moved along with the virtual clock: the
-	// devices' own timers (a soft.Fabric's retry and RNR timers) then
-	// fire at the simulated times. Ignored with RealTime.
+	// DeviceClock, when set, is the run's clock: the devices' own (a
+	// soft.Fabric), so their retry and RNR timers fire at the simulated
+	// times the Manager's timers do; nil gives the run a clock.Virtual of
+	// its own. Ignored with RealTime.
 	DeviceClock DeviceClock
 	// Progress, if set, is called with the events done so far, about a
 	// hundred times in a run.
@@ -115,11 +117,12 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// DeviceClock is the devices' own virtual clock (a soft.Fabric).
+// DeviceClock is the devices' own simulated clock (a soft.Fabric).
 type DeviceClock interface {
-	// Advance moves it forward by d, firing the timers due on the way.
-	Advance(d time.Duration) error
-	// SetClockJumps(false) makes it move only by Advance. Run turns the
+	// Now and Sleep are the clock; Sleep moves it forward at once,
+	// firing the device timers due on the way.
+	clock.Clock
+	// SetClockJumps(false) makes it move only when moved. Run turns the
 	// jumps off for the run and on again after it: a clock that also moved
 	// on its own, when the simulator was slow between two calls, would fire
 	// timers before their simulated time, and the run would depend on the
@@ -127,7 +130,8 @@ type DeviceClock interface {
 	SetClockJumps(on bool)
 }
 
-// epoch is where the virtual clock starts; results give times since it.
+// epoch is where the run's own virtual clock starts; results give times
+// since the run's start.
 var epoch = time.Date(2008, 4, 1, 0, 0, 0, 0, time.UTC)
 
 // kind is what an item of the schedule does.
@@ -180,8 +184,8 @@ const peerSendDepth = 4
 type sim struct {
 	cfg     Config
 	rng     *rand.Rand
-	clock   ipoibcm.Clock
-	virtual *ipoibcm.VirtualClock
+	clock   clock.Clock
+	virtual bool // clock is simulated: the run moves it
 	m       *ipoibcm.Manager
 	objs    teardown.List
 	peerPD  ibv.PD
@@ -212,17 +216,17 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	s := &sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x1b873593)), peers: make(map[uint32]*peer),
 		vanish: make(map[uint32]time.Time), forced: make(map[uint32]struct{}), wcs: make([]ibv.WC, 64)}
-	if cfg.RealTime {
-		s.clock = ipoibcm.RealClock{}
-	} else {
-		s.virtual = ipoibcm.NewVirtualClock(epoch)
-		s.clock = s.virtual
-	}
-	s.res = newResult(cfg)
-	if c := cfg.DeviceClock; c != nil && !cfg.RealTime {
+	switch c := cfg.DeviceClock; {
+	case cfg.RealTime:
+		s.clock = clock.Real{}
+	case c != nil:
+		s.clock, s.virtual = c, true
 		c.SetClockJumps(false)
 		defer c.SetClockJumps(true)
+	default:
+		s.clock, s.virtual = clock.NewVirtual(epoch), true
 	}
+	s.res = newResult(cfg)
 	wall := time.Now()
 	err = s.run(ctx)
 	err = errors.Join(err, s.close(ctx))
@@ -329,16 +333,13 @@ func (s *sim) timersUntil(ctx context.Context, t time.Time) error {
 }
 
 func (s *sim) waitUntil(ctx context.Context, t time.Time) error {
-	if s.virtual != nil {
-		d := t.Sub(s.virtual.Now())
+	if s.virtual {
+		d := t.Sub(s.clock.Now())
 		if d <= 0 {
 			return nil
 		}
-		s.virtual.Set(t)
-		if s.cfg.DeviceClock != nil {
-			if err := s.cfg.DeviceClock.Advance(d); err != nil {
-				return fmt.Errorf("advancing the device clock: %w", err)
-			}
+		if err := s.clock.Sleep(ctx, d); err != nil {
+			return fmt.Errorf("advancing the clock: %w", err)
 		}
 		return nil
 	}
