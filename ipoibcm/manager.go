@@ -8,7 +8,7 @@ import (
 
 	"github.com/qpdrain/qpdrain/drain"
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/ilist"
+	"github.com/qpdrain/qpdrain/ilist"
 	"github.com/qpdrain/qpdrain/rcsetup"
 	"github.com/qpdrain/qpdrain/teardown"
 )
