@@ -224,6 +224,7 @@
 // the drain WRs and their completions, stalls, the proof per queue and the
 // outcome, in order, with times.
 //
-// Logging goes to Options.Log (a logrus.FieldLogger) at debug level, for
-// stalls and outcomes other than Safe; by default nothing is logged.
+// Logging goes to Options.Log (a log/slog Logger) at debug level, for
+// stalls and outcomes other than Safe, each with its QP's "lqpn"; by
+// default nothing is logged.
 package drain

@@ -2,6 +2,7 @@ package drain
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/qpdrain/qpdrain/ibv"
@@ -77,7 +78,7 @@ func (r *Reaper) stallErr(h *Handle) error {
 func (r *Reaper) stall(h *Handle, err error, now time.Time) bool {
 	h.report.Stall = err
 	h.step(&Step{At: now, Kind: StepStall, Err: err})
-	r.logf(h, "drain stalled: %v (policy %s)", err, r.opts.Policy)
+	r.debug(h, "drain stalled", slog.Any("policy", r.opts.Policy), slog.Any("error", err))
 	if r.opts.Policy == DestroyWhenEmpty {
 		if !h.stalled {
 			h.stalled, h.since = true, r.at(now)

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/ilist"
+	"github.com/qpdrain/qpdrain/ilist"
 )
 
 // closedChan is the Done channel of a handle that ended before anyone asked.

@@ -1,6 +1,6 @@
 package drain
 
-import "github.com/qpdrain/qpdrain/internal/ilist"
+import "github.com/qpdrain/qpdrain/ilist"
 
 // stage is where a QP is in its drain; each stage but the transient ones is
 // one of the reaper's lists, named after ipoib_cm.c's where they match.

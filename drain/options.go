@@ -2,9 +2,8 @@ package drain
 
 import (
 	"context"
+	"log/slog"
 	"time"
-
-	"github.com/sirupsen/logrus"
 
 	"github.com/qpdrain/qpdrain/clock"
 	"github.com/qpdrain/qpdrain/ibv"
@@ -168,9 +167,9 @@ type Options struct {
 	// passes its deadline, not when the wall clock does.
 	Clock clock.Clock
 
-	// Log receives a debug record of each stall and outcome; nil (the
-	// default) logs nothing.
-	Log logrus.FieldLogger
+	// Log receives a debug record of each stall and of each outcome but
+	// Safe, with the QP number as "lqpn"; nil (the default) logs nothing.
+	Log *slog.Logger
 }
 
 // Feed is how Run feeds a reaper whose CQ the caller owns: where its

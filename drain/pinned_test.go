@@ -3,10 +3,10 @@ package drain_test
 import (
 	"context"
 	"errors"
-	"github.com/qpdrain/qpdrain/clock"
 	"testing"
 	"time"
 
+	"github.com/qpdrain/qpdrain/clock"
 	"github.com/qpdrain/qpdrain/drain"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"

@@ -1,17 +1,17 @@
 package drain_test
 
 import (
-	"github.com/qpdrain/qpdrain/clock"
+	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/sirupsen/logrus"
-	logtest "github.com/sirupsen/logrus/hooks/test"
-
+	"github.com/qpdrain/qpdrain/clock"
 	"github.com/qpdrain/qpdrain/drain"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
+	"github.com/qpdrain/qpdrain/internal/testing/syncbuf"
 	"github.com/qpdrain/qpdrain/soft"
 )
 
@@ -280,20 +280,30 @@ func TestCQOverflow(t *testing.T) {
 	}
 }
 
-// A stall is logged at debug level to Options.Log, with the QP number; a
-// reaper without a logger logs nothing (there is nowhere to).
+// A stall is logged at debug level to Options.Log, with the QP number as
+// "lqpn"; a reaper without a logger logs nothing (there is nowhere to).
 func TestStallIsLogged(t *testing.T) {
 	r := quirkRig(t, soft.Quirks{NoLastWQEReached: true})
 	qp := r.pair(true)
-	log, hook := logtest.NewNullLogger()
-	log.SetLevel(logrus.DebugLevel)
+	var buf syncbuf.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	rp, _ := runReaper(t, r, drain.Options{Log: log})
 	if _, err := add(t, rp, qp, drain.AddOptions{}).Wait(testCtx(t)); err == nil {
 		t.Fatal("want a stall")
 	}
-	entries := hook.AllEntries()
-	if len(entries) != 2 || entries[0].Data["lqpn"] != qp.Num() || !strings.Contains(entries[0].Message, "no Last WQE Reached") ||
-		!strings.Contains(entries[1].Message, "quarantined") {
-		t.Errorf("log entries %v, want the stall and the quarantine of qpn %d", entries, qp.Num())
+	var recs []map[string]any
+	for line := range strings.Lines(buf.String()) {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		recs = append(recs, rec)
+	}
+	qpn := float64(qp.Num())
+	text := func(v any) string { s, _ := v.(string); return s }
+	if len(recs) != 2 || recs[0]["level"] != "DEBUG" || recs[0]["msg"] != "drain stalled" || recs[0]["lqpn"] != qpn ||
+		recs[0]["policy"] != "quarantine" || !strings.Contains(text(recs[0]["error"]), "no Last WQE Reached") ||
+		recs[1]["msg"] != "drain ended" || recs[1]["lqpn"] != qpn || recs[1]["outcome"] != "quarantined" {
+		t.Errorf("log records %v, want the stall and the quarantine of qpn %d", recs, qp.Num())
 	}
 }

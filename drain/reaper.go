@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/sirupsen/logrus"
 
 	"github.com/qpdrain/qpdrain/ibv"
 )
@@ -913,7 +912,7 @@ func (r *Reaper) conclude(h *Handle, o Outcome, err error, now time.Time) {
 	rep.Outcome, rep.Err = o, err
 	h.step(&Step{At: now, Kind: StepOutcome, Outcome: o, Err: err})
 	if o != Safe {
-		r.logf(h, "drain ended: %s: %v", o, err)
+		r.debug(h, "drain ended", slog.Any("outcome", o), slog.Any("error", err))
 	}
 	h.ended = true
 	if h.done != nil {
@@ -921,11 +920,15 @@ func (r *Reaper) conclude(h *Handle, o Outcome, err error, now time.Time) {
 	}
 }
 
-func (r *Reaper) logf(h *Handle, format string, args ...any) {
-	if r.opts.Log == nil {
+// debug logs msg about h's QP at debug level, its number first, named as
+// rdma(8) names it. The record is built only when Log takes debug records,
+// so that a reaper without a logger allocates nothing for it.
+func (r *Reaper) debug(h *Handle, msg string, attrs ...slog.Attr) {
+	l := r.opts.Log
+	if l == nil || !l.Enabled(context.Background(), slog.LevelDebug) {
 		return
 	}
-	r.opts.Log.WithFields(logrus.Fields{"lqpn": h.qpn}).Debugf(format, args...)
+	l.LogAttrs(context.Background(), slog.LevelDebug, msg, append([]slog.Attr{slog.Uint64("lqpn", uint64(h.qpn))}, attrs...)...)
 }
 
 // Stats returns the reaper's counters.

@@ -2,11 +2,11 @@ package drain
 
 import (
 	"errors"
-	"github.com/qpdrain/qpdrain/clock"
 	"reflect"
 	"testing"
 	"time"
 
+	"github.com/qpdrain/qpdrain/clock"
 	"github.com/qpdrain/qpdrain/ibv"
 )
 

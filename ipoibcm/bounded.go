@@ -53,7 +53,7 @@ func (m *Manager) hand(c *Conn, lastWQE bool, now time.Time) {
 	if err != nil {
 		// Only a QP the reaper cannot take at all: it is not on the
 		// reaper's CQ, or the reaper ended. Keep it, counted.
-		m.warn("handing qpn %d to the reaper: %v", c.qpn, err)
+		m.warn(c, "could not hand the QP to the reaper", err)
 		c.state = StateError
 		m.move(c, ListQuarantine, false)
 		m.stats.Quarantined++

@@ -2,11 +2,10 @@ package ipoibcm
 
 import (
 	"fmt"
-	"github.com/qpdrain/qpdrain/clock"
+	"log/slog"
 	"time"
 
-	"github.com/sirupsen/logrus"
-
+	"github.com/qpdrain/qpdrain/clock"
 	"github.com/qpdrain/qpdrain/drain"
 	"github.com/qpdrain/qpdrain/ibv"
 )
@@ -119,9 +118,9 @@ type Config struct {
 	Trace func(Event)
 	// OnEvent receives the async events the Manager does not claim.
 	OnEvent func(ibv.AsyncEvent)
-	// Log receives warnings where ipoib_cm.c warns (ipoib_warn); nil logs
-	// nothing.
-	Log logrus.FieldLogger
+	// Log receives warnings where ipoib_cm.c warns (ipoib_warn), with the
+	// QP number as "lqpn"; nil logs nothing.
+	Log *slog.Logger
 }
 
 func (c Config) withDefaults() (Config, error) {

@@ -3,9 +3,9 @@ package ipoibcm_test
 import (
 	"context"
 	"fmt"
-	"github.com/qpdrain/qpdrain/clock"
 	"time"
 
+	"github.com/qpdrain/qpdrain/clock"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/ipoibcm"
 	"github.com/qpdrain/qpdrain/rcsetup"

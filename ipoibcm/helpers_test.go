@@ -2,11 +2,11 @@ package ipoibcm
 
 import (
 	"context"
-	"github.com/qpdrain/qpdrain/clock"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/qpdrain/qpdrain/clock"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 	"github.com/qpdrain/qpdrain/rcsetup"

@@ -1,15 +1,17 @@
 package ipoibcm
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"github.com/qpdrain/qpdrain/clock"
+	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/qpdrain/qpdrain/clock"
 	"github.com/qpdrain/qpdrain/drain"
 	"github.com/qpdrain/qpdrain/ibv"
-	"github.com/qpdrain/qpdrain/internal/ilist"
+	"github.com/qpdrain/qpdrain/ilist"
 	"github.com/qpdrain/qpdrain/rcsetup"
 	"github.com/qpdrain/qpdrain/teardown"
 )
@@ -205,10 +207,23 @@ func (m *Manager) emit(c *Conn, k EventKind, now time.Time) {
 	m.cfg.Trace(ev)
 }
 
-func (m *Manager) warn(format string, args ...any) {
-	if m.cfg.Log != nil {
-		m.cfg.Log.Warnf(format, args...)
+// warn logs msg at warning level, where ipoib_cm.c calls ipoib_warn: with
+// c's QP number as rdma(8) names it (c nil: about no QP), attrs, and err
+// unless nil.
+func (m *Manager) warn(c *Conn, msg string, err error, attrs ...slog.Attr) {
+	l := m.cfg.Log
+	if l == nil || !l.Enabled(context.Background(), slog.LevelWarn) {
+		return
 	}
+	all := make([]slog.Attr, 0, len(attrs)+2)
+	if c != nil {
+		all = append(all, slog.Uint64("lqpn", uint64(c.qpn)))
+	}
+	all = append(all, attrs...)
+	if err != nil {
+		all = append(all, slog.Any("error", err))
+	}
+	l.LogAttrs(context.Background(), slog.LevelWarn, msg, all...)
 }
 
 // move puts c at the head (front true) or tail of list l (list_move /
@@ -235,7 +250,7 @@ func (m *Manager) toError(c *Conn, now time.Time) {
 		c.errAt = now
 	}
 	if err := c.qp.Modify(ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState); err != nil {
-		m.warn("unable to move qpn %d to error state: %v", c.qpn, err)
+		m.warn(c, "unable to move qp to error state", err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/qpdrain/qpdrain/drain"
@@ -125,7 +126,7 @@ func (m *Manager) startRxDrain(now time.Time) {
 	first := m.lists[ListFlush].Front()
 	if err := first.qp.PostSend([]ibv.SendWR{{ID: KernelDrainWRID, Opcode: ibv.WRSend, Flags: ibv.SendSignaled}}); err != nil {
 		m.stats.DrainPostFailed++
-		m.warn("failed to post drain wr on qpn %d: %v", first.qpn, err)
+		m.warn(first, "failed to post drain wr", err)
 	} else {
 		m.stats.DrainWRs++
 	}
@@ -216,7 +217,7 @@ func (m *Manager) repost(c *Conn, slot int) error {
 		// As ipoib_cm_handle_rx_wc: the count drops, nothing else. Should
 		// it reach 0 this way, no flush will ever reap the QP.
 		c.recvCount--
-		m.warn("ipoib_cm_post_receive_nonsrq failed for qpn %d buf %d: %v", c.qpn, slot, err)
+		m.warn(c, "ipoib_cm_post_receive_nonsrq failed", err, slog.Int("buf", slot))
 	}
 	return nil
 }
@@ -251,7 +252,7 @@ func (m *Manager) reap(now time.Time) {
 func (m *Manager) destroy(c *Conn, now time.Time) {
 	m.move(c, ListNone, false)
 	if err := c.qp.Close(); err != nil {
-		m.warn("destroying qpn %d: %v", c.qpn, err)
+		m.warn(c, "could not destroy the QP", err)
 	}
 	delete(m.conns, c.qpn)
 	m.remember(c.qpn)

@@ -52,7 +52,7 @@ func (m *Manager) Stop(ctx context.Context) (StopReport, error) {
 	for m.lists[ListError].Len()+m.lists[ListFlush].Len()+m.lists[ListDrain].Len() > 0 {
 		now := m.clock.Now()
 		if now.Sub(begin) > m.cfg.StopTimeout {
-			m.warn("RX drain timing out")
+			m.warn(nil, "RX drain timing out", nil)
 			rep.TimedOut = true
 			break
 		}

@@ -2,12 +2,11 @@ package metrics
 
 import (
 	"context"
-	"io"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/sirupsen/logrus"
 
 	"github.com/qpdrain/qpdrain/leaks"
 )
@@ -44,8 +43,8 @@ type ExporterOptions struct {
 	// Limits, when set, gives the devices' max_qp at each scrape in place
 	// of Analyze.Limits (a device may appear after the exporter started).
 	Limits func() map[string]leaks.Limit
-	// Log receives a line per failed scrape; nil discards.
-	Log logrus.FieldLogger
+	// Log receives a warning per failed scrape; nil discards.
+	Log *slog.Logger
 }
 
 // Exporter is a prometheus.Collector that reads the host's QPs afresh on
@@ -69,9 +68,7 @@ func NewExporter(s leaks.Sampler, o ExporterOptions) *Exporter {
 		o.ScrapeTimeout = DefaultScrapeTimeout
 	}
 	if o.Log == nil {
-		l := logrus.New()
-		l.SetOutput(io.Discard)
-		o.Log = l
+		o.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Exporter{sampler: s, o: o}
 }
@@ -98,7 +95,7 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	if err != nil {
 		e.errors++
 		ok = 0
-		e.o.Log.WithError(err).Warn("scrape: reading the host's QPs failed")
+		e.o.Log.LogAttrs(ctx, slog.LevelWarn, "scrape: reading the host's QPs failed", slog.Any("error", err))
 	} else {
 		e.history = append(e.history, s)
 		e.trim(s.At)

@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
-
-	"github.com/sirupsen/logrus"
 
 	"github.com/qpdrain/qpdrain/drain"
 	"github.com/qpdrain/qpdrain/ibv"
@@ -35,7 +34,7 @@ type Drain struct {
 	// 0 is DefaultTimeout of QPs.
 	Timeout time.Duration
 	// Log is the reaper's Options.Log.
-	Log logrus.FieldLogger
+	Log *slog.Logger
 }
 
 // MaxDrainCQE bounds the one CQ of a drain simulation, and with it the QPs,

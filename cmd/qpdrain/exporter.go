@@ -194,7 +194,7 @@ func serveExporter(ctx context.Context, lns []net.Listener, stderr io.Writer, op
 	defer h.Close()
 	cache := &limitCache{h: h, m: map[string]leaks.Limit{}}
 	exp := metrics.NewExporter(cache.sampler(o.host.timeout), metrics.ExporterOptions{
-		Window: o.window, ScrapeTimeout: o.host.timeout, Log: opts.log,
+		Window: o.window, ScrapeTimeout: o.host.timeout, Log: opts.libLog(),
 		Analyze: leaks.Options{NearLimit: o.nearLimit, IPoIBNonSRQLimit: ipoibNonSRQLimit()},
 		Limits:  cache.limits,
 	})

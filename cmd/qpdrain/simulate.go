@@ -88,7 +88,7 @@ type simResult struct {
 func simulate(ctx context.Context, o *simulateOptions, g *globalOptions) (*simResult, error) {
 	d := &scenario.Drain{QPs: o.qps, NoSRQ: o.noSRQ, Taken: o.taken, Sends: o.sends, Quirks: o.quirks.quirks,
 		Policy: o.policy, MaxBatch: o.maxBatch, MaxQuarantine: o.maxQuarantine, RecvDrain: o.recvDrain,
-		Timeout: o.timeout, Log: g.log}
+		Timeout: o.timeout, Log: g.libLog()}
 	res, err := d.Run(ctx)
 	switch {
 	case errors.Is(err, scenario.ErrTooManyQPs):

@@ -5,12 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/qpdrain/qpdrain/clock"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
 
+	"github.com/qpdrain/qpdrain/clock"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/ipoibcm"
 	"github.com/qpdrain/qpdrain/rcsetup"
