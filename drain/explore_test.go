@@ -32,6 +32,7 @@ var exploredBodies = []struct {
 	{"AddRejects", TestAddRejects},
 	{"ConcurrentDrains", TestConcurrentDrains},
 	{"QuirkLastWQEReachedTwice", TestQuirkLastWQEReachedTwice},
+	{"QuirkLastWQEReachedAgain", TestQuirkLastWQEReachedAgain},
 	{"QuirkRecvInErrorFlushDeferred", TestQuirkRecvInErrorFlushDeferred},
 	{"NoProofFromAnotherQueue", TestNoProofFromAnotherQueue},
 	{"FullSendQueueRetried", TestFullSendQueueRetried},
