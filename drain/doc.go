@@ -106,6 +106,11 @@
 //  4. Wait until every queue is proven, at most Options.DrainTimeout from
 //     step 3 on (ErrDrainNotFlushed, ErrRecvsMissing). The QP may now be
 //     destroyed.
+//  5. Under DestroyWhenEmpty, a QP whose step 2, 3 or 4 stalled (after its
+//     drain WRs, if step 2 did) waits for a poll begun after the stall
+//     that finds the CQ empty, and may then be destroyed, unproven: at
+//     most Options.DrainTimeout from the start of that wait
+//     (ErrCQNotEmpty).
 //
 // The timeouts of different QPs run together: N QPs whose drain WRs never
 // complete all stall after about one DrainTimeout, the later ones waiting
@@ -200,7 +205,10 @@
 //     its unproven queues say what was missing); a QP without Last WQE
 //     Reached still gets its drain WRs first. This is what the kernel's
 //     __ib_drain_srq does after its 60 s wait, and what IPoIB-CM does at
-//     device stop.
+//     device stop. On a CQ that other QPs' traffic keeps busy no poll may
+//     find it empty: when none has within DrainTimeout (step 5), the
+//     drain fails with ErrCQNotEmpty and the QP, unproven, is the
+//     caller's again, as for any failure.
 //
 // # Time
 //

@@ -35,9 +35,13 @@ var (
 	// quarantine already holds Options.MaxQuarantine QPs. The QP is handed
 	// back to the caller, not safe to destroy.
 	ErrQuarantineFull = errors.New("quarantine full")
-	// ErrCQNotEmpty: under DestroyWhenEmpty a stalled QP waits for a poll
-	// that finds the CQ empty, and none came in time; or, from Wait, a QP
-	// counting its receives still waits for one (AddOptions.CountRecvs).
+	// ErrCQNotEmpty: a poll that finds the CQ empty did not come in time.
+	// Under DestroyWhenEmpty a stalled QP waits for one begun after its
+	// stall, at most Options.DrainTimeout: when none comes (a CQ that
+	// other QPs' traffic keeps busy), the drain fails and the QP is handed
+	// back, unproven. From Wait whose context ended: a QP counting its
+	// receives (AddOptions.CountRecvs), or a stalled one, still waits for
+	// one.
 	ErrCQNotEmpty = errors.New("cq not proven empty")
 	// ErrShutdown: the reaper shut down before the QP's drain finished.
 	ErrShutdown = errors.New("reaper shut down")

@@ -31,10 +31,14 @@ func (r *Reaper) expire(now time.Time) {
 			l.remove(h)
 			if r.stall(h, r.stallErr(h), now) {
 				h.needSend, h.needRecv = false, false
-				h.stage = stageEmptyWait
-				r.lists[stageEmptyWait].push(h)
+				r.waitEmpty(h, now)
 			}
 		}
+	}
+	for h := r.lists[stageEmptyWait].Front(); h != nil && h.deadline <= t; h = r.lists[stageEmptyWait].Front() {
+		err := fmt.Errorf("qpn %d: %w: no poll begun after the stall found the CQ empty within %v", h.qpn, ErrCQNotEmpty, r.opts.DrainTimeout)
+		h.step(&Step{At: now, Kind: StepStall, Err: err})
+		r.finish(h, Failed, err, now)
 	}
 	r.post(now)
 	r.wakeForDeadline()
@@ -102,6 +106,16 @@ func (r *Reaper) stall(h *Handle, err error, now time.Time) bool {
 	return false
 }
 
+// waitEmpty puts h, stalled under DestroyWhenEmpty with nothing else
+// left to wait for, on the wait for a poll begun after its stall that
+// finds the CQ empty, for at most DrainTimeout: on a CQ that other QPs'
+// traffic keeps busy no such poll may ever come.
+func (r *Reaper) waitEmpty(h *Handle, now time.Time) {
+	h.stage = stageEmptyWait
+	h.deadline = r.at(now) + r.opts.DrainTimeout
+	r.lists[stageEmptyWait].push(h)
+}
+
 // giveUp hands h's drain WRs over with h to the caller, who may destroy
 // it: they count against the headroom until they complete or a poll after
 // now finds the CQ empty, after which no completion of theirs can sit in
@@ -140,7 +154,7 @@ func (r *Reaper) NextDeadline() time.Time {
 // waits.
 func (r *Reaper) nextDeadline() time.Time {
 	d := time.Duration(-1)
-	for _, l := range [...]*list{&r.lists[stageProving], &r.lists[stageError], &r.lists[stageFlush], &r.lists[stageWait], &r.lists[stageBarrier]} {
+	for _, l := range [...]*list{&r.lists[stageProving], &r.lists[stageError], &r.lists[stageFlush], &r.lists[stageWait], &r.lists[stageBarrier], &r.lists[stageEmptyWait]} {
 		if h := l.Front(); h != nil && (d < 0 || h.deadline < d) {
 			d = h.deadline
 		}

@@ -32,6 +32,7 @@ var exploredBodies = []struct {
 	{"AddRejects", TestAddRejects},
 	{"ConcurrentDrains", TestConcurrentDrains},
 	{"QuirkLastWQEReachedTwice", TestQuirkLastWQEReachedTwice},
+	{"QuirkLastWQEReachedAgain", TestQuirkLastWQEReachedAgain},
 	{"QuirkRecvInErrorFlushDeferred", TestQuirkRecvInErrorFlushDeferred},
 	{"NoProofFromAnotherQueue", TestNoProofFromAnotherQueue},
 	{"FullSendQueueRetried", TestFullSendQueueRetried},
@@ -43,6 +44,7 @@ var exploredBodies = []struct {
 	{"ReusedQPLateEvent", TestReusedQPLateEvent},
 	{"ReaperReplaced", TestReaperReplaced},
 	{"DestroyWhenEmptyHeadroom", TestDestroyWhenEmptyHeadroom},
+	{"BusyCQEmptyPollBounded", TestBusyCQEmptyPollBounded},
 }
 
 // TestExplore runs the drain bodies on the orderly schedule and

@@ -28,7 +28,10 @@ const (
 	// (Reaper.CQEmpty, or an empty Reaper.Poll). A QP without Last WQE
 	// Reached still gets its drain WRs first. Wait returns nil; the
 	// report's Outcome is DestroyedAfterEmptyCQ, not Safe, Stall names the
-	// step and each unproven queue what it lacked.
+	// step and each unproven queue what it lacked. The wait for that poll
+	// is bounded by Options.DrainTimeout too: on a CQ that other QPs'
+	// traffic keeps busy none may come, and then the drain fails
+	// (ErrCQNotEmpty) and the QP is handed back, unproven.
 	// This is the kernel's choice in __ib_drain_srq (wait, then poll the CQ
 	// empty) and IPoIB-CM's at device stop; it trades the quarantine's
 	// bounded leak for the risk the IBTA warns of (WQE leakage on a QP that
@@ -125,7 +128,10 @@ type Options struct {
 	// has an SRQ) until every one of its queues is proven finished
 	// (default DefaultDrainTimeout). The time spent waiting for headroom
 	// counts, so the QPs of one reaper time out together, not one after
-	// another.
+	// another. Under DestroyWhenEmpty it also bounds a stalled QP's wait
+	// for an empty poll, from the moment that wait begins: the stall, or,
+	// for a QP that stalled for want of Last WQE Reached, the completion
+	// of the drain WRs it still gets (ErrCQNotEmpty).
 	DrainTimeout time.Duration
 	// Headroom is the number of drain WRs, send and receive, the reaper
 	// may have outstanding on its CQ at once: the CQ slots the caller

@@ -3,6 +3,8 @@ package drain_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -248,6 +250,144 @@ func TestEmptyPollBeforeStall(t *testing.T) {
 	}
 	if rep := h.Report(); rep.Outcome != drain.DestroyedAfterEmptyCQ {
 		t.Errorf("after an empty poll begun after the stall: %s, want destroyed after empty CQ\n%s", rep.Outcome, rep)
+	}
+}
+
+// busyCQ keeps the reaper's CQ busy with the completions of a QP that is
+// not being drained, so that no poll finds it empty: before every poll it
+// posts a signaled zero-length RDMA WRITE, which needs no receive at the
+// peer and completes at once.
+type busyCQ struct {
+	t  *testing.T
+	rp *drain.Reaper
+	cq ibv.CQ
+	qp ibv.QP
+	n  uint64
+}
+
+// poll posts a WRITE, polls one completion and hands it to the reaper.
+func (b *busyCQ) poll() {
+	b.t.Helper()
+	b.n++
+	if err := b.qp.PostSend([]ibv.SendWR{{ID: sendIDBase | b.n, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled}}); err != nil {
+		b.t.Fatal(err)
+	}
+	wc := make([]ibv.WC, 1)
+	n, err := b.cq.Poll(wc)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if n == 0 {
+		b.t.Fatal("the reaper's CQ polled empty: the traffic must keep it busy")
+	}
+	b.rp.HandleWC(wc[0])
+}
+
+// stallAt is when the drain's first stall was recorded, zero if none was.
+func stallAt(rep *drain.Report) time.Time {
+	for _, s := range rep.Steps {
+		if s.Kind == drain.StepStall {
+			return s.At
+		}
+	}
+	return time.Time{}
+}
+
+// wantEmptyPollNeverCame fails unless rep is a drain under DestroyWhenEmpty
+// whose drain WR stalled and whose wait for an empty poll then ran out,
+// DrainTimeout (timeout) after the stall, exactly on a virtual clock.
+func wantEmptyPollNeverCame(t *testing.T, rep *drain.Report, timeout time.Duration, virtual bool) {
+	t.Helper()
+	checkProof(t, rep)
+	wantErr(t, rep.Stall, drain.ErrDrainNotFlushed)
+	wantErr(t, rep.Err, drain.ErrCQNotEmpty)
+	if rep.Outcome != drain.Failed || rep.Err == nil || !strings.Contains(rep.Err.Error(), fmt.Sprintf("qpn %d", rep.QPNum)) ||
+		!strings.Contains(rep.Err.Error(), timeout.String()) {
+		t.Errorf("outcome %s, %v; want failed, naming the QP and the bound %v\n%s", rep.Outcome, rep.Err, timeout, rep)
+	}
+	var stalls []drain.Step
+	for _, s := range rep.Steps {
+		if s.Kind == drain.StepStall {
+			stalls = append(stalls, s)
+		}
+	}
+	if len(stalls) != 2 || !errors.Is(stalls[1].Err, drain.ErrCQNotEmpty) {
+		t.Fatalf("want the drain WR's stall, then one saying no empty poll came:\n%s", rep)
+	}
+	end := rep.Steps[len(rep.Steps)-1]
+	switch el := end.At.Sub(stalls[0].At); {
+	case virtual && el != timeout:
+		t.Errorf("outcome %v after the stall on a virtual clock, want exactly DrainTimeout %v:\n%s", el, timeout, rep)
+	case el < timeout || el > 20*timeout:
+		t.Errorf("outcome %v after the stall, want about DrainTimeout %v:\n%s", el, timeout, rep)
+	}
+}
+
+// On a CQ that other QPs' traffic keeps busy no poll finds it empty, so a
+// QP stalled under DestroyWhenEmpty waits for an empty poll that never
+// comes: that wait too runs out, DrainTimeout after the stall, and the
+// drain fails with ErrCQNotEmpty, its drain WR handed back with the QP.
+// The reaper before gave that wait no deadline: the drain never ended.
+func TestBusyCQEmptyPollBounded(t *testing.T) {
+	const timeout, tick = 100 * time.Millisecond, time.Millisecond
+	clock := drain.NewVirtualClock(time.Unix(1e9, 0))
+	r := eHCARig(t)
+	qp := r.pair(false)
+	rp := drain.NewReaper(r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf, Clock: clock})
+	h := add(t, rp, qp, counted)
+	b := &busyCQ{t: t, rp: rp, cq: r.cq, qp: r.pair(false)}
+	start := clock.Now()
+	for done := false; !done; {
+		select {
+		case <-h.Done():
+			done = true
+			continue
+		default:
+		}
+		if el := clock.Now().Sub(start); el > 10*timeout {
+			t.Fatalf("no outcome %v after Add, DrainTimeout %v, with the CQ busy at every poll:\n%s", el, timeout, h.Report())
+		}
+		b.poll()
+		clock.Advance(tick)
+	}
+	wantEmptyPollNeverCame(t, h.Report(), timeout, true)
+	if st := rp.Stats(); st.InFlight != 1 || st.Failed != 1 {
+		t.Errorf("stats %+v: want 1 failed, its drain WR counted until a later empty poll", st)
+	}
+}
+
+// Wait wakes for the end of the wait for an empty poll, on the real clock
+// and on a virtual one, with no poll after the stall.
+func TestWaitEndsEmptyPollWait(t *testing.T) {
+	const timeout = 50 * time.Millisecond
+	for _, c := range []struct {
+		name  string
+		clock drain.Clock
+	}{{"real", drain.RealClock{}}, {"virtual", virtualClock()}} {
+		t.Run(c.name, func(t *testing.T) {
+			r := eHCARig(t)
+			rp := drain.NewReaper(r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf, Clock: c.clock})
+			h := add(t, rp, r.pair(false), counted)
+			b := &busyCQ{t: t, rp: rp, cq: r.cq, qp: r.pair(false)}
+			vc, virtual := c.clock.(*drain.VirtualClock)
+			deadline := time.Now().Add(devtest.Timeout)
+			for stallAt(h.Report()).IsZero() {
+				if time.Now().After(deadline) {
+					t.Fatalf("no stall within %v, DrainTimeout %v:\n%s", devtest.Timeout, timeout, h.Report())
+				}
+				b.poll()
+				if virtual {
+					vc.Advance(time.Millisecond)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*timeout)
+			defer cancel()
+			rep, err := h.Wait(ctx)
+			if ctx.Err() != nil {
+				t.Fatalf("Wait did not end within %v of the stall, DrainTimeout %v: %v\n%s", 20*timeout, timeout, err, rep)
+			}
+			wantEmptyPollNeverCame(t, rep, timeout, virtual)
+		})
 	}
 }
 

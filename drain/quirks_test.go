@@ -158,6 +158,39 @@ func TestQuirkLastWQEReachedTwice(t *testing.T) {
 	}
 }
 
+// rxe 6.12 raises Last WQE Reached again for every send posted in ERROR;
+// here one is posted after the caller moved the QP to ERROR, before Add.
+// The repeat comes after the first event, which follows the flushes of the
+// WQEs the QP took from its SRQ, so no completion of a QP called safe may
+// still come. The soft device before raised the repeat while the first
+// was still due, and the reaper took it for the first: on 107 of 400
+// seeds a receive flush was polled after the QP was called safe.
+func TestQuirkLastWQEReachedAgain(t *testing.T) {
+	r := quirkRig(t, soft.Quirks{LastWQEReachedAgain: true})
+	qp := r.pair(true)
+	devtest.ToError(t, qp)
+	if err := qp.PostSend([]ibv.SendWR{{ID: sendIDBase, Opcode: ibv.WRSend, Flags: ibv.SendSignaled}}); err != nil {
+		t.Fatal(err)
+	}
+	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	s := newStepper(t, rp, r.cq, r.dev)
+	h := add(t, rp, qp, drain.AddOptions{})
+	s.watch(h, qp.(*soft.QP))
+	s.until("the drain's outcome", s.settled)
+	rep := h.Report()
+	if rep.Outcome != drain.Safe {
+		t.Errorf("outcome %s, want safe:\n%s", rep.Outcome, rep)
+	}
+	// At the outcome nothing was outstanding; nor may a completion of the
+	// QP be left in the CQ behind the drain WR's.
+	kept, _ := pollAll(t, rp, r.cq)
+	for _, wc := range kept {
+		if wc.QPNum == qp.Num() {
+			t.Errorf("false safe: completion wr_id %#x of qpn %d polled after it was called safe:\n%s", wc.ID, wc.QPNum, rep)
+		}
+	}
+}
+
 // A receive posted in ERROR is not flushed until something else happens on
 // the QP. With the default headroom of 1 the receive drain WR goes out
 // alone and never completes: the receive queue is unproven, the QP

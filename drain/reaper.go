@@ -534,8 +534,7 @@ func (r *Reaper) place(h *Handle, now time.Time) {
 		r.finish(h, Safe, nil, now)
 	case h.stalled:
 		// DestroyWhenEmpty, after its drain WRs: an empty poll releases it.
-		h.stage = stageEmptyWait
-		r.lists[stageEmptyWait].push(h)
+		r.waitEmpty(h, now)
 	default:
 		// Not reachable: every open queue above has something to wait
 		// for. Should it happen, the QP is not safe.

@@ -258,9 +258,11 @@
 //   - NoResponderErrorEvent: a responder error moves the responder to ERROR
 //     and flushes it, but raises neither QP_ACCESS_ERR nor QP_REQ_ERR. rxe
 //     on Linux 6.1 and 6.12 (docs/PROVIDERS.md).
-//   - LastWQEReachedAgain: an SRQ QP in ERROR raises Last WQE Reached again
-//     on each later modify to ERROR and each send posted to it. rxe on
-//     Linux 6.12 (flushcheck's last-wqe-repeat, docs/PROVIDERS.md).
+//   - LastWQEReachedAgain: an SRQ QP in ERROR that has raised Last WQE
+//     Reached raises it again on each later modify to ERROR and each send
+//     posted to it (never before the first, which waits for the flushes
+//     of the WQEs it took). rxe on Linux 6.12 (flushcheck's
+//     last-wqe-repeat, docs/PROVIDERS.md).
 //   - FlushDeferred: a QP moved to ERROR by Modify generates its flushes,
 //     and Last WQE Reached, only when its CQ is next polled or the QP is
 //     next posted to or modified. hns moves a QP to ERROR through a

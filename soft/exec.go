@@ -426,9 +426,8 @@ func (q *QP) flushRecvs(r *ring[recvWQE]) {
 // device calls instead, and raises Last WQE Reached once the last receive
 // flush is generated.
 func (q *QP) flush() {
-	arm := q.srq != nil && !q.lastWQE
-	if arm {
-		q.lastWQE, q.lwrDue = true, true
+	if q.srq != nil && !q.lastWQE {
+		q.lwrDue = true
 	}
 	if q.dev.adv != nil {
 		q.scheduleFlush(q.sq.len(), q.taken.len()+q.rq.len())
@@ -447,12 +446,14 @@ func (q *QP) flush() {
 }
 
 // lastWQEReached raises Last WQE Reached if it is due: the QP is in ERROR
-// and the completions of every receive WQE it took are generated.
+// and the completions of every receive WQE it took are generated. Only
+// from then on is it raised (q.lastWQE), and may be repeated
+// (lastWQEAgain): while it is due, a repeat would come first.
 func (q *QP) lastWQEReached() {
 	if !q.lwrDue {
 		return
 	}
-	q.lwrDue = false
+	q.lwrDue, q.lastWQE = false, true
 	k := q.dev.quirks
 	if k.NoLastWQEReached {
 		return

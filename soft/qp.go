@@ -36,7 +36,9 @@ type QP struct {
 	taken      ring[recvWQE] // WQEs taken ahead from the SRQ (Config.SRQPrefetch)
 	inBlocked  bool          // listed in fab.blocked
 	reachedRTS bool          // was in RTS since the last RESET (quirk DrainNeedsRTS)
-	lastWQE    bool          // Last WQE Reached raised in this ERROR episode
+	// lastWQE: Last WQE Reached was raised in this ERROR episode (or
+	// withheld by quirk NoLastWQEReached), not just due (lwrDue).
+	lastWQE bool
 	// flushPending: in ERROR, the flush not yet run (Quirks.FlushDeferred).
 	flushPending bool
 	peer         *QP // cached responder, valid while peerGen == fab.gen
