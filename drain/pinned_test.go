@@ -330,7 +330,7 @@ func wantEmptyPollNeverCame(t *testing.T, rep *drain.Report, timeout time.Durati
 // The reaper before gave that wait no deadline: the drain never ended.
 func TestBusyCQEmptyPollBounded(t *testing.T) {
 	const timeout, tick = 100 * time.Millisecond, time.Millisecond
-	clock := drain.NewVirtualClock(time.Unix(1e9, 0))
+	clock := clock.NewVirtual(time.Unix(1e9, 0))
 	r := eHCARig(t)
 	qp := r.pair(false)
 	rp := drain.NewReaper(r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf, Clock: clock})
@@ -362,14 +362,14 @@ func TestWaitEndsEmptyPollWait(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	for _, c := range []struct {
 		name  string
-		clock drain.Clock
-	}{{"real", drain.RealClock{}}, {"virtual", virtualClock()}} {
+		clock clock.Clock
+	}{{"real", clock.Real{}}, {"virtual", virtualClock()}} {
 		t.Run(c.name, func(t *testing.T) {
 			r := eHCARig(t)
 			rp := drain.NewReaper(r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf, Clock: c.clock})
 			h := add(t, rp, r.pair(false), counted)
 			b := &busyCQ{t: t, rp: rp, cq: r.cq, qp: r.pair(false)}
-			vc, virtual := c.clock.(*drain.VirtualClock)
+			vc, virtual := c.clock.(*clock.Virtual)
 			deadline := time.Now().Add(devtest.Timeout)
 			for stallAt(h.Report()).IsZero() {
 				if time.Now().After(deadline) {
