@@ -25,6 +25,8 @@ var exploredBodies = []struct {
 	{"DrainQPPastLastWQE", TestDrainQPPastLastWQE},
 	{"ReaperBatches", TestReaperBatches},
 	{"ReaperOneAtATime", TestReaperOneAtATime},
+	{"BarrierCarriers", TestBarrierCarriers},
+	{"BarrierSlotsReturned", TestBarrierSlotsReturned},
 	{"RecvDrainThenSend", TestRecvDrainThenSend},
 	{"ReaperRun", TestReaperRun},
 	{"ModifyToErrorFails", TestModifyToErrorFails},

@@ -201,6 +201,35 @@ func TestQuirkRecvInErrorFlushDeferred(t *testing.T) {
 	})
 }
 
+// A drain WR's completion is matched by its ID, and only a matched one
+// returns its headroom slot. Rounds of barriers due while earlier ones are
+// outstanding (send queues of 4 here, with room for a second barrier) must
+// leave the whole headroom free, so that a QP with its own receive queue
+// on rxe 6.12's model, which needs Headroom 2, still drains. The reaper
+// before gave the second barrier the first one's carrier, whose ID it
+// overwrote: the first barrier's completion went unmatched, one slot
+// stayed counted for good, and that QP stalled and was quarantined.
+func TestBarrierSlotsReturned(t *testing.T) {
+	r := quirkRig(t, soft.Quirks{RecvInErrorFlushDeferred: true})
+	r.sendWR = 4
+	rp := drain.NewReaper(r.cq, drain.Options{Headroom: 2, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	barrierRounds(t, r, rp, 30)
+	if _, claimed := pollAll(t, rp, r.cq); claimed != 0 {
+		t.Errorf("%d drain WR completions polled after every QP was safe", claimed)
+	}
+	if st := rp.Stats(); st.InFlight != 0 || st.LateDrainWCs != 0 {
+		t.Fatalf("stats %+v: want no drain WR counted and none completed unmatched", st)
+	}
+	qp := r.pair(false)
+	r.postRecvs(qp, 2)
+	h := add(t, rp, qp, drain.AddOptions{})
+	pollUntilDone(t, rp, r.cq)
+	rep := waitAll(t, []*drain.Handle{h})[0]
+	if rep.Recv.By != drain.ProofRecvDrainWR {
+		t.Errorf("want the receive queue proven by its receive drain WR:\n%s", rep)
+	}
+}
+
 // WRs posted in ERROR flush only if the QP was in RTS before (Mellanox
 // firmware, per ipoib_cm.c). A QP drained from RTR never flushes its drain
 // WR: ErrDrainNotFlushed, and the report shows the state it came from.
