@@ -101,8 +101,9 @@
 //     signaled zero-length SEND on its send queue; a QP with only its SRQ
 //     side open waits for a barrier instead. At most Options.Headroom drain
 //     WRs are outstanding on the CQ at once (ErrNoHeadroom if none frees in
-//     time); a send queue found full is retried after the next poll, since
-//     providers return send slots when completions are polled.
+//     time); a send queue found full, a barrier's carrier's too, is retried
+//     after the next poll, since providers return send slots when
+//     completions are polled.
 //  4. Wait until every queue is proven, at most Options.DrainTimeout from
 //     step 3 on (ErrDrainNotFlushed, ErrRecvsMissing). The QP may now be
 //     destroyed.

@@ -27,6 +27,7 @@ var exploredBodies = []struct {
 	{"ReaperOneAtATime", TestReaperOneAtATime},
 	{"BarrierCarriers", TestBarrierCarriers},
 	{"BarrierSlotsReturned", TestBarrierSlotsReturned},
+	{"BarrierFullSendQueueRetried", TestBarrierFullSendQueueRetried},
 	{"RecvDrainThenSend", TestRecvDrainThenSend},
 	{"ReaperRun", TestReaperRun},
 	{"ModifyToErrorFails", TestModifyToErrorFails},

@@ -33,7 +33,10 @@ func (r *Reaper) track(id uint64) {
 // handle keeps one send drain WR, whose ID is how the completion is
 // matched. The carrier is one of the first Options.MaxBatch QPs, so that
 // the barrier's completion releases it with those before it. With none
-// free, the barrier waits for a completion to free one.
+// free, the barrier waits for a completion to free one. A carrier whose
+// send queue is found full waits for the next poll, as a QP's own drain
+// WR does (posted): within the slot reserved, that is a provider
+// returning it late; another QP may carry the barrier meanwhile.
 func (r *Reaper) post(now time.Time) {
 	if !r.postFlush(now) {
 		return
@@ -45,12 +48,9 @@ func (r *Reaper) post(now time.Time) {
 	}
 	for c, i := l.Front(), 0; c != nil && r.inFlight < r.opts.Headroom && (r.opts.MaxBatch == 0 || i < r.opts.MaxBatch); i++ {
 		next := c.links.Next()
-		if c.sendID == 0 {
+		if c.sendID == 0 && (!c.full || c.retryGen != r.pollGen) {
 			id := r.nextID()
-			if err := c.qp.PostSend(r.drainSend(id)); err != nil {
-				// Its send queue was stated empty: the QP cannot carry it.
-				r.finish(c, Failed, fmt.Errorf("posting a barrier drain WR on qpn %d: %w: %w", c.qpn, ErrPostDrain, err), now)
-			} else {
+			if r.posted(c, id, c.qp.PostSend(r.drainSend(id)), "barrier drain WR", now) {
 				c.sendID = id
 				r.track(id)
 				r.stats.DrainWRs++

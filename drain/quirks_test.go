@@ -1,6 +1,7 @@
 package drain_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -227,6 +228,44 @@ func TestBarrierSlotsReturned(t *testing.T) {
 	rep := waitAll(t, []*drain.Handle{h})[0]
 	if rep.Recv.By != drain.ProofRecvDrainWR {
 		t.Errorf("want the receive queue proven by its receive drain WR:\n%s", rep)
+	}
+}
+
+// fullOnceQP finds its send queue full once, as a provider that returns a
+// send slot only at a later poll may.
+type fullOnceQP struct {
+	ibv.QP
+	full bool
+}
+
+func (q *fullOnceQP) PostSend(wrs []ibv.SendWR) error {
+	if q.full {
+		q.full = false
+		return &ibv.PostError{Err: fmt.Errorf("send queue of qpn %d: %w", q.Num(), ibv.ErrQueueFull)}
+	}
+	return q.QP.PostSend(wrs)
+}
+
+// A barrier's carrier found with its send queue full waits for the next
+// poll, as a QP's own drain WR does: within the slot the caller reserved,
+// a full queue is a provider returning the slot late. The reaper before
+// failed the QP with ErrPostDrain.
+func TestBarrierFullSendQueueRetried(t *testing.T) {
+	r := quirkRig(t, soft.Quirks{})
+	qp := r.pair(true)
+	devtest.ToError(t, qp)
+	if ev := devtest.WaitEvent(t, r.dev, devtest.Timeout); ev.Type != ibv.EventQPLastWQEReached || ev.QP.Num() != qp.Num() {
+		t.Fatalf("got event %v, want QP_LAST_WQE_REACHED for qpn %d", ev, qp.Num())
+	}
+	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	h := add(t, rp, &fullOnceQP{QP: qp, full: true}, drain.AddOptions{NoSends: true, LastWQESeen: true})
+	pollUntilDone(t, rp, r.cq)
+	rep := waitAll(t, []*drain.Handle{h})[0]
+	if !inOrder(kinds(rep), []drain.StepKind{drain.StepPostRetry, drain.StepDrainPosted, drain.StepDrainDone}) || rep.Recv.By != drain.ProofBarrier {
+		t.Errorf("want the barrier retried after a poll, then completed:\n%s", rep)
+	}
+	if st := rp.Stats(); st.PostRetries != 1 || st.DrainWRs != 1 {
+		t.Errorf("stats %+v: want one retry, one drain WR", st)
 	}
 }
 
