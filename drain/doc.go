@@ -38,10 +38,14 @@
 // QueueProof of each unproven queue says what was missing (Missing).
 //
 // QPs whose only open queue is their SRQ side (SRQ-attached, NoSends:
-// IPoIB-CM's receive QPs) share barriers: one drain WR, posted on the first
-// of them, releases every such QP that became ready before it was posted
-// (up to Options.MaxBatch), and any other drain WR serves as well. Every
-// other QP gets its own drain WRs, because only they prove its queues.
+// IPoIB-CM's receive QPs) share barriers: one drain WR, posted on one of
+// them, releases every such QP that became ready before it was posted (up
+// to Options.MaxBatch, its carrier among them), and any other drain WR
+// serves as well. A QP carries one barrier at a time, in the send slot
+// reserved for the reaper (see Headroom): a barrier due while others are
+// outstanding goes on a QP that carries none, or waits for a completion to
+// free one. Every other QP gets its own drain WRs, because only they prove
+// its queues.
 //
 // # Identity: one QP, one error episode, one reaper
 //
@@ -101,8 +105,9 @@
 //     signaled zero-length SEND on its send queue; a QP with only its SRQ
 //     side open waits for a barrier instead. At most Options.Headroom drain
 //     WRs are outstanding on the CQ at once (ErrNoHeadroom if none frees in
-//     time); a send queue found full is retried after the next poll, since
-//     providers return send slots when completions are polled.
+//     time); a send queue found full, a barrier's carrier's too, is retried
+//     after the next poll, since providers return send slots when
+//     completions are polled.
 //  4. Wait until every queue is proven, at most Options.DrainTimeout from
 //     step 3 on (ErrDrainNotFlushed, ErrRecvsMissing). The QP may now be
 //     destroyed.
@@ -120,20 +125,20 @@
 //
 // The drain needs room, which the caller reserves: Options.Headroom slots
 // in the CQ for drain WRs (default 1, the IPoIB-CM spare slot), one slot in
-// each QP's send queue, and one in the receive queue of each QP with its
-// own receive queue and no count. A drain WR counts against the headroom
-// from its post until its completion is polled, or until its QP was
-// handed back to the caller (failed, released by DestroyWhenEmpty,
-// returned by Shutdown) and a later poll found the CQ empty. A quarantined
-// QP is kept, so its drain WR counts until it completes. The CQ
-// arithmetic: a drain WR takes a CQ slot from its completion until that is
-// polled, and never once its QP is destroyed before it completed; so the
-// drain completions in the CQ, and those still to come, number at most
-// the drain WRs counted, at most Headroom, provided the caller destroys a
-// QP handed back to it before it polls the CQ again, the chance the
-// reaper leaves it. A QP released by DestroyWhenEmpty keeps its slot past
-// the empty poll that released it (that poll came before the caller could
-// destroy it): the next drain WR waits for a later empty poll.
+// each QP's send queue (its own drain WR's, or the one barrier it carries),
+// and one in the receive queue of each QP with its own receive queue and no
+// count. A drain WR counts against the headroom from its post until its
+// completion is polled, or until its QP was handed back to the caller
+// (failed, released by DestroyWhenEmpty, returned by Shutdown) and a later
+// poll found the CQ empty. A quarantined QP is kept, so its drain WR counts
+// until it completes. The CQ arithmetic: a drain WR takes a CQ slot from
+// its completion until that is polled, and never once its QP is destroyed
+// before it completed; so the drain completions in the CQ, and those still
+// to come, number at most the drain WRs counted, at most Headroom, provided
+// the caller destroys a QP handed back to it before it polls the CQ again,
+// the chance the reaper leaves it. A QP released by DestroyWhenEmpty keeps
+// its slot past the empty poll that released it (that poll came before the
+// caller could destroy it): the next drain WR waits for a later empty poll.
 //
 // Every QP handed to a Reaper must use the Reaper's CQ as both its send
 // and receive CQ (IPoIB-CM gives its receive QPs the receive CQ as send CQ

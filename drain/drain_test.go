@@ -234,6 +234,58 @@ func TestReaperBatches(t *testing.T) {
 	}
 }
 
+// barrierRounds runs rounds of IPoIB-CM's receive QPs (SRQ, no sends)
+// going down one after another: in each, four are added and then made
+// ready one at a time, each Last WQE Reached handed over after the drain
+// WRs the one before caused were posted, so that above Headroom 1 a
+// barrier is due while an earlier one is still outstanding. Every QP must
+// drain safe by a barrier, and once nothing is pending no drain WR may
+// still be counted.
+func barrierRounds(t *testing.T, r *rig, rp *drain.Reaper, rounds int) {
+	t.Helper()
+	for round := range rounds {
+		var hs []*drain.Handle
+		for _, qp := range r.pairs(4, true) {
+			hs = append(hs, add(t, rp, qp, drain.AddOptions{NoSends: true}))
+		}
+		for range hs {
+			if kept := handEvents(t, rp, r.dev, 1); len(kept) != 0 {
+				t.Fatalf("round %d: reaper left events of QPs it drains: %v", round, kept)
+			}
+			checkInFlight(t, rp)
+		}
+		pollUntilDone(t, rp, r.cq)
+		for _, rep := range waitAll(t, hs) {
+			if rep.Recv.By != drain.ProofBarrier || rep.Send.By != drain.ProofNoSends {
+				t.Errorf("round %d, qpn %d: proofs %v, %v; want a barrier and the caller's statement", round, rep.QPNum, rep.Recv, rep.Send)
+			}
+		}
+		if st := rp.Stats(); st.InFlight != 0 {
+			t.Fatalf("round %d: stats %+v: nothing pending, want no drain WR counted", round, st)
+		}
+	}
+}
+
+// IPoIB-CM's receive QPs have one send slot, the one reserved for the
+// reaper (MaxSendWR 1 here). A barrier due while another is outstanding
+// goes on a QP that carries none: the reaper before posted it on the
+// front QP of the barrier list, which already carried the first barrier
+// in its only slot, and failed that QP with ErrPostDrain (every round).
+func TestBarrierCarriers(t *testing.T) {
+	skipWithoutLastWQE(t)
+	for _, headroom := range []int{2, 4} {
+		t.Run(fmt.Sprintf("headroom %d", headroom), func(t *testing.T) {
+			r := testRig(t)
+			r.sendWR = 1
+			rp := drain.NewReaper(r.cq, drain.Options{Headroom: headroom, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
+			barrierRounds(t, r, rp, 10)
+			if st := rp.Stats(); st.MaxInFlight < 2 || st.MaxInFlight > headroom || st.Safe != 40 {
+				t.Errorf("stats %+v: want 40 safe, more than one barrier outstanding at a time, never more than %d", st, headroom)
+			}
+		})
+	}
+}
+
 // MaxBatch 1 is ib_drain_qp's pattern: one drain WR per QP, each on its
 // own send queue.
 func TestReaperOneAtATime(t *testing.T) {

@@ -43,6 +43,9 @@ type rig struct {
 	peerCQ ibv.CQ
 	srq    ibv.SRQ
 	nRecv  uint64
+	// sendWR is the MaxSendWR of the QPs to drain, qpCap's when 0: 1 is an
+	// IPoIB-CM receive QP's, whose send queue holds only the reaper's slot.
+	sendWR uint32
 }
 
 func newRig(t testing.TB, dev ibv.Context, cq ibv.CQ, srqWR int) *rig {
@@ -131,6 +134,9 @@ var qpCap = ibv.QPCap{MaxSendWR: 32, MaxRecvWR: 32, MaxSendSGE: 1, MaxRecvSGE: 1
 // newQP creates a QP on the rig's CQ, from the SRQ if srq, in RESET.
 func (r *rig) newQP(srq bool) ibv.QP {
 	cfg := devtest.RCConfig{SendCQ: r.cq, Cap: qpCap}
+	if r.sendWR != 0 {
+		cfg.Cap.MaxSendWR = r.sendWR
+	}
 	if srq {
 		cfg.SRQ = r.srq
 	}
@@ -281,6 +287,7 @@ func pollAll(t testing.TB, rp *drain.Reaper, cq ibv.CQ) (kept []ibv.WC, claimed 
 		}
 		if n == 0 {
 			rp.CQEmpty()
+			checkInFlight(t, rp)
 			return kept, claimed
 		}
 		for _, wc := range wcs[:n] {
@@ -428,6 +435,16 @@ func checkProof(t testing.TB, rep *drain.Report) {
 		if !ok {
 			t.Errorf("qpn %d: proof %v not backed by the report:\n%s", rep.QPNum, p, rep)
 		}
+	}
+}
+
+// checkInFlight fails t unless every drain WR rp counts against its
+// headroom is one it can still match to its completion: a WR whose ID was
+// overwritten would hold its slot for good.
+func checkInFlight(t testing.TB, rp *drain.Reaper) {
+	t.Helper()
+	if err := rp.CheckInFlight(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -27,28 +27,38 @@ func (r *Reaper) track(id uint64) {
 // so that a WR's completion, which a synchronous provider may produce
 // inside the post, cannot be handed to HandleWC before the reaper knows
 // the WR.
+//
+// A barrier goes on a QP of the barrier list that carries no drain WR: its
+// send queue has the one slot the caller reserved for the reaper, and its
+// handle keeps one send drain WR, whose ID is how the completion is
+// matched. The carrier is one of the first Options.MaxBatch QPs, so that
+// the barrier's completion releases it with those before it. With none
+// free, the barrier waits for a completion to free one. A carrier whose
+// send queue is found full waits for the next poll, as a QP's own drain
+// WR does (posted): within the slot reserved, that is a provider
+// returning it late; another QP may carry the barrier meanwhile.
 func (r *Reaper) post(now time.Time) {
 	if !r.postFlush(now) {
 		return
 	}
-	t := r.lists[stageBarrier].Back()
+	l := &r.lists[stageBarrier]
+	t := l.Back()
 	if t == nil || r.newest > t.barrierAfter {
 		return
 	}
-	for c := r.lists[stageBarrier].Front(); c != nil && r.inFlight < r.opts.Headroom; {
+	for c, i := l.Front(), 0; c != nil && r.inFlight < r.opts.Headroom && (r.opts.MaxBatch == 0 || i < r.opts.MaxBatch); i++ {
 		next := c.links.Next()
-		id := r.nextID()
-		if err := c.qp.PostSend(r.drainSend(id)); err != nil {
-			// Its send queue was stated empty: the QP cannot carry it.
-			r.finish(c, Failed, fmt.Errorf("posting a barrier drain WR on qpn %d: %w: %w", c.qpn, ErrPostDrain, err), now)
-			c = next
-			continue
+		if c.sendID == 0 && (!c.full || c.retryGen != r.pollGen) {
+			id := r.nextID()
+			if r.posted(c, id, c.qp.PostSend(r.drainSend(id)), "barrier drain WR", now) {
+				c.sendID = id
+				r.track(id)
+				r.stats.DrainWRs++
+				c.step(&Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: c.qpn, Count: l.Len()})
+				return
+			}
 		}
-		c.sendID = id
-		r.track(id)
-		r.stats.DrainWRs++
-		c.step(&Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: c.qpn, Count: r.lists[stageBarrier].Len()})
-		return
+		c = next
 	}
 }
 

@@ -2,6 +2,7 @@ package drain_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -233,6 +234,73 @@ func TestQuirkRecvInErrorFlushDeferred(t *testing.T) {
 			t.Errorf("%v: want safe by the count, without a receive drain WR\n%s", err, rep)
 		}
 	})
+}
+
+// A drain WR's completion is matched by its ID, and only a matched one
+// returns its headroom slot. Rounds of barriers due while earlier ones are
+// outstanding (send queues of 4 here, with room for a second barrier) must
+// leave the whole headroom free, so that a QP with its own receive queue
+// on rxe 6.12's model, which needs Headroom 2, still drains. The reaper
+// before gave the second barrier the first one's carrier, whose ID it
+// overwrote: the first barrier's completion went unmatched, one slot
+// stayed counted for good, and that QP stalled and was quarantined.
+func TestBarrierSlotsReturned(t *testing.T) {
+	r := quirkRig(t, soft.Quirks{RecvInErrorFlushDeferred: true})
+	r.sendWR = 4
+	rp := drain.NewReaper(r.cq, drain.Options{Headroom: 2, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	barrierRounds(t, r, rp, 30)
+	if _, claimed := pollAll(t, rp, r.cq); claimed != 0 {
+		t.Errorf("%d drain WR completions polled after every QP was safe", claimed)
+	}
+	if st := rp.Stats(); st.InFlight != 0 || st.LateDrainWCs != 0 {
+		t.Fatalf("stats %+v: want no drain WR counted and none completed unmatched", st)
+	}
+	qp := r.pair(false)
+	r.postRecvs(qp, 2)
+	h := add(t, rp, qp, drain.AddOptions{})
+	pollUntilDone(t, rp, r.cq)
+	rep := waitAll(t, []*drain.Handle{h})[0]
+	if rep.Recv.By != drain.ProofRecvDrainWR {
+		t.Errorf("want the receive queue proven by its receive drain WR:\n%s", rep)
+	}
+}
+
+// fullOnceQP finds its send queue full once, as a provider that returns a
+// send slot only at a later poll may.
+type fullOnceQP struct {
+	ibv.QP
+	full bool
+}
+
+func (q *fullOnceQP) PostSend(wrs []ibv.SendWR) error {
+	if q.full {
+		q.full = false
+		return &ibv.PostError{Err: fmt.Errorf("send queue of qpn %d: %w", q.Num(), ibv.ErrQueueFull)}
+	}
+	return q.QP.PostSend(wrs)
+}
+
+// A barrier's carrier found with its send queue full waits for the next
+// poll, as a QP's own drain WR does: within the slot the caller reserved,
+// a full queue is a provider returning the slot late. The reaper before
+// failed the QP with ErrPostDrain.
+func TestBarrierFullSendQueueRetried(t *testing.T) {
+	r := quirkRig(t, soft.Quirks{})
+	qp := r.pair(true)
+	devtest.ToError(t, qp)
+	if ev := devtest.WaitEvent(t, r.dev, devtest.Timeout); ev.Type != ibv.EventQPLastWQEReached || ev.QP.Num() != qp.Num() {
+		t.Fatalf("got event %v, want QP_LAST_WQE_REACHED for qpn %d", ev, qp.Num())
+	}
+	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	h := add(t, rp, &fullOnceQP{QP: qp, full: true}, drain.AddOptions{NoSends: true, LastWQESeen: true})
+	pollUntilDone(t, rp, r.cq)
+	rep := waitAll(t, []*drain.Handle{h})[0]
+	if !inOrder(kinds(rep), []drain.StepKind{drain.StepPostRetry, drain.StepDrainPosted, drain.StepDrainDone}) || rep.Recv.By != drain.ProofBarrier {
+		t.Errorf("want the barrier retried after a poll, then completed:\n%s", rep)
+	}
+	if st := rp.Stats(); st.PostRetries != 1 || st.DrainWRs != 1 {
+		t.Errorf("stats %+v: want one retry, one drain WR", st)
+	}
 }
 
 // WRs posted in ERROR flush only if the QP was in RTS before (Mellanox

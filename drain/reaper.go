@@ -72,8 +72,9 @@ type orphan struct {
 // Reaper drains QPs that share one CQ, as IPoIB connected mode does, and
 // declares a QP safe only once each of its queues is proven finished (see
 // the package documentation for the proofs). QPs whose only open queue is
-// their SRQ side share one barrier drain WR; every other queue gets its
-// own proof. At most Options.Headroom drain WRs are outstanding at once.
+// their SRQ side share barrier drain WRs, one on each carrier at most;
+// every other queue gets its own proof. At most Options.Headroom drain WRs
+// are outstanding at once.
 //
 // A Reaper never polls the CQ unless asked to (Poll, Run): the caller's poll
 // loop hands every completion to HandleWC and every async event to

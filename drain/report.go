@@ -76,7 +76,8 @@ const (
 	// StepOutcome: the drain ended (Outcome, Err).
 	StepOutcome
 	// StepPostRetry: the drain WR (WRID) found the send queue full; it is
-	// posted again after the next poll, which may free a slot.
+	// posted again after the next poll, which may free a slot (a barrier
+	// perhaps on another QP).
 	StepPostRetry
 	// StepLastWQEStated: the caller stated that Last WQE Reached came
 	// before Add (AddOptions.LastWQESeen), or the reaper's event history

@@ -25,12 +25,12 @@ import (
 // others.
 
 // boundedHeadroom is the drain WRs the Bounded policy may have outstanding
-// on the CQ, which reserves that many spare slots (Config.cqe), and on one
-// QP, whose send queue has that many slots (Accept) because the reaper may
-// post several barriers on the oldest QP waiting for one: a QP that closes
-// while another's drain WR is outstanding gets a barrier at once instead
-// of waiting, and a provider that never completes them holds at most this
-// many slots until the stalled QPs are given up.
+// on the CQ, which reserves that many spare slots (Config.cqe): a QP that
+// closes while another's drain WR is outstanding gets a barrier at once
+// instead of waiting, and a provider that never completes them holds at
+// most this many slots until the stalled QPs are given up. Accept gives
+// each RX QP as many send slots, though the reaper puts at most one
+// barrier on a QP at a time.
 const boundedHeadroom = 16
 
 // reaperOptions turns Config.Drain into the reaper's options.
