@@ -42,6 +42,7 @@ var exploredBodies = []struct {
 	{"ReusedQPEpisode", TestReusedQPEpisode},
 	{"ReaperReplaced", TestReaperReplaced},
 	{"DestroyWhenEmptyHeadroom", TestDestroyWhenEmptyHeadroom},
+	{"ShutdownRacingAdd", TestShutdownRacingAdd},
 }
 
 // TestExplore runs the drain bodies on the orderly schedule and

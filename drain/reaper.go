@@ -123,7 +123,9 @@ type Reaper struct {
 	// they were added: the two hints save most lookups by number.
 	lastWC, nextWC *Handle
 	cqErr          error
-	shut           bool
+	// shutting is set when Shutdown begins (Add refuses from then on),
+	// shut when it ends (nothing is posted any more).
+	shutting, shut bool
 	stats          Stats
 	cqOK           bool // cq can be compared (identifiable)
 	// sendWR and recvWR are the one-WR lists of every drain WR post, kept
@@ -171,8 +173,8 @@ func (r *Reaper) at(now time.Time) time.Duration { return now.Sub(r.epoch) }
 // need. Add returns an error, and no handle, only
 // when qp cannot be taken at all: ErrUnsupportedQP, ibv.ErrBusy for a QP
 // already being drained, ibv.ErrInvalidArgument for AddOptions that cannot
-// be honoured, ErrShutdown, ErrCQError; every later failure is reported by
-// the handle. A QP whose state is stated in ERROR
+// be honoured, ErrShutdown once Shutdown has begun, ErrCQError; every
+// later failure is reported by the handle. A QP whose state is stated in ERROR
 // (AddOptions.StateKnown) takes one lock round trip and no verbs call
 // but its drain WRs' posts.
 func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
@@ -375,7 +377,7 @@ func (r *Reaper) admit(h *Handle, now time.Time) error {
 	qpn := h.qpn
 	old := r.byNum.get(qpn)
 	switch {
-	case r.shut:
+	case r.shutting:
 		return fmt.Errorf("adding qpn %d: %w", qpn, ErrShutdown)
 	case r.cqErr != nil:
 		return fmt.Errorf("adding qpn %d: %w", qpn, r.cqErr)
@@ -967,14 +969,21 @@ func (r *Reaper) Quarantined() []*Handle {
 	return out
 }
 
-// Shutdown waits until every pending drain has an outcome or ctx ends (the
-// caller's poll loop, or Run, must keep feeding the reaper meanwhile), then
-// fails what is still pending with ErrShutdown, empties the quarantine and
-// returns every QP that is not safe to destroy: the failed and the
-// quarantined ones. What to do with them is the caller's call; IPoIB-CM,
-// at device stop, destroys them after 5 s.
+// Shutdown ends the reaper. From the moment it begins Add refuses every
+// QP with ErrShutdown, so that none can come in behind the list it
+// returns. It waits until every pending drain has an outcome or ctx ends
+// (the caller's poll loop, or Run, must keep feeding the reaper
+// meanwhile), then fails what is still pending with ErrShutdown, empties
+// the quarantine and returns every QP that is not safe to destroy and that
+// no outcome handed back before: each QP pending or quarantined when
+// Shutdown began that did not end Safe or DestroyedAfterEmptyCQ (it was
+// failed during the wait or by the shutdown, or quarantined). A QP whose
+// drain failed before Shutdown began was handed back by its outcome and is
+// not listed. What to do with them is the caller's call; IPoIB-CM, at
+// device stop, destroys them after 5 s.
 func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 	r.mu.Lock()
+	r.shutting = true
 	pending := slices.DeleteFunc(r.byNum.all(), func(h *Handle) bool { return h.stage == stageQuarantine })
 	r.mu.Unlock()
 	for _, h := range pending {
