@@ -43,6 +43,7 @@ var exploredBodies = []struct {
 	{"ReaperReplaced", TestReaperReplaced},
 	{"DestroyWhenEmptyHeadroom", TestDestroyWhenEmptyHeadroom},
 	{"ShutdownRacingAdd", TestShutdownRacingAdd},
+	{"AsyncDestroyHeadroom", TestAsyncDestroyHeadroom},
 }
 
 // TestExplore runs the drain bodies on the orderly schedule and

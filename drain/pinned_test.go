@@ -84,7 +84,8 @@ func endedCtx() context.Context {
 
 // A given-up QP's drain WR keeps its headroom after Failed (quarantine
 // full) and after Shutdown: its completion may still take a CQ slot until
-// a poll after that finds the CQ empty.
+// the QP is destroyed through its handle and a poll after that finds the
+// CQ empty.
 func TestGivenUpKeepsHeadroom(t *testing.T) {
 	r := eHCARig(t)
 	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: stall, MaxQuarantine: 1, Headroom: 3, Queue: queueOf})
@@ -98,27 +99,32 @@ func TestGivenUpKeepsHeadroom(t *testing.T) {
 		kept, failed = failed, kept
 	}
 	wantErr(t, failed.Report().Err, drain.ErrQuarantineFull)
-	if st := rp.Stats(); st.InFlight != 2 {
-		t.Errorf("after Failed: %d drain WRs counted, want 2 (the quarantined and the failed QP's)", st.InFlight)
+	inFlight := func(when string, want int) {
+		t.Helper()
+		if st := rp.Stats(); st.InFlight != want {
+			t.Errorf("%s: %d drain WRs counted, want %d", when, st.InFlight, want)
+		}
 	}
+	inFlight("after Failed", 2)
 	shut := add(t, rp, r.pair(false), counted)
 	rp.Shutdown(endedCtx())
 	if rep := shut.Report(); rep.Outcome != drain.Failed {
 		t.Fatalf("outcome %s, want failed by shutdown\n%s", rep.Outcome, rep)
 	}
-	if st := rp.Stats(); st.InFlight != 3 {
-		t.Errorf("after Shutdown: %d drain WRs counted, want 3", st.InFlight)
-	}
-	// A poll loop's first call: its poll counts as begun before the
-	// give-ups, since nothing tells when it began. The next one is after.
+	inFlight("after Shutdown", 3)
 	rp.CQEmpty()
-	if st := rp.Stats(); st.InFlight != 3 {
-		t.Errorf("after the first empty poll: %d drain WRs counted, want 3", st.InFlight)
-	}
 	rp.CQEmpty()
-	if st := rp.Stats(); st.InFlight != 0 {
-		t.Errorf("after an empty poll: %d drain WRs counted, want 0", st.InFlight)
+	inFlight("after empty polls, the QPs not destroyed", 3)
+	for _, h := range []*drain.Handle{kept, failed, shut} {
+		if err := h.Destroy(); err != nil {
+			t.Fatal(err)
+		}
 	}
+	// This poll began at the previous call, before the destroys.
+	rp.CQEmpty()
+	inFlight("after an empty poll begun before the destroys", 3)
+	rp.CQEmpty()
+	inFlight("after an empty poll begun after the destroys", 0)
 }
 
 // A remembered Last WQE Reached counts only for a QP that Add finds in

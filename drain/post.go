@@ -148,7 +148,8 @@ func (r *Reaper) noBarrier(id uint64) {
 }
 
 // loseWR keeps counting a drain WR posted on qpn whose handle the reaper
-// let go of, until it completes or a poll finds the CQ empty (untrack).
+// let go of, until it completes or, its QP destroyed through its handle
+// (destroyed), a poll begun after that finds the CQ empty (untrack).
 func (r *Reaper) loseWR(id uint64, qpn uint32) {
 	if r.lost == nil {
 		r.lost = make(map[uint64]uint32)

@@ -62,8 +62,10 @@ type Stats struct {
 	ForeignWCs int
 }
 
-// orphan is a drain WR of a QP given up on, still counted against the
-// headroom because its completion may still take a CQ slot.
+// orphan is a drain WR of a QP handed back and destroyed through its
+// handle at at: counted against the headroom until a poll begun after at
+// finds the CQ empty, since a completion generated before the destroy may
+// still take a CQ slot, and none can be generated after.
 type orphan struct {
 	id uint64
 	at time.Duration
@@ -94,8 +96,10 @@ type Reaper struct {
 	lists [numStages]list
 	// Every drain WR counted against the headroom is either the sendID or
 	// recvID of the handle byNum names for the QP it was posted on, or in
-	// lost (with that QP's number): those of QPs given up (orphans), and
-	// of quarantined QPs whose number now stands for another QP.
+	// lost (with that QP's number): those of QPs handed back, and of
+	// quarantined QPs whose number now stands for another QP. orphans are
+	// those of lost whose QP was destroyed through its handle, oldest
+	// first.
 	lost     map[uint64]uint32
 	orphans  []orphan
 	inFlight int
@@ -128,6 +132,8 @@ type Reaper struct {
 	shutting, shut bool
 	stats          Stats
 	cqOK           bool // cq can be compared (identifiable)
+	// destroyMu serializes Handle.Destroy, whose verbs call runs without mu.
+	destroyMu sync.Mutex
 	// sendWR and recvWR are the one-WR lists of every drain WR post, kept
 	// here so that a post allocates nothing (a provider copies the WRs it
 	// takes). A WR list names one QP (ibv_post_send(3)) and every QP's
@@ -818,13 +824,14 @@ func (r *Reaper) cqError(now time.Time) {
 // CQEmpty tells the reaper that the caller's poll of the CQ, just now,
 // found no completion. Under DestroyWhenEmpty that proof releases the QPs
 // whose drain stalled before the poll began; it also returns to the
-// headroom the drain WRs of QPs given up before it, and lets QPs counting
-// their receives added before it go on (AddOptions.CountRecvs). The poll
-// counts as begun when the poll loop last called in (its previous
-// HandleWC or CQEmpty), so that a poll begun before an Add or a stall on
-// another goroutine never passes for a later one: a poll loop makes these
-// calls from one goroutine, in order. Calling it also lets stall timeouts
-// fire in a poll loop that nobody Waits on.
+// headroom the drain WRs of QPs destroyed through their handles before it
+// began, and lets QPs counting their receives added before it go on
+// (AddOptions.CountRecvs). The poll counts as begun when the poll loop
+// last called in (its previous HandleWC or CQEmpty), so that a poll begun
+// before an Add, a stall or a destroy on another goroutine never passes
+// for a later one: a poll loop makes these calls from one goroutine, in
+// order. Calling it also lets stall timeouts fire in a poll loop that
+// nobody Waits on.
 func (r *Reaper) CQEmpty() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -867,10 +874,11 @@ func (r *Reaper) finish(h *Handle, o Outcome, err error, now time.Time) {
 	if l := r.listOf(h.on); l != nil {
 		l.remove(h)
 	}
-	// Its drain WRs keep their headroom until a poll after this one finds
-	// the CQ empty: also under DestroyWhenEmpty, whose empty poll released
-	// the QP but came before the caller could destroy it.
-	r.giveUp(h, now)
+	// Its drain WRs keep their headroom until the caller destroys the QP
+	// and a poll after that finds the CQ empty: also under
+	// DestroyWhenEmpty, whose empty poll released the QP but came before
+	// the caller could destroy it.
+	r.giveUp(h)
 	// Only a quarantined QP's number can stand for another QP, and a
 	// quarantined QP is not finished.
 	r.byNum.del(h.qpn)
@@ -979,8 +987,10 @@ func (r *Reaper) Quarantined() []*Handle {
 // Shutdown began that did not end Safe or DestroyedAfterEmptyCQ (it was
 // failed during the wait or by the shutdown, or quarantined). A QP whose
 // drain failed before Shutdown began was handed back by its outcome and is
-// not listed. What to do with them is the caller's call; IPoIB-CM, at
-// device stop, destroys them after 5 s.
+// not listed. What to do with them is the caller's call (IPoIB-CM, at
+// device stop, destroys them after 5 s); a QP is destroyed through its
+// handle (Handle.Destroy), which keeps its drain WRs' headroom until a
+// poll after the destroy.
 func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 	r.mu.Lock()
 	r.shutting = true
@@ -1013,7 +1023,8 @@ func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 			r.byNum.del(h.qpn)
 		}
 		r.forget(h)
-		r.giveUp(h, now)
+		r.giveUp(h)
+		h.stage = stageDone // handed back: Destroy may destroy it
 		r.stats.Quarantined--
 		notSafe = append(notSafe, h)
 	}
