@@ -142,6 +142,20 @@
 // its drain WRs counted until their completions, which may never come: the
 // headroom shrinks, the CQ cannot overflow.
 //
+// The sum holds across a reaper that replaces another on its CQ too:
+// Shutdown leaves the drain WRs it still counts in a process-wide ledger,
+// per CQ value (compared with ==), and NewReaper on that CQ adopts those no
+// other reaper has, counting them against its own headroom until they
+// complete, or their QP is destroyed through the handle the old reaper
+// handed back (Destroy finds them in whichever reaper has them) and a poll
+// begun after that, or after the adoption for one destroyed before it,
+// finds the CQ empty. (A successor with a smaller Headroom may adopt more
+// than it: it posts nothing until the count is below its own.) A ledger
+// rather than a predecessor handed to NewReaper: the caller that replaces
+// a reaper need not know it does, nor keep the old one. What is left on a
+// CQ no reaper is made on again stays in the ledger, a few words per drain
+// WR, at most Headroom per Shutdown.
+//
 // Every QP handed to a Reaper must use the Reaper's CQ as both its send
 // and receive CQ (IPoIB-CM gives its receive QPs the receive CQ as send CQ
 // for this reason). The caller must not post to a QP being drained. On rxe

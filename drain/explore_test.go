@@ -44,6 +44,7 @@ var exploredBodies = []struct {
 	{"DestroyWhenEmptyHeadroom", TestDestroyWhenEmptyHeadroom},
 	{"ShutdownRacingAdd", TestShutdownRacingAdd},
 	{"AsyncDestroyHeadroom", TestAsyncDestroyHeadroom},
+	{"ReplacedReaperHeadroom", TestReplacedReaperHeadroom},
 }
 
 // TestExplore runs the drain bodies on the orderly schedule and

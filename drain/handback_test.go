@@ -77,6 +77,44 @@ func TestAsyncDestroyHeadroom(t *testing.T) {
 	}
 }
 
+// A reaper that replaces a shut-down one on the same CQ: the old one's
+// drain WR, never completing (eHCA), may still take a CQ slot until its QP,
+// handed back by Shutdown, is destroyed, so the new reaper's QP waits for
+// the headroom it holds. The reaper before the ledger (NewReaper adopting
+// what Shutdown left) posted its drain WR at once: 2, headroom 1.
+func TestReplacedReaperHeadroom(t *testing.T) {
+	r := eHCARig(t)
+	o := newOccupancy(t, 1)
+	opts := drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf}
+	first := drain.NewReaper(r.cq, opts)
+	old := add(t, first, countingQP{r.pair(false).(*soft.QP), o}, counted)
+	if back := first.Shutdown(endedCtx()); len(back) != 1 || back[0] != old {
+		t.Fatalf("Shutdown handed back %v, want the QP it was draining", back)
+	}
+	rp := drain.NewReaper(r.cq, opts)
+	h := add(t, rp, countingQP{r.pair(false).(*soft.QP), o}, counted)
+	for range 3 {
+		pollAll(t, rp, r.cq)
+	}
+	if has(h.Report(), drain.StepDrainPosted) {
+		t.Errorf("the new reaper posted a drain WR beside the old one's:\n%s", h.Report())
+	}
+	if err := old.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(devtest.Timeout)
+	for !has(h.Report(), drain.StepDrainPosted) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no drain WR posted within %v of the old QP's destroy:\n%s", devtest.Timeout, h.Report())
+		}
+		pollAll(t, rp, r.cq)
+	}
+	rp.Shutdown(endedCtx())
+	if err := h.Destroy(); err != nil {
+		t.Error(err)
+	}
+}
+
 // Shutdown racing Add: every QP that Add took and whose drain did not end
 // Safe is in the list Shutdown returns, and Add refuses the others with
 // ErrShutdown. The first QP waits for a receive that never comes back, so

@@ -107,9 +107,20 @@ func (h *Handle) Destroy() error {
 		return fmt.Errorf("destroying qpn %d: %w", h.qpn, err)
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	h.destroyed = true
-	r.destroyed(h, r.opts.Clock.Now())
+	shut := r.shut
+	if !shut {
+		r.destroyed(h, r.opts.Clock.Now())
+	}
+	r.mu.Unlock()
+	if shut {
+		// Its drain WRs still counted are the ledger's (Shutdown).
+		for _, id := range [...]uint64{h.sendID, h.recvID} {
+			if id != 0 {
+				destroyedLeft(r.cq, id)
+			}
+		}
+	}
 	return nil
 }
 

@@ -163,7 +163,10 @@ func TestReusedNumberInFlight(t *testing.T) {
 		s.watch(add(t, rp, qp, drain.AddOptions{CountRecvs: true, Recvs: 4, NoSends: true}), qp.(*soft.QP))
 		s.until("the counted QP's outcome", s.settled)
 
-		other := drain.NewReaper(r.cq, opts)
+		// Room beside the drain WRs the last round's other reaper left.
+		wide := opts
+		wide.Headroom = 4
+		other := drain.NewReaper(r.cq, wide)
 		old = r.pair(false)
 		r.postRecvs(old, 2)
 		h := add(t, other, old, drain.AddOptions{})

@@ -133,7 +133,8 @@ type Options struct {
 	// its completion is polled, or until its QP, handed back to the caller
 	// (Failed, DestroyedAfterEmptyCQ, or returned by Shutdown), has been
 	// destroyed through its handle (Handle.Destroy) and a poll begun after
-	// that found the CQ empty (see the package documentation's Headroom).
+	// that found the CQ empty (see the package documentation's Headroom);
+	// those a reaper shut down on the same CQ left count too (NewReaper).
 	// A quarantined QP is kept, so its drain WR counts until it completes:
 	// with a provider that never completes one, Headroom such QPs hold the
 	// whole headroom and later drains stall with ErrNoHeadroom.

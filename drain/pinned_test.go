@@ -83,12 +83,13 @@ func endedCtx() context.Context {
 }
 
 // A given-up QP's drain WR keeps its headroom after Failed (quarantine
-// full) and after Shutdown: its completion may still take a CQ slot until
-// the QP is destroyed through its handle and a poll after that finds the
-// CQ empty.
+// full) and after Shutdown, in the next reaper on the CQ: its completion
+// may still take a CQ slot until the QP is destroyed through its handle
+// and a poll after that finds the CQ empty.
 func TestGivenUpKeepsHeadroom(t *testing.T) {
 	r := eHCARig(t)
-	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: stall, MaxQuarantine: 1, Headroom: 3, Queue: queueOf})
+	opts := drain.Options{DrainTimeout: stall, MaxQuarantine: 1, Headroom: 3, Queue: queueOf}
+	rp := drain.NewReaper(r.cq, opts)
 	kept, failed := add(t, rp, r.pair(false), counted), add(t, rp, r.pair(false), counted)
 	for _, h := range []*drain.Handle{kept, failed} {
 		if _, err := h.Wait(testCtx(t)); err == nil {
@@ -99,32 +100,42 @@ func TestGivenUpKeepsHeadroom(t *testing.T) {
 		kept, failed = failed, kept
 	}
 	wantErr(t, failed.Report().Err, drain.ErrQuarantineFull)
-	inFlight := func(when string, want int) {
+	inFlight := func(rp *drain.Reaper, when string, want int) {
 		t.Helper()
 		if st := rp.Stats(); st.InFlight != want {
 			t.Errorf("%s: %d drain WRs counted, want %d", when, st.InFlight, want)
 		}
 	}
-	inFlight("after Failed", 2)
+	inFlight(rp, "after Failed", 2)
+	rp.CQEmpty()
+	rp.CQEmpty()
+	inFlight(rp, "after empty polls, the failed QP not destroyed", 2)
 	shut := add(t, rp, r.pair(false), counted)
 	rp.Shutdown(endedCtx())
 	if rep := shut.Report(); rep.Outcome != drain.Failed {
 		t.Fatalf("outcome %s, want failed by shutdown\n%s", rep.Outcome, rep)
 	}
-	inFlight("after Shutdown", 3)
-	rp.CQEmpty()
-	rp.CQEmpty()
-	inFlight("after empty polls, the QPs not destroyed", 3)
-	for _, h := range []*drain.Handle{kept, failed, shut} {
+	inFlight(rp, "after Shutdown, which leaves them to the next reaper", 0)
+	// One destroyed before the next reaper adopts it, two after.
+	if err := kept.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	next := drain.NewReaper(r.cq, opts)
+	inFlight(next, "adopted", 3)
+	// A poll loop's first call: its poll counts as begun before anything.
+	next.CQEmpty()
+	inFlight(next, "after the first empty poll", 3)
+	next.CQEmpty()
+	inFlight(next, "after an empty poll begun after the adoption", 2)
+	for _, h := range []*drain.Handle{failed, shut} {
 		if err := h.Destroy(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// This poll began at the previous call, before the destroys.
-	rp.CQEmpty()
-	inFlight("after an empty poll begun before the destroys", 3)
-	rp.CQEmpty()
-	inFlight("after an empty poll begun after the destroys", 0)
+	next.CQEmpty()
+	inFlight(next, "after an empty poll begun before the destroys", 2)
+	next.CQEmpty()
+	inFlight(next, "after an empty poll begun after the destroys", 0)
 }
 
 // A remembered Last WQE Reached counts only for a QP that Add finds in
@@ -319,7 +330,8 @@ func TestDrainWRIDsUniqueAcrossReapers(t *testing.T) {
 	first := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
 	old := add(t, first, r.pair(false), counted)
 	first.Shutdown(endedCtx())
-	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
+	// Room beside the old drain WR, which the new reaper counts.
+	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Headroom: 2, Queue: queueOf})
 	h := add(t, rp, r.pair(false), counted)
 	defer rp.Shutdown(endedCtx())
 	posted := func(h *drain.Handle) uint64 {

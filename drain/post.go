@@ -158,10 +158,15 @@ func (r *Reaper) loseWR(id uint64, qpn uint32) {
 }
 
 // untrack stops counting a lost drain WR against the headroom, if it
-// still is.
+// still is; one adopted from the ledger leaves it.
 func (r *Reaper) untrack(id uint64) {
-	if _, ok := r.lost[id]; ok {
-		delete(r.lost, id)
-		r.release(id)
+	qpn, ok := r.lost[id]
+	if !ok {
+		return
+	}
+	delete(r.lost, id)
+	r.release(id)
+	if r.adopted > 0 && r.dropLeft(id, qpn, r) {
+		r.adopted--
 	}
 }

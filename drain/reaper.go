@@ -96,13 +96,17 @@ type Reaper struct {
 	lists [numStages]list
 	// Every drain WR counted against the headroom is either the sendID or
 	// recvID of the handle byNum names for the QP it was posted on, or in
-	// lost (with that QP's number): those of QPs handed back, and of
-	// quarantined QPs whose number now stands for another QP. orphans are
+	// lost (with that QP's number): those of QPs handed back, of
+	// quarantined QPs whose number now stands for another QP, and those
+	// adopted from the ledger (NewReaper). orphans are
 	// those of lost whose QP was destroyed through its handle, oldest
 	// first.
 	lost     map[uint64]uint32
 	orphans  []orphan
 	inFlight int
+	// adopted counts the drain WRs of lost that r adopted (NewReaper)
+	// and that are still in the ledger, where Handle.Destroy marks them.
+	adopted int
 	// newest is the sequence number of the newest drain WR outstanding for
 	// a QP still draining, or 0 when unknown (which only costs an extra
 	// barrier).
@@ -148,6 +152,14 @@ type Reaper struct {
 // slot, and each QP with its own receive queue and no receive count one
 // receive slot.
 //
+// A reaper made on a CQ value that reapers shut down before used counts
+// the drain WRs they left outstanding (see Shutdown) against its own
+// Options.Headroom, until they complete, or their QPs are destroyed through
+// the handles Shutdown returned (Handle.Destroy) and a poll begun after
+// that finds the CQ empty: the CQ keeps within Headroom across the
+// replacement. It adopts what was left when it is made, so make it after
+// its predecessor's Shutdown.
+//
 // The reaper tells QPs and CQs apart by identity (==): a QP's SendCQ and
 // RecvCQ must return the very value cq is, and an async event must carry
 // the very QP value handed to Add, so a wrapper must return the same
@@ -166,6 +178,7 @@ func NewReaper(cq ibv.CQ, opts Options) *Reaper {
 	for s := range r.lists {
 		r.lists[s].of = stage(s)
 	}
+	r.adopt()
 	return r
 }
 
@@ -652,8 +665,11 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 		// or one no longer counted), one of a QP given up, or not from
 		// the QP it was posted on: it proves nothing.
 		if qpn, ok := r.lost[wc.ID]; ok && qpn == wc.QPNum {
-			delete(r.lost, wc.ID)
-			r.release(wc.ID)
+			r.untrack(wc.ID)
+		} else if r.cqOK {
+			// One a reaper left at Shutdown that none adopted: it takes
+			// no slot any more, whichever reaper was handed it.
+			r.dropLeft(wc.ID, wc.QPNum, nil)
 		}
 		r.stats.LateDrainWCs++
 		return
@@ -817,7 +833,9 @@ func (r *Reaper) cqError(now time.Time) {
 	for h := r.lists[stageQuarantine].Front(); h != nil; h = h.links.Next() {
 		h.sendID, h.recvID = 0, 0
 	}
-	clear(r.lost)
+	for id := range r.lost {
+		r.untrack(id)
+	}
 	r.orphans, r.inFlight, r.newest = nil, 0, 0
 }
 
@@ -989,8 +1007,11 @@ func (r *Reaper) Quarantined() []*Handle {
 // drain failed before Shutdown began was handed back by its outcome and is
 // not listed. What to do with them is the caller's call (IPoIB-CM, at
 // device stop, destroys them after 5 s); a QP is destroyed through its
-// handle (Handle.Destroy), which keeps its drain WRs' headroom until a
-// poll after the destroy.
+// handle (Handle.Destroy). The drain WRs the reaper still counts, of the
+// QPs it hands back and of those handed back before and not yet past an
+// empty poll after their destroy, it leaves to the next reaper made on its
+// CQ (NewReaper), which counts them against its headroom; Stats.InFlight
+// drops to 0.
 func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 	r.mu.Lock()
 	r.shutting = true
@@ -1028,6 +1049,7 @@ func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 		r.stats.Quarantined--
 		notSafe = append(notSafe, h)
 	}
+	r.leave()
 	return notSafe
 }
 
