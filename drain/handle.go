@@ -108,14 +108,14 @@ func (h *Handle) Destroy() error {
 	}
 	r.mu.Lock()
 	h.destroyed = true
-	shut := r.shut
+	shut, ids := r.shut, [...]uint64{h.sendID, h.recvID}
 	if !shut {
 		r.destroyed(h, r.opts.Clock.Now())
 	}
 	r.mu.Unlock()
 	if shut {
 		// Its drain WRs still counted are the ledger's (Shutdown).
-		for _, id := range [...]uint64{h.sendID, h.recvID} {
+		for _, id := range ids {
 			if id != 0 {
 				destroyedLeft(r.cq, id)
 			}

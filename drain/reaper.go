@@ -98,9 +98,8 @@ type Reaper struct {
 	// recvID of the handle byNum names for the QP it was posted on, or in
 	// lost (with that QP's number): those of QPs handed back, of
 	// quarantined QPs whose number now stands for another QP, and those
-	// adopted from the ledger (NewReaper). orphans are
-	// those of lost whose QP was destroyed through its handle, oldest
-	// first.
+	// adopted from the ledger (NewReaper). orphans are those of lost whose
+	// QP was destroyed through its handle, oldest first.
 	lost     map[uint64]uint32
 	orphans  []orphan
 	inFlight int
@@ -193,9 +192,9 @@ func (r *Reaper) at(now time.Time) time.Duration { return now.Sub(r.epoch) }
 // when qp cannot be taken at all: ErrUnsupportedQP, ibv.ErrBusy for a QP
 // already being drained, ibv.ErrInvalidArgument for AddOptions that cannot
 // be honoured, ErrShutdown once Shutdown has begun, ErrCQError; every
-// later failure is reported by the handle. A QP whose state is stated in ERROR
-// (AddOptions.StateKnown) takes one lock round trip and no verbs call
-// but its drain WRs' posts.
+// later failure is reported by the handle. A QP whose state is stated in
+// ERROR (AddOptions.StateKnown) takes one lock round trip and no verbs
+// call but its drain WRs' posts.
 func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
 	var h *Handle
 	var err error
