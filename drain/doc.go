@@ -110,7 +110,7 @@
 //     completions are polled.
 //  4. Wait until every queue is proven, at most Options.DrainTimeout from
 //     step 3 on (ErrDrainNotFlushed, ErrRecvsMissing). The QP may now be
-//     destroyed.
+//     destroyed, through its handle (Handle.Destroy).
 //  5. Under DestroyWhenEmpty, a QP whose step 2, 3 or 4 stalled (after its
 //     drain WRs, if step 2 did) waits for a poll begun after the stall
 //     that finds the CQ empty, and may then be destroyed, unproven: at
@@ -126,19 +126,50 @@
 // The drain needs room, which the caller reserves: Options.Headroom slots
 // in the CQ for drain WRs (default 1, the IPoIB-CM spare slot), one slot in
 // each QP's send queue (its own drain WR's, or the one barrier it carries),
-// and one in the receive queue of each QP with its own receive queue and no
-// count. A drain WR counts against the headroom from its post until its
-// completion is polled, or until its QP was handed back to the caller
-// (failed, released by DestroyWhenEmpty, returned by Shutdown) and a later
-// poll found the CQ empty. A quarantined QP is kept, so its drain WR counts
-// until it completes. The CQ arithmetic: a drain WR takes a CQ slot from
-// its completion until that is polled, and never once its QP is destroyed
-// before it completed; so the drain completions in the CQ, and those still
-// to come, number at most the drain WRs counted, at most Headroom, provided
-// the caller destroys a QP handed back to it before it polls the CQ again,
-// the chance the reaper leaves it. A QP released by DestroyWhenEmpty keeps
-// its slot past the empty poll that released it (that poll came before the
-// caller could destroy it): the next drain WR waits for a later empty poll.
+// and one in the receive queue of each QP with its
+// own receive queue and no count. A drain WR counts against the headroom
+// from its post until its completion is polled. A QP handed back to the
+// caller (failed, released by DestroyWhenEmpty, returned by Shutdown) is
+// destroyed through its handle (Handle.Destroy), and its drain WRs still
+// outstanding count until their completions are polled or a poll begun
+// strictly after the destroy finds the CQ empty. A quarantined QP is kept,
+// so its drain WRs count until they complete.
+//
+// The CQ arithmetic, for a caller that destroys the QPs handed back
+// whenever it likes: at once from its poll loop, or later from a worker
+// while the loop goes on polling, as IPoIB-CM's ipoib_cm_rx_reap destroys
+// QPs from a work queue while NAPI polls the CQ
+// (drivers/infiniband/ulp/ipoib/ipoib_cm.c). A drain WR takes a CQ slot
+// from the moment its completion is generated until it is polled. A QP
+// not destroyed may generate it at any time, so its drain WR is counted
+// until its completion is polled. A destroyed QP generates nothing after
+// its destroy, and the completions it generated before are in the CQ
+// then, so a poll begun after the destroy that finds the CQ empty is past
+// them: from then its drain WR can neither sit in the CQ nor come. So
+// at every moment
+//
+//	drain completions in the CQ + those still to come <= drain WRs counted <= Headroom
+//
+// whenever the caller destroys the QPs handed back through their handles,
+// at whatever time and from whatever goroutine. A poll that began at the
+// very instant of the destroy (a VirtualClock that did not move) may have
+// begun before it, and frees nothing. A QP destroyed any other way keeps
+// its drain WRs counted until their completions, which may never come: the
+// headroom shrinks, the CQ cannot overflow.
+//
+// The sum holds across a reaper that replaces another on its CQ too:
+// Shutdown leaves the drain WRs it still counts in a process-wide ledger,
+// per CQ value (compared with ==), and NewReaper on that CQ adopts those no
+// other reaper has, counting them against its own headroom until they
+// complete, or their QP is destroyed through the handle the old reaper
+// handed back (Destroy finds them in whichever reaper has them) and a poll
+// begun after that, or after the adoption for one destroyed before it,
+// finds the CQ empty. (A successor with a smaller Headroom may adopt more
+// than it: it posts nothing until the count is below its own.) A ledger
+// rather than a predecessor handed to NewReaper: the caller that replaces
+// a reaper need not know it does, nor keep the old one. What is left on a
+// CQ no reaper is made on again stays in the ledger, a few words per drain
+// WR, at most Headroom per Shutdown.
 //
 // Every QP handed to a Reaper must use the Reaper's CQ as both its send
 // and receive CQ (IPoIB-CM gives its receive QPs the receive CQ as send CQ
@@ -228,8 +259,8 @@
 // CQ, hands over events) before it waits. Only Run's back-off between
 // empty polls without a channel is real time: it paces the CPU. What the
 // reaper orders by time orders by the clock: on a simulated clock a poll
-// releases a given-up QP's drain WRs (see Headroom) only when it began
-// after the give-up, so once the clock has moved.
+// frees the headroom of a destroyed QP's drain WRs (see Headroom) only
+// when it began strictly after the destroy, so once the clock has moved.
 //
 // A CQ error (EventCQErr) fails every pending drain with ErrCQError: the
 // CQ can prove nothing any more. Each drain has a Report: the state it

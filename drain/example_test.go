@@ -95,7 +95,7 @@ func ExampleReaper() {
 	for _, h := range handles {
 		rep, err := h.Wait(ctx)
 		fmt.Printf("qpn %d: %s, batch of %d, err %v\n", rep.QPNum, rep.Outcome, rep.Batch, err)
-		// Safe: h.QP().Close() may run now.
+		// Safe: h.Destroy() may run now.
 	}
 	fmt.Println("drain WRs:", reaper.Stats().DrainWRs)
 	// Output:

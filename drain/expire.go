@@ -117,18 +117,27 @@ func (r *Reaper) waitEmpty(h *Handle, now time.Time) {
 }
 
 // giveUp hands h's drain WRs over with h to the caller, who may destroy
-// it: they count against the headroom until they complete or a poll after
-// now finds the CQ empty, after which no completion of theirs can sit in
-// it or come from a destroyed QP.
-func (r *Reaper) giveUp(h *Handle, now time.Time) {
+// it: they count against the headroom until they complete, or until the
+// caller destroys the QP through h (Handle.Destroy) and a poll begun after
+// that finds the CQ empty. h keeps their IDs for Destroy.
+func (r *Reaper) giveUp(h *Handle) {
 	for _, id := range [...]uint64{h.sendID, h.recvID} {
 		if id != 0 {
 			r.noBarrier(id)
 			r.loseWR(id, h.qpn)
+		}
+	}
+}
+
+// destroyed records that h's QP was destroyed at now: a poll begun after
+// now that finds the CQ empty is past every completion of the drain WRs
+// it was handed back with that are still counted (cqEmpty).
+func (r *Reaper) destroyed(h *Handle, now time.Time) {
+	for _, id := range [...]uint64{h.sendID, h.recvID} {
+		if _, ok := r.lost[id]; ok {
 			r.orphans = append(r.orphans, orphan{id: id, at: r.at(now)})
 		}
 	}
-	h.sendID, h.recvID = 0, 0
 }
 
 // NextDeadline is when the reaper next needs feeding, on Options.Clock:

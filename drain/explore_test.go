@@ -48,6 +48,9 @@ var exploredBodies = []struct {
 	{"ReaperReplaced", TestReaperReplaced},
 	{"DestroyWhenEmptyHeadroom", TestDestroyWhenEmptyHeadroom},
 	{"BusyCQEmptyPollBounded", TestBusyCQEmptyPollBounded},
+	{"ShutdownRacingAdd", TestShutdownRacingAdd},
+	{"AsyncDestroyHeadroom", TestAsyncDestroyHeadroom},
+	{"ReplacedReaperHeadroom", TestReplacedReaperHeadroom},
 }
 
 // TestExplore runs the drain bodies on the orderly schedule and

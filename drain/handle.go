@@ -40,10 +40,13 @@ type Handle struct {
 	noSends     bool // AddOptions.NoSends
 	stated      bool // AddOptions.LastWQESeen
 	sawLastWQE  bool // a Last WQE Reached of the QP was handed to HandleEvent (a step)
+	destroyed   bool // by Destroy
 	links       ilist.Links[Handle]
 	steps       []step
-	sendID      uint64 // outstanding drain WRs
-	recvID      uint64
+	// The drain WRs outstanding; once the QP is handed back, those it was
+	// handed back with, which Destroy lets go of.
+	sendID uint64
+	recvID uint64
 	// barrierAfter is the sequence number of the last drain WR posted
 	// before the QP became ready: only a later one is a barrier for it.
 	barrierAfter uint64
@@ -74,6 +77,52 @@ func (h *Handle) Done() <-chan struct{} {
 		h.done = make(chan struct{})
 	}
 	return h.done
+}
+
+// Destroy destroys the QP (h.QP().Close()) once the drain has an outcome
+// that hands it back: Safe, DestroyedAfterEmptyCQ, Failed, or returned by
+// Shutdown. It is the way to destroy a QP the reaper took: a drain WR
+// still outstanding on it takes a CQ slot if it completes, so it counts
+// against Options.Headroom until its completion is polled or, once Destroy
+// has destroyed the QP, a poll begun after that finds the CQ empty; a QP
+// destroyed any other way keeps its slots until completions that may
+// never come. Destroy refuses, with an error wrapping ibv.ErrBusy, while
+// the drain has no outcome or the QP is in quarantine (Shutdown hands
+// those back). It may be called from any goroutine at any time, and
+// again: once the QP is destroyed it does nothing.
+func (h *Handle) Destroy() error {
+	r := h.r
+	r.destroyMu.Lock()
+	defer r.destroyMu.Unlock()
+	r.mu.Lock()
+	stage, done, o := h.stage, h.destroyed, h.report.Outcome
+	r.mu.Unlock()
+	switch {
+	case done:
+		return nil
+	case stage != stageDone:
+		return fmt.Errorf("destroying qpn %d: its drain is %s: %w", h.qpn, o, ibv.ErrBusy)
+	}
+	// Without r.mu, which the poll loop needs: a destroy may take long.
+	if err := h.qp.Close(); err != nil {
+		return fmt.Errorf("destroying qpn %d: %w", h.qpn, err)
+	}
+	r.mu.Lock()
+	h.destroyed = true
+	shut, ids := r.shut, [...]uint64{h.sendID, h.recvID}
+	if !shut {
+		r.destroyed(h, r.opts.Clock.Now())
+	}
+	r.mu.Unlock()
+	if shut {
+		// Its drain WRs still counted are the ledger's (Shutdown).
+		for _, id := range ids {
+			if id != 0 {
+				destroyedLeft(r.cq, id)
+			}
+		}
+	}
+	return nil
 }
 
 // Report returns a copy of what the drain has seen so far.

@@ -1,6 +1,7 @@
 package drain_test
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -124,7 +125,7 @@ func (s *stepper) check() {
 			}
 		case rep.Outcome != drain.Quarantined:
 			// Handed back: the caller may destroy it now.
-			if err := qp.Close(); err != nil {
+			if err := h.Destroy(); err != nil {
 				s.t.Error(err)
 			}
 		}
@@ -180,18 +181,21 @@ func TestReusedNumberInFlight(t *testing.T) {
 		r.postRecvs(old, 8)
 		sends(t, old, 0, 2)
 		devtest.ToError(t, old)
-		r.destroyLater(old)
+		r.destroyLater(old, old.Close)
 		qp := r.pair(false)
 		r.postRecvs(qp, 4)
 		s.watch(add(t, rp, qp, drain.AddOptions{CountRecvs: true, Recvs: 4, NoSends: true}), qp.(*soft.QP))
 		s.until("the counted QP's outcome", s.settled)
 
-		other := drain.NewReaper(r.cq, opts)
+		// Room beside the drain WRs the last round's other reaper left.
+		wide := opts
+		wide.Headroom = 4
+		other := drain.NewReaper(r.cq, wide)
 		old = r.pair(false)
 		r.postRecvs(old, 2)
-		add(t, other, old, drain.AddOptions{})
+		h := add(t, other, old, drain.AddOptions{})
 		other.Shutdown(endedCtx())
-		r.destroyLater(old)
+		r.destroyLater(old, h.Destroy)
 		qp = r.pair(false)
 		r.postRecvs(qp, 4)
 		s.watch(add(t, rp, qp, drain.AddOptions{}), qp.(*soft.QP))
@@ -199,14 +203,15 @@ func TestReusedNumberInFlight(t *testing.T) {
 	}
 }
 
-// destroyLater destroys qp after a few posts to it, in which an
-// adversarial schedule generates some of its flushes: they stay in the CQ.
-func (r *rig) destroyLater(qp ibv.QP) {
+// destroyLater destroys qp with destroy after a few posts to it, in which
+// an adversarial schedule generates some of its flushes: they stay in the
+// CQ.
+func (r *rig) destroyLater(qp ibv.QP, destroy func() error) {
 	r.t.Helper()
 	for range 4 {
 		r.postRecvs(qp, 1)
 	}
-	if err := qp.Close(); err != nil {
+	if err := destroy(); err != nil {
 		r.t.Fatal(err)
 	}
 }
@@ -315,17 +320,25 @@ type countingQP struct {
 // occupancy is the number of drain WRs that hold or may still take a CQ
 // slot: posted, not polled, on a QP not destroyed since (a destroyed QP's
 // unflushed WRs complete never). The drain WRs here are each QP's only WR.
+// The poll loop, the reaper's posts and the caller's destroys may update it
+// from different goroutines.
 type occupancy struct {
 	t        *testing.T
 	headroom int
+	mu       sync.Mutex
 	live     map[uint64]*soft.QP // drain WR -> the QP it was posted on
-	max      int
+}
+
+func newOccupancy(t *testing.T, headroom int) *occupancy {
+	return &occupancy{t: t, headroom: headroom, live: map[uint64]*soft.QP{}}
 }
 
 func (q countingQP) PostSend(wrs []ibv.SendWR) error {
 	if err := q.QP.PostSend(wrs); err != nil {
 		return err
 	}
+	q.o.mu.Lock()
+	defer q.o.mu.Unlock()
 	for _, wr := range wrs {
 		if drain.IsDrainWRID(wr.ID) {
 			q.o.live[wr.ID] = q.QP
@@ -335,18 +348,30 @@ func (q countingQP) PostSend(wrs []ibv.SendWR) error {
 	return nil
 }
 
+// Close destroys the QP, which takes its unflushed drain WRs off the count.
+func (q countingQP) Close() error {
+	q.o.destroyed(q.QP)
+	return q.QP.Close()
+}
+
+// measure checks the count; o.mu must be held.
 func (o *occupancy) measure() {
 	o.t.Helper()
-	o.max = max(o.max, len(o.live))
 	if len(o.live) > o.headroom {
 		o.t.Errorf("%d drain WRs may take a CQ slot at once, headroom %d", len(o.live), o.headroom)
 	}
 }
 
 // polled and destroyed keep the count.
-func (o *occupancy) polled(id uint64) { delete(o.live, id) }
+func (o *occupancy) polled(id uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.live, id)
+}
 
 func (o *occupancy) destroyed(qp *soft.QP) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	if qp.Outstanding() == 0 {
 		return // its drain WR completed into the CQ: it holds a slot until polled
 	}
@@ -358,19 +383,20 @@ func (o *occupancy) destroyed(qp *soft.QP) {
 }
 
 // Slow drain WRs under DestroyWhenEmpty, the CQ occupancy checked against
-// Headroom at every step: a QP released after an empty poll keeps its
-// drain WR's headroom slot until the caller could destroy it, that is
-// until a poll after the release. The reaper before counted the slot free
-// at the release and posted the next QP's drain WR in the same call: two
-// drain WRs that could take a CQ slot, headroom 1.
+// Headroom at every post: a QP released after an empty poll keeps its
+// drain WR's headroom slot until the caller destroyed it (here at once,
+// from the poll loop) and a poll after that found the CQ empty. The
+// reaper before counted the slot free at the release and posted the next
+// QP's drain WR in the same call: two drain WRs that could take a CQ slot,
+// headroom 1.
 func TestDestroyWhenEmptyHeadroom(t *testing.T) {
 	dev := openSoft(t, soft.Config{Quirks: soft.Quirks{SendInErrorNotFlushed: true}})
 	r := newRig(t, dev, nil, 64)
 	const timeout = 20 * time.Millisecond
 	rp := drain.NewReaper(r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf})
-	o := &occupancy{t: t, headroom: 1, live: map[uint64]*soft.QP{}}
+	o := newOccupancy(t, 1)
 	var hs []*drain.Handle
-	var qps []*soft.QP
+	var destroyed []bool
 	wc := make([]ibv.WC, 1)
 	check := func() {
 		for i, h := range hs {
@@ -379,13 +405,12 @@ func TestDestroyWhenEmptyHeadroom(t *testing.T) {
 			default:
 				continue
 			}
-			if qps[i] != nil {
+			if !destroyed[i] {
 				checkProof(t, h.Report())
-				o.destroyed(qps[i])
-				if err := qps[i].Close(); err != nil {
+				if err := h.Destroy(); err != nil {
 					t.Fatal(err)
 				}
-				qps[i] = nil
+				destroyed[i] = true
 			}
 		}
 	}
@@ -398,9 +423,8 @@ func TestDestroyWhenEmptyHeadroom(t *testing.T) {
 		if len(hs) < 4 && time.Now().After(next) {
 			// One QP every half DrainTimeout: each waits for the headroom
 			// the one before holds.
-			qp := r.pair(false).(*soft.QP)
-			hs = append(hs, add(t, rp, countingQP{qp, o}, counted))
-			qps = append(qps, qp)
+			hs = append(hs, add(t, rp, countingQP{r.pair(false).(*soft.QP), o}, counted))
+			destroyed = append(destroyed, false)
 			next = time.Now().Add(timeout / 2)
 		}
 		n, err := r.cq.Poll(wc)
@@ -413,7 +437,6 @@ func TestDestroyWhenEmptyHeadroom(t *testing.T) {
 			o.polled(wc[0].ID)
 			rp.HandleWC(wc[0])
 		}
-		o.measure()
 		check()
 	}
 	if st := rp.Stats(); st.DrainWRs < 2 || st.AfterEmptyCQ != 4 {

@@ -136,11 +136,11 @@ type Options struct {
 	// Headroom is the number of drain WRs, send and receive, the reaper
 	// may have outstanding on its CQ at once: the CQ slots the caller
 	// reserved for them (default DefaultHeadroom). A drain WR counts until
-	// its completion is polled, or until its QP has been given up, handed
-	// back to the caller who may destroy it (Failed, DestroyedAfterEmptyCQ,
-	// or returned by Shutdown), and a poll after that found the CQ empty:
-	// a caller that destroys a QP handed back does so before it polls
-	// again (see the package documentation's Headroom).
+	// its completion is polled, or until its QP, handed back to the caller
+	// (Failed, DestroyedAfterEmptyCQ, or returned by Shutdown), has been
+	// destroyed through its handle (Handle.Destroy) and a poll begun after
+	// that found the CQ empty (see the package documentation's Headroom);
+	// those a reaper shut down on the same CQ left count too (NewReaper).
 	// A quarantined QP is kept, so its drain WR counts until it completes:
 	// with a provider that never completes one, Headroom such QPs hold the
 	// whole headroom and later drains stall with ErrNoHeadroom.

@@ -86,11 +86,13 @@ func endedCtx() context.Context {
 }
 
 // A given-up QP's drain WR keeps its headroom after Failed (quarantine
-// full) and after Shutdown: its completion may still take a CQ slot until
-// a poll after that finds the CQ empty.
+// full) and after Shutdown, in the next reaper on the CQ: its completion
+// may still take a CQ slot until the QP is destroyed through its handle
+// and a poll after that finds the CQ empty.
 func TestGivenUpKeepsHeadroom(t *testing.T) {
 	r := eHCARig(t)
-	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: stall, MaxQuarantine: 1, Headroom: 3, Queue: queueOf})
+	opts := drain.Options{DrainTimeout: stall, MaxQuarantine: 1, Headroom: 3, Queue: queueOf}
+	rp := drain.NewReaper(r.cq, opts)
 	kept, failed := add(t, rp, r.pair(false), counted), add(t, rp, r.pair(false), counted)
 	for _, h := range []*drain.Handle{kept, failed} {
 		if _, err := h.Wait(testCtx(t)); err == nil {
@@ -101,27 +103,42 @@ func TestGivenUpKeepsHeadroom(t *testing.T) {
 		kept, failed = failed, kept
 	}
 	wantErr(t, failed.Report().Err, drain.ErrQuarantineFull)
-	if st := rp.Stats(); st.InFlight != 2 {
-		t.Errorf("after Failed: %d drain WRs counted, want 2 (the quarantined and the failed QP's)", st.InFlight)
+	inFlight := func(rp *drain.Reaper, when string, want int) {
+		t.Helper()
+		if st := rp.Stats(); st.InFlight != want {
+			t.Errorf("%s: %d drain WRs counted, want %d", when, st.InFlight, want)
+		}
 	}
+	inFlight(rp, "after Failed", 2)
+	rp.CQEmpty()
+	rp.CQEmpty()
+	inFlight(rp, "after empty polls, the failed QP not destroyed", 2)
 	shut := add(t, rp, r.pair(false), counted)
 	rp.Shutdown(endedCtx())
 	if rep := shut.Report(); rep.Outcome != drain.Failed {
 		t.Fatalf("outcome %s, want failed by shutdown\n%s", rep.Outcome, rep)
 	}
-	if st := rp.Stats(); st.InFlight != 3 {
-		t.Errorf("after Shutdown: %d drain WRs counted, want 3", st.InFlight)
+	inFlight(rp, "after Shutdown, which leaves them to the next reaper", 0)
+	// One destroyed before the next reaper adopts it, two after.
+	if err := kept.Destroy(); err != nil {
+		t.Fatal(err)
 	}
-	// A poll loop's first call: its poll counts as begun before the
-	// give-ups, since nothing tells when it began. The next one is after.
-	rp.CQEmpty()
-	if st := rp.Stats(); st.InFlight != 3 {
-		t.Errorf("after the first empty poll: %d drain WRs counted, want 3", st.InFlight)
+	next := drain.NewReaper(r.cq, opts)
+	inFlight(next, "adopted", 3)
+	// A poll loop's first call: its poll counts as begun before anything.
+	next.CQEmpty()
+	inFlight(next, "after the first empty poll", 3)
+	next.CQEmpty()
+	inFlight(next, "after an empty poll begun after the adoption", 2)
+	for _, h := range []*drain.Handle{failed, shut} {
+		if err := h.Destroy(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	rp.CQEmpty()
-	if st := rp.Stats(); st.InFlight != 0 {
-		t.Errorf("after an empty poll: %d drain WRs counted, want 0", st.InFlight)
-	}
+	next.CQEmpty()
+	inFlight(next, "after an empty poll begun before the destroys", 2)
+	next.CQEmpty()
+	inFlight(next, "after an empty poll begun after the destroys", 0)
 }
 
 // A remembered Last WQE Reached counts only for a QP that Add finds in
@@ -454,7 +471,8 @@ func TestDrainWRIDsUniqueAcrossReapers(t *testing.T) {
 	first := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
 	old := add(t, first, r.pair(false), counted)
 	first.Shutdown(endedCtx())
-	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
+	// Room beside the old drain WR, which the new reaper counts.
+	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Headroom: 2, Queue: queueOf})
 	h := add(t, rp, r.pair(false), counted)
 	defer rp.Shutdown(endedCtx())
 	posted := func(h *drain.Handle) uint64 {

@@ -158,7 +158,8 @@ func (r *Reaper) noBarrier(id uint64) {
 }
 
 // loseWR keeps counting a drain WR posted on qpn whose handle the reaper
-// let go of, until it completes or a poll finds the CQ empty (untrack).
+// let go of, until it completes or, its QP destroyed through its handle
+// (destroyed), a poll begun after that finds the CQ empty (untrack).
 func (r *Reaper) loseWR(id uint64, qpn uint32) {
 	if r.lost == nil {
 		r.lost = make(map[uint64]uint32)
@@ -167,10 +168,15 @@ func (r *Reaper) loseWR(id uint64, qpn uint32) {
 }
 
 // untrack stops counting a lost drain WR against the headroom, if it
-// still is.
+// still is; one adopted from the ledger leaves it.
 func (r *Reaper) untrack(id uint64) {
-	if _, ok := r.lost[id]; ok {
-		delete(r.lost, id)
-		r.release(id)
+	qpn, ok := r.lost[id]
+	if !ok {
+		return
+	}
+	delete(r.lost, id)
+	r.release(id)
+	if r.adopted > 0 && r.dropLeft(id, qpn, r) {
+		r.adopted--
 	}
 }

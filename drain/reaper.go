@@ -62,8 +62,10 @@ type Stats struct {
 	ForeignWCs int
 }
 
-// orphan is a drain WR of a QP given up on, still counted against the
-// headroom because its completion may still take a CQ slot.
+// orphan is a drain WR of a QP handed back and destroyed through its
+// handle at at: counted against the headroom until a poll begun after at
+// finds the CQ empty, since a completion generated before the destroy may
+// still take a CQ slot, and none can be generated after.
 type orphan struct {
 	id uint64
 	at time.Duration
@@ -95,11 +97,16 @@ type Reaper struct {
 	lists [numStages]list
 	// Every drain WR counted against the headroom is either the sendID or
 	// recvID of the handle byNum names for the QP it was posted on, or in
-	// lost (with that QP's number): those of QPs given up (orphans), and
-	// of quarantined QPs whose number now stands for another QP.
+	// lost (with that QP's number): those of QPs handed back, of
+	// quarantined QPs whose number now stands for another QP, and those
+	// adopted from the ledger (NewReaper). orphans are those of lost whose
+	// QP was destroyed through its handle, oldest first.
 	lost     map[uint64]uint32
 	orphans  []orphan
 	inFlight int
+	// adopted counts the drain WRs of lost that r adopted (NewReaper)
+	// and that are still in the ledger, where Handle.Destroy marks them.
+	adopted int
 	// newest is the sequence number of the newest drain WR outstanding for
 	// a QP still draining, or 0 when unknown (which only costs an extra
 	// barrier).
@@ -124,9 +131,13 @@ type Reaper struct {
 	// they were added: the two hints save most lookups by number.
 	lastWC, nextWC *Handle
 	cqErr          error
-	shut           bool
+	// shutting is set when Shutdown begins (Add refuses from then on),
+	// shut when it ends (nothing is posted any more).
+	shutting, shut bool
 	stats          Stats
 	cqOK           bool // cq can be compared (identifiable)
+	// destroyMu serializes Handle.Destroy, whose verbs call runs without mu.
+	destroyMu sync.Mutex
 	// sendWR and recvWR are the one-WR lists of every drain WR post, kept
 	// here so that a post allocates nothing (a provider copies the WRs it
 	// takes). A WR list names one QP (ibv_post_send(3)) and every QP's
@@ -140,6 +151,14 @@ type Reaper struct {
 // must keep Options.Headroom slots for drain WRs, each QP's send queue one
 // slot, and each QP with its own receive queue and no receive count one
 // receive slot.
+//
+// A reaper made on a CQ value that reapers shut down before used counts
+// the drain WRs they left outstanding (see Shutdown) against its own
+// Options.Headroom, until they complete, or their QPs are destroyed through
+// the handles Shutdown returned (Handle.Destroy) and a poll begun after
+// that finds the CQ empty: the CQ keeps within Headroom across the
+// replacement. It adopts what was left when it is made, so make it after
+// its predecessor's Shutdown.
 //
 // The reaper tells QPs and CQs apart by identity (==): a QP's SendCQ and
 // RecvCQ must return the very value cq is, and an async event must carry
@@ -159,6 +178,7 @@ func NewReaper(cq ibv.CQ, opts Options) *Reaper {
 	for s := range r.lists {
 		r.lists[s].of = stage(s)
 	}
+	r.adopt()
 	return r
 }
 
@@ -172,10 +192,10 @@ func (r *Reaper) at(now time.Time) time.Duration { return now.Sub(r.epoch) }
 // need. Add returns an error, and no handle, only
 // when qp cannot be taken at all: ErrUnsupportedQP, ibv.ErrBusy for a QP
 // already being drained, ibv.ErrInvalidArgument for AddOptions that cannot
-// be honoured, ErrShutdown, ErrCQError; every later failure is reported by
-// the handle. A QP whose state is stated in ERROR
-// (AddOptions.StateKnown) takes one lock round trip and no verbs call
-// but its drain WRs' posts.
+// be honoured, ErrShutdown once Shutdown has begun, ErrCQError; every
+// later failure is reported by the handle. A QP whose state is stated in
+// ERROR (AddOptions.StateKnown) takes one lock round trip and no verbs
+// call but its drain WRs' posts.
 func (r *Reaper) Add(qp ibv.QP, o AddOptions) (*Handle, error) {
 	var h *Handle
 	var err error
@@ -376,7 +396,7 @@ func (r *Reaper) admit(h *Handle, now time.Time) error {
 	qpn := h.qpn
 	old := r.byNum.get(qpn)
 	switch {
-	case r.shut:
+	case r.shutting:
 		return fmt.Errorf("adding qpn %d: %w", qpn, ErrShutdown)
 	case r.cqErr != nil:
 		return fmt.Errorf("adding qpn %d: %w", qpn, r.cqErr)
@@ -644,8 +664,11 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 		// or one no longer counted), one of a QP given up, or not from
 		// the QP it was posted on: it proves nothing.
 		if qpn, ok := r.lost[wc.ID]; ok && qpn == wc.QPNum {
-			delete(r.lost, wc.ID)
-			r.release(wc.ID)
+			r.untrack(wc.ID)
+		} else if r.cqOK {
+			// One a reaper left at Shutdown that none adopted: it takes
+			// no slot any more, whichever reaper was handed it.
+			r.dropLeft(wc.ID, wc.QPNum, nil)
 		}
 		r.stats.LateDrainWCs++
 		return
@@ -790,20 +813,23 @@ func (r *Reaper) cqError(now time.Time) {
 	for h := r.lists[stageQuarantine].Front(); h != nil; h = h.links.Next() {
 		h.sendID, h.recvID = 0, 0
 	}
-	clear(r.lost)
+	for id := range r.lost {
+		r.untrack(id)
+	}
 	r.orphans, r.inFlight, r.newest = nil, 0, 0
 }
 
 // CQEmpty tells the reaper that the caller's poll of the CQ, just now,
 // found no completion. Under DestroyWhenEmpty that proof releases the QPs
 // whose drain stalled before the poll began; it also returns to the
-// headroom the drain WRs of QPs given up before it, and lets QPs counting
-// their receives added before it go on (AddOptions.CountRecvs). The poll
-// counts as begun when the poll loop last called in (its previous
-// HandleWC or CQEmpty), so that a poll begun before an Add or a stall on
-// another goroutine never passes for a later one: a poll loop makes these
-// calls from one goroutine, in order. Calling it also lets stall timeouts
-// fire in a poll loop that nobody Waits on.
+// headroom the drain WRs of QPs destroyed through their handles before it
+// began, and lets QPs counting their receives added before it go on
+// (AddOptions.CountRecvs). The poll counts as begun when the poll loop
+// last called in (its previous HandleWC or CQEmpty), so that a poll begun
+// before an Add, a stall or a destroy on another goroutine never passes
+// for a later one: a poll loop makes these calls from one goroutine, in
+// order. Calling it also lets stall timeouts fire in a poll loop that
+// nobody Waits on.
 func (r *Reaper) CQEmpty() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -846,10 +872,11 @@ func (r *Reaper) finish(h *Handle, o Outcome, err error, now time.Time) {
 	if l := r.listOf(h.on); l != nil {
 		l.remove(h)
 	}
-	// Its drain WRs keep their headroom until a poll after this one finds
-	// the CQ empty: also under DestroyWhenEmpty, whose empty poll released
-	// the QP but came before the caller could destroy it.
-	r.giveUp(h, now)
+	// Its drain WRs keep their headroom until the caller destroys the QP
+	// and a poll after that finds the CQ empty: also under
+	// DestroyWhenEmpty, whose empty poll released the QP but came before
+	// the caller could destroy it.
+	r.giveUp(h)
 	// Only a quarantined QP's number can stand for another QP, and a
 	// quarantined QP is not finished.
 	r.byNum.del(h.qpn)
@@ -952,14 +979,26 @@ func (r *Reaper) Quarantined() []*Handle {
 	return out
 }
 
-// Shutdown waits until every pending drain has an outcome or ctx ends (the
-// caller's poll loop, or Run, must keep feeding the reaper meanwhile), then
-// fails what is still pending with ErrShutdown, empties the quarantine and
-// returns every QP that is not safe to destroy: the failed and the
-// quarantined ones. What to do with them is the caller's call; IPoIB-CM,
-// at device stop, destroys them after 5 s.
+// Shutdown ends the reaper. From the moment it begins Add refuses every
+// QP with ErrShutdown, so that none can come in behind the list it
+// returns. It waits until every pending drain has an outcome or ctx ends
+// (the caller's poll loop, or Run, must keep feeding the reaper
+// meanwhile), then fails what is still pending with ErrShutdown, empties
+// the quarantine and returns every QP that is not safe to destroy and that
+// no outcome handed back before: each QP pending or quarantined when
+// Shutdown began that did not end Safe or DestroyedAfterEmptyCQ (it was
+// failed during the wait or by the shutdown, or quarantined). A QP whose
+// drain failed before Shutdown began was handed back by its outcome and is
+// not listed. What to do with them is the caller's call (IPoIB-CM, at
+// device stop, destroys them after 5 s); a QP is destroyed through its
+// handle (Handle.Destroy). The drain WRs the reaper still counts, of the
+// QPs it hands back and of those handed back before and not yet past an
+// empty poll after their destroy, it leaves to the next reaper made on its
+// CQ (NewReaper), which counts them against its headroom; Stats.InFlight
+// drops to 0.
 func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 	r.mu.Lock()
+	r.shutting = true
 	pending := slices.DeleteFunc(r.byNum.all(), func(h *Handle) bool { return h.stage == stageQuarantine })
 	r.mu.Unlock()
 	for _, h := range pending {
@@ -989,10 +1028,12 @@ func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 			r.byNum.del(h.qpn)
 		}
 		r.forget(h)
-		r.giveUp(h, now)
+		r.giveUp(h)
+		h.stage = stageDone // handed back: Destroy may destroy it
 		r.stats.Quarantined--
 		notSafe = append(notSafe, h)
 	}
+	r.leave()
 	return notSafe
 }
 

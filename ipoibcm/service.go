@@ -251,7 +251,13 @@ func (m *Manager) reap(now time.Time) {
 
 func (m *Manager) destroy(c *Conn, now time.Time) {
 	m.move(c, ListNone, false)
-	if err := c.qp.Close(); err != nil {
+	// A QP the reaper took goes through its handle, which keeps its drain
+	// WRs' headroom until a poll after the destroy.
+	destroy := c.qp.Close
+	if c.handle != nil {
+		destroy = c.handle.Destroy
+	}
+	if err := destroy(); err != nil {
 		m.warn(c, "could not destroy the QP", err)
 	}
 	delete(m.conns, c.qpn)
