@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 )
@@ -54,7 +55,7 @@ func TestAddAllStated(t *testing.T) {
 	}
 	pollUntilDone(t, rp, r.cq)
 	for _, rep := range waitAll(t, hs[:len(qps)]) {
-		if s := rep.Steps[0]; s.Kind != drain.StepState || s.From != ibv.QPSErr || s.To != ibv.QPSErr {
+		if s := rep.Steps[0]; s.Kind != report.StepState || s.From != ibv.QPSErr || s.To != ibv.QPSErr {
 			t.Errorf("first step %v: want the stated ERR -> ERR\n%s", s, rep)
 		}
 	}
@@ -126,7 +127,7 @@ func TestAddAllSharesOneBarrier(t *testing.T) {
 	}
 	pollUntilDone(t, rp, r.cq)
 	for _, rep := range waitAll(t, hs) {
-		if rep.Recv.By != drain.ProofBarrier || rep.Batch != len(qps) {
+		if rep.Recv.By != report.ProofBarrier || rep.Batch != len(qps) {
 			t.Errorf("qpn %d: %v in a batch of %d, want a barrier shared by all %d", rep.QPNum, rep.Recv, rep.Batch, len(qps))
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/qpdrain/qpdrain/clock"
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 	"github.com/qpdrain/qpdrain/soft"
@@ -97,14 +98,14 @@ func TestReplacedReaperHeadroom(t *testing.T) {
 	for range 3 {
 		pollAll(t, rp, r.cq)
 	}
-	if has(h.Report(), drain.StepDrainPosted) {
+	if has(h.Report(), report.StepDrainPosted) {
 		t.Errorf("the new reaper posted a drain WR beside the old one's:\n%s", h.Report())
 	}
 	if err := old.Destroy(); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(devtest.Timeout)
-	for !has(h.Report(), drain.StepDrainPosted) {
+	for !has(h.Report(), report.StepDrainPosted) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no drain WR posted within %v of the old QP's destroy:\n%s", devtest.Timeout, h.Report())
 		}
@@ -163,7 +164,7 @@ func TestShutdownRacingAdd(t *testing.T) {
 	}
 	missing := 0
 	for _, h := range hs {
-		if rep := h.Report(); rep.Outcome != drain.Safe && !listed[h] {
+		if rep := h.Report(); rep.Outcome != report.Safe && !listed[h] {
 			missing++
 			t.Errorf("qpn %d ended %s (%v) and is not in Shutdown's list", rep.QPNum, rep.Outcome, rep.Err)
 		}
@@ -233,7 +234,7 @@ func TestEmptyPollAtDestroyInstant(t *testing.T) {
 	vc.Advance(time.Nanosecond)
 	rp.CQEmpty() // began at the stall
 	rp.CQEmpty() // began after it: releases the QP
-	if rep := h.Report(); rep.Outcome != drain.DestroyedAfterEmptyCQ {
+	if rep := h.Report(); rep.Outcome != report.DestroyedAfterEmptyCQ {
 		t.Fatalf("outcome %s, want released after an empty poll\n%s", rep.Outcome, rep)
 	}
 	if err := h.Destroy(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 	"github.com/qpdrain/qpdrain/soft"
@@ -67,7 +68,7 @@ func TestReusedNumberAfterFinish(t *testing.T) {
 	defer rp.Shutdown(endedCtx())
 	hOld := add(t, rp, old, drain.AddOptions{})
 	pollUntilDone(t, rp, r.cq)
-	if o := hOld.Report().Outcome; o != drain.Safe {
+	if o := hOld.Report().Outcome; o != report.Safe {
 		t.Fatalf("old QP: %s, want safe", o)
 	}
 	wantReusedNumberNotTrusted(t, r, rp, old.Num())
@@ -101,8 +102,8 @@ func TestReusedNumberAfterNextHintFinished(t *testing.T) {
 				rp.CQEmpty()
 			}
 		}
-		if o := h.Report().Outcome; o != drain.DestroyedAfterEmptyCQ {
-			t.Fatalf("%s, want %s:\n%s", o, drain.DestroyedAfterEmptyCQ, h.Report())
+		if o := h.Report().Outcome; o != report.DestroyedAfterEmptyCQ {
+			t.Fatalf("%s, want %s:\n%s", o, report.DestroyedAfterEmptyCQ, h.Report())
 		}
 	}
 	wantReusedNumberNotTrusted(t, r, rp, old.Num())
@@ -121,7 +122,7 @@ func wantReusedNumberNotTrusted(t *testing.T, r *rig, rp *drain.Reaper, num uint
 	rp.HandleWC(recvFlush(num))
 	rp.CQEmpty()
 	rep := h.Report()
-	if !has(rep, drain.StepCountNotTrusted) || has(rep, drain.StepCQEmpty) {
+	if !has(rep, report.StepCountNotTrusted) || has(rep, report.StepCQEmpty) {
 		t.Errorf("a completion with the number came while proving, yet the count was trusted:\n%s", rep)
 	}
 }

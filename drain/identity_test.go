@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 	"github.com/qpdrain/qpdrain/soft"
@@ -63,7 +64,7 @@ func (s *stepper) step() {
 	if n == 0 {
 		s.rp.CQEmpty()
 	} else {
-		if h := s.byNum[wc[0].QPNum]; h != nil && h.Report().Outcome == drain.Safe {
+		if h := s.byNum[wc[0].QPNum]; h != nil && h.Report().Outcome == report.Safe {
 			s.t.Errorf("false safe: completion wr_id %#x of qpn %d polled after it was called safe:\n%s", wc[0].ID, wc[0].QPNum, h.Report())
 		}
 		s.rp.HandleWC(wc[0])
@@ -119,11 +120,11 @@ func (s *stepper) check() {
 		rep := h.Report()
 		checkProof(s.t, rep)
 		switch {
-		case rep.Outcome == drain.Safe:
+		case rep.Outcome == report.Safe:
 			if left := qp.Outstanding(); left != 0 {
 				s.t.Errorf("false safe: qpn %d called safe with %d WRs still to complete:\n%s", rep.QPNum, left, rep)
 			}
-		case rep.Outcome != drain.Quarantined:
+		case rep.Outcome != report.Quarantined:
 			// Handed back: the caller may destroy it now.
 			if err := h.Destroy(); err != nil {
 				s.t.Error(err)
@@ -234,7 +235,7 @@ func TestReusedQPEpisode(t *testing.T) {
 	h := add(t, rp, qp, drain.AddOptions{NoSends: true})
 	s.watch(h, qp.(*soft.QP))
 	s.until("the second episode's drain", s.settled)
-	if rep := h.Report(); rep.Outcome != drain.Safe {
+	if rep := h.Report(); rep.Outcome != report.Safe {
 		t.Errorf("second episode: %s, want safe\n%s", rep.Outcome, rep)
 	}
 }
@@ -270,7 +271,7 @@ func TestReusedQPLateEvent(t *testing.T) {
 			s.watch(h, qp.(*soft.QP))
 			s.catchUp()
 			s.until("the second episode's drain", s.settled)
-			if rep := h.Report(); rep.Outcome != drain.Safe {
+			if rep := h.Report(); rep.Outcome != report.Safe {
 				t.Errorf("second episode: %s, want safe\n%s", rep.Outcome, rep)
 			}
 		})

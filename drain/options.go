@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/clock"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 )
 
@@ -50,43 +51,20 @@ func (p Policy) String() string {
 	return "Policy(?)"
 }
 
-// Queue says which work queue of a QP a completion belongs to. A flushed
-// completion carries no valid opcode, so only the caller, through its own
-// wr_id scheme, can tell; see Options.Queue.
-type Queue uint8
-
-// Queues.
-const (
-	QueueUnknown Queue = iota
-	QueueSend
-	QueueRecv
-)
-
-// String names the queue ("send", "recv", "unknown").
-func (q Queue) String() string {
-	switch q {
-	case QueueSend:
-		return "send"
-	case QueueRecv:
-		return "recv"
-	}
-	return "unknown"
-}
-
 // QueueByIDPrefix returns an Options.Queue for a caller that tags each
 // wr_id with its queue in the bits above the low bits: a completion whose
 // wr_id, low bits cleared, equals recvPrefix is a receive's, sendPrefix a
 // send's, anything else QueueUnknown.
-func QueueByIDPrefix(low uint, recvPrefix, sendPrefix uint64) func(ibv.WC) Queue {
+func QueueByIDPrefix(low uint, recvPrefix, sendPrefix uint64) func(ibv.WC) report.Queue {
 	mask := ^(uint64(1)<<low - 1)
-	return func(wc ibv.WC) Queue {
+	return func(wc ibv.WC) report.Queue {
 		switch wc.ID & mask {
 		case recvPrefix:
-			return QueueRecv
+			return report.QueueRecv
 		case sendPrefix:
-			return QueueSend
+			return report.QueueSend
 		}
-		return QueueUnknown
+		return report.QueueUnknown
 	}
 }
 
@@ -153,7 +131,7 @@ type Options struct {
 	// Queue tells which queue a completion of a drained QP belongs to. It
 	// feeds the report's per-queue counts and AddOptions.CountRecvs, which
 	// needs it. Nil counts every completion as QueueUnknown.
-	Queue func(wc ibv.WC) Queue
+	Queue func(wc ibv.WC) report.Queue
 	// ViaRTS takes a QP found in RTR through RTS before ERROR: some
 	// Mellanox firmware completes WRs posted in ERROR only on a QP that
 	// was in RTS (ipoib_cm.c; qpdrain check's flush-before-rts probe).

@@ -10,6 +10,7 @@ import (
 
 	"github.com/qpdrain/qpdrain/clock"
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 	"github.com/qpdrain/qpdrain/soft"
@@ -56,7 +57,7 @@ func TestOtherQPEventNotLastWQE(t *testing.T) {
 	rep, err := h.Wait(testCtx(t))
 	checkProof(t, rep)
 	wantErr(t, err, drain.ErrNoLastWQE)
-	if !has(rep, drain.StepEvent) || has(rep, drain.StepDrainPosted) {
+	if !has(rep, report.StepEvent) || has(rep, report.StepDrainPosted) {
 		t.Errorf("QP_FATAL: want it recorded and no barrier posted for it\n%s", rep)
 	}
 }
@@ -73,7 +74,7 @@ func TestAddRefusesNumberInUse(t *testing.T) {
 		t.Errorf("Add of another QP with number %#x while it drains: %v, want ErrBusy", qp.Num(), err)
 	}
 	rp.Shutdown(endedCtx())
-	if rep := h.Report(); rep.Outcome != drain.Failed {
+	if rep := h.Report(); rep.Outcome != report.Failed {
 		t.Errorf("outcome %s, want failed by shutdown", rep.Outcome)
 	}
 }
@@ -99,7 +100,7 @@ func TestGivenUpKeepsHeadroom(t *testing.T) {
 			t.Fatal("a drain WR that never completes proved a QP")
 		}
 	}
-	if kept.Report().Outcome != drain.Quarantined {
+	if kept.Report().Outcome != report.Quarantined {
 		kept, failed = failed, kept
 	}
 	wantErr(t, failed.Report().Err, drain.ErrQuarantineFull)
@@ -115,7 +116,7 @@ func TestGivenUpKeepsHeadroom(t *testing.T) {
 	inFlight(rp, "after empty polls, the failed QP not destroyed", 2)
 	shut := add(t, rp, r.pair(false), counted)
 	rp.Shutdown(endedCtx())
-	if rep := shut.Report(); rep.Outcome != drain.Failed {
+	if rep := shut.Report(); rep.Outcome != report.Failed {
 		t.Fatalf("outcome %s, want failed by shutdown\n%s", rep.Outcome, rep)
 	}
 	inFlight(rp, "after Shutdown, which leaves them to the next reaper", 0)
@@ -190,7 +191,7 @@ func TestForeignDrainWCReleasesNothing(t *testing.T) {
 	handEvents(t, rp, r.dev, 1)
 	posted := func() uint64 {
 		for _, s := range h.Report().Steps {
-			if s.Kind == drain.StepDrainPosted {
+			if s.Kind == report.StepDrainPosted {
 				return s.WRID
 			}
 		}
@@ -204,7 +205,7 @@ func TestForeignDrainWCReleasesNothing(t *testing.T) {
 		if !rp.HandleWC(wc) {
 			t.Errorf("completion %#x not claimed", wc.ID)
 		}
-		if rep := h.Report(); rep.Outcome != drain.Pending {
+		if rep := h.Report(); rep.Outcome != report.Pending {
 			t.Fatalf("completion %#x on qpn %d ended the drain:\n%s", wc.ID, wc.QPNum, rep)
 		}
 	}
@@ -259,13 +260,13 @@ func TestEmptyPollBeforeStall(t *testing.T) {
 	}
 	cq.during = nil
 	rep := h.Report()
-	if rep.Outcome != drain.Pending || rep.Stall == nil {
+	if rep.Outcome != report.Pending || rep.Stall == nil {
 		t.Fatalf("after an empty poll begun before the stall: %s, want stalled and pending\n%s", rep.Outcome, rep)
 	}
 	if n, err := rp.Poll(); n != 0 || err != nil {
 		t.Fatalf("Poll: %d, %v; want an empty poll", n, err)
 	}
-	if rep := h.Report(); rep.Outcome != drain.DestroyedAfterEmptyCQ {
+	if rep := h.Report(); rep.Outcome != report.DestroyedAfterEmptyCQ {
 		t.Errorf("after an empty poll begun after the stall: %s, want destroyed after empty CQ\n%s", rep.Outcome, rep)
 	}
 }
@@ -301,9 +302,9 @@ func (b *busyCQ) poll() {
 }
 
 // stallAt is when the drain's first stall was recorded, zero if none was.
-func stallAt(rep *drain.Report) time.Time {
+func stallAt(rep *report.Report) time.Time {
 	for _, s := range rep.Steps {
-		if s.Kind == drain.StepStall {
+		if s.Kind == report.StepStall {
 			return s.At
 		}
 	}
@@ -313,18 +314,18 @@ func stallAt(rep *drain.Report) time.Time {
 // wantEmptyPollNeverCame fails unless rep is a drain under DestroyWhenEmpty
 // whose drain WR stalled and whose wait for an empty poll then ran out,
 // DrainTimeout (timeout) after the stall, exactly on a virtual clock.
-func wantEmptyPollNeverCame(t *testing.T, rep *drain.Report, timeout time.Duration, virtual bool) {
+func wantEmptyPollNeverCame(t *testing.T, rep *report.Report, timeout time.Duration, virtual bool) {
 	t.Helper()
 	checkProof(t, rep)
 	wantErr(t, rep.Stall, drain.ErrDrainNotFlushed)
 	wantErr(t, rep.Err, drain.ErrCQNotEmpty)
-	if rep.Outcome != drain.Failed || rep.Err == nil || !strings.Contains(rep.Err.Error(), fmt.Sprintf("qpn %d", rep.QPNum)) ||
+	if rep.Outcome != report.Failed || rep.Err == nil || !strings.Contains(rep.Err.Error(), fmt.Sprintf("qpn %d", rep.QPNum)) ||
 		!strings.Contains(rep.Err.Error(), timeout.String()) {
 		t.Errorf("outcome %s, %v; want failed, naming the QP and the bound %v\n%s", rep.Outcome, rep.Err, timeout, rep)
 	}
-	var stalls []drain.Step
+	var stalls []report.Step
 	for _, s := range rep.Steps {
-		if s.Kind == drain.StepStall {
+		if s.Kind == report.StepStall {
 			stalls = append(stalls, s)
 		}
 	}
@@ -422,11 +423,11 @@ func TestWakesForDrainWRDeadline(t *testing.T) {
 		{"real", func() clock.Clock { return clock.Real{} }},
 		{"virtual", virtualClock},
 	}
-	check := func(t *testing.T, name string, rep *drain.Report, began time.Time) {
+	check := func(t *testing.T, name string, rep *report.Report, began time.Time) {
 		t.Helper()
 		at := time.Time{}
 		for _, s := range rep.Steps {
-			if s.Kind == drain.StepStall {
+			if s.Kind == report.StepStall {
 				at = s.At
 			}
 		}
@@ -477,7 +478,7 @@ func TestDrainWRIDsUniqueAcrossReapers(t *testing.T) {
 	defer rp.Shutdown(endedCtx())
 	posted := func(h *drain.Handle) uint64 {
 		for _, s := range h.Report().Steps {
-			if s.Kind == drain.StepDrainPosted {
+			if s.Kind == report.StepDrainPosted {
 				return s.WRID
 			}
 		}
@@ -502,7 +503,7 @@ func TestCountFoundInError(t *testing.T) {
 	pollUntilDone(t, rp, r.cq)
 	rep, err := h.Wait(testCtx(t))
 	checkProof(t, rep)
-	if err != nil || rep.Recv.By != drain.ProofRecvDrainWR || !has(rep, drain.StepCountNotTrusted) {
+	if err != nil || rep.Recv.By != report.ProofRecvDrainWR || !has(rep, report.StepCountNotTrusted) {
 		t.Errorf("%v: want safe by a receive drain WR, the count not trusted\n%s", err, rep)
 	}
 }
@@ -600,14 +601,14 @@ func TestStaleDrainWCReleasesNothing(t *testing.T) {
 	failed := add(t, rp, refusingQP{r.pair(false)}, drain.AddOptions{})
 	rep := failed.Report()
 	wantErr(t, rep.Err, drain.ErrPostDrain)
-	if !has(rep, drain.StepRecvDrainPosted) {
+	if !has(rep, report.StepRecvDrainPosted) {
 		t.Fatalf("want the receive drain WR posted before the refused send:\n%s", rep)
 	}
 	pollAll(t, rp, r.cq)
 	if st := rp.Stats(); st.LateDrainWCs != 1 {
 		t.Errorf("stats %+v: want the given-up QP's drain WR completed late", st)
 	}
-	if rep := h.Report(); rep.Outcome != drain.Pending || rep.Recv.By != drain.ProofNone || has(rep, drain.StepDrainDone) {
+	if rep := h.Report(); rep.Outcome != report.Pending || rep.Recv.By != report.ProofNone || has(rep, report.StepDrainDone) {
 		t.Errorf("the given-up QP's drain WR served as a barrier:\n%s", rep)
 	}
 	rp.Shutdown(endedCtx())
@@ -637,7 +638,7 @@ func TestCQEmptyCountsFromLastCall(t *testing.T) {
 	pollUntilDone(t, rp, r.cq)
 	rep, err := h.Wait(testCtx(t))
 	checkProof(t, rep)
-	if err != nil || rep.Recv.By != drain.ProofRecvCount || rep.Recv.Count != 4 {
+	if err != nil || rep.Recv.By != report.ProofRecvCount || rep.Recv.Count != 4 {
 		t.Errorf("%v: want safe by 4 receives counted back\n%s", err, rep)
 	}
 }
@@ -654,7 +655,7 @@ func TestCountWithoutEmptyPoll(t *testing.T) {
 	rep, err := h.Wait(testCtx(t)) // nobody polls
 	checkProof(t, rep)
 	wantErr(t, err, drain.ErrQuarantined, drain.ErrDrainNotFlushed)
-	if !has(rep, drain.StepCountNotTrusted) || !has(rep, drain.StepRecvDrainPosted) || devtest.State(t, qp) != ibv.QPSErr {
+	if !has(rep, report.StepCountNotTrusted) || !has(rep, report.StepRecvDrainPosted) || devtest.State(t, qp) != ibv.QPSErr {
 		t.Errorf("want the count untrusted, the QP in ERROR with a receive drain WR\n%s", rep)
 	}
 }
@@ -673,7 +674,7 @@ func TestRunPollsForCount(t *testing.T) {
 		rep, err := h.Wait(wctx)
 		wcancel()
 		checkProof(t, rep)
-		if err != nil || rep.Recv.By != drain.ProofRecvCount {
+		if err != nil || rep.Recv.By != report.ProofRecvCount {
 			t.Fatalf("%v: want safe by the count within 1s\n%s", err, rep)
 		}
 	}

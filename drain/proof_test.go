@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 	"github.com/qpdrain/qpdrain/soft"
@@ -50,8 +51,8 @@ func TestNoProofFromAnotherQueue(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		srq  bool
-		q    drain.Queue
-	}{{"own receive queues", false, drain.QueueRecv}, {"send queues of SRQ QPs", true, drain.QueueSend}} {
+		q    report.Queue
+	}{{"own receive queues", false, report.QueueRecv}, {"send queues of SRQ QPs", true, report.QueueSend}} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, a := heldRig(t, soft.Quirks{}, 30*time.Millisecond)
 			var qps []ibv.QP
@@ -112,13 +113,13 @@ func TestNoProofNotSafe(t *testing.T) {
 			r.postRecvs(qp, 2)
 			rep, err := drain.QP(testCtx(t), qp, drain.Options{Policy: policy, DrainTimeout: stall, Headroom: 2, Queue: queueOf}, drain.Feed{})
 			checkProof(t, rep)
-			if rep.Outcome == drain.Safe || rep.Recv.By != drain.ProofNone || rep.Recv.Missing != drain.MissingRecvDrainWR ||
-				rep.Send.By != drain.ProofSendDrainWR {
+			if rep.Outcome == report.Safe || rep.Recv.By != report.ProofNone || rep.Recv.Missing != report.MissingRecvDrainWR ||
+				rep.Send.By != report.ProofSendDrainWR {
 				t.Errorf("%v: want the receive queue unproven for want of its receive drain WR, the send queue proven\n%s", err, rep)
 			}
 			if policy == drain.Quarantine {
 				wantErr(t, err, drain.ErrQuarantined, drain.ErrDrainNotFlushed)
-			} else if err != nil || rep.Outcome != drain.DestroyedAfterEmptyCQ {
+			} else if err != nil || rep.Outcome != report.DestroyedAfterEmptyCQ {
 				t.Errorf("%v, %s: want destroyed after empty CQ", err, rep.Outcome)
 			}
 		})
@@ -148,7 +149,7 @@ func TestEventOfAnotherDevice(t *testing.T) {
 	rep, err := h.Wait(testCtx(t))
 	checkProof(t, rep)
 	wantErr(t, err, drain.ErrNoLastWQE, drain.ErrQuarantined)
-	if has(rep, drain.StepEvent) || has(rep, drain.StepDrainPosted) {
+	if has(rep, report.StepEvent) || has(rep, report.StepDrainPosted) {
 		t.Errorf("the other device's event moved the drain on:\n%s", rep)
 	}
 }
@@ -202,7 +203,7 @@ func TestReusedQPNumber(t *testing.T) {
 	}
 	rep, err := h.Wait(testCtx(t))
 	checkProof(t, rep)
-	if err != nil || has(rep, drain.StepEvent) {
+	if err != nil || has(rep, report.StepEvent) {
 		t.Errorf("new QP: %v, want safe, without the old QP's event\n%s", err, rep)
 	}
 	if st := rp.Stats(); st.Quarantined != 1 || st.Safe != 1 {
@@ -218,7 +219,7 @@ func TestHeadroomHolds(t *testing.T) {
 	var qps []ibv.QP
 	for range 3 {
 		qp := a.wrap(r.pair(false), int(qpCap.MaxSendWR))
-		a.holdBack(qp, drain.QueueSend)
+		a.holdBack(qp, report.QueueSend)
 		qps = append(qps, qp)
 	}
 	rp := drain.NewReaper(a.cq(), drain.Options{DrainTimeout: 50 * time.Millisecond, Queue: a.queueOf})
@@ -258,7 +259,7 @@ func TestFullSendQueueRetried(t *testing.T) {
 	startCaller(t, rp, a.cq(), r.dev)
 	rep, err := h.Wait(testCtx(t))
 	checkProof(t, rep)
-	if err != nil || !inOrder(kinds(rep), []drain.StepKind{drain.StepPostRetry, drain.StepFlushed, drain.StepDrainPosted, drain.StepDrainDone}) {
+	if err != nil || !inOrder(kinds(rep), []report.StepKind{report.StepPostRetry, report.StepFlushed, report.StepDrainPosted, report.StepDrainDone}) {
 		t.Errorf("%v: want the drain WR retried after the flushes were polled\n%s", err, rep)
 	}
 	a.check(t, 1)
@@ -282,7 +283,7 @@ func TestEventBeforeAdd(t *testing.T) {
 	defer cancel()
 	rep, err := h.Wait(ctx)
 	checkProof(t, rep)
-	if err != nil || rep.Recv.By != drain.ProofBarrier || !rep.Recv.Stated || !has(rep, drain.StepLastWQEStated) {
+	if err != nil || rep.Recv.By != report.ProofBarrier || !rep.Recv.Stated || !has(rep, report.StepLastWQEStated) {
 		t.Errorf("%v: want safe by the event seen before Add and a barrier\n%s", err, rep)
 	}
 }
@@ -322,7 +323,7 @@ func TestStallsRunConcurrently(t *testing.T) {
 	}
 	for _, rep := range reps {
 		checkProof(t, rep)
-		if rep.Outcome != drain.Quarantined || !(errors.Is(rep.Err, drain.ErrDrainNotFlushed) || errors.Is(rep.Err, drain.ErrNoHeadroom)) {
+		if rep.Outcome != report.Quarantined || !(errors.Is(rep.Err, drain.ErrDrainNotFlushed) || errors.Is(rep.Err, drain.ErrNoHeadroom)) {
 			t.Errorf("want quarantined for the drain WR or the headroom:\n%s", rep)
 		}
 	}
@@ -345,14 +346,14 @@ func TestDrainAll(t *testing.T) {
 	}
 	for i, rep := range reps {
 		checkProof(t, rep)
-		if rep.QPNum != qps[i].Num() || rep.Outcome != drain.Safe {
+		if rep.QPNum != qps[i].Num() || rep.Outcome != report.Safe {
 			t.Errorf("report %d: qpn %d %s, want qpn %d safe", i, rep.QPNum, rep.Outcome, qps[i].Num())
 		}
 	}
 	other := devtest.NewRC(t, r.pd, devtest.RCConfig{Cap: qpCap})
 	reps, err = drain.DrainAll(testCtx(t), []ibv.QP{r.pair(false), other}, drain.Options{Queue: queueOf, Add: counted}, drain.Feed{})
 	wantErr(t, err, drain.ErrUnsupportedQP)
-	if len(reps) != 2 || reps[0].Outcome != drain.Safe || reps[1].Outcome != drain.Failed {
+	if len(reps) != 2 || reps[0].Outcome != report.Safe || reps[1].Outcome != report.Failed {
 		t.Errorf("reports %v: want one safe, one failed", reps)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 )
 
@@ -199,13 +200,13 @@ func (r *Reaper) runChannel(ctx context.Context, f Feed) error {
 // (a QP that Add refused gets a Failed report with Add's error), and an
 // error joining those of the QPs that are not safe to destroy, nil when
 // all are. The caller's poll loop, or Run, must feed the reaper meanwhile.
-func (r *Reaper) DrainAll(ctx context.Context, qps []ibv.QP, o AddOptions) ([]*Report, error) {
+func (r *Reaper) DrainAll(ctx context.Context, qps []ibv.QP, o AddOptions) ([]*report.Report, error) {
 	hs := make([]*Handle, len(qps))
-	reps := make([]*Report, len(qps))
+	reps := make([]*report.Report, len(qps))
 	errs := make([]error, len(qps))
 	r.addAll(qps, o, func(i int, h *Handle, err error) {
 		if err != nil {
-			reps[i] = &Report{QPNum: qps[i].Num(), SRQ: qps[i].SRQ() != nil, Start: r.opts.Clock.Now(), Outcome: Failed, Err: err}
+			reps[i] = &report.Report{QPNum: qps[i].Num(), SRQ: qps[i].SRQ() != nil, Start: r.opts.Clock.Now(), Outcome: report.Failed, Err: err}
 			errs[i] = err
 		}
 		hs[i] = h
@@ -232,7 +233,7 @@ func (r *Reaper) DrainAll(ctx context.Context, qps []ibv.QP, o AddOptions) ([]*R
 // A quarantined QP (ErrQuarantined) is the caller's to keep: the private
 // reaper's quarantine ends with the call. Callers draining QPs over time
 // use a shared Reaper, whose quarantine is bounded and counted.
-func DrainAll(ctx context.Context, qps []ibv.QP, opts Options, f Feed) ([]*Report, error) {
+func DrainAll(ctx context.Context, qps []ibv.QP, opts Options, f Feed) ([]*report.Report, error) {
 	if len(qps) == 0 {
 		return nil, nil
 	}
@@ -258,7 +259,7 @@ func DrainAll(ctx context.Context, qps []ibv.QP, opts Options, f Feed) ([]*Repor
 // QP. An SRQ-attached QP needs its Last WQE Reached: lend the device's
 // event stream through f.Events for the duration, or the drain stalls
 // and its error says that no event was delivered.
-func QP(ctx context.Context, qp ibv.QP, opts Options, f Feed) (*Report, error) {
+func QP(ctx context.Context, qp ibv.QP, opts Options, f Feed) (*report.Report, error) {
 	reps, err := DrainAll(ctx, []ibv.QP{qp}, opts, f)
 	if len(reps[0].Steps) == 0 {
 		return nil, err // refused by Add

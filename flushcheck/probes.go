@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/rcsetup"
 )
@@ -437,9 +438,9 @@ func drainWR(e *env) (verdict, error) {
 		}
 		return verdict{}, fmt.Errorf("draining QP %d: %w", a.Num(), err)
 	}
-	flushed := rep.Flushed[drain.QueueRecv].Flushed
+	flushed := rep.Flushed[report.QueueRecv].Flushed
 	switch {
-	case err == nil && rep.Outcome == drain.Safe:
+	case err == nil && rep.Outcome == report.Safe:
 		return pass("drain WR completed, QP safe to destroy after %v (%d of 2 receives flushed before it)", roundDur(rep.Duration()), flushed), nil
 	case errors.Is(err, drain.ErrDrainNotFlushed):
 		return deviation("drain WR never completed (waited %v); the drain ended %s (%d of 2 receives flushed)", e.o.Timeout, rep.Outcome, flushed), nil

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 	"github.com/qpdrain/qpdrain/soft"
@@ -169,7 +170,7 @@ func drainWithSettings(t *testing.T, dev ibv.Context, rec Recommendation, stalls
 			t.Fatalf("qpn %d: no report after %v: %v", qps[i].qp.Num(), bound, err)
 		}
 		if stalls {
-			if rep.Outcome != drain.Quarantined {
+			if rep.Outcome != report.Quarantined {
 				t.Errorf("qpn %d: %s (%v), want quarantined: nothing proves it finished", rep.QPNum, rep.Outcome, err)
 			}
 			continue
