@@ -11,7 +11,7 @@ import (
 // conclude is the one place that sets an outcome, and it refuses Safe to a
 // report without a proof for each queue, whatever its caller decided.
 func TestConcludeRefusesSafeWithoutProof(t *testing.T) {
-	r := NewReaper(nil, Options{})
+	r := newReaper(nil, Options{})
 	for _, tc := range []struct {
 		name string
 		rep  progress

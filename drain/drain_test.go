@@ -45,16 +45,16 @@ func TestDrainQPWithSRQ(t *testing.T) {
 	if noLastWQE() {
 		// The documented fallback: the drain WR still goes out, and the QP
 		// is released once the CQ polls empty after the stall.
-		rep, err := drain.QP(testCtx(t), qp, drain.Options{Policy: drain.DestroyWhenEmpty, LastWQETimeout: time.Second, DrainTimeout: devtest.Timeout}, drain.Feed{Events: r.dev})
+		rep, err := drainQP(testCtx(t), qp, drain.AddOptions{}, drain.Options{Policy: drain.DestroyWhenEmpty, LastWQETimeout: time.Second, DrainTimeout: devtest.Timeout}, drain.Feed{Events: r.dev})
 		if err != nil || rep.Outcome != report.DestroyedAfterEmptyCQ || !has(rep, report.StepDrainDone) {
 			t.Errorf("%v: want destroyed after empty CQ, the drain WR completed\n%s", err, rep)
 		}
 		wantErr(t, rep.Stall, drain.ErrNoLastWQE)
 		return
 	}
-	rep, err := drain.QP(testCtx(t), qp, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout}, drain.Feed{Events: r.dev})
+	rep, err := drainQP(testCtx(t), qp, drain.AddOptions{}, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout}, drain.Feed{Events: r.dev})
 	if err != nil {
-		t.Fatalf("drain.QP: %v\n%s", err, rep)
+		t.Fatalf("DrainAll: %v\n%s", err, rep)
 	}
 	if rep.Outcome != report.Safe || !rep.SRQ || rep.Batch != 1 {
 		t.Errorf("outcome %s, SRQ %v, batch %d; want safe, SRQ, batch 1\n%s", rep.Outcome, rep.SRQ, rep.Batch, rep)
@@ -84,10 +84,10 @@ func TestDrainQPWithoutSRQ(t *testing.T) {
 	r := testRig(t)
 	qp := r.pair(false)
 	r.postRecvs(qp, 3)
-	rep, err := drain.QP(testCtx(t), qp, drain.Options{LastWQETimeout: time.Millisecond, DrainTimeout: devtest.Timeout,
-		Queue: queueOf, Add: drain.AddOptions{CountRecvs: true, Recvs: 3}}, drain.Feed{Events: r.dev})
+	rep, err := drainQP(testCtx(t), qp, drain.AddOptions{CountRecvs: true, Recvs: 3}, drain.Options{LastWQETimeout: time.Millisecond, DrainTimeout: devtest.Timeout,
+		Queue: queueOf}, drain.Feed{Events: r.dev})
 	if err != nil {
-		t.Fatalf("drain.QP: %v\n%s", err, rep)
+		t.Fatalf("DrainAll: %v\n%s", err, rep)
 	}
 	checkProof(t, rep)
 	if has(rep, report.StepEvent) || rep.Stall != nil || has(rep, report.StepRecvDrainPosted) {
@@ -115,12 +115,12 @@ func TestDrainQPRecvDrain(t *testing.T) {
 	r.postRecvs(qp, 3)
 	var mu sync.Mutex
 	var kept []ibv.WC
-	rep, err := drain.QP(testCtx(t), qp, drain.Options{Headroom: 2, DrainTimeout: devtest.Timeout, Queue: queueOf}, drain.Feed{
+	rep, err := drainQP(testCtx(t), qp, drain.AddOptions{}, drain.Options{Headroom: 2, DrainTimeout: devtest.Timeout, Queue: queueOf}, drain.Feed{
 		Events: r.dev,
 		OnWC:   func(wc ibv.WC) { mu.Lock(); kept = append(kept, wc); mu.Unlock() },
 	})
 	if err != nil {
-		t.Fatalf("drain.QP: %v\n%s", err, rep)
+		t.Fatalf("DrainAll: %v\n%s", err, rep)
 	}
 	want := []report.StepKind{report.StepState, report.StepRecvDrainPosted, report.StepDrainPosted, report.StepOutcome}
 	if !inOrder(kinds(rep), want) || !has(rep, report.StepRecvDrainDone) || !has(rep, report.StepDrainDone) {
@@ -158,7 +158,7 @@ func TestDrainQPPastLastWQE(t *testing.T) {
 			t.Fatalf("got event %v, want QP_LAST_WQE_REACHED for qpn %d", ev, qp.Num())
 		}
 	}
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: 50 * time.Millisecond, DrainTimeout: devtest.Timeout})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: 50 * time.Millisecond, DrainTimeout: devtest.Timeout})
 	startCaller(t, rp, r.cq, r.dev)
 	h1 := add(t, rp, told, drain.AddOptions{LastWQESeen: true})
 	h2 := add(t, rp, untold, drain.AddOptions{})
@@ -191,7 +191,7 @@ func TestReaperBatches(t *testing.T) {
 	r := testRig(t)
 	srqQPs := r.pairs(24, true)
 	ownQPs := r.ownPairs(8, 2)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	var hs []*drain.Handle
 	for _, qp := range srqQPs {
 		hs = append(hs, add(t, rp, qp, drain.AddOptions{NoSends: true}))
@@ -278,7 +278,7 @@ func TestBarrierCarriers(t *testing.T) {
 		t.Run(fmt.Sprintf("headroom %d", headroom), func(t *testing.T) {
 			r := testRig(t)
 			r.sendWR = 1
-			rp := drain.NewReaper(r.cq, drain.Options{Headroom: headroom, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
+			rp := newReaper(t, r.cq, drain.Options{Headroom: headroom, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
 			barrierRounds(t, r, rp, 10)
 			if st := rp.Stats(); st.MaxInFlight < 2 || st.MaxInFlight > headroom || st.Safe != 40 {
 				t.Errorf("stats %+v: want 40 safe, more than one barrier outstanding at a time, never more than %d", st, headroom)
@@ -292,7 +292,7 @@ func TestBarrierCarriers(t *testing.T) {
 func TestReaperOneAtATime(t *testing.T) {
 	r := testRig(t)
 	qps := r.pairs(6, !noLastWQE())
-	rp := drain.NewReaper(r.cq, drain.Options{MaxBatch: 1, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{MaxBatch: 1, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	startCaller(t, rp, r.cq, r.dev)
 	var hs []*drain.Handle
 	for _, qp := range qps {
@@ -321,7 +321,7 @@ func TestRecvDrainThenSend(t *testing.T) {
 	}
 	r := testRig(t)
 	qps := r.ownPairs(6, 2)
-	rp := drain.NewReaper(r.cq, drain.Options{Headroom: 2, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{Headroom: 2, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	var hs []*drain.Handle
 	for _, qp := range qps {
 		hs = append(hs, add(t, rp, qp, drain.AddOptions{}))
@@ -350,7 +350,7 @@ func TestReaperRun(t *testing.T) {
 			ch, cq := newCQ(t, dev, 1024, mode == "channel")
 			r := newRig(t, dev, cq, 64)
 			qps := append(r.pairs(6, !noLastWQE()), r.pairs(2, false)...)
-			rp := drain.NewReaper(cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+			rp := newReaper(t, cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() { done <- rp.Run(ctx, drain.Feed{Channel: ch, Events: dev}) }()
@@ -373,7 +373,7 @@ func TestWaitNamesStep(t *testing.T) {
 	skipWithoutLastWQE(t)
 	r := testRig(t)
 	qp := r.pair(true)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
 	h := add(t, rp, qp, drain.AddOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
@@ -399,7 +399,7 @@ func TestModifyToErrorFails(t *testing.T) {
 	if err := qp.Close(); err != nil {
 		t.Fatal(err)
 	}
-	rp := drain.NewReaper(r.cq, drain.Options{})
+	rp := newReaper(t, r.cq, drain.Options{})
 	h := add(t, rp, qp, drain.AddOptions{})
 	rep, err := h.Wait(testCtx(t))
 	wantErr(t, err, drain.ErrModifyToError, ibv.ErrClosed)
@@ -412,7 +412,7 @@ func TestModifyToErrorFails(t *testing.T) {
 func TestCQErrorEvent(t *testing.T) {
 	r := testRig(t)
 	qps := r.pairs(2, false)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: devtest.Timeout})
 	h := add(t, rp, qps[0], drain.AddOptions{})
 	if !rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventCQErr, CQ: r.cq}) {
 		t.Error("reaper did not claim the CQ error of its own CQ")
@@ -428,12 +428,12 @@ func TestCQErrorEvent(t *testing.T) {
 func TestAddRejects(t *testing.T) {
 	r := testRig(t)
 	other := devtest.NewRC(t, r.pd, devtest.RCConfig{Cap: qpCap})
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: devtest.Timeout, Queue: queueOf})
 	if _, err := rp.Add(other, drain.AddOptions{}); !errorsIs(err, drain.ErrUnsupportedQP) {
 		t.Errorf("Add of a QP on another CQ: %v, want ErrUnsupportedQP", err)
 	}
 	qp := r.pair(false)
-	if _, err := drain.NewReaper(r.cq, drain.Options{}).Add(qp, counted); !errorsIs(err, ibv.ErrInvalidArgument) {
+	if _, err := newReaper(t, r.cq, drain.Options{}).Add(qp, counted); !errorsIs(err, ibv.ErrInvalidArgument) {
 		t.Errorf("Add counting receives without Options.Queue: %v, want ErrInvalidArgument", err)
 	}
 	add(t, rp, qp, counted)
@@ -456,7 +456,7 @@ func TestConcurrentDrains(t *testing.T) {
 	for w := range qps {
 		qps[w] = append(r.pairs(perWorker-2, !noLastWQE()), r.ownPairs(2, 4)...)
 	}
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	ctx, cancel := context.WithCancel(context.Background())
 	var run sync.WaitGroup
 	run.Go(func() { _ = rp.Run(ctx, drain.Feed{Events: dev}) })
@@ -497,7 +497,7 @@ func TestReportString(t *testing.T) {
 	r := newRig(t, dev, nil, 64)
 	qp := r.pair(false)
 	r.postRecvs(qp, 2)
-	rep, err := drain.QP(testCtx(t), qp, drain.Options{Queue: queueOf}, drain.Feed{Events: dev})
+	rep, err := drainQP(testCtx(t), qp, drain.AddOptions{}, drain.Options{Queue: queueOf}, drain.Feed{Events: dev})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func TestAsyncDestroyHeadroom(t *testing.T) {
 	dev := openSoft(t, soft.Config{Quirks: soft.Quirks{SendInErrorNotFlushed: true}})
 	r := newRig(t, dev, nil, 64)
 	const timeout = 20 * time.Millisecond
-	rp := drain.NewReaper(r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf})
 	o := newOccupancy(t, 1)
 	c := startCaller(t, rp, r.cq, r.dev)
 	// The reap worker: each QP destroyed 5 ms after its outcome, in the
@@ -88,12 +88,12 @@ func TestReplacedReaperHeadroom(t *testing.T) {
 	r := eHCARig(t)
 	o := newOccupancy(t, 1)
 	opts := drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf}
-	first := drain.NewReaper(r.cq, opts)
+	first := newReaper(t, r.cq, opts)
 	old := add(t, first, countingQP{r.pair(false).(*soft.QP), o}, counted)
 	if back := first.Shutdown(endedCtx()); len(back) != 1 || back[0] != old {
 		t.Fatalf("Shutdown handed back %v, want the QP it was draining", back)
 	}
-	rp := drain.NewReaper(r.cq, opts)
+	rp := newReaper(t, r.cq, opts)
 	h := add(t, rp, countingQP{r.pair(false).(*soft.QP), o}, counted)
 	for range 3 {
 		pollAll(t, rp, r.cq)
@@ -128,7 +128,7 @@ func TestShutdownRacingAdd(t *testing.T) {
 	r := quirkRig(t, soft.Quirks{})
 	qps := r.pairs(16, false)
 	r.postRecvs(qps[0], 1)
-	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
 	startCaller(t, rp, r.cq, r.dev)
 	added := make(chan *drain.Handle, len(qps))
 	var wg sync.WaitGroup
@@ -178,7 +178,7 @@ func TestShutdownRacingAdd(t *testing.T) {
 // it refuses one whose drain has no outcome or that is in quarantine.
 func TestDestroyOnlyHandedBack(t *testing.T) {
 	r := eHCARig(t)
-	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: stall, Queue: queueOf, Clock: virtualClock()})
+	rp := newReaper(t, r.cq, drain.Options{DrainTimeout: stall, Queue: queueOf, Clock: virtualClock()})
 	safe := add(t, rp, r.pair(false), drain.AddOptions{CountRecvs: true, NoSends: true})
 	if _, err := safe.Wait(testCtx(t)); err != nil {
 		t.Fatal(err)
@@ -221,7 +221,7 @@ func TestDestroyOnlyHandedBack(t *testing.T) {
 func TestEmptyPollAtDestroyInstant(t *testing.T) {
 	r := eHCARig(t)
 	vc := clock.NewVirtual(time.Unix(1e9, 0))
-	rp := drain.NewReaper(r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: stall, Queue: queueOf, Clock: vc})
+	rp := newReaper(t, r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: stall, Queue: queueOf, Clock: vc})
 	h := add(t, rp, r.pair(false), counted)
 	inFlight := func(when string, want int) {
 		t.Helper()

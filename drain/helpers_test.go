@@ -468,3 +468,39 @@ func wantErr(t testing.TB, err error, targets ...error) {
 }
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
+
+// newReaper is drain.NewReaper for a test, which it fails on an error.
+func newReaper(t testing.TB, cq ibv.CQ, o drain.Options) *drain.Reaper {
+	t.Helper()
+	rp, err := drain.NewReaper(cq, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rp
+}
+
+// drainQP is drain.DrainAll of qp alone: its report, and the error.
+func drainQP(ctx context.Context, qp ibv.QP, add drain.AddOptions, o drain.Options, f drain.Feed) (*report.Report, error) {
+	reps, err := drain.DrainAll(ctx, []ibv.QP{qp}, add, o, f)
+	if len(reps) == 0 {
+		return nil, err
+	}
+	return reps[0], err
+}
+
+// drainWith drains qps on rp, which the caller feeds: AddAll, then Wait
+// on each handle, the last first (the QPs end about in the order they
+// were added). A QP AddAll refused has no report.
+func drainWith(ctx context.Context, rp *drain.Reaper, qps []ibv.QP, add drain.AddOptions) ([]*report.Report, error) {
+	hs, err := rp.AddAll(qps, add)
+	errs := []error{err}
+	reps := make([]*report.Report, len(qps))
+	for i := len(hs) - 1; i >= 0; i-- {
+		if hs[i] != nil {
+			var e error
+			reps[i], e = hs[i].Wait(ctx)
+			errs = append(errs, e)
+		}
+	}
+	return reps, errors.Join(errs...)
+}

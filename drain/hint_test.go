@@ -21,7 +21,7 @@ import (
 func TestReusedNumberAfterLookupHint(t *testing.T) {
 	r := stallingSRQRig(t)
 	old := r.pair(true)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: 10 * time.Millisecond, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: 10 * time.Millisecond, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	defer rp.Shutdown(endedCtx())
 	if _, err := add(t, rp, old, drain.AddOptions{NoSends: true}).Wait(testCtx(t)); !errors.Is(err, drain.ErrQuarantined) {
 		t.Fatalf("old QP: %v, want quarantined", err)
@@ -41,7 +41,7 @@ func TestReusedNumberAfterLookupHint(t *testing.T) {
 func TestReusedNumberAfterNextHint(t *testing.T) {
 	r := stallingSRQRig(t)
 	first, old := r.pair(true), r.pair(true)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: 10 * time.Millisecond, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: 10 * time.Millisecond, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	defer rp.Shutdown(endedCtx())
 	hFirst := add(t, rp, first, drain.AddOptions{NoSends: true})
 	hOld := add(t, rp, old, drain.AddOptions{NoSends: true})
@@ -64,7 +64,7 @@ func TestReusedNumberAfterFinish(t *testing.T) {
 	dev := openSoft(t, soft.Config{})
 	r := newRig(t, dev, nil, 64)
 	old := r.pair(false)
-	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
 	defer rp.Shutdown(endedCtx())
 	hOld := add(t, rp, old, drain.AddOptions{})
 	pollUntilDone(t, rp, r.cq)
@@ -80,7 +80,7 @@ func TestReusedNumberAfterFinish(t *testing.T) {
 func TestReusedNumberAfterNextHintFinished(t *testing.T) {
 	r := stallingSRQRig(t)
 	first, old := r.pair(true), r.pair(true)
-	rp := drain.NewReaper(r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, LastWQETimeout: 20 * time.Millisecond, DrainTimeout: 20 * time.Millisecond, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, LastWQETimeout: 20 * time.Millisecond, DrainTimeout: 20 * time.Millisecond, Queue: queueOf})
 	defer rp.Shutdown(endedCtx())
 	hs := []*drain.Handle{add(t, rp, first, drain.AddOptions{NoSends: true}), add(t, rp, old, drain.AddOptions{NoSends: true})}
 	// While both wait in a row, the old QP is the handle after the one a

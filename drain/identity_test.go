@@ -175,7 +175,7 @@ func identityRig(t *testing.T, q soft.Quirks) *rig {
 func TestReusedNumberInFlight(t *testing.T) {
 	r := identityRig(t, soft.Quirks{})
 	opts := drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf}
-	rp := drain.NewReaper(r.cq, opts)
+	rp := newReaper(t, r.cq, opts)
 	s := newStepper(t, rp, r.cq, r.dev)
 	for range 3 {
 		old := r.pair(false)
@@ -191,7 +191,7 @@ func TestReusedNumberInFlight(t *testing.T) {
 		// Room beside the drain WRs the last round's other reaper left.
 		wide := opts
 		wide.Headroom = 4
-		other := drain.NewReaper(r.cq, wide)
+		other := newReaper(t, r.cq, wide)
 		old = r.pair(false)
 		r.postRecvs(old, 2)
 		h := add(t, other, old, drain.AddOptions{})
@@ -224,7 +224,7 @@ func (r *rig) destroyLater(qp ibv.QP, destroy func() error) {
 // WQEs still to be flushed.
 func TestReusedQPEpisode(t *testing.T) {
 	r := identityRig(t, soft.Quirks{})
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	s := newStepper(t, rp, r.cq, r.dev)
 	qp, peer := r.pairAndPeer(true)
 	devtest.ToError(t, qp)
@@ -255,7 +255,7 @@ func TestReusedQPLateEvent(t *testing.T) {
 	}{{"Twice", soft.Quirks{LastWQEReachedTwice: true}}, {"Again", soft.Quirks{LastWQEReachedAgain: true}}} {
 		t.Run(c.name, func(t *testing.T) {
 			r := identityRig(t, c.q)
-			rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+			rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 			s := newStepper(t, rp, r.cq, r.dev)
 			qp, peer := r.pairAndPeer(true)
 			// Every Last WQE Reached of qp after the first waits.
@@ -287,7 +287,7 @@ func TestReusedQPLateEvent(t *testing.T) {
 func TestReaperReplaced(t *testing.T) {
 	r := identityRig(t, soft.Quirks{})
 	opts := drain.Options{DrainTimeout: devtest.Timeout, Headroom: 4, Queue: queueOf}
-	first := drain.NewReaper(r.cq, opts)
+	first := newReaper(t, r.cq, opts)
 	var olds []*drain.Handle
 	for range 2 {
 		qp := r.pair(false)
@@ -297,7 +297,7 @@ func TestReaperReplaced(t *testing.T) {
 	if back := first.Shutdown(endedCtx()); len(back) != len(olds) {
 		t.Fatalf("Shutdown handed back %d QPs, want %d", len(back), len(olds))
 	}
-	rp := drain.NewReaper(r.cq, opts)
+	rp := newReaper(t, r.cq, opts)
 	s := newStepper(t, rp, r.cq, r.dev)
 	for range 2 {
 		qp := r.pair(false)
@@ -394,7 +394,7 @@ func TestDestroyWhenEmptyHeadroom(t *testing.T) {
 	dev := openSoft(t, soft.Config{Quirks: soft.Quirks{SendInErrorNotFlushed: true}})
 	r := newRig(t, dev, nil, 64)
 	const timeout = 20 * time.Millisecond
-	rp := drain.NewReaper(r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf})
 	o := newOccupancy(t, 1)
 	var hs []*drain.Handle
 	var destroyed []bool

@@ -2,6 +2,7 @@ package drain
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -143,8 +144,6 @@ type Options struct {
 	// An event serves only the QP object and the error episode it was
 	// raised in (ibv.AsyncEvent.QPResets), however late it is handed over.
 	EventHistory int
-	// Add is what QP and DrainAll state about every QP they drain.
-	Add AddOptions
 	// Clock runs every deadline, stall timer and report timestamp of the
 	// reaper (default clock.Real). On a simulated clock (a clock.Virtual, or
 	// the soft device's own, soft.Fabric) a stall times out when the clock
@@ -166,7 +165,7 @@ type Feed struct {
 	// created on this completion channel, and no other CQ may use it. Nil
 	// makes Run poll.
 	Channel ibv.CompChannel
-	// Events makes Run (and so QP and DrainAll) read the device's async
+	// Events makes Run (and so DrainAll) read the device's async
 	// events itself and hand them to HandleEvent. Only for callers that
 	// give the reaper the device's event stream; others call HandleEvent
 	// from their own event loop.
@@ -183,6 +182,35 @@ type Feed struct {
 // outstanding: wrs plus Headroom (DefaultHeadroom when unset), the room
 // NewReaper requires.
 func (o Options) CQEntries(wrs int) int { return wrs + o.withDefaults().Headroom }
+
+// check says what NewReaper refuses of o with cq.
+func (o Options) check(cq ibv.CQ) error {
+	bad := func(what string, v any) error {
+		return fmt.Errorf("Options.%s %v: %w", what, v, ibv.ErrInvalidArgument)
+	}
+	switch {
+	case cq == nil:
+		return fmt.Errorf("no CQ: %w", ibv.ErrInvalidArgument)
+	case !identifiable(cq):
+		return fmt.Errorf("the CQ, a %T, cannot be compared, and a reaper tells CQs apart by identity: %w", cq, ErrUnsupportedQP)
+	case o.Policy > DestroyWhenEmpty:
+		return bad("Policy", o.Policy)
+	case o.MaxQuarantine < 0:
+		return bad("MaxQuarantine", o.MaxQuarantine)
+	case o.LastWQETimeout < 0:
+		return bad("LastWQETimeout", o.LastWQETimeout)
+	case o.DrainTimeout < 0:
+		return bad("DrainTimeout", o.DrainTimeout)
+	case o.Headroom < 0:
+		return bad("Headroom", o.Headroom)
+	case o.MaxBatch < 0:
+		return bad("MaxBatch", o.MaxBatch)
+	}
+	if n, h := cq.CQE(), o.withDefaults().Headroom; h > n {
+		return fmt.Errorf("Options.Headroom %d: the CQ holds %d entries: %w", h, n, ibv.ErrInvalidArgument)
+	}
+	return nil
+}
 
 func (o Options) withDefaults() Options {
 	if o.MaxQuarantine <= 0 {

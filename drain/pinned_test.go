@@ -29,7 +29,7 @@ func eHCARig(t *testing.T) *rig {
 func TestOtherCQErrorIgnored(t *testing.T) {
 	r := quirkRig(t, soft.Quirks{})
 	qp := r.pair(false)
-	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
 	h := add(t, rp, qp, counted)
 	if rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventCQErr, CQ: r.peerCQ}) {
 		t.Error("CQ_ERR of another CQ claimed")
@@ -48,7 +48,7 @@ func TestOtherCQErrorIgnored(t *testing.T) {
 func TestOtherQPEventNotLastWQE(t *testing.T) {
 	r := quirkRig(t, soft.Quirks{NoLastWQEReached: true})
 	qp := r.pair(true)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
 	h := add(t, rp, qp, drain.AddOptions{NoSends: true})
 	if !rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventQPFatal, QP: qp}) {
 		t.Error("QP_FATAL of a QP being drained not claimed")
@@ -67,7 +67,7 @@ func TestOtherQPEventNotLastWQE(t *testing.T) {
 func TestAddRefusesNumberInUse(t *testing.T) {
 	r := eHCARig(t)
 	qp := r.pair(false)
-	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
 	h := add(t, rp, qp, counted)
 	other := renumbered{QP: r.pair(false), num: qp.Num()}
 	if _, err := rp.Add(other, counted); !errors.Is(err, ibv.ErrBusy) {
@@ -93,7 +93,7 @@ func endedCtx() context.Context {
 func TestGivenUpKeepsHeadroom(t *testing.T) {
 	r := eHCARig(t)
 	opts := drain.Options{DrainTimeout: stall, MaxQuarantine: 1, Headroom: 3, Queue: queueOf}
-	rp := drain.NewReaper(r.cq, opts)
+	rp := newReaper(t, r.cq, opts)
 	kept, failed := add(t, rp, r.pair(false), counted), add(t, rp, r.pair(false), counted)
 	for _, h := range []*drain.Handle{kept, failed} {
 		if _, err := h.Wait(testCtx(t)); err == nil {
@@ -124,7 +124,7 @@ func TestGivenUpKeepsHeadroom(t *testing.T) {
 	if err := kept.Destroy(); err != nil {
 		t.Fatal(err)
 	}
-	next := drain.NewReaper(r.cq, opts)
+	next := newReaper(t, r.cq, opts)
 	inFlight(next, "adopted", 3)
 	// A poll loop's first call: its poll counts as begun before anything.
 	next.CQEmpty()
@@ -148,7 +148,7 @@ func TestRememberedEventNeedsError(t *testing.T) {
 	r := quirkRig(t, soft.Quirks{NoLastWQEReached: true})
 	qp, peer := r.pairAndPeer(true)
 	devtest.ToError(t, qp)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
 	rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventQPLastWQEReached, QP: qp})
 	toReset(t, qp, peer)
 	devtest.Connect(t, r.dev, qp, peer)
@@ -162,7 +162,7 @@ func TestMaxBatchCap(t *testing.T) {
 	for _, qp := range qps {
 		devtest.ToError(t, qp)
 	}
-	rp := drain.NewReaper(r.cq, drain.Options{MaxBatch: 2, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
+	rp := newReaper(t, r.cq, drain.Options{MaxBatch: 2, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
 	var hs []*drain.Handle
 	for _, qp := range qps {
 		hs = append(hs, add(t, rp, qp, drain.AddOptions{NoSends: true}))
@@ -186,7 +186,7 @@ func TestForeignDrainWCReleasesNothing(t *testing.T) {
 	r := quirkRig(t, soft.Quirks{})
 	qp := r.pair(true)
 	devtest.ToError(t, qp)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
 	h := add(t, rp, qp, drain.AddOptions{NoSends: true})
 	handEvents(t, rp, r.dev, 1)
 	posted := func() uint64 {
@@ -247,7 +247,7 @@ func TestEmptyPollBeforeStall(t *testing.T) {
 	cq := &stallingCQ{CQ: r.cq}
 	qp := stallingQP{QP: r.pair(false), cq: cq}
 	const timeout = 50 * time.Millisecond
-	rp := drain.NewReaper(cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf})
+	rp := newReaper(t, cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf})
 	h := add(t, rp, qp, counted)
 	cq.during = func() {
 		// The poll has begun; the drain WR's timeout runs out before the
@@ -351,7 +351,7 @@ func TestBusyCQEmptyPollBounded(t *testing.T) {
 	clock := clock.NewVirtual(time.Unix(1e9, 0))
 	r := eHCARig(t)
 	qp := r.pair(false)
-	rp := drain.NewReaper(r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf, Clock: clock})
+	rp := newReaper(t, r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf, Clock: clock})
 	h := add(t, rp, qp, counted)
 	b := &busyCQ{t: t, rp: rp, cq: r.cq, qp: r.pair(false)}
 	start := clock.Now()
@@ -384,7 +384,7 @@ func TestWaitEndsEmptyPollWait(t *testing.T) {
 	}{{"real", clock.Real{}}, {"virtual", virtualClock()}} {
 		t.Run(c.name, func(t *testing.T) {
 			r := eHCARig(t)
-			rp := drain.NewReaper(r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf, Clock: c.clock})
+			rp := newReaper(t, r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf, Clock: c.clock})
 			h := add(t, rp, r.pair(false), counted)
 			b := &busyCQ{t: t, rp: rp, cq: r.cq, qp: r.pair(false)}
 			vc, virtual := c.clock.(*clock.Virtual)
@@ -443,7 +443,7 @@ func TestWakesForDrainWRDeadline(t *testing.T) {
 	for _, c := range clocks {
 		t.Run("Wait/"+c.name, func(t *testing.T) {
 			r := eHCARig(t)
-			rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: timeout, Queue: queueOf, Clock: c.clock()})
+			rp := newReaper(t, r.cq, drain.Options{DrainTimeout: timeout, Queue: queueOf, Clock: c.clock()})
 			h := add(t, rp, r.pair(false), counted)
 			began := time.Now()
 			rep, err := h.Wait(testCtx(t))
@@ -469,11 +469,11 @@ func TestWakesForDrainWRDeadline(t *testing.T) {
 // another on the same CQ numbers its drain WRs past the other's.
 func TestDrainWRIDsUniqueAcrossReapers(t *testing.T) {
 	r := eHCARig(t)
-	first := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
+	first := newReaper(t, r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
 	old := add(t, first, r.pair(false), counted)
 	first.Shutdown(endedCtx())
 	// Room beside the old drain WR, which the new reaper counts.
-	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Headroom: 2, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{DrainTimeout: devtest.Timeout, Headroom: 2, Queue: queueOf})
 	h := add(t, rp, r.pair(false), counted)
 	defer rp.Shutdown(endedCtx())
 	posted := func(h *drain.Handle) uint64 {
@@ -498,7 +498,7 @@ func TestCountFoundInError(t *testing.T) {
 	qp := r.pair(false)
 	r.postRecvs(qp, 4)
 	devtest.ToError(t, qp)
-	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: 2 * time.Second, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{DrainTimeout: 2 * time.Second, Queue: queueOf})
 	h := add(t, rp, qp, drain.AddOptions{CountRecvs: true, Recvs: 4, NoSends: true})
 	pollUntilDone(t, rp, r.cq)
 	rep, err := h.Wait(testCtx(t))
@@ -515,7 +515,7 @@ func TestHistoryAfterErrorLeft(t *testing.T) {
 	qp, peer := r.pairAndPeer(true)
 	devtest.ToError(t, qp)
 	toReset(t, qp, peer)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
 	rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventQPLastWQEReached, QP: qp})
 	devtest.Connect(t, r.dev, qp, peer)
 	devtest.ToError(t, qp)
@@ -534,7 +534,7 @@ func TestLateEventOfEarlierEpisode(t *testing.T) {
 	late := ibv.AsyncEvent{Type: ibv.EventQPLastWQEReached, QP: qp, QPResets: qp.Resets()}
 	toReset(t, qp, peer)
 	devtest.Connect(t, r.dev, qp, peer)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
 	h := add(t, rp, qp, drain.AddOptions{NoSends: true})
 	if !rp.HandleEvent(late) {
 		t.Error("the late event of the QP being drained was not claimed")
@@ -561,7 +561,7 @@ func TestRememberedEventOfDestroyedQP(t *testing.T) {
 	devtest.Close(t, dev)
 	r := newRig(t, dev, nil, 256)
 	r.postRecvs(nil, 64)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
 	for range 32 {
 		old := r.pair(true)
 		devtest.ToError(t, old)
@@ -595,7 +595,7 @@ func TestStaleDrainWCReleasesNothing(t *testing.T) {
 	r := eHCARig(t) // the barrier, a send in ERROR, never completes
 	waiting := r.pair(true)
 	devtest.ToError(t, waiting)
-	rp := drain.NewReaper(r.cq, drain.Options{Headroom: 3, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{Headroom: 3, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	h := add(t, rp, waiting, drain.AddOptions{NoSends: true})
 	handEvents(t, rp, r.dev, 1)
 	failed := add(t, rp, refusingQP{r.pair(false)}, drain.AddOptions{})
@@ -621,7 +621,7 @@ func TestCQEmptyCountsFromLastCall(t *testing.T) {
 	r := quirkRig(t, soft.Quirks{})
 	qp := r.pair(false)
 	r.postRecvs(qp, 4)
-	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
 	rp.CQEmpty()
 	h := add(t, rp, qp, drain.AddOptions{CountRecvs: true, Recvs: 4, NoSends: true})
 	rp.CQEmpty() // the poll may have begun before Add
@@ -650,7 +650,7 @@ func TestCountWithoutEmptyPoll(t *testing.T) {
 	r := quirkRig(t, soft.Quirks{})
 	qp := r.pair(false)
 	r.postRecvs(qp, 4)
-	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: stall, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{DrainTimeout: stall, Queue: queueOf})
 	h := add(t, rp, qp, drain.AddOptions{CountRecvs: true, Recvs: 4, NoSends: true})
 	rep, err := h.Wait(testCtx(t)) // nobody polls
 	checkProof(t, rep)
@@ -688,7 +688,7 @@ func runOnChannel(t *testing.T, q soft.Quirks, opts drain.Options) (*rig, *drain
 	dev := openSoft(t, soft.Config{Quirks: q})
 	ch, cq := newCQ(t, dev, 64, true)
 	r := newRig(t, dev, cq, 64)
-	rp := drain.NewReaper(cq, opts)
+	rp := newReaper(t, cq, opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- rp.Run(ctx, drain.Feed{Channel: ch}) }()

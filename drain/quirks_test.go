@@ -51,7 +51,7 @@ func runReaper(t *testing.T, r *rig, o drain.Options) (*drain.Reaper, *caller) {
 		o.DrainTimeout = stall
 	}
 	o.Queue = queueOf
-	rp := drain.NewReaper(r.cq, o)
+	rp := newReaper(t, r.cq, o)
 	return rp, startCaller(t, rp, r.cq, r.dev)
 }
 
@@ -140,7 +140,7 @@ func destroyedWhenEmpty(t *testing.T, q soft.Quirks, o drain.Options, stall erro
 func TestQuirkLastWQEReachedTwice(t *testing.T) {
 	r := quirkRig(t, soft.Quirks{LastWQEReachedTwice: true})
 	qps := r.pairs(4, true)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
 	var hs []*drain.Handle
 	for _, qp := range qps {
 		hs = append(hs, add(t, rp, qp, drain.AddOptions{NoSends: true}))
@@ -174,7 +174,7 @@ func TestQuirkLastWQEReachedAgain(t *testing.T) {
 	if err := qp.PostSend([]ibv.SendWR{{ID: sendIDBase, Opcode: ibv.WRSend, Flags: ibv.SendSignaled}}); err != nil {
 		t.Fatal(err)
 	}
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	s := newStepper(t, rp, r.cq, r.dev)
 	h := add(t, rp, qp, drain.AddOptions{})
 	s.watch(h, qp.(*soft.QP))
@@ -205,7 +205,7 @@ func TestQuirkRecvInErrorFlushDeferred(t *testing.T) {
 		r := quirkRig(t, q)
 		qp := r.pair(false)
 		r.postRecvs(qp, 2)
-		rep, err := drain.QP(testCtx(t), qp, drain.Options{DrainTimeout: stall, Queue: queueOf}, drain.Feed{Events: r.dev})
+		rep, err := drainQP(testCtx(t), qp, drain.AddOptions{}, drain.Options{DrainTimeout: stall, Queue: queueOf}, drain.Feed{Events: r.dev})
 		wantErr(t, err, drain.ErrDrainNotFlushed, drain.ErrQuarantined)
 		checkProof(t, rep)
 		if rep.Recv.By != report.ProofNone || rep.Recv.Missing != report.MissingRecvDrainWR || !strings.Contains(err.Error(), "receive drain WR") {
@@ -216,7 +216,7 @@ func TestQuirkRecvInErrorFlushDeferred(t *testing.T) {
 		r := quirkRig(t, q)
 		qp := r.pair(false)
 		r.postRecvs(qp, 2)
-		rep, err := drain.QP(testCtx(t), qp, drain.Options{Headroom: 2, DrainTimeout: devtest.Timeout, Queue: queueOf}, drain.Feed{Events: r.dev})
+		rep, err := drainQP(testCtx(t), qp, drain.AddOptions{}, drain.Options{Headroom: 2, DrainTimeout: devtest.Timeout, Queue: queueOf}, drain.Feed{Events: r.dev})
 		if err != nil {
 			t.Fatalf("%v\n%s", err, rep)
 		}
@@ -229,8 +229,7 @@ func TestQuirkRecvInErrorFlushDeferred(t *testing.T) {
 		r := quirkRig(t, q)
 		qp := r.pair(false)
 		r.postRecvs(qp, 2)
-		rep, err := drain.QP(testCtx(t), qp, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf,
-			Add: drain.AddOptions{CountRecvs: true, Recvs: 2}}, drain.Feed{Events: r.dev})
+		rep, err := drainQP(testCtx(t), qp, drain.AddOptions{CountRecvs: true, Recvs: 2}, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf}, drain.Feed{Events: r.dev})
 		if err != nil || has(rep, report.StepRecvDrainPosted) || rep.Recv.By != report.ProofRecvCount {
 			t.Errorf("%v: want safe by the count, without a receive drain WR\n%s", err, rep)
 		}
@@ -248,7 +247,7 @@ func TestQuirkRecvInErrorFlushDeferred(t *testing.T) {
 func TestBarrierSlotsReturned(t *testing.T) {
 	r := quirkRig(t, soft.Quirks{RecvInErrorFlushDeferred: true})
 	r.sendWR = 4
-	rp := drain.NewReaper(r.cq, drain.Options{Headroom: 2, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{Headroom: 2, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	barrierRounds(t, r, rp, 30)
 	if _, claimed := pollAll(t, rp, r.cq); claimed != 0 {
 		t.Errorf("%d drain WR completions polled after every QP was safe", claimed)
@@ -292,7 +291,7 @@ func TestBarrierFullSendQueueRetried(t *testing.T) {
 	if ev := devtest.WaitEvent(t, r.dev, devtest.Timeout); ev.Type != ibv.EventQPLastWQEReached || ev.QP.Num() != qp.Num() {
 		t.Fatalf("got event %v, want QP_LAST_WQE_REACHED for qpn %d", ev, qp.Num())
 	}
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	h := add(t, rp, &fullOnceQP{QP: qp, full: true}, drain.AddOptions{NoSends: true, LastWQESeen: true})
 	pollUntilDone(t, rp, r.cq)
 	rep := waitAll(t, []*drain.Handle{h})[0]
@@ -375,7 +374,7 @@ func TestCQOverflow(t *testing.T) {
 	r := newRig(t, dev, cq, 16)
 	qp := r.pair(false)
 	r.postRecvs(qp, 8)
-	rep, err := drain.QP(testCtx(t), qp, drain.Options{DrainTimeout: devtest.Timeout}, drain.Feed{Events: dev})
+	rep, err := drainQP(testCtx(t), qp, drain.AddOptions{}, drain.Options{DrainTimeout: devtest.Timeout}, drain.Feed{Events: dev})
 	wantErr(t, err, drain.ErrCQError)
 	if rep.Outcome != report.Failed {
 		t.Errorf("outcome %s, want failed\n%s", rep.Outcome, rep)

@@ -165,9 +165,20 @@ type Reaper struct {
 // RecvCQ must return the very value cq is, and an async event must carry
 // the very QP value handed to Add, so a wrapper must return the same
 // value every time (a pointer, or a comparable struct around one). Add
-// refuses, with ErrUnsupportedQP, a QP whose value cannot be compared, and
-// every QP when cq's cannot.
-func NewReaper(cq ibv.CQ, opts Options) *Reaper {
+// refuses, with ErrUnsupportedQP, a QP whose value cannot be compared.
+//
+// NewReaper fails with ErrUnsupportedQP when cq's value cannot be compared,
+// and with ibv.ErrInvalidArgument, naming the option, for a nil cq, an
+// unknown Policy, a negative bound, or a Headroom the CQ cannot hold.
+func NewReaper(cq ibv.CQ, opts Options) (*Reaper, error) {
+	if err := opts.check(cq); err != nil {
+		return nil, fmt.Errorf("making a reaper: %w", err)
+	}
+	return newReaper(cq, opts), nil
+}
+
+// newReaper is NewReaper without its checks.
+func newReaper(cq ibv.CQ, opts Options) *Reaper {
 	o := opts.withDefaults()
 	r := &Reaper{
 		cq:      cq,

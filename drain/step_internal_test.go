@@ -16,7 +16,7 @@ import (
 // the report's other fields are progress's.
 func TestStepsPackedComeBackWhole(t *testing.T) {
 	epoch := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
-	r := NewReaper(nil, Options{Clock: clock.NewVirtual(epoch)})
+	r := newReaper(nil, Options{Clock: clock.NewVirtual(epoch)})
 	at := func(d time.Duration) time.Time { return epoch.Add(d) }
 	errStall, errOut := errors.New("stalled"), errors.New("failed")
 	steps := []report.Step{

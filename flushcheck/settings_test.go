@@ -138,7 +138,10 @@ func drainWithSettings(t *testing.T, dev ibv.Context, rec Recommendation, stalls
 		seen[wc.QPNum]++
 		mu.Unlock()
 	}}
-	r := drain.NewReaper(cq, o)
+	r, err := drain.NewReaper(cq, o)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	runDone := make(chan error, 1)
 	go func() { runDone <- r.Run(ctx, feed) }()

@@ -224,11 +224,14 @@ func (d *Drain) Run(ctx context.Context) (res *DrainResult, err error) {
 	}
 
 	timeout := d.WaitTimeout()
-	rp := drain.NewReaper(cq, drain.Options{
+	rp, err := drain.NewReaper(cq, drain.Options{
 		Policy: d.Policy, MaxQuarantine: d.MaxQuarantine, MaxBatch: d.MaxBatch,
 		LastWQETimeout: timeout, DrainTimeout: timeout, Queue: queueOf,
 		Log: d.Log,
 	})
+	if err != nil {
+		return nil, err
+	}
 	// Every QP is added, and the reaper handed the events their moves to
 	// ERROR raised, before Run starts: Run reads events and completions in
 	// two goroutines, and the batches, and so the output, would otherwise
