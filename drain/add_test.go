@@ -1,10 +1,15 @@
 package drain_test
 
 import (
+	"errors"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 )
@@ -39,7 +44,7 @@ func TestAddAllStated(t *testing.T) {
 		}
 		qps = append(qps, verbCounter{qp, &calls})
 	}
-	rp := drain.NewReaper(r.cq, drain.Options{Headroom: len(qps), DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{Headroom: len(qps), DrainTimeout: devtest.Timeout, Queue: queueOf})
 	o := counted
 	o.StateKnown, o.State = true, ibv.QPSErr
 	hs, err := rp.AddAll(append(qps, qps[3]), o)
@@ -54,7 +59,7 @@ func TestAddAllStated(t *testing.T) {
 	}
 	pollUntilDone(t, rp, r.cq)
 	for _, rep := range waitAll(t, hs[:len(qps)]) {
-		if s := rep.Steps[0]; s.Kind != drain.StepState || s.From != ibv.QPSErr || s.To != ibv.QPSErr {
+		if s := rep.Steps[0]; s.Kind != report.StepState || s.From != ibv.QPSErr || s.To != ibv.QPSErr {
 			t.Errorf("first step %v: want the stated ERR -> ERR\n%s", s, rep)
 		}
 	}
@@ -77,7 +82,7 @@ type listedQP struct {
 func TestAddRefusesUnidentifiable(t *testing.T) {
 	r := testRig(t)
 	qp := r.pair(true)
-	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout})
+	rp := newReaper(t, r.cq, drain.Options{DrainTimeout: devtest.Timeout})
 	_, err := rp.Add(listedQP{qp, nil}, drain.AddOptions{})
 	wantErr(t, err, drain.ErrUnsupportedQP)
 	_, err = rp.Add(nil, drain.AddOptions{})
@@ -119,18 +124,57 @@ func TestAddAllSharesOneBarrier(t *testing.T) {
 			t.Fatalf("event %v: want QP_LAST_WQE_REACHED", ev)
 		}
 	}
-	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout})
+	rp := newReaper(t, r.cq, drain.Options{DrainTimeout: devtest.Timeout})
 	hs, err := rp.AddAll(qps, drain.AddOptions{StateKnown: true, State: ibv.QPSErr, LastWQESeen: true, NoSends: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	pollUntilDone(t, rp, r.cq)
 	for _, rep := range waitAll(t, hs) {
-		if rep.Recv.By != drain.ProofBarrier || rep.Batch != len(qps) {
+		if rep.Recv.By != report.ProofBarrier || rep.Batch != len(qps) {
 			t.Errorf("qpn %d: %v in a batch of %d, want a barrier shared by all %d", rep.QPNum, rep.Recv, rep.Batch, len(qps))
 		}
 	}
 	if st := rp.Stats(); st.DrainWRs != 1 || st.Safe != len(qps) {
 		t.Errorf("stats %+v: want one drain WR, %d safe", st, len(qps))
+	}
+}
+
+// listedCQ is a CQ wrapper whose value cannot be compared.
+type listedCQ struct {
+	ibv.CQ
+	tags []string
+}
+
+// NewReaper checks what it can before any QP is added: a CQ it cannot
+// tell apart, options that cannot be honoured, a headroom the CQ cannot
+// hold. Each refusal names what was wrong.
+func TestNewReaperRefuses(t *testing.T) {
+	r := testRig(t)
+	small := devtest.NewCQ(t, r.dev, 4)
+	for _, c := range []struct {
+		name   string
+		cq     ibv.CQ
+		o      drain.Options
+		target error
+		says   string
+	}{
+		{"nil CQ", nil, drain.Options{}, ibv.ErrInvalidArgument, "no CQ"},
+		{"CQ that cannot be compared", listedCQ{r.cq, nil}, drain.Options{}, drain.ErrUnsupportedQP, "cannot be compared"},
+		{"unknown policy", r.cq, drain.Options{Policy: 7}, ibv.ErrInvalidArgument, "Options.Policy"},
+		{"negative MaxQuarantine", r.cq, drain.Options{MaxQuarantine: -1}, ibv.ErrInvalidArgument, "Options.MaxQuarantine"},
+		{"negative LastWQETimeout", r.cq, drain.Options{LastWQETimeout: -time.Second}, ibv.ErrInvalidArgument, "Options.LastWQETimeout"},
+		{"negative DrainTimeout", r.cq, drain.Options{DrainTimeout: -time.Second}, ibv.ErrInvalidArgument, "Options.DrainTimeout"},
+		{"negative Headroom", r.cq, drain.Options{Headroom: -1}, ibv.ErrInvalidArgument, "Options.Headroom"},
+		{"negative MaxBatch", r.cq, drain.Options{MaxBatch: -1}, ibv.ErrInvalidArgument, "Options.MaxBatch"},
+		{"headroom beyond the CQ", small, drain.Options{Headroom: 8}, ibv.ErrInvalidArgument, "holds 4 entries"},
+	} {
+		rp, err := drain.NewReaper(c.cq, c.o)
+		if rp != nil || !errors.Is(err, c.target) || !strings.Contains(fmt.Sprint(err), c.says) {
+			t.Errorf("%s: %v, %v; want no reaper and an error wrapping %v that says %q", c.name, rp, err, c.target, c.says)
+		}
+	}
+	if _, err := drain.NewReaper(small, drain.Options{Headroom: 4, EventHistory: -1}); err != nil {
+		t.Errorf("a headroom the CQ holds, no event history: %v", err)
 	}
 }

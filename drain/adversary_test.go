@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 )
 
@@ -47,7 +48,7 @@ type adversary struct {
 
 type workQueue struct {
 	qpn   uint32
-	queue drain.Queue
+	queue report.Queue
 }
 
 type heldWC struct {
@@ -88,7 +89,7 @@ func (a *adversary) wrap(qp ibv.QP, sendWR int) *advQP {
 func (a *adversary) cq() ibv.CQ { return a.view }
 
 // holdBack delays the completions of a QP's queue.
-func (a *adversary) holdBack(qp ibv.QP, q drain.Queue) {
+func (a *adversary) holdBack(qp ibv.QP, q report.Queue) {
 	a.mu.Lock()
 	a.hold[workQueue{qp.Num(), q}] = true
 	a.mu.Unlock()
@@ -144,12 +145,12 @@ func (q *advQP) PostRecv(wrs []ibv.RecvWR) error {
 
 // queueOf tells a completion's work queue: the tests' own IDs carry it,
 // and the adversary saw where each drain WR was posted.
-func (a *adversary) queueOf(wc ibv.WC) drain.Queue {
+func (a *adversary) queueOf(wc ibv.WC) report.Queue {
 	if drain.IsDrainWRID(wc.ID) {
 		if a.recvDrain[wc.ID] {
-			return drain.QueueRecv
+			return report.QueueRecv
 		}
-		return drain.QueueSend
+		return report.QueueSend
 	}
 	return queueOf(wc)
 }
@@ -178,7 +179,7 @@ func (c *advCQ) Poll(wcs []ibv.WC) (int, error) {
 	a.ready = a.ready[k:]
 	watched := make([]*drain.Handle, k)
 	for i, wc := range wcs[:k] {
-		if a.queueOf(wc) == drain.QueueSend {
+		if a.queueOf(wc) == report.QueueSend {
 			a.sqUsed[wc.QPNum]--
 		}
 		if drain.IsDrainWRID(wc.ID) {
@@ -195,7 +196,7 @@ func (c *advCQ) Poll(wcs []ibv.WC) (int, error) {
 		if h == nil {
 			continue
 		}
-		if rep := h.Report(); rep.Outcome == drain.Safe {
+		if rep := h.Report(); rep.Outcome == report.Safe {
 			found = append(found, fmt.Sprintf("qpn %d: completion wr_id %#x polled after it was declared safe\n%s", wcs[i].QPNum, wcs[i].ID, rep))
 		}
 	}

@@ -96,7 +96,7 @@ func drainByRun(b *testing.B, rp *drain.Reaper, ch ibv.CompChannel, qps []ibv.QP
 	go func() { runDone <- rp.Run(ctx, drain.Feed{Channel: ch}) }()
 	if headroom == 1 {
 		oneAtATime(ctx, b, rp, qps, add)
-	} else if _, err := rp.DrainAll(ctx, qps, add); err != nil {
+	} else if _, err := drainWith(ctx, rp, qps, add); err != nil {
 		b.Fatal(err)
 	}
 	b.StopTimer()
@@ -186,7 +186,7 @@ func BenchmarkDrain(b *testing.B) {
 					b.StopTimer()
 					s := setupBench(b, n)
 					toErrorSeen(b, s)
-					rp := drain.NewReaper(s.cq, drain.Options{Headroom: mode.headroom, DrainTimeout: benchTimeout})
+					rp := newReaper(b, s.cq, drain.Options{Headroom: mode.headroom, DrainTimeout: benchTimeout})
 					// The caller moved them to ERROR and says so.
 					add := drain.AddOptions{LastWQESeen: true, StateKnown: true, State: ibv.QPSErr}
 					runtime.GC() // the setup's garbage is not the drain's
@@ -231,7 +231,7 @@ func BenchmarkPollFloor(b *testing.B) {
 					b.StopTimer()
 					s := setupBench(b, n)
 					toErrorSeen(b, s)
-					rp := drain.NewReaper(s.cq, drain.Options{})
+					rp := newReaper(b, s.cq, drain.Options{})
 					runtime.GC()
 					b.StartTimer()
 					if withWR {
@@ -279,7 +279,7 @@ func BenchmarkReaperMemory(b *testing.B) {
 		b.StopTimer()
 		s := setupBench(b, n)
 		toErrorSeen(b, s)
-		rp := drain.NewReaper(s.cq, drain.Options{LastWQETimeout: benchTimeout})
+		rp := newReaper(b, s.cq, drain.Options{LastWQETimeout: benchTimeout})
 		hs := make([]*drain.Handle, len(s.qps))
 		var before, after runtime.MemStats
 		runtime.GC()

@@ -4,29 +4,31 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/qpdrain/qpdrain/drain/report"
 )
 
 // conclude is the one place that sets an outcome, and it refuses Safe to a
 // report without a proof for each queue, whatever its caller decided.
 func TestConcludeRefusesSafeWithoutProof(t *testing.T) {
-	r := NewReaper(nil, Options{})
+	r := newReaper(nil, Options{})
 	for _, tc := range []struct {
 		name string
 		rep  progress
 	}{
 		{"no proof", progress{}},
-		{"send only", progress{Send: QueueProof{By: ProofNoSends}}},
-		{"receive only", progress{Recv: QueueProof{By: ProofRecvCount}}},
+		{"send only", progress{Send: report.QueueProof{By: report.ProofNoSends}}},
+		{"receive only", progress{Recv: report.QueueProof{By: report.ProofRecvCount}}},
 	} {
 		h := &Handle{r: r, report: tc.rep}
-		r.conclude(h, Safe, nil, time.Now())
-		if h.report.Outcome != Failed || !errors.Is(h.report.Err, ErrDrainNotFlushed) {
+		r.conclude(h, report.Safe, nil, time.Now())
+		if h.report.Outcome != report.Failed || !errors.Is(h.report.Err, ErrDrainNotFlushed) {
 			t.Errorf("%s: outcome %s, %v; want failed, ErrDrainNotFlushed", tc.name, h.report.Outcome, h.report.Err)
 		}
 	}
-	h := &Handle{r: r, report: progress{Recv: QueueProof{By: ProofRecvCount}, Send: QueueProof{By: ProofNoSends}}}
-	r.conclude(h, Safe, nil, time.Now())
-	if h.report.Outcome != Safe {
+	h := &Handle{r: r, report: progress{Recv: report.QueueProof{By: report.ProofRecvCount}, Send: report.QueueProof{By: report.ProofNoSends}}}
+	r.conclude(h, report.Safe, nil, time.Now())
+	if h.report.Outcome != report.Safe {
 		t.Errorf("both queues proven: outcome %s, want safe", h.report.Outcome)
 	}
 }

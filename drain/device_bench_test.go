@@ -144,7 +144,7 @@ func deviceRound(b *testing.B, dev ibv.Context, n int, c deviceCase) (time.Durat
 		b.StopTimer()
 		return b.Elapsed() - began, 0, 0
 	}
-	rp := drain.NewReaper(cq, drain.Options{Headroom: c.headroom, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(b, cq, drain.Options{Headroom: c.headroom, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	add := drain.AddOptions{CountRecvs: true, Recvs: deviceRecvs, StateKnown: !c.queried, State: ibv.QPSRTS}
 	waits, waited := drainOnDevice(b, rp, ch, qps, c.feed, c.headroom, add)
 	lap := b.Elapsed() - began

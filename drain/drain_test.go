@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 	"github.com/qpdrain/qpdrain/internal/testing/testmain"
@@ -44,21 +45,21 @@ func TestDrainQPWithSRQ(t *testing.T) {
 	if noLastWQE() {
 		// The documented fallback: the drain WR still goes out, and the QP
 		// is released once the CQ polls empty after the stall.
-		rep, err := drain.QP(testCtx(t), qp, drain.Options{Policy: drain.DestroyWhenEmpty, LastWQETimeout: time.Second, DrainTimeout: devtest.Timeout}, drain.Feed{Events: r.dev})
-		if err != nil || rep.Outcome != drain.DestroyedAfterEmptyCQ || !has(rep, drain.StepDrainDone) {
+		rep, err := drainQP(testCtx(t), qp, drain.AddOptions{}, drain.Options{Policy: drain.DestroyWhenEmpty, LastWQETimeout: time.Second, DrainTimeout: devtest.Timeout}, drain.Feed{Events: r.dev})
+		if err != nil || rep.Outcome != report.DestroyedAfterEmptyCQ || !has(rep, report.StepDrainDone) {
 			t.Errorf("%v: want destroyed after empty CQ, the drain WR completed\n%s", err, rep)
 		}
 		wantErr(t, rep.Stall, drain.ErrNoLastWQE)
 		return
 	}
-	rep, err := drain.QP(testCtx(t), qp, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout}, drain.Feed{Events: r.dev})
+	rep, err := drainQP(testCtx(t), qp, drain.AddOptions{}, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout}, drain.Feed{Events: r.dev})
 	if err != nil {
-		t.Fatalf("drain.QP: %v\n%s", err, rep)
+		t.Fatalf("DrainAll: %v\n%s", err, rep)
 	}
-	if rep.Outcome != drain.Safe || !rep.SRQ || rep.Batch != 1 {
+	if rep.Outcome != report.Safe || !rep.SRQ || rep.Batch != 1 {
 		t.Errorf("outcome %s, SRQ %v, batch %d; want safe, SRQ, batch 1\n%s", rep.Outcome, rep.SRQ, rep.Batch, rep)
 	}
-	want := []drain.StepKind{drain.StepState, drain.StepEvent, drain.StepDrainPosted, drain.StepDrainDone, drain.StepOutcome}
+	want := []report.StepKind{report.StepState, report.StepEvent, report.StepDrainPosted, report.StepDrainDone, report.StepOutcome}
 	if !inOrder(kinds(rep), want) {
 		t.Errorf("steps out of order, want %v as a subsequence:\n%s", want, rep)
 	}
@@ -66,10 +67,10 @@ func TestDrainQPWithSRQ(t *testing.T) {
 		t.Errorf("first step %v, want state RTS -> ERR", s)
 	}
 	for _, s := range rep.Steps {
-		if s.Kind == drain.StepEvent && s.Event != ibv.EventQPLastWQEReached {
+		if s.Kind == report.StepEvent && s.Event != ibv.EventQPLastWQEReached {
 			t.Errorf("unexpected event step %v", s)
 		}
-		if s.Kind == drain.StepDrainDone && s.Status != ibv.WCWRFlushErr {
+		if s.Kind == report.StepDrainDone && s.Status != ibv.WCWRFlushErr {
 			t.Errorf("drain WR completed with %s, want WR_FLUSH_ERR", s.Status)
 		}
 	}
@@ -83,20 +84,20 @@ func TestDrainQPWithoutSRQ(t *testing.T) {
 	r := testRig(t)
 	qp := r.pair(false)
 	r.postRecvs(qp, 3)
-	rep, err := drain.QP(testCtx(t), qp, drain.Options{LastWQETimeout: time.Millisecond, DrainTimeout: devtest.Timeout,
-		Queue: queueOf, Add: drain.AddOptions{CountRecvs: true, Recvs: 3}}, drain.Feed{Events: r.dev})
+	rep, err := drainQP(testCtx(t), qp, drain.AddOptions{CountRecvs: true, Recvs: 3}, drain.Options{LastWQETimeout: time.Millisecond, DrainTimeout: devtest.Timeout,
+		Queue: queueOf}, drain.Feed{Events: r.dev})
 	if err != nil {
-		t.Fatalf("drain.QP: %v\n%s", err, rep)
+		t.Fatalf("DrainAll: %v\n%s", err, rep)
 	}
 	checkProof(t, rep)
-	if has(rep, drain.StepEvent) || rep.Stall != nil || has(rep, drain.StepRecvDrainPosted) {
+	if has(rep, report.StepEvent) || rep.Stall != nil || has(rep, report.StepRecvDrainPosted) {
 		t.Errorf("a non-SRQ QP waited for an event, stalled or got a receive drain WR:\n%s", rep)
 	}
-	want := []drain.StepKind{drain.StepState, drain.StepDrainPosted, drain.StepDrainDone, drain.StepOutcome}
+	want := []report.StepKind{report.StepState, report.StepDrainPosted, report.StepDrainDone, report.StepOutcome}
 	if !inOrder(kinds(rep), want) {
 		t.Errorf("steps: want %v in order:\n%s", want, rep)
 	}
-	if rep.Recv.By != drain.ProofRecvCount || rep.Recv.Count != 3 || rep.Send.By != drain.ProofSendDrainWR {
+	if rep.Recv.By != report.ProofRecvCount || rep.Recv.Count != 3 || rep.Send.By != report.ProofSendDrainWR {
 		t.Errorf("proofs %v, %v: want 3 receives counted back and its own drain WR\n%s", rep.Recv, rep.Send, rep)
 	}
 }
@@ -114,22 +115,22 @@ func TestDrainQPRecvDrain(t *testing.T) {
 	r.postRecvs(qp, 3)
 	var mu sync.Mutex
 	var kept []ibv.WC
-	rep, err := drain.QP(testCtx(t), qp, drain.Options{Headroom: 2, DrainTimeout: devtest.Timeout, Queue: queueOf}, drain.Feed{
+	rep, err := drainQP(testCtx(t), qp, drain.AddOptions{}, drain.Options{Headroom: 2, DrainTimeout: devtest.Timeout, Queue: queueOf}, drain.Feed{
 		Events: r.dev,
 		OnWC:   func(wc ibv.WC) { mu.Lock(); kept = append(kept, wc); mu.Unlock() },
 	})
 	if err != nil {
-		t.Fatalf("drain.QP: %v\n%s", err, rep)
+		t.Fatalf("DrainAll: %v\n%s", err, rep)
 	}
-	want := []drain.StepKind{drain.StepState, drain.StepRecvDrainPosted, drain.StepDrainPosted, drain.StepOutcome}
-	if !inOrder(kinds(rep), want) || !has(rep, drain.StepRecvDrainDone) || !has(rep, drain.StepDrainDone) {
+	want := []report.StepKind{report.StepState, report.StepRecvDrainPosted, report.StepDrainPosted, report.StepOutcome}
+	if !inOrder(kinds(rep), want) || !has(rep, report.StepRecvDrainDone) || !has(rep, report.StepDrainDone) {
 		t.Errorf("steps: want %v in order and both drain WRs completed:\n%s", want, rep)
 	}
-	if got := rep.Flushed[drain.QueueRecv].Flushed; got != 3 {
+	if got := rep.Flushed[report.QueueRecv].Flushed; got != 3 {
 		t.Errorf("report counts %d flushed receives, want 3\n%s", got, rep)
 	}
 	checkProof(t, rep)
-	if rep.Recv.By != drain.ProofRecvDrainWR {
+	if rep.Recv.By != report.ProofRecvDrainWR {
 		t.Errorf("receive queue proven by %v, want the receive drain WR", rep.Recv)
 	}
 	mu.Lock()
@@ -138,7 +139,7 @@ func TestDrainQPRecvDrain(t *testing.T) {
 		t.Fatalf("caller got %d completions, want its 3 flushed receives: %v", len(kept), kept)
 	}
 	for _, wc := range kept {
-		if queueOf(wc) != drain.QueueRecv || wc.Status != ibv.WCWRFlushErr {
+		if queueOf(wc) != report.QueueRecv || wc.Status != ibv.WCWRFlushErr {
 			t.Errorf("caller got %v, want its own flushed receive", wc)
 		}
 	}
@@ -157,7 +158,7 @@ func TestDrainQPPastLastWQE(t *testing.T) {
 			t.Fatalf("got event %v, want QP_LAST_WQE_REACHED for qpn %d", ev, qp.Num())
 		}
 	}
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: 50 * time.Millisecond, DrainTimeout: devtest.Timeout})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: 50 * time.Millisecond, DrainTimeout: devtest.Timeout})
 	startCaller(t, rp, r.cq, r.dev)
 	h1 := add(t, rp, told, drain.AddOptions{LastWQESeen: true})
 	h2 := add(t, rp, untold, drain.AddOptions{})
@@ -168,7 +169,7 @@ func TestDrainQPPastLastWQE(t *testing.T) {
 	start := time.Now()
 	rep, err = h2.Wait(testCtx(t))
 	wantErr(t, err, drain.ErrNoLastWQE, drain.ErrQuarantined)
-	if rep.Outcome != drain.Quarantined || time.Since(start) > 5*time.Second {
+	if rep.Outcome != report.Quarantined || time.Since(start) > 5*time.Second {
 		t.Errorf("untold QP: outcome %s after %v, want quarantined after about 50ms\n%s", rep.Outcome, time.Since(start), rep)
 	}
 	if got := rp.Quarantined(); len(got) != 1 || got[0] != h2 {
@@ -190,7 +191,7 @@ func TestReaperBatches(t *testing.T) {
 	r := testRig(t)
 	srqQPs := r.pairs(24, true)
 	ownQPs := r.ownPairs(8, 2)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	var hs []*drain.Handle
 	for _, qp := range srqQPs {
 		hs = append(hs, add(t, rp, qp, drain.AddOptions{NoSends: true}))
@@ -217,7 +218,7 @@ func TestReaperBatches(t *testing.T) {
 		t.Errorf("batch sizes %v, want one QP alone, 23 together and 8 proven by their counts", batches)
 	}
 	for _, rep := range reps[:24] {
-		if rep.Recv.By != drain.ProofBarrier || rep.Send.By != drain.ProofNoSends {
+		if rep.Recv.By != report.ProofBarrier || rep.Send.By != report.ProofNoSends {
 			t.Errorf("qpn %d: proofs %v, %v; want a barrier and the caller's statement", rep.QPNum, rep.Recv, rep.Send)
 		}
 	}
@@ -228,7 +229,7 @@ func TestReaperBatches(t *testing.T) {
 		t.Errorf("caller kept %d completions, want its 16 flushed receives: %v", len(kept), kept)
 	}
 	for _, wc := range kept {
-		if drain.IsDrainWRID(wc.ID) || queueOf(wc) != drain.QueueRecv {
+		if drain.IsDrainWRID(wc.ID) || queueOf(wc) != report.QueueRecv {
 			t.Errorf("caller kept %v, want only its own receives", wc)
 		}
 	}
@@ -256,7 +257,7 @@ func barrierRounds(t *testing.T, r *rig, rp *drain.Reaper, rounds int) {
 		}
 		pollUntilDone(t, rp, r.cq)
 		for _, rep := range waitAll(t, hs) {
-			if rep.Recv.By != drain.ProofBarrier || rep.Send.By != drain.ProofNoSends {
+			if rep.Recv.By != report.ProofBarrier || rep.Send.By != report.ProofNoSends {
 				t.Errorf("round %d, qpn %d: proofs %v, %v; want a barrier and the caller's statement", round, rep.QPNum, rep.Recv, rep.Send)
 			}
 		}
@@ -277,7 +278,7 @@ func TestBarrierCarriers(t *testing.T) {
 		t.Run(fmt.Sprintf("headroom %d", headroom), func(t *testing.T) {
 			r := testRig(t)
 			r.sendWR = 1
-			rp := drain.NewReaper(r.cq, drain.Options{Headroom: headroom, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
+			rp := newReaper(t, r.cq, drain.Options{Headroom: headroom, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
 			barrierRounds(t, r, rp, 10)
 			if st := rp.Stats(); st.MaxInFlight < 2 || st.MaxInFlight > headroom || st.Safe != 40 {
 				t.Errorf("stats %+v: want 40 safe, more than one barrier outstanding at a time, never more than %d", st, headroom)
@@ -291,7 +292,7 @@ func TestBarrierCarriers(t *testing.T) {
 func TestReaperOneAtATime(t *testing.T) {
 	r := testRig(t)
 	qps := r.pairs(6, !noLastWQE())
-	rp := drain.NewReaper(r.cq, drain.Options{MaxBatch: 1, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{MaxBatch: 1, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	startCaller(t, rp, r.cq, r.dev)
 	var hs []*drain.Handle
 	for _, qp := range qps {
@@ -299,7 +300,7 @@ func TestReaperOneAtATime(t *testing.T) {
 	}
 	for _, rep := range waitAll(t, hs) {
 		for _, s := range rep.Steps {
-			if s.Kind == drain.StepDrainPosted && (s.Carrier != rep.QPNum || s.Count != 1) {
+			if s.Kind == report.StepDrainPosted && (s.Carrier != rep.QPNum || s.Count != 1) {
 				t.Errorf("qpn %d: %v, want its own drain WR for itself alone", rep.QPNum, s)
 			}
 		}
@@ -320,15 +321,15 @@ func TestRecvDrainThenSend(t *testing.T) {
 	}
 	r := testRig(t)
 	qps := r.ownPairs(6, 2)
-	rp := drain.NewReaper(r.cq, drain.Options{Headroom: 2, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{Headroom: 2, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	var hs []*drain.Handle
 	for _, qp := range qps {
 		hs = append(hs, add(t, rp, qp, drain.AddOptions{}))
 	}
 	kept, claimed := pollUntilDone(t, rp, r.cq)
 	for _, rep := range waitAll(t, hs) {
-		if !inOrder(kinds(rep), []drain.StepKind{drain.StepRecvDrainPosted, drain.StepDrainPosted}) || !has(rep, drain.StepRecvDrainDone) ||
-			rep.Flushed[drain.QueueRecv].Flushed != 2 {
+		if !inOrder(kinds(rep), []report.StepKind{report.StepRecvDrainPosted, report.StepDrainPosted}) || !has(rep, report.StepRecvDrainDone) ||
+			rep.Flushed[report.QueueRecv].Flushed != 2 {
 			t.Errorf("want the receive drain WR posted first and completed, and 2 flushed receives counted:\n%s", rep)
 		}
 	}
@@ -349,7 +350,7 @@ func TestReaperRun(t *testing.T) {
 			ch, cq := newCQ(t, dev, 1024, mode == "channel")
 			r := newRig(t, dev, cq, 64)
 			qps := append(r.pairs(6, !noLastWQE()), r.pairs(2, false)...)
-			rp := drain.NewReaper(cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+			rp := newReaper(t, cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() { done <- rp.Run(ctx, drain.Feed{Channel: ch, Events: dev}) }()
@@ -372,13 +373,13 @@ func TestWaitNamesStep(t *testing.T) {
 	skipWithoutLastWQE(t)
 	r := testRig(t)
 	qp := r.pair(true)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
 	h := add(t, rp, qp, drain.AddOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	rep, err := h.Wait(ctx)
 	wantErr(t, err, drain.ErrNoLastWQE, context.DeadlineExceeded)
-	if rep.Outcome != drain.Pending {
+	if rep.Outcome != report.Pending {
 		t.Errorf("outcome %s, want pending", rep.Outcome)
 	}
 	handEvents(t, rp, r.dev, 1)
@@ -398,11 +399,11 @@ func TestModifyToErrorFails(t *testing.T) {
 	if err := qp.Close(); err != nil {
 		t.Fatal(err)
 	}
-	rp := drain.NewReaper(r.cq, drain.Options{})
+	rp := newReaper(t, r.cq, drain.Options{})
 	h := add(t, rp, qp, drain.AddOptions{})
 	rep, err := h.Wait(testCtx(t))
 	wantErr(t, err, drain.ErrModifyToError, ibv.ErrClosed)
-	if rep.Outcome != drain.Failed || rp.Stats().Pending != 0 {
+	if rep.Outcome != report.Failed || rp.Stats().Pending != 0 {
 		t.Errorf("outcome %s, stats %+v: want failed, nothing pending", rep.Outcome, rp.Stats())
 	}
 }
@@ -411,7 +412,7 @@ func TestModifyToErrorFails(t *testing.T) {
 func TestCQErrorEvent(t *testing.T) {
 	r := testRig(t)
 	qps := r.pairs(2, false)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: devtest.Timeout})
 	h := add(t, rp, qps[0], drain.AddOptions{})
 	if !rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventCQErr, CQ: r.cq}) {
 		t.Error("reaper did not claim the CQ error of its own CQ")
@@ -427,12 +428,12 @@ func TestCQErrorEvent(t *testing.T) {
 func TestAddRejects(t *testing.T) {
 	r := testRig(t)
 	other := devtest.NewRC(t, r.pd, devtest.RCConfig{Cap: qpCap})
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: devtest.Timeout, Queue: queueOf})
 	if _, err := rp.Add(other, drain.AddOptions{}); !errorsIs(err, drain.ErrUnsupportedQP) {
 		t.Errorf("Add of a QP on another CQ: %v, want ErrUnsupportedQP", err)
 	}
 	qp := r.pair(false)
-	if _, err := drain.NewReaper(r.cq, drain.Options{}).Add(qp, counted); !errorsIs(err, ibv.ErrInvalidArgument) {
+	if _, err := newReaper(t, r.cq, drain.Options{}).Add(qp, counted); !errorsIs(err, ibv.ErrInvalidArgument) {
 		t.Errorf("Add counting receives without Options.Queue: %v, want ErrInvalidArgument", err)
 	}
 	add(t, rp, qp, counted)
@@ -455,7 +456,7 @@ func TestConcurrentDrains(t *testing.T) {
 	for w := range qps {
 		qps[w] = append(r.pairs(perWorker-2, !noLastWQE()), r.ownPairs(2, 4)...)
 	}
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	ctx, cancel := context.WithCancel(context.Background())
 	var run sync.WaitGroup
 	run.Go(func() { _ = rp.Run(ctx, drain.Feed{Events: dev}) })
@@ -496,7 +497,7 @@ func TestReportString(t *testing.T) {
 	r := newRig(t, dev, nil, 64)
 	qp := r.pair(false)
 	r.postRecvs(qp, 2)
-	rep, err := drain.QP(testCtx(t), qp, drain.Options{Queue: queueOf}, drain.Feed{Events: dev})
+	rep, err := drainQP(testCtx(t), qp, drain.AddOptions{}, drain.Options{Queue: queueOf}, drain.Feed{Events: dev})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -515,12 +516,12 @@ func TestQueueByIDPrefix(t *testing.T) {
 	queue := drain.QueueByIDPrefix(32, 1<<32, 2<<32)
 	for _, tc := range []struct {
 		id   uint64
-		want drain.Queue
+		want report.Queue
 	}{
-		{1<<32 | 7, drain.QueueRecv},
-		{2<<32 | 0xffffffff, drain.QueueSend},
-		{3 << 32, drain.QueueUnknown},
-		{7, drain.QueueUnknown},
+		{1<<32 | 7, report.QueueRecv},
+		{2<<32 | 0xffffffff, report.QueueSend},
+		{3 << 32, report.QueueUnknown},
+		{7, report.QueueUnknown},
 	} {
 		if got := queue(ibv.WC{ID: tc.id}); got != tc.want {
 			t.Errorf("queue(wr_id %#x) = %s, want %s", tc.id, got, tc.want)

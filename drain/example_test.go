@@ -3,138 +3,125 @@ package drain_test
 import (
 	"context"
 	"fmt"
-	"time"
+	"log"
 
 	"github.com/qpdrain/qpdrain/drain"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/rcsetup"
 	"github.com/qpdrain/qpdrain/soft"
-	"github.com/qpdrain/qpdrain/teardown"
 )
 
-// Drain one SRQ-attached QP whose CQ the caller owns: drain.QP moves it to
-// ERROR, waits for Last WQE Reached (reading the device's events), posts the
-// drain WR and polls the CQ until the WR's flush completion comes back.
-func Example() {
-	dev, cq, qps, closeAll := exampleSetup(1)
-	defer closeAll()
-
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	rep, err := drain.QP(ctx, qps[0], drain.Options{}, drain.Feed{Events: dev})
-	if err != nil {
-		fmt.Println("not safe to destroy:", err)
-		return
+// Drain three receive QPs of an SRQ (IPoIB-CM's, which post no sends) that
+// complete into one CQ, on the soft device. DrainAll moves each to ERROR,
+// waits for its Last WQE Reached (reading the device's events), posts one
+// barrier drain WR and polls the CQ until its completion proves every QP
+// finished: the QPs may then be destroyed.
+func ExampleDrainAll() {
+	check := func(err error) {
+		if err != nil {
+			log.Fatal(err)
+		}
 	}
-	for _, s := range rep.Steps {
-		// A drain WR's ID is WRIDTag and its number among all the drain
-		// WRs of the process: print the tag alone.
-		s.WRID &= drain.WRIDMask
-		fmt.Println(s)
+	dev, err := soft.Open(soft.Config{})
+	check(err)
+	defer dev.Close()
+	pd, err := dev.AllocPD()
+	check(err)
+	defer pd.Close()
+	cq, err := dev.CreateCQ(64, nil)
+	check(err)
+	defer cq.Close()
+	srq, err := pd.CreateSRQ(ibv.SRQAttr{MaxWR: 16, MaxSGE: 1})
+	check(err)
+	defer srq.Close()
+	route, err := rcsetup.Loopback(dev, 1)
+	check(err)
+	caps := ibv.QPCap{MaxSendWR: 1, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}
+	var qps []ibv.QP
+	for range 3 {
+		qp, err := pd.CreateQP(ibv.QPInitAttr{Type: ibv.QPTRC, SendCQ: cq, RecvCQ: cq, SRQ: srq, Cap: caps})
+		check(err)
+		peer, err := pd.CreateQP(ibv.QPInitAttr{Type: ibv.QPTRC, SendCQ: cq, RecvCQ: cq, Cap: caps})
+		check(err)
+		defer qp.Close()
+		defer peer.Close()
+		check(route.Connect(qp, peer))
+		qps = append(qps, qp)
 	}
-	fmt.Println("cq still usable:", cq.CQE() > 0)
+	// Every wait of the drain is bounded (Options' timeouts): no deadline
+	// is needed for it to end.
+	reps, err := drain.DrainAll(context.Background(), qps, drain.AddOptions{NoSends: true}, drain.Options{}, drain.Feed{Events: dev})
+	for _, rep := range reps {
+		fmt.Printf("qpn %d: %s by %s\n", rep.QPNum, rep.Outcome, rep.Recv.By)
+	}
+	fmt.Println("every QP may be destroyed:", err == nil)
 	// Output:
-	// state RTS -> ERR
-	// event QP_LAST_WQE_REACHED
-	// drain WR 0xd7a1000000000000 posted on qpn 17 for a batch of 1
-	// drain WR 0xd7a1000000000000 on qpn 17 completed status=WR_FLUSH_ERR
-	// safe
-	// cq still usable: true
+	// qpn 17: safe by Last WQE Reached and a barrier drain WR
+	// qpn 19: safe by Last WQE Reached and a barrier drain WR
+	// qpn 21: safe by Last WQE Reached and a barrier drain WR
+	// every QP may be destroyed: true
 }
 
-// A caller that polls its own CQ hands every completion and every async
-// event to the reaper, which claims only its own. The QPs post no sends
-// (IPoIB-CM's receive QPs): only their SRQ side is open, so they share
-// barrier drain WRs, one outstanding at a time.
+// A caller with a poll loop of its own keeps it, and hands every
+// completion and every async event to a Reaper, which claims only its
+// own: the caller keeps the others, flushed completions included. Here
+// the loop destroys each QP through its handle as its drain ends. The
+// setup is ExampleDrainAll's, one QP with its own receive queue and one
+// receive outstanding.
 func ExampleReaper() {
-	dev, cq, qps, closeAll := exampleSetup(4)
-	defer closeAll()
-
-	reaper := drain.NewReaper(cq, drain.Options{})
-	var handles []*drain.Handle
-	for _, qp := range qps {
-		h, err := reaper.Add(qp, drain.AddOptions{NoSends: true})
+	check := func(err error) {
 		if err != nil {
-			fmt.Println(err)
-			return
-		}
-		handles = append(handles, h)
-	}
-
-	// The caller's event loop and poll loop, reduced to what the example
-	// needs: four Last WQE Reached events, then the CQ until it is empty.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for range qps {
-		ev, err := dev.NextAsyncEvent(ctx)
-		if err != nil {
-			fmt.Println(err)
-			return
-		}
-		if !reaper.HandleEvent(ev) {
-			fmt.Println("caller's event:", ev)
+			log.Fatal(err)
 		}
 	}
+	dev, err := soft.Open(soft.Config{})
+	check(err)
+	defer dev.Close()
+	pd, err := dev.AllocPD()
+	check(err)
+	defer pd.Close()
+	cq, err := dev.CreateCQ(64, nil)
+	check(err)
+	defer cq.Close()
+	route, err := rcsetup.Loopback(dev, 1)
+	check(err)
+	caps := ibv.QPCap{MaxSendWR: 1, MaxRecvWR: 2, MaxSendSGE: 1, MaxRecvSGE: 1}
+	qp, err := pd.CreateQP(ibv.QPInitAttr{Type: ibv.QPTRC, SendCQ: cq, RecvCQ: cq, Cap: caps})
+	check(err)
+	peer, err := pd.CreateQP(ibv.QPInitAttr{Type: ibv.QPTRC, SendCQ: cq, RecvCQ: cq, Cap: caps})
+	check(err)
+	defer peer.Close()
+	check(route.Connect(qp, peer))
+	check(qp.PostRecv([]ibv.RecvWR{{ID: 7}}))
+
+	reaper, err := drain.NewReaper(cq, drain.Options{Headroom: 2})
+	check(err)
+	h, err := reaper.Add(qp, drain.AddOptions{})
+	check(err)
 	wcs := make([]ibv.WC, 16)
-	for reaper.Stats().Pending > 0 {
+	for done := false; !done; {
 		n, err := cq.Poll(wcs)
-		if err != nil {
-			fmt.Println(err)
-			return
-		}
+		check(err)
 		if n == 0 {
 			reaper.CQEmpty()
 		}
 		for _, wc := range wcs[:n] {
 			if !reaper.HandleWC(wc) {
-				fmt.Println("caller's completion:", wc)
+				fmt.Printf("caller's completion: wr_id %d %s\n", wc.ID, wc.Status)
 			}
 		}
+		select {
+		case <-h.Done():
+			done = true
+		default:
+		}
 	}
-
-	for _, h := range handles {
-		rep, err := h.Wait(ctx)
-		fmt.Printf("qpn %d: %s, batch of %d, err %v\n", rep.QPNum, rep.Outcome, rep.Batch, err)
-		// Safe: h.Destroy() may run now.
-	}
-	fmt.Println("drain WRs:", reaper.Stats().DrainWRs)
+	rep := h.Report()
+	fmt.Printf("qpn %d: %s\n  receive queue: %s\n  send queue: %s\n", rep.QPNum, rep.Outcome, rep.Recv.By, rep.Send.By)
+	check(h.Destroy())
 	// Output:
-	// qpn 17: safe, batch of 1, err <nil>
-	// qpn 19: safe, batch of 3, err <nil>
-	// qpn 21: safe, batch of 3, err <nil>
-	// qpn 23: safe, batch of 3, err <nil>
-	// drain WRs: 2
-}
-
-// exampleSetup opens a soft device with n SRQ-attached RC QPs on one CQ,
-// each connected to a peer in loopback and in RTS (rcsetup), and returns a
-// function closing it all, children first (teardown).
-func exampleSetup(n int) (*soft.Device, ibv.CQ, []ibv.QP, func()) {
-	var objs teardown.List
-	closeAll := func() {
-		if err := objs.Close(); err != nil {
-			panic(err)
-		}
-	}
-	dev := must(soft.Open(soft.Config{}))
-	objs.Add(dev)
-	pd := must(dev.AllocPD())
-	objs.Add(pd)
-	cq := must(dev.CreateCQ(256, nil))
-	objs.Add(cq)
-	srq := must(pd.CreateSRQ(ibv.SRQAttr{MaxWR: 64, MaxSGE: 1}))
-	objs.Add(srq)
-	route := must(rcsetup.Loopback(dev, 1))
-	var qps []ibv.QP
-	for range n {
-		qp := must(pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, SRQ: srq, Cap: qpCap, Type: ibv.QPTRC}))
-		objs.Add(qp)
-		peer := must(pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: qpCap, Type: ibv.QPTRC}))
-		objs.Add(peer)
-		if err := route.Connect(qp, peer); err != nil {
-			panic(err)
-		}
-		qps = append(qps, qp)
-	}
-	return dev, cq, qps, closeAll
+	// caller's completion: wr_id 7 WR_FLUSH_ERR
+	// qpn 17: safe
+	//   receive queue: receive drain WR
+	//   send queue: drain WR on its own send queue
 }

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 )
 
@@ -37,8 +38,8 @@ func (r *Reaper) expire(now time.Time) {
 	}
 	for h := r.lists[stageEmptyWait].Front(); h != nil && h.deadline <= t; h = r.lists[stageEmptyWait].Front() {
 		err := fmt.Errorf("qpn %d: %w: no poll begun after the stall found the CQ empty within %v", h.qpn, ErrCQNotEmpty, r.opts.DrainTimeout)
-		h.step(&Step{At: now, Kind: StepStall, Err: err})
-		r.finish(h, Failed, err, now)
+		h.step(&report.Step{At: now, Kind: report.StepStall, Err: err})
+		r.finish(h, report.Failed, err, now)
 	}
 	r.post(now)
 	r.wakeForDeadline()
@@ -81,7 +82,7 @@ func (r *Reaper) stallErr(h *Handle) error {
 // caller, who knows the step, moves h on.
 func (r *Reaper) stall(h *Handle, err error, now time.Time) bool {
 	h.report.Stall = err
-	h.step(&Step{At: now, Kind: StepStall, Err: err})
+	h.step(&report.Step{At: now, Kind: report.StepStall, Err: err})
 	r.debug(h, "drain stalled", slog.Any("policy", r.opts.Policy), slog.Any("error", err))
 	if r.opts.Policy == DestroyWhenEmpty {
 		if !h.stalled {
@@ -90,7 +91,7 @@ func (r *Reaper) stall(h *Handle, err error, now time.Time) bool {
 		return true
 	}
 	if r.lists[stageQuarantine].Len() >= r.opts.MaxQuarantine {
-		r.finish(h, Failed, fmt.Errorf("%w (%d QPs): %w", ErrQuarantineFull, r.lists[stageQuarantine].Len(), err), now)
+		r.finish(h, report.Failed, fmt.Errorf("%w (%d QPs): %w", ErrQuarantineFull, r.lists[stageQuarantine].Len(), err), now)
 		return false
 	}
 	// A quarantined QP is kept, not given up: its drain WRs may still
@@ -102,7 +103,7 @@ func (r *Reaper) stall(h *Handle, err error, now time.Time) bool {
 	r.lists[stageQuarantine].push(h)
 	r.stats.Quarantined++
 	r.stats.Pending--
-	r.conclude(h, Quarantined, fmt.Errorf("%w: %w", ErrQuarantined, err), now)
+	r.conclude(h, report.Quarantined, fmt.Errorf("%w: %w", ErrQuarantined, err), now)
 	return false
 }
 

@@ -79,7 +79,7 @@ func TestExploreSafeMeansNothingOutstanding(t *testing.T) {
 	devtest.Explore(t, func(t *testing.T) {
 		r := testRig(t)
 		qps := r.ownPairs(8, 4)
-		rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+		rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 		var hs []*drain.Handle
 		for _, qp := range qps {
 			hs = append(hs, add(t, rp, qp, drain.AddOptions{}))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/qpdrain/qpdrain/clock"
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 	"github.com/qpdrain/qpdrain/soft"
@@ -34,7 +35,7 @@ func TestAsyncDestroyHeadroom(t *testing.T) {
 	dev := openSoft(t, soft.Config{Quirks: soft.Quirks{SendInErrorNotFlushed: true}})
 	r := newRig(t, dev, nil, 64)
 	const timeout = 20 * time.Millisecond
-	rp := drain.NewReaper(r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf})
 	o := newOccupancy(t, 1)
 	c := startCaller(t, rp, r.cq, r.dev)
 	// The reap worker: each QP destroyed 5 ms after its outcome, in the
@@ -87,24 +88,24 @@ func TestReplacedReaperHeadroom(t *testing.T) {
 	r := eHCARig(t)
 	o := newOccupancy(t, 1)
 	opts := drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf}
-	first := drain.NewReaper(r.cq, opts)
+	first := newReaper(t, r.cq, opts)
 	old := add(t, first, countingQP{r.pair(false).(*soft.QP), o}, counted)
 	if back := first.Shutdown(endedCtx()); len(back) != 1 || back[0] != old {
 		t.Fatalf("Shutdown handed back %v, want the QP it was draining", back)
 	}
-	rp := drain.NewReaper(r.cq, opts)
+	rp := newReaper(t, r.cq, opts)
 	h := add(t, rp, countingQP{r.pair(false).(*soft.QP), o}, counted)
 	for range 3 {
 		pollAll(t, rp, r.cq)
 	}
-	if has(h.Report(), drain.StepDrainPosted) {
+	if has(h.Report(), report.StepDrainPosted) {
 		t.Errorf("the new reaper posted a drain WR beside the old one's:\n%s", h.Report())
 	}
 	if err := old.Destroy(); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(devtest.Timeout)
-	for !has(h.Report(), drain.StepDrainPosted) {
+	for !has(h.Report(), report.StepDrainPosted) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no drain WR posted within %v of the old QP's destroy:\n%s", devtest.Timeout, h.Report())
 		}
@@ -127,7 +128,7 @@ func TestShutdownRacingAdd(t *testing.T) {
 	r := quirkRig(t, soft.Quirks{})
 	qps := r.pairs(16, false)
 	r.postRecvs(qps[0], 1)
-	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
 	startCaller(t, rp, r.cq, r.dev)
 	added := make(chan *drain.Handle, len(qps))
 	var wg sync.WaitGroup
@@ -163,7 +164,7 @@ func TestShutdownRacingAdd(t *testing.T) {
 	}
 	missing := 0
 	for _, h := range hs {
-		if rep := h.Report(); rep.Outcome != drain.Safe && !listed[h] {
+		if rep := h.Report(); rep.Outcome != report.Safe && !listed[h] {
 			missing++
 			t.Errorf("qpn %d ended %s (%v) and is not in Shutdown's list", rep.QPNum, rep.Outcome, rep.Err)
 		}
@@ -177,7 +178,7 @@ func TestShutdownRacingAdd(t *testing.T) {
 // it refuses one whose drain has no outcome or that is in quarantine.
 func TestDestroyOnlyHandedBack(t *testing.T) {
 	r := eHCARig(t)
-	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: stall, Queue: queueOf, Clock: virtualClock()})
+	rp := newReaper(t, r.cq, drain.Options{DrainTimeout: stall, Queue: queueOf, Clock: virtualClock()})
 	safe := add(t, rp, r.pair(false), drain.AddOptions{CountRecvs: true, NoSends: true})
 	if _, err := safe.Wait(testCtx(t)); err != nil {
 		t.Fatal(err)
@@ -220,7 +221,7 @@ func TestDestroyOnlyHandedBack(t *testing.T) {
 func TestEmptyPollAtDestroyInstant(t *testing.T) {
 	r := eHCARig(t)
 	vc := clock.NewVirtual(time.Unix(1e9, 0))
-	rp := drain.NewReaper(r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: stall, Queue: queueOf, Clock: vc})
+	rp := newReaper(t, r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: stall, Queue: queueOf, Clock: vc})
 	h := add(t, rp, r.pair(false), counted)
 	inFlight := func(when string, want int) {
 		t.Helper()
@@ -233,7 +234,7 @@ func TestEmptyPollAtDestroyInstant(t *testing.T) {
 	vc.Advance(time.Nanosecond)
 	rp.CQEmpty() // began at the stall
 	rp.CQEmpty() // began after it: releases the QP
-	if rep := h.Report(); rep.Outcome != drain.DestroyedAfterEmptyCQ {
+	if rep := h.Report(); rep.Outcome != report.DestroyedAfterEmptyCQ {
 		t.Fatalf("outcome %s, want released after an empty poll\n%s", rep.Outcome, rep)
 	}
 	if err := h.Destroy(); err != nil {

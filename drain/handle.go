@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/ilist"
 )
@@ -126,19 +127,19 @@ func (h *Handle) Destroy() error {
 }
 
 // Report returns a copy of what the drain has seen so far.
-func (h *Handle) Report() *Report {
+func (h *Handle) Report() *report.Report {
 	h.r.mu.Lock()
 	defer h.r.mu.Unlock()
 	return h.snapshot()
 }
 
 // snapshot copies the report, its steps built from h's; r.mu must be held.
-func (h *Handle) snapshot() *Report {
+func (h *Handle) snapshot() *report.Report {
 	p := &h.report
-	rep := &Report{QPNum: p.QPNum, SRQ: p.SRQ, Start: p.Start, Flushed: p.Flushed, Recv: p.Recv, Send: p.Send,
+	rep := &report.Report{QPNum: p.QPNum, SRQ: p.SRQ, Start: p.Start, Flushed: p.Flushed, Recv: p.Recv, Send: p.Send,
 		Batch: p.Batch, Stall: p.Stall, Outcome: p.Outcome, Err: p.Err}
 	if len(h.steps) > 0 {
-		rep.Steps = make([]Step, len(h.steps))
+		rep.Steps = make([]report.Step, len(h.steps))
 		for i, s := range h.steps {
 			rep.Steps[i] = h.unpack(s)
 		}
@@ -152,7 +153,7 @@ func (h *Handle) snapshot() *Report {
 // cause, and the drain goes on (bounded by the reaper's timeouts); Wait may
 // be called again. Stall timeouts fire while someone waits, even if no
 // completion or event arrives.
-func (h *Handle) Wait(ctx context.Context) (*Report, error) {
+func (h *Handle) Wait(ctx context.Context) (*report.Report, error) {
 	r := h.r
 	done := h.Done()
 	for {
@@ -180,7 +181,7 @@ func (h *Handle) Wait(ctx context.Context) (*Report, error) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		rep := h.snapshot()
-		if rep.Outcome != Pending {
+		if rep.Outcome != report.Pending {
 			return rep, rep.Err
 		}
 		return rep, fmt.Errorf("qpn %d: %w: %w", h.qpn, h.waitingFor(), context.Cause(ctx))
@@ -207,7 +208,7 @@ func (h *Handle) waitingFor() error {
 // tally counts, in the report, the completions at the front of wcs (the
 // first one h's) up to the first of another QP or a drain WR's, as of
 // queue q, polled at (from the start); it returns how many it counted.
-func (h *Handle) tally(q Queue, wcs []ibv.WC, at time.Duration, now time.Time) int {
+func (h *Handle) tally(q report.Queue, wcs []ibv.WC, at time.Duration, now time.Time) int {
 	f := &h.report.Flushed[q]
 	if f.Flushed+f.Other == 0 {
 		f.First = at
@@ -223,14 +224,14 @@ func (h *Handle) tally(q Queue, wcs []ibv.WC, at time.Duration, now time.Time) i
 		switch wc.Status {
 		case ibv.WCWRFlushErr:
 			if flushed == 0 {
-				h.step(&Step{At: now, Kind: StepFlushed, Queue: q})
+				h.step(&report.Step{At: now, Kind: report.StepFlushed, Queue: q})
 			}
 			flushed++
 		case ibv.WCSuccess:
 			other++
 		default:
 			other++
-			h.step(&Step{At: now, Kind: StepErrorWC, Queue: q, Status: wc.Status, WRID: wc.ID})
+			h.step(&report.Step{At: now, Kind: report.StepErrorWC, Queue: q, Status: wc.Status, WRID: wc.ID})
 		}
 	}
 	f.Flushed, f.Other = flushed, other
@@ -245,7 +246,7 @@ func (h *Handle) tally(q Queue, wcs []ibv.WC, at time.Duration, now time.Time) i
 // The step is written in place, field by field: one built aside and
 // copied in is read back with wide loads that wait for its narrow stores,
 // and those wait behind the stores to handles not yet in the cache.
-func (h *Handle) step(s *Step) {
+func (h *Handle) step(s *report.Step) {
 	if st := h.steps; len(st) == cap(st) && cap(st) < 8 {
 		h.grow()
 	}
@@ -291,7 +292,7 @@ func (h *Handle) firstSteps(room *[]step, left int) []step {
 
 // transition is the StepState of a move from -> to.
 func (h *Handle) transition(at time.Time, from, to ibv.QPState) step {
-	return step{at: at.Sub(h.r.epoch), kind: StepState, val: uint32(from), to: to}
+	return step{at: at.Sub(h.r.epoch), kind: report.StepState, val: uint32(from), to: to}
 }
 
 // step is a Step as a handle keeps it: 32 bytes with no pointer where a
@@ -305,9 +306,9 @@ type step struct {
 	carrier uint32
 	val     uint32
 	to      ibv.QPState
-	kind    StepKind
-	queue   Queue
-	outcome Outcome
+	kind    report.StepKind
+	queue   report.Queue
+	outcome report.Outcome
 }
 
 // keep adds err to h.errs and returns its index plus one.
@@ -317,18 +318,18 @@ func (h *Handle) keep(err error) uint32 {
 }
 
 // unpack is the Step c was made from.
-func (h *Handle) unpack(c step) Step {
-	s := Step{At: h.r.epoch.Add(c.at), WRID: c.wrid, Carrier: c.carrier, To: c.to, Kind: c.kind, Queue: c.queue, Outcome: c.outcome}
+func (h *Handle) unpack(c step) report.Step {
+	s := report.Step{At: h.r.epoch.Add(c.at), WRID: c.wrid, Carrier: c.carrier, To: c.to, Kind: c.kind, Queue: c.queue, Outcome: c.outcome}
 	switch c.kind {
-	case StepState:
+	case report.StepState:
 		s.From = ibv.QPState(c.val)
-	case StepEvent:
+	case report.StepEvent:
 		s.Event = ibv.EventType(c.val)
-	case StepErrorWC, StepDrainDone, StepRecvDrainDone:
+	case report.StepErrorWC, report.StepDrainDone, report.StepRecvDrainDone:
 		s.Status = ibv.WCStatus(c.val)
-	case StepDrainPosted, StepLastWQEStated:
+	case report.StepDrainPosted, report.StepLastWQEStated:
 		s.Count = int(c.val)
-	case StepStall, StepOutcome:
+	case report.StepStall, report.StepOutcome:
 		if c.val != 0 {
 			s.Err = h.errs[c.val-1]
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 	"github.com/qpdrain/qpdrain/soft"
@@ -86,7 +87,7 @@ func (r *rig) wantEventForgotten(rp *drain.Reaper, qp ibv.QP, what string) {
 	rep, err := h.Wait(testCtx(r.t))
 	checkProof(r.t, rep)
 	wantErr(r.t, err, drain.ErrNoLastWQE)
-	if has(rep, drain.StepLastWQEStated) {
+	if has(rep, report.StepLastWQEStated) {
 		r.t.Errorf("%s was taken for the next episode:\n%s", what, rep)
 	}
 }
@@ -333,8 +334,8 @@ func handEvents(t testing.TB, rp *drain.Reaper, dev ibv.Context, n int) (kept []
 }
 
 // kinds lists the kinds of a report's steps.
-func kinds(rep *drain.Report) []drain.StepKind {
-	out := make([]drain.StepKind, len(rep.Steps))
+func kinds(rep *report.Report) []report.StepKind {
+	out := make([]report.StepKind, len(rep.Steps))
 	for i, s := range rep.Steps {
 		out[i] = s.Kind
 	}
@@ -342,7 +343,7 @@ func kinds(rep *drain.Report) []drain.StepKind {
 }
 
 // inOrder reports whether want appears in got as a subsequence.
-func inOrder(got, want []drain.StepKind) bool {
+func inOrder(got, want []report.StepKind) bool {
 	i := 0
 	for _, k := range got {
 		if i < len(want) && k == want[i] {
@@ -352,7 +353,7 @@ func inOrder(got, want []drain.StepKind) bool {
 	return i == len(want)
 }
 
-func has(rep *drain.Report, k drain.StepKind) bool {
+func has(rep *report.Report, k report.StepKind) bool {
 	for _, s := range rep.Steps {
 		if s.Kind == k {
 			return true
@@ -362,11 +363,11 @@ func has(rep *drain.Report, k drain.StepKind) bool {
 }
 
 // waitAll waits for every handle and fails the test on an error.
-func waitAll(t testing.TB, hs []*drain.Handle) []*drain.Report {
+func waitAll(t testing.TB, hs []*drain.Handle) []*report.Report {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), devtest.Timeout)
 	defer cancel()
-	reps := make([]*drain.Report, len(hs))
+	reps := make([]*report.Report, len(hs))
 	for i, h := range hs {
 		rep, err := h.Wait(ctx)
 		if err != nil {
@@ -386,12 +387,12 @@ var counted = drain.AddOptions{CountRecvs: true}
 // checkProof checks a report's outcome against its proofs: a safe report
 // has a proof for every queue, each backed by the step it names; a QP
 // released by the policy names what was missing.
-func checkProof(t testing.TB, rep *drain.Report) {
+func checkProof(t testing.TB, rep *report.Report) {
 	t.Helper()
 	if rep == nil {
 		return
 	}
-	index := func(k drain.StepKind, id uint64) int {
+	index := func(k report.StepKind, id uint64) int {
 		for i, s := range rep.Steps {
 			if s.Kind == k && (id == 0 || s.WRID == id) {
 				return i
@@ -400,35 +401,35 @@ func checkProof(t testing.TB, rep *drain.Report) {
 		return -1
 	}
 	switch rep.Outcome {
-	case drain.Safe:
+	case report.Safe:
 		if !rep.Proven() {
 			t.Errorf("qpn %d is safe without a proof for every queue:\n%s", rep.QPNum, rep)
 		}
-	case drain.DestroyedAfterEmptyCQ:
+	case report.DestroyedAfterEmptyCQ:
 		if rep.Proven() || rep.Stall == nil {
 			t.Errorf("qpn %d released by the policy with every queue proven or no stall:\n%s", rep.QPNum, rep)
 		}
 	}
-	for _, p := range []drain.QueueProof{rep.Recv, rep.Send} {
+	for _, p := range []report.QueueProof{rep.Recv, rep.Send} {
 		ok := true
 		switch p.By {
-		case drain.ProofNone:
-			ok = rep.Outcome == drain.Pending || p.Missing != drain.MissingNothing
-		case drain.ProofSendDrainWR:
-			done := index(drain.StepDrainDone, p.WRID)
+		case report.ProofNone:
+			ok = rep.Outcome == report.Pending || p.Missing != report.MissingNothing
+		case report.ProofSendDrainWR:
+			done := index(report.StepDrainDone, p.WRID)
 			ok = done >= 0 && p.Carrier == rep.QPNum && rep.Steps[done].Carrier == rep.QPNum
-		case drain.ProofBarrier:
-			done := index(drain.StepDrainDone, p.WRID)
-			seen := index(drain.StepEvent, 0)
+		case report.ProofBarrier:
+			done := index(report.StepDrainDone, p.WRID)
+			seen := index(report.StepEvent, 0)
 			if p.Stated {
-				seen = index(drain.StepLastWQEStated, 0)
+				seen = index(report.StepLastWQEStated, 0)
 			}
 			ok = rep.SRQ && done >= 0 && seen >= 0 && seen < done
-		case drain.ProofRecvDrainWR:
-			ok = !rep.SRQ && index(drain.StepRecvDrainDone, p.WRID) >= 0
-		case drain.ProofRecvCount:
-			ok = !rep.SRQ && rep.Flushed[drain.QueueRecv].Flushed+rep.Flushed[drain.QueueRecv].Other >= p.Count
-		case drain.ProofNoSends:
+		case report.ProofRecvDrainWR:
+			ok = !rep.SRQ && index(report.StepRecvDrainDone, p.WRID) >= 0
+		case report.ProofRecvCount:
+			ok = !rep.SRQ && rep.Flushed[report.QueueRecv].Flushed+rep.Flushed[report.QueueRecv].Other >= p.Count
+		case report.ProofNoSends:
 		default:
 			ok = false
 		}
@@ -467,3 +468,39 @@ func wantErr(t testing.TB, err error, targets ...error) {
 }
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
+
+// newReaper is drain.NewReaper for a test, which it fails on an error.
+func newReaper(t testing.TB, cq ibv.CQ, o drain.Options) *drain.Reaper {
+	t.Helper()
+	rp, err := drain.NewReaper(cq, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rp
+}
+
+// drainQP is drain.DrainAll of qp alone: its report, and the error.
+func drainQP(ctx context.Context, qp ibv.QP, add drain.AddOptions, o drain.Options, f drain.Feed) (*report.Report, error) {
+	reps, err := drain.DrainAll(ctx, []ibv.QP{qp}, add, o, f)
+	if len(reps) == 0 {
+		return nil, err
+	}
+	return reps[0], err
+}
+
+// drainWith drains qps on rp, which the caller feeds: AddAll, then Wait
+// on each handle, the last first (the QPs end about in the order they
+// were added). A QP AddAll refused has no report.
+func drainWith(ctx context.Context, rp *drain.Reaper, qps []ibv.QP, add drain.AddOptions) ([]*report.Report, error) {
+	hs, err := rp.AddAll(qps, add)
+	errs := []error{err}
+	reps := make([]*report.Report, len(qps))
+	for i := len(hs) - 1; i >= 0; i-- {
+		if hs[i] != nil {
+			var e error
+			reps[i], e = hs[i].Wait(ctx)
+			errs = append(errs, e)
+		}
+	}
+	return reps, errors.Join(errs...)
+}

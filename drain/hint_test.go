@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 	"github.com/qpdrain/qpdrain/soft"
@@ -20,7 +21,7 @@ import (
 func TestReusedNumberAfterLookupHint(t *testing.T) {
 	r := stallingSRQRig(t)
 	old := r.pair(true)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: 10 * time.Millisecond, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: 10 * time.Millisecond, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	defer rp.Shutdown(endedCtx())
 	if _, err := add(t, rp, old, drain.AddOptions{NoSends: true}).Wait(testCtx(t)); !errors.Is(err, drain.ErrQuarantined) {
 		t.Fatalf("old QP: %v, want quarantined", err)
@@ -40,7 +41,7 @@ func TestReusedNumberAfterLookupHint(t *testing.T) {
 func TestReusedNumberAfterNextHint(t *testing.T) {
 	r := stallingSRQRig(t)
 	first, old := r.pair(true), r.pair(true)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: 10 * time.Millisecond, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: 10 * time.Millisecond, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	defer rp.Shutdown(endedCtx())
 	hFirst := add(t, rp, first, drain.AddOptions{NoSends: true})
 	hOld := add(t, rp, old, drain.AddOptions{NoSends: true})
@@ -63,11 +64,11 @@ func TestReusedNumberAfterFinish(t *testing.T) {
 	dev := openSoft(t, soft.Config{})
 	r := newRig(t, dev, nil, 64)
 	old := r.pair(false)
-	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
 	defer rp.Shutdown(endedCtx())
 	hOld := add(t, rp, old, drain.AddOptions{})
 	pollUntilDone(t, rp, r.cq)
-	if o := hOld.Report().Outcome; o != drain.Safe {
+	if o := hOld.Report().Outcome; o != report.Safe {
 		t.Fatalf("old QP: %s, want safe", o)
 	}
 	wantReusedNumberNotTrusted(t, r, rp, old.Num())
@@ -79,7 +80,7 @@ func TestReusedNumberAfterFinish(t *testing.T) {
 func TestReusedNumberAfterNextHintFinished(t *testing.T) {
 	r := stallingSRQRig(t)
 	first, old := r.pair(true), r.pair(true)
-	rp := drain.NewReaper(r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, LastWQETimeout: 20 * time.Millisecond, DrainTimeout: 20 * time.Millisecond, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, LastWQETimeout: 20 * time.Millisecond, DrainTimeout: 20 * time.Millisecond, Queue: queueOf})
 	defer rp.Shutdown(endedCtx())
 	hs := []*drain.Handle{add(t, rp, first, drain.AddOptions{NoSends: true}), add(t, rp, old, drain.AddOptions{NoSends: true})}
 	// While both wait in a row, the old QP is the handle after the one a
@@ -101,8 +102,8 @@ func TestReusedNumberAfterNextHintFinished(t *testing.T) {
 				rp.CQEmpty()
 			}
 		}
-		if o := h.Report().Outcome; o != drain.DestroyedAfterEmptyCQ {
-			t.Fatalf("%s, want %s:\n%s", o, drain.DestroyedAfterEmptyCQ, h.Report())
+		if o := h.Report().Outcome; o != report.DestroyedAfterEmptyCQ {
+			t.Fatalf("%s, want %s:\n%s", o, report.DestroyedAfterEmptyCQ, h.Report())
 		}
 	}
 	wantReusedNumberNotTrusted(t, r, rp, old.Num())
@@ -121,7 +122,7 @@ func wantReusedNumberNotTrusted(t *testing.T, r *rig, rp *drain.Reaper, num uint
 	rp.HandleWC(recvFlush(num))
 	rp.CQEmpty()
 	rep := h.Report()
-	if !has(rep, drain.StepCountNotTrusted) || has(rep, drain.StepCQEmpty) {
+	if !has(rep, report.StepCountNotTrusted) || has(rep, report.StepCQEmpty) {
 		t.Errorf("a completion with the number came while proving, yet the count was trusted:\n%s", rep)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 	"github.com/qpdrain/qpdrain/soft"
@@ -63,7 +64,7 @@ func (s *stepper) step() {
 	if n == 0 {
 		s.rp.CQEmpty()
 	} else {
-		if h := s.byNum[wc[0].QPNum]; h != nil && h.Report().Outcome == drain.Safe {
+		if h := s.byNum[wc[0].QPNum]; h != nil && h.Report().Outcome == report.Safe {
 			s.t.Errorf("false safe: completion wr_id %#x of qpn %d polled after it was called safe:\n%s", wc[0].ID, wc[0].QPNum, h.Report())
 		}
 		s.rp.HandleWC(wc[0])
@@ -119,11 +120,11 @@ func (s *stepper) check() {
 		rep := h.Report()
 		checkProof(s.t, rep)
 		switch {
-		case rep.Outcome == drain.Safe:
+		case rep.Outcome == report.Safe:
 			if left := qp.Outstanding(); left != 0 {
 				s.t.Errorf("false safe: qpn %d called safe with %d WRs still to complete:\n%s", rep.QPNum, left, rep)
 			}
-		case rep.Outcome != drain.Quarantined:
+		case rep.Outcome != report.Quarantined:
 			// Handed back: the caller may destroy it now.
 			if err := h.Destroy(); err != nil {
 				s.t.Error(err)
@@ -174,7 +175,7 @@ func identityRig(t *testing.T, q soft.Quirks) *rig {
 func TestReusedNumberInFlight(t *testing.T) {
 	r := identityRig(t, soft.Quirks{})
 	opts := drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf}
-	rp := drain.NewReaper(r.cq, opts)
+	rp := newReaper(t, r.cq, opts)
 	s := newStepper(t, rp, r.cq, r.dev)
 	for range 3 {
 		old := r.pair(false)
@@ -190,7 +191,7 @@ func TestReusedNumberInFlight(t *testing.T) {
 		// Room beside the drain WRs the last round's other reaper left.
 		wide := opts
 		wide.Headroom = 4
-		other := drain.NewReaper(r.cq, wide)
+		other := newReaper(t, r.cq, wide)
 		old = r.pair(false)
 		r.postRecvs(old, 2)
 		h := add(t, other, old, drain.AddOptions{})
@@ -223,7 +224,7 @@ func (r *rig) destroyLater(qp ibv.QP, destroy func() error) {
 // WQEs still to be flushed.
 func TestReusedQPEpisode(t *testing.T) {
 	r := identityRig(t, soft.Quirks{})
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	s := newStepper(t, rp, r.cq, r.dev)
 	qp, peer := r.pairAndPeer(true)
 	devtest.ToError(t, qp)
@@ -234,7 +235,7 @@ func TestReusedQPEpisode(t *testing.T) {
 	h := add(t, rp, qp, drain.AddOptions{NoSends: true})
 	s.watch(h, qp.(*soft.QP))
 	s.until("the second episode's drain", s.settled)
-	if rep := h.Report(); rep.Outcome != drain.Safe {
+	if rep := h.Report(); rep.Outcome != report.Safe {
 		t.Errorf("second episode: %s, want safe\n%s", rep.Outcome, rep)
 	}
 }
@@ -254,7 +255,7 @@ func TestReusedQPLateEvent(t *testing.T) {
 	}{{"Twice", soft.Quirks{LastWQEReachedTwice: true}}, {"Again", soft.Quirks{LastWQEReachedAgain: true}}} {
 		t.Run(c.name, func(t *testing.T) {
 			r := identityRig(t, c.q)
-			rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+			rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 			s := newStepper(t, rp, r.cq, r.dev)
 			qp, peer := r.pairAndPeer(true)
 			// Every Last WQE Reached of qp after the first waits.
@@ -270,7 +271,7 @@ func TestReusedQPLateEvent(t *testing.T) {
 			s.watch(h, qp.(*soft.QP))
 			s.catchUp()
 			s.until("the second episode's drain", s.settled)
-			if rep := h.Report(); rep.Outcome != drain.Safe {
+			if rep := h.Report(); rep.Outcome != report.Safe {
 				t.Errorf("second episode: %s, want safe\n%s", rep.Outcome, rep)
 			}
 		})
@@ -286,7 +287,7 @@ func TestReusedQPLateEvent(t *testing.T) {
 func TestReaperReplaced(t *testing.T) {
 	r := identityRig(t, soft.Quirks{})
 	opts := drain.Options{DrainTimeout: devtest.Timeout, Headroom: 4, Queue: queueOf}
-	first := drain.NewReaper(r.cq, opts)
+	first := newReaper(t, r.cq, opts)
 	var olds []*drain.Handle
 	for range 2 {
 		qp := r.pair(false)
@@ -296,7 +297,7 @@ func TestReaperReplaced(t *testing.T) {
 	if back := first.Shutdown(endedCtx()); len(back) != len(olds) {
 		t.Fatalf("Shutdown handed back %d QPs, want %d", len(back), len(olds))
 	}
-	rp := drain.NewReaper(r.cq, opts)
+	rp := newReaper(t, r.cq, opts)
 	s := newStepper(t, rp, r.cq, r.dev)
 	for range 2 {
 		qp := r.pair(false)
@@ -393,7 +394,7 @@ func TestDestroyWhenEmptyHeadroom(t *testing.T) {
 	dev := openSoft(t, soft.Config{Quirks: soft.Quirks{SendInErrorNotFlushed: true}})
 	r := newRig(t, dev, nil, 64)
 	const timeout = 20 * time.Millisecond
-	rp := drain.NewReaper(r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf})
 	o := newOccupancy(t, 1)
 	var hs []*drain.Handle
 	var destroyed []bool

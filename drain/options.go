@@ -2,10 +2,12 @@ package drain
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/qpdrain/qpdrain/clock"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 )
 
@@ -50,43 +52,20 @@ func (p Policy) String() string {
 	return "Policy(?)"
 }
 
-// Queue says which work queue of a QP a completion belongs to. A flushed
-// completion carries no valid opcode, so only the caller, through its own
-// wr_id scheme, can tell; see Options.Queue.
-type Queue uint8
-
-// Queues.
-const (
-	QueueUnknown Queue = iota
-	QueueSend
-	QueueRecv
-)
-
-// String names the queue ("send", "recv", "unknown").
-func (q Queue) String() string {
-	switch q {
-	case QueueSend:
-		return "send"
-	case QueueRecv:
-		return "recv"
-	}
-	return "unknown"
-}
-
 // QueueByIDPrefix returns an Options.Queue for a caller that tags each
 // wr_id with its queue in the bits above the low bits: a completion whose
 // wr_id, low bits cleared, equals recvPrefix is a receive's, sendPrefix a
 // send's, anything else QueueUnknown.
-func QueueByIDPrefix(low uint, recvPrefix, sendPrefix uint64) func(ibv.WC) Queue {
+func QueueByIDPrefix(low uint, recvPrefix, sendPrefix uint64) func(ibv.WC) report.Queue {
 	mask := ^(uint64(1)<<low - 1)
-	return func(wc ibv.WC) Queue {
+	return func(wc ibv.WC) report.Queue {
 		switch wc.ID & mask {
 		case recvPrefix:
-			return QueueRecv
+			return report.QueueRecv
 		case sendPrefix:
-			return QueueSend
+			return report.QueueSend
 		}
-		return QueueUnknown
+		return report.QueueUnknown
 	}
 }
 
@@ -153,7 +132,7 @@ type Options struct {
 	// Queue tells which queue a completion of a drained QP belongs to. It
 	// feeds the report's per-queue counts and AddOptions.CountRecvs, which
 	// needs it. Nil counts every completion as QueueUnknown.
-	Queue func(wc ibv.WC) Queue
+	Queue func(wc ibv.WC) report.Queue
 	// ViaRTS takes a QP found in RTR through RTS before ERROR: some
 	// Mellanox firmware completes WRs posted in ERROR only on a QP that
 	// was in RTS (ipoib_cm.c; qpdrain check's flush-before-rts probe).
@@ -165,8 +144,6 @@ type Options struct {
 	// An event serves only the QP object and the error episode it was
 	// raised in (ibv.AsyncEvent.QPResets), however late it is handed over.
 	EventHistory int
-	// Add is what QP and DrainAll state about every QP they drain.
-	Add AddOptions
 	// Clock runs every deadline, stall timer and report timestamp of the
 	// reaper (default clock.Real). On a simulated clock (a clock.Virtual, or
 	// the soft device's own, soft.Fabric) a stall times out when the clock
@@ -188,7 +165,7 @@ type Feed struct {
 	// created on this completion channel, and no other CQ may use it. Nil
 	// makes Run poll.
 	Channel ibv.CompChannel
-	// Events makes Run (and so QP and DrainAll) read the device's async
+	// Events makes Run (and so DrainAll) read the device's async
 	// events itself and hand them to HandleEvent. Only for callers that
 	// give the reaper the device's event stream; others call HandleEvent
 	// from their own event loop.
@@ -205,6 +182,35 @@ type Feed struct {
 // outstanding: wrs plus Headroom (DefaultHeadroom when unset), the room
 // NewReaper requires.
 func (o Options) CQEntries(wrs int) int { return wrs + o.withDefaults().Headroom }
+
+// check says what NewReaper refuses of o with cq.
+func (o Options) check(cq ibv.CQ) error {
+	bad := func(what string, v any) error {
+		return fmt.Errorf("Options.%s %v: %w", what, v, ibv.ErrInvalidArgument)
+	}
+	switch {
+	case cq == nil:
+		return fmt.Errorf("no CQ: %w", ibv.ErrInvalidArgument)
+	case !identifiable(cq):
+		return fmt.Errorf("the CQ, a %T, cannot be compared, and a reaper tells CQs apart by identity: %w", cq, ErrUnsupportedQP)
+	case o.Policy > DestroyWhenEmpty:
+		return bad("Policy", o.Policy)
+	case o.MaxQuarantine < 0:
+		return bad("MaxQuarantine", o.MaxQuarantine)
+	case o.LastWQETimeout < 0:
+		return bad("LastWQETimeout", o.LastWQETimeout)
+	case o.DrainTimeout < 0:
+		return bad("DrainTimeout", o.DrainTimeout)
+	case o.Headroom < 0:
+		return bad("Headroom", o.Headroom)
+	case o.MaxBatch < 0:
+		return bad("MaxBatch", o.MaxBatch)
+	}
+	if n, h := cq.CQE(), o.withDefaults().Headroom; h > n {
+		return fmt.Errorf("Options.Headroom %d: the CQ holds %d entries: %w", h, n, ibv.ErrInvalidArgument)
+	}
+	return nil
+}
 
 func (o Options) withDefaults() Options {
 	if o.MaxQuarantine <= 0 {

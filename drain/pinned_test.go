@@ -10,6 +10,7 @@ import (
 
 	"github.com/qpdrain/qpdrain/clock"
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 	"github.com/qpdrain/qpdrain/soft"
@@ -28,7 +29,7 @@ func eHCARig(t *testing.T) *rig {
 func TestOtherCQErrorIgnored(t *testing.T) {
 	r := quirkRig(t, soft.Quirks{})
 	qp := r.pair(false)
-	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
 	h := add(t, rp, qp, counted)
 	if rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventCQErr, CQ: r.peerCQ}) {
 		t.Error("CQ_ERR of another CQ claimed")
@@ -47,7 +48,7 @@ func TestOtherCQErrorIgnored(t *testing.T) {
 func TestOtherQPEventNotLastWQE(t *testing.T) {
 	r := quirkRig(t, soft.Quirks{NoLastWQEReached: true})
 	qp := r.pair(true)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
 	h := add(t, rp, qp, drain.AddOptions{NoSends: true})
 	if !rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventQPFatal, QP: qp}) {
 		t.Error("QP_FATAL of a QP being drained not claimed")
@@ -56,7 +57,7 @@ func TestOtherQPEventNotLastWQE(t *testing.T) {
 	rep, err := h.Wait(testCtx(t))
 	checkProof(t, rep)
 	wantErr(t, err, drain.ErrNoLastWQE)
-	if !has(rep, drain.StepEvent) || has(rep, drain.StepDrainPosted) {
+	if !has(rep, report.StepEvent) || has(rep, report.StepDrainPosted) {
 		t.Errorf("QP_FATAL: want it recorded and no barrier posted for it\n%s", rep)
 	}
 }
@@ -66,14 +67,14 @@ func TestOtherQPEventNotLastWQE(t *testing.T) {
 func TestAddRefusesNumberInUse(t *testing.T) {
 	r := eHCARig(t)
 	qp := r.pair(false)
-	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
 	h := add(t, rp, qp, counted)
 	other := renumbered{QP: r.pair(false), num: qp.Num()}
 	if _, err := rp.Add(other, counted); !errors.Is(err, ibv.ErrBusy) {
 		t.Errorf("Add of another QP with number %#x while it drains: %v, want ErrBusy", qp.Num(), err)
 	}
 	rp.Shutdown(endedCtx())
-	if rep := h.Report(); rep.Outcome != drain.Failed {
+	if rep := h.Report(); rep.Outcome != report.Failed {
 		t.Errorf("outcome %s, want failed by shutdown", rep.Outcome)
 	}
 }
@@ -92,14 +93,14 @@ func endedCtx() context.Context {
 func TestGivenUpKeepsHeadroom(t *testing.T) {
 	r := eHCARig(t)
 	opts := drain.Options{DrainTimeout: stall, MaxQuarantine: 1, Headroom: 3, Queue: queueOf}
-	rp := drain.NewReaper(r.cq, opts)
+	rp := newReaper(t, r.cq, opts)
 	kept, failed := add(t, rp, r.pair(false), counted), add(t, rp, r.pair(false), counted)
 	for _, h := range []*drain.Handle{kept, failed} {
 		if _, err := h.Wait(testCtx(t)); err == nil {
 			t.Fatal("a drain WR that never completes proved a QP")
 		}
 	}
-	if kept.Report().Outcome != drain.Quarantined {
+	if kept.Report().Outcome != report.Quarantined {
 		kept, failed = failed, kept
 	}
 	wantErr(t, failed.Report().Err, drain.ErrQuarantineFull)
@@ -115,7 +116,7 @@ func TestGivenUpKeepsHeadroom(t *testing.T) {
 	inFlight(rp, "after empty polls, the failed QP not destroyed", 2)
 	shut := add(t, rp, r.pair(false), counted)
 	rp.Shutdown(endedCtx())
-	if rep := shut.Report(); rep.Outcome != drain.Failed {
+	if rep := shut.Report(); rep.Outcome != report.Failed {
 		t.Fatalf("outcome %s, want failed by shutdown\n%s", rep.Outcome, rep)
 	}
 	inFlight(rp, "after Shutdown, which leaves them to the next reaper", 0)
@@ -123,7 +124,7 @@ func TestGivenUpKeepsHeadroom(t *testing.T) {
 	if err := kept.Destroy(); err != nil {
 		t.Fatal(err)
 	}
-	next := drain.NewReaper(r.cq, opts)
+	next := newReaper(t, r.cq, opts)
 	inFlight(next, "adopted", 3)
 	// A poll loop's first call: its poll counts as begun before anything.
 	next.CQEmpty()
@@ -147,7 +148,7 @@ func TestRememberedEventNeedsError(t *testing.T) {
 	r := quirkRig(t, soft.Quirks{NoLastWQEReached: true})
 	qp, peer := r.pairAndPeer(true)
 	devtest.ToError(t, qp)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
 	rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventQPLastWQEReached, QP: qp})
 	toReset(t, qp, peer)
 	devtest.Connect(t, r.dev, qp, peer)
@@ -161,7 +162,7 @@ func TestMaxBatchCap(t *testing.T) {
 	for _, qp := range qps {
 		devtest.ToError(t, qp)
 	}
-	rp := drain.NewReaper(r.cq, drain.Options{MaxBatch: 2, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
+	rp := newReaper(t, r.cq, drain.Options{MaxBatch: 2, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
 	var hs []*drain.Handle
 	for _, qp := range qps {
 		hs = append(hs, add(t, rp, qp, drain.AddOptions{NoSends: true}))
@@ -185,12 +186,12 @@ func TestForeignDrainWCReleasesNothing(t *testing.T) {
 	r := quirkRig(t, soft.Quirks{})
 	qp := r.pair(true)
 	devtest.ToError(t, qp)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
 	h := add(t, rp, qp, drain.AddOptions{NoSends: true})
 	handEvents(t, rp, r.dev, 1)
 	posted := func() uint64 {
 		for _, s := range h.Report().Steps {
-			if s.Kind == drain.StepDrainPosted {
+			if s.Kind == report.StepDrainPosted {
 				return s.WRID
 			}
 		}
@@ -204,7 +205,7 @@ func TestForeignDrainWCReleasesNothing(t *testing.T) {
 		if !rp.HandleWC(wc) {
 			t.Errorf("completion %#x not claimed", wc.ID)
 		}
-		if rep := h.Report(); rep.Outcome != drain.Pending {
+		if rep := h.Report(); rep.Outcome != report.Pending {
 			t.Fatalf("completion %#x on qpn %d ended the drain:\n%s", wc.ID, wc.QPNum, rep)
 		}
 	}
@@ -246,7 +247,7 @@ func TestEmptyPollBeforeStall(t *testing.T) {
 	cq := &stallingCQ{CQ: r.cq}
 	qp := stallingQP{QP: r.pair(false), cq: cq}
 	const timeout = 50 * time.Millisecond
-	rp := drain.NewReaper(cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf})
+	rp := newReaper(t, cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf})
 	h := add(t, rp, qp, counted)
 	cq.during = func() {
 		// The poll has begun; the drain WR's timeout runs out before the
@@ -259,13 +260,13 @@ func TestEmptyPollBeforeStall(t *testing.T) {
 	}
 	cq.during = nil
 	rep := h.Report()
-	if rep.Outcome != drain.Pending || rep.Stall == nil {
+	if rep.Outcome != report.Pending || rep.Stall == nil {
 		t.Fatalf("after an empty poll begun before the stall: %s, want stalled and pending\n%s", rep.Outcome, rep)
 	}
 	if n, err := rp.Poll(); n != 0 || err != nil {
 		t.Fatalf("Poll: %d, %v; want an empty poll", n, err)
 	}
-	if rep := h.Report(); rep.Outcome != drain.DestroyedAfterEmptyCQ {
+	if rep := h.Report(); rep.Outcome != report.DestroyedAfterEmptyCQ {
 		t.Errorf("after an empty poll begun after the stall: %s, want destroyed after empty CQ\n%s", rep.Outcome, rep)
 	}
 }
@@ -301,9 +302,9 @@ func (b *busyCQ) poll() {
 }
 
 // stallAt is when the drain's first stall was recorded, zero if none was.
-func stallAt(rep *drain.Report) time.Time {
+func stallAt(rep *report.Report) time.Time {
 	for _, s := range rep.Steps {
-		if s.Kind == drain.StepStall {
+		if s.Kind == report.StepStall {
 			return s.At
 		}
 	}
@@ -313,18 +314,18 @@ func stallAt(rep *drain.Report) time.Time {
 // wantEmptyPollNeverCame fails unless rep is a drain under DestroyWhenEmpty
 // whose drain WR stalled and whose wait for an empty poll then ran out,
 // DrainTimeout (timeout) after the stall, exactly on a virtual clock.
-func wantEmptyPollNeverCame(t *testing.T, rep *drain.Report, timeout time.Duration, virtual bool) {
+func wantEmptyPollNeverCame(t *testing.T, rep *report.Report, timeout time.Duration, virtual bool) {
 	t.Helper()
 	checkProof(t, rep)
 	wantErr(t, rep.Stall, drain.ErrDrainNotFlushed)
 	wantErr(t, rep.Err, drain.ErrCQNotEmpty)
-	if rep.Outcome != drain.Failed || rep.Err == nil || !strings.Contains(rep.Err.Error(), fmt.Sprintf("qpn %d", rep.QPNum)) ||
+	if rep.Outcome != report.Failed || rep.Err == nil || !strings.Contains(rep.Err.Error(), fmt.Sprintf("qpn %d", rep.QPNum)) ||
 		!strings.Contains(rep.Err.Error(), timeout.String()) {
 		t.Errorf("outcome %s, %v; want failed, naming the QP and the bound %v\n%s", rep.Outcome, rep.Err, timeout, rep)
 	}
-	var stalls []drain.Step
+	var stalls []report.Step
 	for _, s := range rep.Steps {
-		if s.Kind == drain.StepStall {
+		if s.Kind == report.StepStall {
 			stalls = append(stalls, s)
 		}
 	}
@@ -350,7 +351,7 @@ func TestBusyCQEmptyPollBounded(t *testing.T) {
 	clock := clock.NewVirtual(time.Unix(1e9, 0))
 	r := eHCARig(t)
 	qp := r.pair(false)
-	rp := drain.NewReaper(r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf, Clock: clock})
+	rp := newReaper(t, r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf, Clock: clock})
 	h := add(t, rp, qp, counted)
 	b := &busyCQ{t: t, rp: rp, cq: r.cq, qp: r.pair(false)}
 	start := clock.Now()
@@ -383,7 +384,7 @@ func TestWaitEndsEmptyPollWait(t *testing.T) {
 	}{{"real", clock.Real{}}, {"virtual", virtualClock()}} {
 		t.Run(c.name, func(t *testing.T) {
 			r := eHCARig(t)
-			rp := drain.NewReaper(r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf, Clock: c.clock})
+			rp := newReaper(t, r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf, Clock: c.clock})
 			h := add(t, rp, r.pair(false), counted)
 			b := &busyCQ{t: t, rp: rp, cq: r.cq, qp: r.pair(false)}
 			vc, virtual := c.clock.(*clock.Virtual)
@@ -422,11 +423,11 @@ func TestWakesForDrainWRDeadline(t *testing.T) {
 		{"real", func() clock.Clock { return clock.Real{} }},
 		{"virtual", virtualClock},
 	}
-	check := func(t *testing.T, name string, rep *drain.Report, began time.Time) {
+	check := func(t *testing.T, name string, rep *report.Report, began time.Time) {
 		t.Helper()
 		at := time.Time{}
 		for _, s := range rep.Steps {
-			if s.Kind == drain.StepStall {
+			if s.Kind == report.StepStall {
 				at = s.At
 			}
 		}
@@ -442,7 +443,7 @@ func TestWakesForDrainWRDeadline(t *testing.T) {
 	for _, c := range clocks {
 		t.Run("Wait/"+c.name, func(t *testing.T) {
 			r := eHCARig(t)
-			rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: timeout, Queue: queueOf, Clock: c.clock()})
+			rp := newReaper(t, r.cq, drain.Options{DrainTimeout: timeout, Queue: queueOf, Clock: c.clock()})
 			h := add(t, rp, r.pair(false), counted)
 			began := time.Now()
 			rep, err := h.Wait(testCtx(t))
@@ -468,16 +469,16 @@ func TestWakesForDrainWRDeadline(t *testing.T) {
 // another on the same CQ numbers its drain WRs past the other's.
 func TestDrainWRIDsUniqueAcrossReapers(t *testing.T) {
 	r := eHCARig(t)
-	first := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
+	first := newReaper(t, r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
 	old := add(t, first, r.pair(false), counted)
 	first.Shutdown(endedCtx())
 	// Room beside the old drain WR, which the new reaper counts.
-	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Headroom: 2, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{DrainTimeout: devtest.Timeout, Headroom: 2, Queue: queueOf})
 	h := add(t, rp, r.pair(false), counted)
 	defer rp.Shutdown(endedCtx())
 	posted := func(h *drain.Handle) uint64 {
 		for _, s := range h.Report().Steps {
-			if s.Kind == drain.StepDrainPosted {
+			if s.Kind == report.StepDrainPosted {
 				return s.WRID
 			}
 		}
@@ -497,12 +498,12 @@ func TestCountFoundInError(t *testing.T) {
 	qp := r.pair(false)
 	r.postRecvs(qp, 4)
 	devtest.ToError(t, qp)
-	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: 2 * time.Second, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{DrainTimeout: 2 * time.Second, Queue: queueOf})
 	h := add(t, rp, qp, drain.AddOptions{CountRecvs: true, Recvs: 4, NoSends: true})
 	pollUntilDone(t, rp, r.cq)
 	rep, err := h.Wait(testCtx(t))
 	checkProof(t, rep)
-	if err != nil || rep.Recv.By != drain.ProofRecvDrainWR || !has(rep, drain.StepCountNotTrusted) {
+	if err != nil || rep.Recv.By != report.ProofRecvDrainWR || !has(rep, report.StepCountNotTrusted) {
 		t.Errorf("%v: want safe by a receive drain WR, the count not trusted\n%s", err, rep)
 	}
 }
@@ -514,7 +515,7 @@ func TestHistoryAfterErrorLeft(t *testing.T) {
 	qp, peer := r.pairAndPeer(true)
 	devtest.ToError(t, qp)
 	toReset(t, qp, peer)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
 	rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventQPLastWQEReached, QP: qp})
 	devtest.Connect(t, r.dev, qp, peer)
 	devtest.ToError(t, qp)
@@ -533,7 +534,7 @@ func TestLateEventOfEarlierEpisode(t *testing.T) {
 	late := ibv.AsyncEvent{Type: ibv.EventQPLastWQEReached, QP: qp, QPResets: qp.Resets()}
 	toReset(t, qp, peer)
 	devtest.Connect(t, r.dev, qp, peer)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
 	h := add(t, rp, qp, drain.AddOptions{NoSends: true})
 	if !rp.HandleEvent(late) {
 		t.Error("the late event of the QP being drained was not claimed")
@@ -560,7 +561,7 @@ func TestRememberedEventOfDestroyedQP(t *testing.T) {
 	devtest.Close(t, dev)
 	r := newRig(t, dev, nil, 256)
 	r.postRecvs(nil, 64)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: stall, DrainTimeout: devtest.Timeout, Clock: virtualClock()})
 	for range 32 {
 		old := r.pair(true)
 		devtest.ToError(t, old)
@@ -594,20 +595,20 @@ func TestStaleDrainWCReleasesNothing(t *testing.T) {
 	r := eHCARig(t) // the barrier, a send in ERROR, never completes
 	waiting := r.pair(true)
 	devtest.ToError(t, waiting)
-	rp := drain.NewReaper(r.cq, drain.Options{Headroom: 3, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{Headroom: 3, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	h := add(t, rp, waiting, drain.AddOptions{NoSends: true})
 	handEvents(t, rp, r.dev, 1)
 	failed := add(t, rp, refusingQP{r.pair(false)}, drain.AddOptions{})
 	rep := failed.Report()
 	wantErr(t, rep.Err, drain.ErrPostDrain)
-	if !has(rep, drain.StepRecvDrainPosted) {
+	if !has(rep, report.StepRecvDrainPosted) {
 		t.Fatalf("want the receive drain WR posted before the refused send:\n%s", rep)
 	}
 	pollAll(t, rp, r.cq)
 	if st := rp.Stats(); st.LateDrainWCs != 1 {
 		t.Errorf("stats %+v: want the given-up QP's drain WR completed late", st)
 	}
-	if rep := h.Report(); rep.Outcome != drain.Pending || rep.Recv.By != drain.ProofNone || has(rep, drain.StepDrainDone) {
+	if rep := h.Report(); rep.Outcome != report.Pending || rep.Recv.By != report.ProofNone || has(rep, report.StepDrainDone) {
 		t.Errorf("the given-up QP's drain WR served as a barrier:\n%s", rep)
 	}
 	rp.Shutdown(endedCtx())
@@ -620,7 +621,7 @@ func TestCQEmptyCountsFromLastCall(t *testing.T) {
 	r := quirkRig(t, soft.Quirks{})
 	qp := r.pair(false)
 	r.postRecvs(qp, 4)
-	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
 	rp.CQEmpty()
 	h := add(t, rp, qp, drain.AddOptions{CountRecvs: true, Recvs: 4, NoSends: true})
 	rp.CQEmpty() // the poll may have begun before Add
@@ -637,7 +638,7 @@ func TestCQEmptyCountsFromLastCall(t *testing.T) {
 	pollUntilDone(t, rp, r.cq)
 	rep, err := h.Wait(testCtx(t))
 	checkProof(t, rep)
-	if err != nil || rep.Recv.By != drain.ProofRecvCount || rep.Recv.Count != 4 {
+	if err != nil || rep.Recv.By != report.ProofRecvCount || rep.Recv.Count != 4 {
 		t.Errorf("%v: want safe by 4 receives counted back\n%s", err, rep)
 	}
 }
@@ -649,12 +650,12 @@ func TestCountWithoutEmptyPoll(t *testing.T) {
 	r := quirkRig(t, soft.Quirks{})
 	qp := r.pair(false)
 	r.postRecvs(qp, 4)
-	rp := drain.NewReaper(r.cq, drain.Options{DrainTimeout: stall, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{DrainTimeout: stall, Queue: queueOf})
 	h := add(t, rp, qp, drain.AddOptions{CountRecvs: true, Recvs: 4, NoSends: true})
 	rep, err := h.Wait(testCtx(t)) // nobody polls
 	checkProof(t, rep)
 	wantErr(t, err, drain.ErrQuarantined, drain.ErrDrainNotFlushed)
-	if !has(rep, drain.StepCountNotTrusted) || !has(rep, drain.StepRecvDrainPosted) || devtest.State(t, qp) != ibv.QPSErr {
+	if !has(rep, report.StepCountNotTrusted) || !has(rep, report.StepRecvDrainPosted) || devtest.State(t, qp) != ibv.QPSErr {
 		t.Errorf("want the count untrusted, the QP in ERROR with a receive drain WR\n%s", rep)
 	}
 }
@@ -673,7 +674,7 @@ func TestRunPollsForCount(t *testing.T) {
 		rep, err := h.Wait(wctx)
 		wcancel()
 		checkProof(t, rep)
-		if err != nil || rep.Recv.By != drain.ProofRecvCount {
+		if err != nil || rep.Recv.By != report.ProofRecvCount {
 			t.Fatalf("%v: want safe by the count within 1s\n%s", err, rep)
 		}
 	}
@@ -687,7 +688,7 @@ func runOnChannel(t *testing.T, q soft.Quirks, opts drain.Options) (*rig, *drain
 	dev := openSoft(t, soft.Config{Quirks: q})
 	ch, cq := newCQ(t, dev, 64, true)
 	r := newRig(t, dev, cq, 64)
-	rp := drain.NewReaper(cq, opts)
+	rp := newReaper(t, cq, opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- rp.Run(ctx, drain.Feed{Channel: ch}) }()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 )
 
@@ -54,7 +55,7 @@ func (r *Reaper) post(now time.Time) {
 				c.sendID = id
 				r.track(id)
 				r.stats.DrainWRs++
-				c.step(&Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: c.qpn, Count: l.Len()})
+				c.step(&report.Step{At: now, Kind: report.StepDrainPosted, WRID: id, Carrier: c.qpn, Count: l.Len()})
 				return
 			}
 		}
@@ -103,7 +104,7 @@ func (r *Reaper) postFor(h *Handle, now time.Time) {
 		h.needRecv, h.recvID = false, id
 		r.track(id)
 		r.stats.RecvDrainWRs++
-		h.step(&Step{At: now, Kind: StepRecvDrainPosted, WRID: id})
+		h.step(&report.Step{At: now, Kind: report.StepRecvDrainPosted, WRID: id})
 	}
 	if h.needSend && r.inFlight < r.opts.Headroom {
 		id := r.nextID()
@@ -113,7 +114,7 @@ func (r *Reaper) postFor(h *Handle, now time.Time) {
 		h.needSend, h.sendID = false, id
 		r.track(id)
 		r.stats.DrainWRs++
-		h.step(&Step{At: now, Kind: StepDrainPosted, WRID: id, Carrier: h.qpn, Count: 1})
+		h.step(&report.Step{At: now, Kind: report.StepDrainPosted, WRID: id, Carrier: h.qpn, Count: 1})
 	}
 	if !h.needSend && !h.needRecv {
 		r.lists[stageFlush].remove(h)
@@ -133,12 +134,12 @@ func (r *Reaper) posted(h *Handle, id uint64, err error, what string, now time.T
 	case errors.Is(err, ibv.ErrQueueFull):
 		if !h.full {
 			r.stats.PostRetries++
-			h.step(&Step{At: now, Kind: StepPostRetry, WRID: id})
+			h.step(&report.Step{At: now, Kind: report.StepPostRetry, WRID: id})
 		}
 		h.full, h.retryGen = true, r.pollGen
 		return false
 	}
-	r.finish(h, Failed, fmt.Errorf("posting the %s on qpn %d: %w: %w", what, h.qpn, ErrPostDrain, err), now)
+	r.finish(h, report.Failed, fmt.Errorf("posting the %s on qpn %d: %w: %w", what, h.qpn, ErrPostDrain, err), now)
 	return false
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/qpdrain/qpdrain/clock"
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 	"github.com/qpdrain/qpdrain/internal/testing/syncbuf"
@@ -50,7 +51,7 @@ func runReaper(t *testing.T, r *rig, o drain.Options) (*drain.Reaper, *caller) {
 		o.DrainTimeout = stall
 	}
 	o.Queue = queueOf
-	rp := drain.NewReaper(r.cq, o)
+	rp := newReaper(t, r.cq, o)
 	return rp, startCaller(t, rp, r.cq, r.dev)
 }
 
@@ -68,7 +69,7 @@ func TestQuirkSendInErrorNotFlushed(t *testing.T) {
 		for _, qp := range qps {
 			rep, err := add(t, rp, qp, drain.AddOptions{}).Wait(testCtx(t))
 			wantErr(t, err, drain.ErrDrainNotFlushed)
-			if !rep.SRQ || rep.Flushed[drain.QueueRecv].Flushed != 4 || !has(rep, drain.StepDrainPosted) || has(rep, drain.StepDrainDone) {
+			if !rep.SRQ || rep.Flushed[report.QueueRecv].Flushed != 4 || !has(rep, report.StepDrainPosted) || has(rep, report.StepDrainDone) {
 				t.Errorf("want 4 flushed receives, the drain WR posted and never completed:\n%s", rep)
 			}
 			errs = append(errs, err)
@@ -86,7 +87,7 @@ func TestQuirkSendInErrorNotFlushed(t *testing.T) {
 	})
 	t.Run("destroy-when-empty", func(t *testing.T) {
 		destroyedWhenEmpty(t, q, drain.Options{LastWQETimeout: devtest.Timeout}, drain.ErrDrainNotFlushed,
-			drain.StepDrainPosted, drain.StepStall, drain.StepCQEmpty, drain.StepOutcome)
+			report.StepDrainPosted, report.StepStall, report.StepCQEmpty, report.StepOutcome)
 	})
 }
 
@@ -101,7 +102,7 @@ func TestQuirkNoLastWQEReached(t *testing.T) {
 		rp, _ := runReaper(t, r, drain.Options{})
 		rep, err := add(t, rp, qp, drain.AddOptions{}).Wait(testCtx(t))
 		wantErr(t, err, drain.ErrNoLastWQE, drain.ErrQuarantined)
-		if rep.Outcome != drain.Quarantined || has(rep, drain.StepEvent) || has(rep, drain.StepDrainPosted) {
+		if rep.Outcome != report.Quarantined || has(rep, report.StepEvent) || has(rep, report.StepDrainPosted) {
 			t.Errorf("want quarantined with no event and no drain WR:\n%s", rep)
 		}
 		if st := rp.Stats(); st.DrainWRs != 0 || st.Quarantined != 1 {
@@ -110,7 +111,7 @@ func TestQuirkNoLastWQEReached(t *testing.T) {
 	})
 	t.Run("destroy-when-empty", func(t *testing.T) {
 		destroyedWhenEmpty(t, q, drain.Options{DrainTimeout: devtest.Timeout}, drain.ErrNoLastWQE,
-			drain.StepStall, drain.StepDrainPosted, drain.StepDrainDone, drain.StepCQEmpty, drain.StepOutcome)
+			report.StepStall, report.StepDrainPosted, report.StepDrainDone, report.StepCQEmpty, report.StepOutcome)
 	})
 }
 
@@ -118,14 +119,14 @@ func TestQuirkNoLastWQEReached(t *testing.T) {
 // DestroyWhenEmpty and o, and fails unless the drain ends destroyed after
 // an empty CQ with no error, having stalled on stall, its report holding
 // the steps want in order.
-func destroyedWhenEmpty(t *testing.T, q soft.Quirks, o drain.Options, stall error, want ...drain.StepKind) {
+func destroyedWhenEmpty(t *testing.T, q soft.Quirks, o drain.Options, stall error, want ...report.StepKind) {
 	t.Helper()
 	r := quirkRig(t, q)
 	qp := r.pair(true)
 	o.Policy = drain.DestroyWhenEmpty
 	rp, _ := runReaper(t, r, o)
 	rep, err := add(t, rp, qp, drain.AddOptions{}).Wait(testCtx(t))
-	if err != nil || rep.Outcome != drain.DestroyedAfterEmptyCQ {
+	if err != nil || rep.Outcome != report.DestroyedAfterEmptyCQ {
 		t.Fatalf("%v, outcome %s; want no error and destroyed after empty CQ\n%s", err, rep.Outcome, rep)
 	}
 	wantErr(t, rep.Stall, stall)
@@ -139,7 +140,7 @@ func destroyedWhenEmpty(t *testing.T, q soft.Quirks, o drain.Options, stall erro
 func TestQuirkLastWQEReachedTwice(t *testing.T) {
 	r := quirkRig(t, soft.Quirks{LastWQEReachedTwice: true})
 	qps := r.pairs(4, true)
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
 	var hs []*drain.Handle
 	for _, qp := range qps {
 		hs = append(hs, add(t, rp, qp, drain.AddOptions{NoSends: true}))
@@ -173,13 +174,13 @@ func TestQuirkLastWQEReachedAgain(t *testing.T) {
 	if err := qp.PostSend([]ibv.SendWR{{ID: sendIDBase, Opcode: ibv.WRSend, Flags: ibv.SendSignaled}}); err != nil {
 		t.Fatal(err)
 	}
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	s := newStepper(t, rp, r.cq, r.dev)
 	h := add(t, rp, qp, drain.AddOptions{})
 	s.watch(h, qp.(*soft.QP))
 	s.until("the drain's outcome", s.settled)
 	rep := h.Report()
-	if rep.Outcome != drain.Safe {
+	if rep.Outcome != report.Safe {
 		t.Errorf("outcome %s, want safe:\n%s", rep.Outcome, rep)
 	}
 	// At the outcome nothing was outstanding; nor may a completion of the
@@ -204,10 +205,10 @@ func TestQuirkRecvInErrorFlushDeferred(t *testing.T) {
 		r := quirkRig(t, q)
 		qp := r.pair(false)
 		r.postRecvs(qp, 2)
-		rep, err := drain.QP(testCtx(t), qp, drain.Options{DrainTimeout: stall, Queue: queueOf}, drain.Feed{Events: r.dev})
+		rep, err := drainQP(testCtx(t), qp, drain.AddOptions{}, drain.Options{DrainTimeout: stall, Queue: queueOf}, drain.Feed{Events: r.dev})
 		wantErr(t, err, drain.ErrDrainNotFlushed, drain.ErrQuarantined)
 		checkProof(t, rep)
-		if rep.Recv.By != drain.ProofNone || rep.Recv.Missing != drain.MissingRecvDrainWR || !strings.Contains(err.Error(), "receive drain WR") {
+		if rep.Recv.By != report.ProofNone || rep.Recv.Missing != report.MissingRecvDrainWR || !strings.Contains(err.Error(), "receive drain WR") {
 			t.Errorf("%v: want the receive queue unproven for want of its receive drain WR\n%s", err, rep)
 		}
 	})
@@ -215,12 +216,12 @@ func TestQuirkRecvInErrorFlushDeferred(t *testing.T) {
 		r := quirkRig(t, q)
 		qp := r.pair(false)
 		r.postRecvs(qp, 2)
-		rep, err := drain.QP(testCtx(t), qp, drain.Options{Headroom: 2, DrainTimeout: devtest.Timeout, Queue: queueOf}, drain.Feed{Events: r.dev})
+		rep, err := drainQP(testCtx(t), qp, drain.AddOptions{}, drain.Options{Headroom: 2, DrainTimeout: devtest.Timeout, Queue: queueOf}, drain.Feed{Events: r.dev})
 		if err != nil {
 			t.Fatalf("%v\n%s", err, rep)
 		}
 		checkProof(t, rep)
-		if !inOrder(kinds(rep), []drain.StepKind{drain.StepRecvDrainPosted, drain.StepDrainPosted, drain.StepRecvDrainDone}) {
+		if !inOrder(kinds(rep), []report.StepKind{report.StepRecvDrainPosted, report.StepDrainPosted, report.StepRecvDrainDone}) {
 			t.Errorf("want the receive drain WR completed after the send drain WR was posted:\n%s", rep)
 		}
 	})
@@ -228,9 +229,8 @@ func TestQuirkRecvInErrorFlushDeferred(t *testing.T) {
 		r := quirkRig(t, q)
 		qp := r.pair(false)
 		r.postRecvs(qp, 2)
-		rep, err := drain.QP(testCtx(t), qp, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf,
-			Add: drain.AddOptions{CountRecvs: true, Recvs: 2}}, drain.Feed{Events: r.dev})
-		if err != nil || has(rep, drain.StepRecvDrainPosted) || rep.Recv.By != drain.ProofRecvCount {
+		rep, err := drainQP(testCtx(t), qp, drain.AddOptions{CountRecvs: true, Recvs: 2}, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf}, drain.Feed{Events: r.dev})
+		if err != nil || has(rep, report.StepRecvDrainPosted) || rep.Recv.By != report.ProofRecvCount {
 			t.Errorf("%v: want safe by the count, without a receive drain WR\n%s", err, rep)
 		}
 	})
@@ -247,7 +247,7 @@ func TestQuirkRecvInErrorFlushDeferred(t *testing.T) {
 func TestBarrierSlotsReturned(t *testing.T) {
 	r := quirkRig(t, soft.Quirks{RecvInErrorFlushDeferred: true})
 	r.sendWR = 4
-	rp := drain.NewReaper(r.cq, drain.Options{Headroom: 2, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{Headroom: 2, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	barrierRounds(t, r, rp, 30)
 	if _, claimed := pollAll(t, rp, r.cq); claimed != 0 {
 		t.Errorf("%d drain WR completions polled after every QP was safe", claimed)
@@ -260,7 +260,7 @@ func TestBarrierSlotsReturned(t *testing.T) {
 	h := add(t, rp, qp, drain.AddOptions{})
 	pollUntilDone(t, rp, r.cq)
 	rep := waitAll(t, []*drain.Handle{h})[0]
-	if rep.Recv.By != drain.ProofRecvDrainWR {
+	if rep.Recv.By != report.ProofRecvDrainWR {
 		t.Errorf("want the receive queue proven by its receive drain WR:\n%s", rep)
 	}
 }
@@ -291,11 +291,11 @@ func TestBarrierFullSendQueueRetried(t *testing.T) {
 	if ev := devtest.WaitEvent(t, r.dev, devtest.Timeout); ev.Type != ibv.EventQPLastWQEReached || ev.QP.Num() != qp.Num() {
 		t.Fatalf("got event %v, want QP_LAST_WQE_REACHED for qpn %d", ev, qp.Num())
 	}
-	rp := drain.NewReaper(r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
 	h := add(t, rp, &fullOnceQP{QP: qp, full: true}, drain.AddOptions{NoSends: true, LastWQESeen: true})
 	pollUntilDone(t, rp, r.cq)
 	rep := waitAll(t, []*drain.Handle{h})[0]
-	if !inOrder(kinds(rep), []drain.StepKind{drain.StepPostRetry, drain.StepDrainPosted, drain.StepDrainDone}) || rep.Recv.By != drain.ProofBarrier {
+	if !inOrder(kinds(rep), []report.StepKind{report.StepPostRetry, report.StepDrainPosted, report.StepDrainDone}) || rep.Recv.By != report.ProofBarrier {
 		t.Errorf("want the barrier retried after a poll, then completed:\n%s", rep)
 	}
 	if st := rp.Stats(); st.PostRetries != 1 || st.DrainWRs != 1 {
@@ -316,7 +316,7 @@ func TestQuirkDrainNeedsRTS(t *testing.T) {
 	rp, c := runReaper(t, r, drain.Options{LastWQETimeout: devtest.Timeout})
 	rep, err := add(t, rp, rtr, drain.AddOptions{}).Wait(testCtx(t))
 	wantErr(t, err, drain.ErrDrainNotFlushed, drain.ErrQuarantined)
-	if s := rep.Steps[0]; s.From != ibv.QPSRTR || !has(rep, drain.StepEvent) || has(rep, drain.StepDrainDone) {
+	if s := rep.Steps[0]; s.From != ibv.QPSRTR || !has(rep, report.StepEvent) || has(rep, report.StepDrainDone) {
 		t.Errorf("want RTR -> ERR, Last WQE Reached, a drain WR never completed:\n%s", rep)
 	}
 	c.stop() // one caller loop at a time on the CQ
@@ -374,9 +374,9 @@ func TestCQOverflow(t *testing.T) {
 	r := newRig(t, dev, cq, 16)
 	qp := r.pair(false)
 	r.postRecvs(qp, 8)
-	rep, err := drain.QP(testCtx(t), qp, drain.Options{DrainTimeout: devtest.Timeout}, drain.Feed{Events: dev})
+	rep, err := drainQP(testCtx(t), qp, drain.AddOptions{}, drain.Options{DrainTimeout: devtest.Timeout}, drain.Feed{Events: dev})
 	wantErr(t, err, drain.ErrCQError)
-	if rep.Outcome != drain.Failed {
+	if rep.Outcome != report.Failed {
 		t.Errorf("outcome %s, want failed\n%s", rep.Outcome, rep)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 )
 
@@ -164,9 +165,20 @@ type Reaper struct {
 // RecvCQ must return the very value cq is, and an async event must carry
 // the very QP value handed to Add, so a wrapper must return the same
 // value every time (a pointer, or a comparable struct around one). Add
-// refuses, with ErrUnsupportedQP, a QP whose value cannot be compared, and
-// every QP when cq's cannot.
-func NewReaper(cq ibv.CQ, opts Options) *Reaper {
+// refuses, with ErrUnsupportedQP, a QP whose value cannot be compared.
+//
+// NewReaper fails with ErrUnsupportedQP when cq's value cannot be compared,
+// and with ibv.ErrInvalidArgument, naming the option, for a nil cq, an
+// unknown Policy, a negative bound, or a Headroom the CQ cannot hold.
+func NewReaper(cq ibv.CQ, opts Options) (*Reaper, error) {
+	if err := opts.check(cq); err != nil {
+		return nil, fmt.Errorf("making a reaper: %w", err)
+	}
+	return newReaper(cq, opts), nil
+}
+
+// newReaper is NewReaper without its checks.
+func newReaper(cq ibv.CQ, opts Options) *Reaper {
 	o := opts.withDefaults()
 	r := &Reaper{
 		cq:      cq,
@@ -382,7 +394,7 @@ func (r *Reaper) newHandle(h *Handle, qp ibv.QP, qpn uint32, o AddOptions, now t
 	if o.CountRecvs && !srq {
 		h.countRecvs, h.recvsLeft = true, o.Recvs
 		if o.Recvs == 0 {
-			h.report.Recv.By = ProofRecvCount
+			h.report.Recv.By = report.ProofRecvCount
 		}
 	}
 	return nil
@@ -443,10 +455,10 @@ func (r *Reaper) admit(h *Handle, now time.Time) error {
 func (r *Reaper) begin(h *Handle, proven bool, now time.Time) {
 	r.lists[stageProving].remove(h)
 	if proven && !h.unsure {
-		h.step(&Step{At: now, Kind: StepCQEmpty})
+		h.step(&report.Step{At: now, Kind: report.StepCQEmpty})
 	} else {
 		h.countRecvs, h.recvsLeft = false, 0
-		h.step(&Step{At: now, Kind: StepCountNotTrusted})
+		h.step(&report.Step{At: now, Kind: report.StepCountNotTrusted})
 	}
 	h.stage = stageAdding
 	k := len(h.steps)
@@ -463,12 +475,12 @@ func (r *Reaper) started(h *Handle, steps []step, err error, now time.Time) {
 		// A CQ error or shutdown ended the drain meanwhile.
 		return
 	case err != nil:
-		r.finish(h, Failed, fmt.Errorf("qpn %d: %w: %w", h.qpn, ErrModifyToError, err), now)
+		r.finish(h, report.Failed, fmt.Errorf("qpn %d: %w: %w", h.qpn, ErrModifyToError, err), now)
 		return
 	}
 	foundInError := len(steps) == 1 && ibv.QPState(steps[0].val) == ibv.QPSErr
 	if h.noSends {
-		h.report.Send.By = ProofNoSends
+		h.report.Send.By = report.ProofNoSends
 	} else {
 		h.needSend = true
 	}
@@ -476,9 +488,9 @@ func (r *Reaper) started(h *Handle, steps []step, err error, now time.Time) {
 	case h.srq:
 		if at, ok := r.history.take(h.qp, h.resets); ok && foundInError && !h.lastWQE {
 			h.lastWQE = true
-			h.step(&Step{At: at, Kind: StepLastWQEStated, Count: 1})
+			h.step(&report.Step{At: at, Kind: report.StepLastWQEStated, Count: 1})
 		} else if h.stated {
-			h.step(&Step{At: now, Kind: StepLastWQEStated})
+			h.step(&report.Step{At: now, Kind: report.StepLastWQEStated})
 		}
 		// Every QP its own drain WR: the SRQ side too is proven by it.
 		h.needSend = h.needSend || r.opts.MaxBatch == 1
@@ -548,18 +560,18 @@ func (r *Reaper) place(h *Handle, now time.Time) {
 	case h.sendID != 0 || h.recvID != 0 || h.countRecvs && h.recvsLeft > 0:
 		h.stage = stageWait
 		r.lists[stageWait].push(h)
-	case h.srq && h.report.Recv.By == ProofNone && !h.barrierDone:
+	case h.srq && h.report.Recv.By == report.ProofNone && !h.barrierDone:
 		h.stage = stageBarrier
 		r.lists[stageBarrier].push(h)
 	case h.report.Proven():
-		r.finish(h, Safe, nil, now)
+		r.finish(h, report.Safe, nil, now)
 	case h.stalled:
 		// DestroyWhenEmpty, after its drain WRs: an empty poll releases it.
 		r.waitEmpty(h, now)
 	default:
 		// Not reachable: every open queue above has something to wait
 		// for. Should it happen, the QP is not safe.
-		r.finish(h, Failed, fmt.Errorf("qpn %d: %w: nothing left that could prove it", h.qpn, ErrDrainNotFlushed), now)
+		r.finish(h, report.Failed, fmt.Errorf("qpn %d: %w: nothing left that could prove it", h.qpn, ErrDrainNotFlushed), now)
 	}
 }
 
@@ -629,7 +641,7 @@ func (r *Reaper) count(h *Handle, wcs []ibv.WC, now time.Time) int {
 	if r.opts.Queue == nil {
 		// One queue for all, and no receives counted (AddOptions.CountRecvs
 		// needs Options.Queue): the run at once.
-		return h.tally(QueueUnknown, wcs, at, now)
+		return h.tally(report.QueueUnknown, wcs, at, now)
 	}
 	for i := range wcs {
 		if i > 0 && (wcs[i].QPNum != h.qpn || IsDrainWRID(wcs[i].ID)) {
@@ -637,13 +649,13 @@ func (r *Reaper) count(h *Handle, wcs []ibv.WC, now time.Time) int {
 		}
 		q := r.opts.Queue(wcs[i])
 		h.tally(q, wcs[i:i+1], at, now)
-		if q != QueueRecv || !h.countRecvs || h.recvsLeft == 0 {
+		if q != report.QueueRecv || !h.countRecvs || h.recvsLeft == 0 {
 			continue
 		}
 		h.recvsLeft--
 		h.report.Recv.Count++
 		if h.recvsLeft == 0 {
-			h.report.Recv.By = ProofRecvCount
+			h.report.Recv.By = report.ProofRecvCount
 			if h.stage == stageWait {
 				r.lists[stageWait].remove(h)
 				r.place(h, now)
@@ -697,15 +709,15 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 	switch wc.ID {
 	case h.recvID:
 		h.recvID = 0
-		h.step(&Step{At: now, Kind: StepRecvDrainDone, WRID: wc.ID, Status: wc.Status})
-		h.report.Recv = QueueProof{By: ProofRecvDrainWR, Carrier: h.qpn, WRID: wc.ID}
+		h.step(&report.Step{At: now, Kind: report.StepRecvDrainDone, WRID: wc.ID, Status: wc.Status})
+		h.report.Recv = report.QueueProof{By: report.ProofRecvDrainWR, Carrier: h.qpn, WRID: wc.ID}
 	case h.sendID:
 		h.sendID = 0
 		if h.stage != stageBarrier {
-			h.step(&Step{At: now, Kind: StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
+			h.step(&report.Step{At: now, Kind: report.StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
 			h.report.Batch = batch
-			if h.report.Send.By == ProofNone {
-				h.report.Send = QueueProof{By: ProofSendDrainWR, Carrier: h.qpn, WRID: wc.ID}
+			if h.report.Send.By == report.ProofNone {
+				h.report.Send = report.QueueProof{By: report.ProofSendDrainWR, Carrier: h.qpn, WRID: wc.ID}
 			}
 			if h.srq && h.barrierAfter < seq {
 				r.barrier(h, wc.ID, h.qpn)
@@ -719,13 +731,13 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 	case stageEmptyWait:
 		if h.report.Proven() {
 			r.lists[stageEmptyWait].remove(h)
-			r.finish(h, Safe, nil, now)
+			r.finish(h, report.Safe, nil, now)
 		}
 	}
 	for range riders {
 		b := r.lists[stageBarrier].Front()
 		r.lists[stageBarrier].remove(b)
-		b.step(&Step{At: now, Kind: StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
+		b.step(&report.Step{At: now, Kind: report.StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
 		b.report.Batch = batch
 		r.barrier(b, wc.ID, h.qpn)
 		r.place(b, now)
@@ -736,8 +748,8 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 // with Last WQE Reached before it, that proves h's SRQ side.
 func (r *Reaper) barrier(h *Handle, id uint64, carrier uint32) {
 	h.barrierDone = true
-	if h.lastWQE && h.report.Recv.By == ProofNone {
-		h.report.Recv = QueueProof{By: ProofBarrier, Carrier: carrier, WRID: id, Stated: !h.sawLastWQE}
+	if h.lastWQE && h.report.Recv.By == report.ProofNone {
+		h.report.Recv = report.QueueProof{By: report.ProofBarrier, Carrier: carrier, WRID: id, Stated: !h.sawLastWQE}
 	}
 }
 
@@ -778,7 +790,7 @@ func (r *Reaper) HandleEvent(ev ibv.AsyncEvent) (claimed bool) {
 		r.stats.LateEvents++
 		return true
 	}
-	h.step(&Step{At: now, Kind: StepEvent, Event: ev.Type})
+	h.step(&report.Step{At: now, Kind: report.StepEvent, Event: ev.Type})
 	if ev.Type != ibv.EventQPLastWQEReached {
 		return true
 	}
@@ -807,7 +819,7 @@ func (r *Reaper) cqError(now time.Time) {
 		if h.stage == stageQuarantine {
 			continue
 		}
-		r.finish(h, Failed, fmt.Errorf("qpn %d: %w", h.qpn, r.cqErr), now)
+		r.finish(h, report.Failed, fmt.Errorf("qpn %d: %w", h.qpn, r.cqErr), now)
 	}
 	// Nothing more will be polled from the CQ.
 	for h := r.lists[stageQuarantine].Front(); h != nil; h = h.links.Next() {
@@ -854,8 +866,8 @@ func (r *Reaper) cqEmpty(polledAt time.Time) {
 		next := h.links.Next()
 		if h.since < t {
 			r.lists[stageEmptyWait].remove(h)
-			h.step(&Step{At: now, Kind: StepCQEmpty})
-			r.finish(h, DestroyedAfterEmptyCQ, nil, now)
+			h.step(&report.Step{At: now, Kind: report.StepCQEmpty})
+			r.finish(h, report.DestroyedAfterEmptyCQ, nil, now)
 		}
 		h = next
 	}
@@ -868,7 +880,7 @@ func (r *Reaper) cqEmpty(polledAt time.Time) {
 }
 
 // finish gives h its outcome and forgets it.
-func (r *Reaper) finish(h *Handle, o Outcome, err error, now time.Time) {
+func (r *Reaper) finish(h *Handle, o report.Outcome, err error, now time.Time) {
 	if l := r.listOf(h.on); l != nil {
 		l.remove(h)
 	}
@@ -885,9 +897,9 @@ func (r *Reaper) finish(h *Handle, o Outcome, err error, now time.Time) {
 	r.stats.Pending--
 	r.conclude(h, o, err, now)
 	switch h.report.Outcome {
-	case Safe:
+	case report.Safe:
 		r.stats.Safe++
-	case DestroyedAfterEmptyCQ:
+	case report.DestroyedAfterEmptyCQ:
 		r.stats.AfterEmptyCQ++
 	default:
 		r.stats.Failed++
@@ -916,29 +928,29 @@ func (r *Reaper) displace(q *Handle) {
 // conclude records the outcome. It is the only place that sets one, and
 // it turns a Safe without a proof for every queue into Failed: a safe
 // report without proof cannot be produced.
-func (r *Reaper) conclude(h *Handle, o Outcome, err error, now time.Time) {
+func (r *Reaper) conclude(h *Handle, o report.Outcome, err error, now time.Time) {
 	rep := &h.report
-	if o == Safe && !rep.Proven() {
-		o, err = Failed, fmt.Errorf("qpn %d: %w: a queue has no proof", h.qpn, ErrDrainNotFlushed)
+	if o == report.Safe && !rep.Proven() {
+		o, err = report.Failed, fmt.Errorf("qpn %d: %w: a queue has no proof", h.qpn, ErrDrainNotFlushed)
 	}
-	if rep.Recv.By == ProofNone {
+	if rep.Recv.By == report.ProofNone {
 		switch {
 		case h.srq && !h.lastWQE:
-			rep.Recv.Missing = MissingLastWQE
+			rep.Recv.Missing = report.MissingLastWQE
 		case h.srq:
-			rep.Recv.Missing = MissingBarrier
+			rep.Recv.Missing = report.MissingBarrier
 		case h.countRecvs:
-			rep.Recv.Missing = MissingRecvs
+			rep.Recv.Missing = report.MissingRecvs
 		default:
-			rep.Recv.Missing = MissingRecvDrainWR
+			rep.Recv.Missing = report.MissingRecvDrainWR
 		}
 	}
-	if rep.Send.By == ProofNone {
-		rep.Send.Missing = MissingSendDrainWR
+	if rep.Send.By == report.ProofNone {
+		rep.Send.Missing = report.MissingSendDrainWR
 	}
 	rep.Outcome, rep.Err = o, err
-	h.step(&Step{At: now, Kind: StepOutcome, Outcome: o, Err: err})
-	if o != Safe {
+	h.step(&report.Step{At: now, Kind: report.StepOutcome, Outcome: o, Err: err})
+	if o != report.Safe {
 		r.debug(h, "drain ended", slog.Any("outcome", o), slog.Any("error", err))
 	}
 	h.ended = true
@@ -1012,12 +1024,12 @@ func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 	now := r.opts.Clock.Now()
 	for _, h := range r.byNum.all() {
 		if h.stage != stageQuarantine {
-			r.finish(h, Failed, fmt.Errorf("qpn %d: %w", h.qpn, ErrShutdown), now)
+			r.finish(h, report.Failed, fmt.Errorf("qpn %d: %w", h.qpn, ErrShutdown), now)
 		}
 	}
 	var notSafe []*Handle
 	for _, h := range pending {
-		if h.report.Outcome == Failed {
+		if h.report.Outcome == report.Failed {
 			notSafe = append(notSafe, h)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 )
 
@@ -194,49 +195,34 @@ func (r *Reaper) runChannel(ctx context.Context, f Feed) error {
 	return nil
 }
 
-// DrainAll adds every QP of qps with o and waits until each has an
-// outcome or ctx ends. It returns one report per QP, in the order of qps
-// (a QP that Add refused gets a Failed report with Add's error), and an
-// error joining those of the QPs that are not safe to destroy, nil when
-// all are. The caller's poll loop, or Run, must feed the reaper meanwhile.
-func (r *Reaper) DrainAll(ctx context.Context, qps []ibv.QP, o AddOptions) ([]*Report, error) {
-	hs := make([]*Handle, len(qps))
-	reps := make([]*Report, len(qps))
-	errs := make([]error, len(qps))
-	r.addAll(qps, o, func(i int, h *Handle, err error) {
-		if err != nil {
-			reps[i] = &Report{QPNum: qps[i].Num(), SRQ: qps[i].SRQ() != nil, Start: r.opts.Clock.Now(), Outcome: Failed, Err: err}
-			errs[i] = err
-		}
-		hs[i] = h
-	})
-	// QPs end about in the order they were added: waiting for the last
-	// first finds most of the others ended, one wake-up instead of one
-	// per QP.
-	for i := len(hs) - 1; i >= 0; i-- {
-		if hs[i] != nil {
-			reps[i], errs[i] = hs[i].Wait(ctx)
-		}
-	}
-	return reps, errors.Join(errs...)
-}
-
-// DrainAll drains qps, which must all complete into one CQ that the caller
-// owns, for a caller that needs no more than their outcomes: it runs a
-// private Reaper on that CQ (Run with f: reading the device's events when
-// f.Events is set) until every QP has an outcome or ctx ends, with
-// opts.Add stating what the caller knows of each QP. Its results are
-// Reaper.DrainAll's. Completions of other QPs on the CQ go to f.OnWC,
-// unclaimed events to f.OnEvent.
+// DrainAll drains qps, which all complete into one CQ that the caller
+// owns, for a caller that needs no more than their outcomes: the one call
+// of this package's first tier. It runs a Reaper of its own on that CQ
+// (Run, fed as f says: an SRQ-attached QP needs the device's async events,
+// f.Events), adds every QP with what add states of each, and waits until
+// every QP has an outcome or ctx ends. It returns one report per QP, in the
+// order of qps (a QP the reaper refused gets a Failed report with the
+// refusal), and an error joining those of the QPs that are not safe to
+// destroy: nil exactly when every QP may be destroyed now. Completions of
+// other QPs on the CQ, their flushes included, go to f.OnWC (dropped
+// without it), and events that are not the reaper's to f.OnEvent.
 //
-// A quarantined QP (ErrQuarantined) is the caller's to keep: the private
-// reaper's quarantine ends with the call. Callers draining QPs over time
-// use a shared Reaper, whose quarantine is bounded and counted.
-func DrainAll(ctx context.Context, qps []ibv.QP, opts Options, f Feed) ([]*Report, error) {
+// A QP that ended quarantined (ErrQuarantined) is the caller's to keep;
+// one that failed was handed back with its drain WRs outstanding, and a
+// Reaper made on the CQ afterwards counts them against its headroom (see
+// NewReaper). Callers draining QPs over time, or feeding the reaper from
+// their own poll loop, use a Reaper.
+func DrainAll(ctx context.Context, qps []ibv.QP, add AddOptions, opts Options, f Feed) ([]*report.Report, error) {
 	if len(qps) == 0 {
 		return nil, nil
 	}
-	r := NewReaper(qps[0].SendCQ(), opts)
+	if qps[0] == nil {
+		return nil, fmt.Errorf("draining: qps[0] is nil: %w", ibv.ErrInvalidArgument)
+	}
+	r, err := NewReaper(qps[0].SendCQ(), opts)
+	if err != nil {
+		return nil, fmt.Errorf("draining: %w", err)
+	}
 	runCtx, cancel := context.WithCancelCause(ctx)
 	runDone := make(chan struct{})
 	go func() {
@@ -248,20 +234,35 @@ func DrainAll(ctx context.Context, qps []ibv.QP, opts Options, f Feed) ([]*Repor
 	defer func() {
 		cancel(nil)
 		<-runDone
+		r.Shutdown(ended)
 	}()
-	return r.DrainAll(runCtx, qps, opts.Add)
+	hs := make([]*Handle, len(qps))
+	reps := make([]*report.Report, len(qps))
+	errs := make([]error, len(qps))
+	r.addAll(qps, add, func(i int, h *Handle, err error) {
+		if err != nil {
+			rep := &report.Report{Start: r.opts.Clock.Now(), Outcome: report.Failed, Err: err}
+			if qps[i] != nil {
+				rep.QPNum, rep.SRQ = qps[i].Num(), qps[i].SRQ() != nil
+			}
+			reps[i], errs[i] = rep, err
+		}
+		hs[i] = h
+	})
+	// QPs end about in the order they were added: waiting for the last
+	// first finds most of the others ended, one wake-up instead of one
+	// per QP.
+	for i := len(hs) - 1; i >= 0; i-- {
+		if hs[i] != nil {
+			reps[i], errs[i] = hs[i].Wait(runCtx)
+		}
+	}
+	return reps, errors.Join(errs...)
 }
 
-// QP drains one QP for a caller that owns its CQ (the QP's send and receive
-// CQ): DrainAll of qp alone. The error is nil exactly when the QP may be
-// destroyed; it is Add's, with a nil report, when the reaper refused the
-// QP. An SRQ-attached QP needs its Last WQE Reached: lend the device's
-// event stream through f.Events for the duration, or the drain stalls
-// and its error says that no event was delivered.
-func QP(ctx context.Context, qp ibv.QP, opts Options, f Feed) (*Report, error) {
-	reps, err := DrainAll(ctx, []ibv.QP{qp}, opts, f)
-	if len(reps[0].Steps) == 0 {
-		return nil, err // refused by Add
-	}
-	return reps[0], err
-}
+// ended is a context that has ended: Shutdown then waits for nothing.
+var ended = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()

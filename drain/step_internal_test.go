@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/clock"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 )
 
@@ -15,28 +16,28 @@ import (
 // the report's other fields are progress's.
 func TestStepsPackedComeBackWhole(t *testing.T) {
 	epoch := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
-	r := NewReaper(nil, Options{Clock: clock.NewVirtual(epoch)})
+	r := newReaper(nil, Options{Clock: clock.NewVirtual(epoch)})
 	at := func(d time.Duration) time.Time { return epoch.Add(d) }
 	errStall, errOut := errors.New("stalled"), errors.New("failed")
-	steps := []Step{
-		{At: at(0), Kind: StepState, From: ibv.QPSRTS, To: ibv.QPSErr},
-		{At: at(-time.Second), Kind: StepLastWQEStated, Count: 1},
-		{At: at(1), Kind: StepEvent, Event: ibv.EventQPLastWQEReached},
-		{At: at(2), Kind: StepFlushed, Queue: QueueRecv},
-		{At: at(3), Kind: StepErrorWC, Queue: QueueSend, Status: ibv.WCRemAccessErr, WRID: 42},
-		{At: at(4), Kind: StepDrainPosted, WRID: WRIDTag | 7, Carrier: 0xffffff, Count: 4096},
-		{At: at(5), Kind: StepDrainDone, WRID: WRIDTag | 7, Carrier: 9, Status: ibv.WCWRFlushErr},
-		{At: at(6), Kind: StepRecvDrainPosted, WRID: WRIDTag | 8},
-		{At: at(7), Kind: StepRecvDrainDone, WRID: WRIDTag | 8, Status: ibv.WCSuccess},
-		{At: at(8), Kind: StepStall, Err: errStall},
-		{At: at(9), Kind: StepPostRetry, WRID: WRIDTag | 9},
-		{At: at(10), Kind: StepStall, Err: errOut},
-		{At: at(11), Kind: StepCQEmpty},
-		{At: at(12), Kind: StepCountNotTrusted},
-		{At: at(time.Hour), Kind: StepOutcome, Outcome: Failed, Err: errOut},
-		{At: at(time.Hour), Kind: StepOutcome, Outcome: Safe},
+	steps := []report.Step{
+		{At: at(0), Kind: report.StepState, From: ibv.QPSRTS, To: ibv.QPSErr},
+		{At: at(-time.Second), Kind: report.StepLastWQEStated, Count: 1},
+		{At: at(1), Kind: report.StepEvent, Event: ibv.EventQPLastWQEReached},
+		{At: at(2), Kind: report.StepFlushed, Queue: report.QueueRecv},
+		{At: at(3), Kind: report.StepErrorWC, Queue: report.QueueSend, Status: ibv.WCRemAccessErr, WRID: 42},
+		{At: at(4), Kind: report.StepDrainPosted, WRID: WRIDTag | 7, Carrier: 0xffffff, Count: 4096},
+		{At: at(5), Kind: report.StepDrainDone, WRID: WRIDTag | 7, Carrier: 9, Status: ibv.WCWRFlushErr},
+		{At: at(6), Kind: report.StepRecvDrainPosted, WRID: WRIDTag | 8},
+		{At: at(7), Kind: report.StepRecvDrainDone, WRID: WRIDTag | 8, Status: ibv.WCSuccess},
+		{At: at(8), Kind: report.StepStall, Err: errStall},
+		{At: at(9), Kind: report.StepPostRetry, WRID: WRIDTag | 9},
+		{At: at(10), Kind: report.StepStall, Err: errOut},
+		{At: at(11), Kind: report.StepCQEmpty},
+		{At: at(12), Kind: report.StepCountNotTrusted},
+		{At: at(time.Hour), Kind: report.StepOutcome, Outcome: report.Failed, Err: errOut},
+		{At: at(time.Hour), Kind: report.StepOutcome, Outcome: report.Safe},
 	}
-	h := &Handle{r: r, report: progress{QPNum: 5, SRQ: true, Start: at(0), Batch: 3, Outcome: Failed, Err: errOut}}
+	h := &Handle{r: r, report: progress{QPNum: 5, SRQ: true, Start: at(0), Batch: 3, Outcome: report.Failed, Err: errOut}}
 	for _, s := range steps {
 		h.step(&s)
 	}
@@ -44,12 +45,12 @@ func TestStepsPackedComeBackWhole(t *testing.T) {
 	if !reflect.DeepEqual(rep.Steps, steps) {
 		t.Errorf("steps:\n got %v\nwant %v", rep.Steps, steps)
 	}
-	if rep.QPNum != 5 || !rep.SRQ || !rep.Start.Equal(at(0)) || rep.Batch != 3 || rep.Outcome != Failed || rep.Err != errOut {
+	if rep.QPNum != 5 || !rep.SRQ || !rep.Start.Equal(at(0)) || rep.Batch != 3 || rep.Outcome != report.Failed || rep.Err != errOut {
 		t.Errorf("report %+v: not the handle's", rep)
 	}
 	// progress holds Report's fields but Steps, by name and type, so that a
 	// field added to Report is not silently dropped from snapshots.
-	pt, rt := reflect.TypeFor[progress](), reflect.TypeFor[Report]()
+	pt, rt := reflect.TypeFor[progress](), reflect.TypeFor[report.Report]()
 	if pt.NumField() != rt.NumField()-1 {
 		t.Fatalf("progress has %d fields, Report %d: want all of Report's but Steps", pt.NumField(), rt.NumField())
 	}

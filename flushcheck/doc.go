@@ -35,7 +35,7 @@
 //	flush-before-rts        a send posted in ERROR is flushed on a QP that never reached RTS
 //	last-wqe-reached        an SRQ QP in ERROR raises Last WQE Reached exactly once, on itself only
 //	last-wqe-repeat         ... and not again after a second modify to ERROR, a send posted, a receive posted to the SRQ
-//	drain-wr                drain.QP's drain WR completes and the QP is safe to destroy
+//	drain-wr                drain.DrainAll's drain WR completes and the QP is safe to destroy
 //	responder-access-error  an access violation raises QP_ACCESS_ERR on the responder (rxe before 7.3 does not)
 //	cq-overrun              more completions than the CQ holds raise CQ_ERR; QP state, events and losses observed
 //	peer-gone               a send no one answers fails RETRY_EXC_ERR after its retry budget, the rest flushed
@@ -59,5 +59,5 @@
 //
 //	results := flushcheck.Run(ctx, dev, flushcheck.Options{})
 //	opts, _ := flushcheck.Settings(results)
-//	reaper := drain.NewReaper(cq, opts)
+//	reaper, err := drain.NewReaper(cq, opts)
 package flushcheck

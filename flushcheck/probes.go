@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/rcsetup"
 )
@@ -416,30 +417,27 @@ func lastWQERepeat(e *env) (verdict, error) {
 	return pass("%s", obs), nil
 }
 
-// drainWR: drain.QP on a connected QP with two receives outstanding.
+// drainWR: drain.DrainAll of a connected QP with two receives outstanding.
 func drainWR(e *env) (verdict, error) {
 	_, a, _, err := e.outstanding(2, 0)
 	if err != nil {
 		return verdict{}, err
 	}
-	rep, err := drain.QP(e.ctx, a, drain.Options{
+	// The two receives are counted back: the probe is about the send drain
+	// WR, and a receive drain WR needs a receive posted in ERROR flushed,
+	// which is the recv-in-error probe's finding.
+	reps, err := drain.DrainAll(e.ctx, []ibv.QP{a}, drain.AddOptions{CountRecvs: true, Recvs: 2}, drain.Options{
 		LastWQETimeout: e.o.Timeout,
 		DrainTimeout:   e.o.Timeout,
 		Queue:          drain.QueueByIDPrefix(8, recvBase, sendBase),
-		// The two receives are counted back: the probe is about the send
-		// drain WR, and a receive drain WR needs a receive posted in ERROR
-		// flushed, which is the recv-in-error probe's finding.
-		Add: drain.AddOptions{CountRecvs: true, Recvs: 2},
 	}, drain.Feed{})
-	if rep == nil {
-		if err == nil {
-			err = errors.New("no report")
-		}
+	if reps == nil {
 		return verdict{}, fmt.Errorf("draining QP %d: %w", a.Num(), err)
 	}
-	flushed := rep.Flushed[drain.QueueRecv].Flushed
+	rep := reps[0]
+	flushed := rep.Flushed[report.QueueRecv].Flushed
 	switch {
-	case err == nil && rep.Outcome == drain.Safe:
+	case err == nil && rep.Outcome == report.Safe:
 		return pass("drain WR completed, QP safe to destroy after %v (%d of 2 receives flushed before it)", roundDur(rep.Duration()), flushed), nil
 	case errors.Is(err, drain.ErrDrainNotFlushed):
 		return deviation("drain WR never completed (waited %v); the drain ended %s (%d of 2 receives flushed)", e.o.Timeout, rep.Outcome, flushed), nil

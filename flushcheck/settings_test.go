@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 	"github.com/qpdrain/qpdrain/soft"
@@ -137,7 +138,10 @@ func drainWithSettings(t *testing.T, dev ibv.Context, rec Recommendation, stalls
 		seen[wc.QPNum]++
 		mu.Unlock()
 	}}
-	r := drain.NewReaper(cq, o)
+	r, err := drain.NewReaper(cq, o)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	runDone := make(chan error, 1)
 	go func() { runDone <- r.Run(ctx, feed) }()
@@ -169,7 +173,7 @@ func drainWithSettings(t *testing.T, dev ibv.Context, rec Recommendation, stalls
 			t.Fatalf("qpn %d: no report after %v: %v", qps[i].qp.Num(), bound, err)
 		}
 		if stalls {
-			if rep.Outcome != drain.Quarantined {
+			if rep.Outcome != report.Quarantined {
 				t.Errorf("qpn %d: %s (%v), want quarantined: nothing proves it finished", rep.QPNum, rep.Outcome, err)
 			}
 			continue

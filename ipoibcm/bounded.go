@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/drain/report"
 )
 
 // The Bounded policy hands each closed connection's QP to a drain.Reaper,
@@ -76,7 +77,7 @@ func (m *Manager) afterReaper(now time.Time) {
 		select {
 		case <-c.handle.Done():
 			switch o := c.handle.Report().Outcome; {
-			case o == drain.DestroyedAfterEmptyCQ:
+			case o == report.DestroyedAfterEmptyCQ:
 				m.stats.GivenUp++
 				m.move(c, ListReap, false)
 				m.emit(c, EventGivenUp, now)

@@ -153,7 +153,9 @@ func (m *Manager) open() error {
 	if cfg.Policy == Bounded {
 		opts := m.reaperOptions()
 		m.headroom = opts.Headroom
-		m.reaper = drain.NewReaper(m.cq, opts)
+		if m.reaper, err = drain.NewReaper(m.cq, opts); err != nil {
+			return err
+		}
 	}
 	if cfg.NoSRQ {
 		return nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/soft"
 	"github.com/qpdrain/qpdrain/teardown"
@@ -93,10 +94,10 @@ func (e *limitError) Is(target error) bool { return target == e.sentinel }
 
 // DrainResult is what a drain simulation saw.
 type DrainResult struct {
-	Timeout time.Duration   // the wait bound used: Drain.WaitTimeout
-	MaxQP   int             // the soft device's max_qp
-	Reports []*drain.Report // one per QP, in the order created
-	Stats   drain.Stats     // the reaper's counts at the end
+	Timeout time.Duration    // the wait bound used: Drain.WaitTimeout
+	MaxQP   int              // the soft device's max_qp
+	Reports []*report.Report // one per QP, in the order created
+	Stats   drain.Stats      // the reaper's counts at the end
 }
 
 // stalledOnWait are the stalls in which a wait ran out.
@@ -223,11 +224,14 @@ func (d *Drain) Run(ctx context.Context) (res *DrainResult, err error) {
 	}
 
 	timeout := d.WaitTimeout()
-	rp := drain.NewReaper(cq, drain.Options{
+	rp, err := drain.NewReaper(cq, drain.Options{
 		Policy: d.Policy, MaxQuarantine: d.MaxQuarantine, MaxBatch: d.MaxBatch,
 		LastWQETimeout: timeout, DrainTimeout: timeout, Queue: queueOf,
 		Log: d.Log,
 	})
+	if err != nil {
+		return nil, err
+	}
 	// Every QP is added, and the reaper handed the events their moves to
 	// ERROR raised, before Run starts: Run reads events and completions in
 	// two goroutines, and the batches, and so the output, would otherwise

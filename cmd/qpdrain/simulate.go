@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/scenario"
 	"github.com/qpdrain/qpdrain/soft"
 )
@@ -128,7 +129,7 @@ func (r *simResult) format(w io.Writer, details bool) error {
 			stalled = rep.Stall.Error()
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%v\t%d\t%d\t%d\t%s\n", rep.QPNum, rep.Outcome, rep.Duration().Round(time.Microsecond),
-			rep.Batch, rep.Flushed[drain.QueueRecv].Flushed, rep.Flushed[drain.QueueSend].Flushed, stalled)
+			rep.Batch, rep.Flushed[report.QueueRecv].Flushed, rep.Flushed[report.QueueSend].Flushed, stalled)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -154,15 +155,15 @@ func (r *simResult) format(w io.Writer, details bool) error {
 // simQPJSON is one QP's line in -j output; field names follow iproute2's
 // rdma tool where they overlap (lqpn).
 type simQPJSON struct {
-	LQPN        uint32        `json:"lqpn"`
-	Outcome     drain.Outcome `json:"outcome"`
-	DurationNS  int64         `json:"duration_ns"`
-	Batch       int           `json:"batch"`
-	RecvFlushed int           `json:"recv_flushed"`
-	SendFlushed int           `json:"send_flushed"`
-	Stalled     string        `json:"stalled,omitempty"`
-	Error       string        `json:"error,omitempty"`
-	Steps       []string      `json:"steps,omitempty"`
+	LQPN        uint32         `json:"lqpn"`
+	Outcome     report.Outcome `json:"outcome"`
+	DurationNS  int64          `json:"duration_ns"`
+	Batch       int            `json:"batch"`
+	RecvFlushed int            `json:"recv_flushed"`
+	SendFlushed int            `json:"send_flushed"`
+	Stalled     string         `json:"stalled,omitempty"`
+	Error       string         `json:"error,omitempty"`
+	Steps       []string       `json:"steps,omitempty"`
 }
 
 // simInputsJSON are the flags that shaped a simulation, and the limit.
@@ -222,7 +223,7 @@ func (r *simResult) jsonView() simJSON {
 	out := simJSON{Note: r.note, Inputs: in, TimedOut: r.TimedOut(), Stats: simStatsJSON(r.Stats)}
 	for _, rep := range r.Reports {
 		q := simQPJSON{LQPN: rep.QPNum, Outcome: rep.Outcome, DurationNS: rep.Duration().Nanoseconds(), Batch: rep.Batch,
-			RecvFlushed: rep.Flushed[drain.QueueRecv].Flushed, SendFlushed: rep.Flushed[drain.QueueSend].Flushed}
+			RecvFlushed: rep.Flushed[report.QueueRecv].Flushed, SendFlushed: rep.Flushed[report.QueueSend].Flushed}
 		if rep.Stall != nil {
 			q.Stalled = rep.Stall.Error()
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/scenario"
 )
 
@@ -47,7 +48,7 @@ func TestSimulateQuirkFindings(t *testing.T) {
 	}
 	for _, q := range got.QPs {
 		stalled := strings.Contains(q.Stalled, "drain WR never completed") || strings.Contains(q.Stalled, "no headroom for a drain WR")
-		if q.Outcome != drain.Quarantined || !stalled || q.RecvFlushed != 4 || q.SendFlushed != 2 {
+		if q.Outcome != report.Quarantined || !stalled || q.RecvFlushed != 4 || q.SendFlushed != 2 {
 			t.Errorf("qp %+v: want quarantined after the drain WR stalled, 4 receives and 2 sends flushed", q)
 		}
 	}

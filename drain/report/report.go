@@ -1,4 +1,4 @@
-package drain
+package report
 
 import (
 	"fmt"
@@ -307,32 +307,7 @@ type Report struct {
 
 // Proven reports whether every queue of the QP has a proof. A Safe
 // outcome implies it.
-func (r *Report) Proven() bool { return proven(&r.Recv, &r.Send) }
-
-// proven takes the proofs by pointer and reads only By of each: a copy of
-// a proof just written field by field (a drain WR's completion writes
-// them, then asks) is a wide load that waits for those stores to land.
-func proven(recv, send *QueueProof) bool { return recv.By != ProofNone && send.By != ProofNone }
-
-// progress is a Report as its handle keeps it, field for field but the
-// steps, which the handle keeps compact (step) and a snapshot builds. What
-// a drain WR's completion reads and writes of every QP comes first (the
-// proofs, Batch, Outcome, Err), then what counting its flushes does
-// (Start, Flushed): each pass over the handles touches a span, not all.
-type progress struct {
-	Recv, Send QueueProof
-	Batch      int
-	Outcome    Outcome
-	Err        error
-	Start      time.Time
-	Flushed    [3]Flushed
-	QPNum      uint32
-	SRQ        bool
-	Stall      error
-}
-
-// Proven is Report.Proven.
-func (p *progress) Proven() bool { return proven(&p.Recv, &p.Send) }
+func (r *Report) Proven() bool { return r.Recv.By != ProofNone && r.Send.By != ProofNone }
 
 // Duration is the time from the start of the drain to its outcome (or to
 // its last step while pending).
