@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/mdlayher/netlink"
@@ -11,7 +12,9 @@ import (
 
 // ErrUnusable is returned by every call on a Conn after a dump was cut
 // short (by its context or a receive error): the rest of that dump may
-// still be queued on the socket, so the Conn must be closed.
+// still be queued on the socket, so the Conn must be closed. A kernel's
+// error reply (an errno in NLMSG_ERROR or NLMSG_DONE) ends its reply and
+// leaves the Conn usable.
 var ErrUnusable = errors.New("netlink connection unusable after an interrupted dump")
 
 // ErrNoReply means the kernel answered a request with no message.
@@ -121,10 +124,11 @@ func (c *Conn) request(ctx context.Context, cmd Command, dev string, flags netli
 	var ferr error
 	for m, rerr := range c.nl.ReceiveIter() {
 		if rerr != nil {
+			replied := kernelError(rerr)
 			if cerr := ctx.Err(); cerr != nil {
 				rerr = cerr
 			}
-			if n > 0 || flags&netlink.Dump != 0 {
+			if !replied && (n > 0 || flags&netlink.Dump != 0) {
 				c.broken = ErrUnusable
 			}
 			return fail(rerr)
@@ -151,6 +155,21 @@ func (c *Conn) request(ctx context.Context, cmd Command, dev string, flags netli
 		return fail(ErrNoReply)
 	}
 	return nil
+}
+
+// kernelError reports whether err is the kernel's answer, an errno in an
+// NLMSG_ERROR or NLMSG_DONE message: the last message of its reply
+// (netlink_ack, netlink_dump_done in net/netlink/af_netlink.c), after which
+// nothing of the request is left on the socket. netlink carries such an
+// errno bare in its OpError, and a failed receive as an *os.SyscallError
+// or a deadline error.
+func kernelError(err error) bool {
+	var oe *netlink.OpError
+	if !errors.As(err, &oe) {
+		return false
+	}
+	_, ok := oe.Err.(syscall.Errno)
+	return ok
 }
 
 // devAttrs is a request naming a device by index.

@@ -108,10 +108,15 @@ func TestDecodeMalformed(t *testing.T) {
 }
 
 // fakeKernel answers nldev requests with canned replies, as the kernel
-// would: each dump as one multipart reply ending in NLMSG_DONE.
+// would: each dump as one multipart reply ending in NLMSG_DONE, a command
+// it has no reply for with EOPNOTSUPP (an NLMSG_ERROR).
 type fakeKernel map[Command][][]byte
 
-func (f fakeKernel) dial(t testing.TB) *Conn {
+func (f fakeKernel) dial(t testing.TB) *Conn { return f.dialHook(t, nil) }
+
+// dialHook is dial with hook, when not nil, called first on every request:
+// a non-zero errno it returns is the kernel's answer instead.
+func (f fakeKernel) dialHook(t testing.TB, hook func(Command) syscall.Errno) *Conn {
 	t.Helper()
 	return NewConn(nltest.Dial(func(req []netlink.Message) ([]netlink.Message, error) {
 		if len(req) != 1 {
@@ -121,13 +126,20 @@ func (f fakeKernel) dial(t testing.TB) *Conn {
 		if uint16(req[0].Header.Type)>>10 != nldevClient {
 			t.Fatalf("request type %#x is not nldev", req[0].Header.Type)
 		}
+		var errno syscall.Errno
+		if hook != nil {
+			errno = hook(cmd)
+		}
 		bodies, ok := f[cmd]
-		if !ok {
+		if !ok && errno == 0 {
+			errno = syscall.EOPNOTSUPP
+		}
+		if errno != 0 {
 			// nltest.Error keeps the request's flags, and NLM_F_DUMP's bits
 			// read as NLM_F_ACK_TLVS in a reply: build the error plainly.
 			r := req[0]
 			r.Header.Flags = 0
-			return nltest.Error(int(syscall.EOPNOTSUPP), []netlink.Message{r})
+			return nltest.Error(int(errno), []netlink.Message{r})
 		}
 		msgs := make([]netlink.Message, 0, len(bodies)+1)
 		for _, b := range bodies {
