@@ -89,6 +89,11 @@ func TestAnalyze(t *testing.T) {
 			return []QP{rc(17, "RTS", Process{}, child), rc(18, "ERR", Process{}, other), rc(19, "ERR", Process{}, child),
 				unsure(rc(20, "ERR", Process{}, child, other)), rc(21, "ERR", Process{}, child, other)}
 		}, Options{}, []string{"orphaned:17,19", "orphaned:18", "orphaned:20", "orphaned:21"}},
+		{"an owner the kernel could not name is not orphaned", 3, func(int) []QP {
+			q := rc(18, "ERR", Process{}, child)
+			q.OwnerUncertain = true
+			return []QP{q}
+		}, Options{}, nil},
 		{"an owner that went away during the window is not orphaned", 3, func(i int) []QP {
 			if i == 0 {
 				return []QP{rc(17, "RTS", app)}
@@ -188,6 +193,17 @@ func TestAnalyzeEvidence(t *testing.T) {
 	}
 	if got := r.QPCount(StuckInError, "rxe0"); got != 1 {
 		t.Errorf("QPCount(stuck-in-error) = %d, want 1", got)
+	}
+}
+
+// The samples' notes reach the report, each once.
+func TestAnalyzeSampleNotes(t *testing.T) {
+	ss := samples(3, func(int) []QP { return nil })
+	for i := range ss {
+		ss[i].Notes = []string{"rxe0: the kernel has no RES_CTX_GET"}
+	}
+	if r := Analyze(ss, Options{}); !slices.Equal(r.Notes, []string{"rxe0: the kernel has no RES_CTX_GET"}) {
+		t.Errorf("notes %q, want the samples' note once", r.Notes)
 	}
 }
 

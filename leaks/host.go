@@ -34,12 +34,12 @@ func (h HostSampler) Sample(ctx context.Context) (Sample, error) {
 }
 
 // FromSnapshot keeps what the leak analysis needs of a host-view snapshot
-// taken at at. A QP's owner
+// taken at at, and its notes. A QP's owner
 // is its live, non-zombie owning process; a zombie has closed its files, so
 // what keeps its QPs is a holder. Every user QP keeps its own holders
 // (inventory ties each context to its file), certain or the candidates.
 func FromSnapshot(snap *inventory.Snapshot, at time.Time) Sample {
-	s := Sample{At: at, Devices: make([]Device, len(snap.Devices))}
+	s := Sample{At: at, Devices: make([]Device, len(snap.Devices)), Notes: snap.Notes}
 	byIndex := make(map[uint32]int, len(snap.Devices))
 	for i, d := range snap.Devices {
 		s.Devices[i].Name = d.Name
@@ -72,7 +72,7 @@ func FromSnapshot(snap *inventory.Snapshot, at time.Time) Sample {
 	for i := range snap.QPs {
 		q := &snap.QPs[i]
 		d := byIndex[q.Device]
-		lq := QP{Port: q.Port, LQPN: q.LQPN, Type: q.Type.String(), State: q.State.String(), KernName: q.KernName}
+		lq := QP{Port: q.Port, LQPN: q.LQPN, Type: q.Type.String(), State: q.State.String(), KernName: q.KernName, OwnerUncertain: q.OwnerUncertain}
 		if q.Owner != nil && q.Owner.Via != inventory.FromKernel && !q.Owner.Zombie {
 			lq.Owner = Process{PID: int(q.Owner.PID), Comm: q.Owner.Comm, Workload: q.Owner.Workload}
 		}
