@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"syscall"
 	"time"
 
 	"github.com/mdlayher/netlink"
+
+	"github.com/qpdrain/qpdrain/ibv"
 )
 
 // ErrUnusable is returned by every call on a Conn after a dump was cut
@@ -58,13 +61,24 @@ type Conn struct {
 }
 
 // Dial opens a NETLINK_RDMA socket in the caller's network namespace,
-// which decides the devices it sees.
+// which decides the devices it sees. On a host without RDMA netlink (the
+// kernel has no NETLINK_RDMA, ib_core not loaded: EPROTONOSUPPORT; no
+// netlink: EAFNOSUPPORT; not Linux) the error matches ibv.ErrNoDevice, the
+// project's "no RDMA here", as well as the errno.
 func Dial() (*Conn, error) {
 	nl, err := netlink.Dial(familyRDMA, &netlink.Config{MessageBufferSize: DefaultMessageBufferSize})
 	if err != nil {
-		return nil, fmt.Errorf("opening the RDMA netlink socket: %w", err)
+		return nil, dialError(err, runtime.GOOS == "linux")
 	}
 	return NewConn(nl), nil
+}
+
+// dialError is Dial's error for err, netlink.Dial's on linux or elsewhere.
+func dialError(err error, linux bool) error {
+	if !linux || errors.Is(err, syscall.EPROTONOSUPPORT) || errors.Is(err, syscall.EAFNOSUPPORT) {
+		return fmt.Errorf("RDMA netlink is not available (opening its socket: %w): %w", err, ibv.ErrNoDevice)
+	}
+	return fmt.Errorf("opening the RDMA netlink socket: %w", err)
 }
 
 // NewConn uses an open netlink connection, such as one from nltest.Dial.

@@ -3,8 +3,11 @@ package rdmanl
 import (
 	"context"
 	"errors"
+	"os"
 	"syscall"
 	"testing"
+
+	"github.com/qpdrain/qpdrain/ibv"
 )
 
 // A kernel's error reply to a dump (a kernel before 5.11 answers
@@ -27,5 +30,39 @@ func TestConnKernelErrorKeepsConn(t *testing.T) {
 			t.Errorf("GET after RES_CTX_GET answered %v: %v, want the Conn usable", errno, err)
 		}
 		c.Close()
+	}
+}
+
+// On a host without RDMA netlink (no ib_core: EPROTONOSUPPORT) Dial's
+// error is the project's "no RDMA here", ibv.ErrNoDevice, and keeps the
+// errno.
+func TestDialWithoutRDMA(t *testing.T) {
+	c, err := Dial()
+	if err == nil {
+		c.Close()
+		t.Skip("this host has RDMA netlink")
+	}
+	if !errors.Is(err, ibv.ErrNoDevice) || !errors.Is(err, syscall.EPROTONOSUPPORT) && !errors.Is(err, syscall.EAFNOSUPPORT) {
+		t.Errorf("Dial: %v, want an error matching ibv.ErrNoDevice and EPROTONOSUPPORT or EAFNOSUPPORT", err)
+	}
+}
+
+// dialError: only a kernel or OS without RDMA netlink is "no RDMA here".
+func TestDialError(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		linux  bool
+		noRDMA bool
+	}{
+		{os.NewSyscallError("socket", syscall.EPROTONOSUPPORT), true, true},
+		{os.NewSyscallError("socket", syscall.EAFNOSUPPORT), true, true},
+		{errors.New("netlink: not implemented on darwin/arm64"), false, true},
+		{os.NewSyscallError("socket", syscall.EMFILE), true, false},
+		{os.NewSyscallError("bind", syscall.EPERM), true, false},
+	} {
+		err := dialError(tc.err, tc.linux)
+		if errors.Is(err, ibv.ErrNoDevice) != tc.noRDMA || !errors.Is(err, tc.err) {
+			t.Errorf("dialError(%v, linux %v) = %v: matches ibv.ErrNoDevice %v, want %v, and the cause", tc.err, tc.linux, err, !tc.noRDMA, tc.noRDMA)
+		}
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -51,24 +50,12 @@ func oneShotGC() (restore func()) {
 	return func() { debug.SetGCPercent(old) }
 }
 
-// dialRDMA opens RDMA netlink; a host without it (no ib_core, not Linux)
-// has no RDMA devices (exit 3).
-func dialRDMA() (*rdmanl.Conn, error) {
-	c, err := rdmanl.Dial()
-	if err != nil {
-		if errors.Is(err, syscall.EPROTONOSUPPORT) || errors.Is(err, syscall.EAFNOSUPPORT) || !isLinux {
-			return nil, withExitCode(exitUnsupported, fmt.Errorf("%w (RDMA netlink is not available: %v)", inventory.ErrNoDevices, err))
-		}
-		return nil, withExitCode(exitError, err)
-	}
-	return c, nil
-}
-
 // dial opens RDMA netlink for one command, bounded by h.timeout from now;
-// done closes the connection and ends the context.
+// done closes the connection and ends the context. A host without RDMA
+// netlink is rdmanl.Dial's ibv.ErrNoDevice (exit 3, errNotHere).
 func (h hostOptions) dial(parent context.Context) (ctx context.Context, conn *rdmanl.Conn, done func(), err error) {
 	ctx, cancel := context.WithTimeout(parent, h.timeout)
-	if conn, err = dialRDMA(); err != nil {
+	if conn, err = rdmanl.Dial(); err != nil {
 		cancel()
 		return nil, nil, nil, err
 	}
