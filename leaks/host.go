@@ -19,10 +19,18 @@ type HostSampler struct {
 	Options inventory.Options // where /proc, sysfs and /dev are, which devices
 }
 
+// ErrNoConn is what a HostSampler without a Conn returns, such as one
+// made with the nil Conn of a failed rdmanl.Dial (whose error says why:
+// on a host without RDMA netlink it matches ibv.ErrNoDevice).
+var ErrNoConn = errors.New("leaks.HostSampler has no RDMA netlink Conn")
+
 // Sample takes one snapshot. A host without RDMA devices is an error
-// matching ErrNoRDMA (and inventory.ErrNoDevices); any other failure of
-// inventory.Take is returned as is.
+// matching ErrNoRDMA (and inventory.ErrNoDevices); a sampler without a
+// Conn, ErrNoConn; any other failure of inventory.Take is returned as is.
 func (h HostSampler) Sample(ctx context.Context) (Sample, error) {
+	if h.Conn == nil {
+		return Sample{}, ErrNoConn
+	}
 	snap, err := inventory.Take(ctx, h.Conn, h.Options)
 	if errors.Is(err, inventory.ErrNoDevices) {
 		return Sample{}, fmt.Errorf("%w: %w", ErrNoRDMA, err)
