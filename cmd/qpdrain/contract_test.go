@@ -20,6 +20,15 @@ import (
 // with the error and the code), and writes no file, before any work
 // (wantRefused).
 func TestContractBadInputs(t *testing.T) {
+	// Directories where a file is wanted, outside DIR (which must stay
+	// empty), named as the file would be.
+	dirs := t.TempDir()
+	promDir, pngDir := filepath.Join(dirs, "x.prom"), filepath.Join(dirs, "plot.png")
+	for _, d := range []string{promDir, pngDir} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	wantRefused(t, nil, []badInput{
 		{[]string{"bogus"}, exitError, `unknown command "bogus" for "qpdrain"`},
 		{[]string{"completion", "bogus"}, exitError, `unknown command "bogus" for "qpdrain completion"`},
@@ -73,6 +82,7 @@ func TestContractBadInputs(t *testing.T) {
 		{[]string{"churn", "--plot", "DIR/x.jpg"}, exitError, "want a file name ending in .png or .svg"},
 		{[]string{"churn", "--plot", "DIR/missing/x.png"}, exitError, "missing: no such file or directory"},
 		{[]string{"churn", "--plot", "DIR/missing/x.png", "-j"}, exitError, "no such file or directory"},
+		{[]string{"churn", "--plot", pngDir}, exitError, `invalid argument "` + pngDir + `" for "--plot" flag: ` + pngDir + ` is a directory`},
 		{[]string{"churn", "--plot-until", "-1s"}, exitError, `"--plot-until" flag: want at least 0s`},
 		{[]string{"churn", "--device", ""}, exitError, `"--device" flag: want a value`},
 		{[]string{"churn", "--device", "nope"}, exitUnsupported, `no such RDMA device "nope" here`},
@@ -89,6 +99,9 @@ func TestContractBadInputs(t *testing.T) {
 
 		{[]string{"leaks", "--textfile", "DIR/missing/x.prom"}, exitError, "no such file or directory"},
 		{[]string{"leaks", "--textfile", ""}, exitError, "want a file name"},
+		{[]string{"leaks", "--textfile", dirs}, exitError, `invalid argument "` + dirs + `" for "--textfile" flag`},
+		{[]string{"leaks", "--textfile", promDir}, exitError, `"--textfile" flag: ` + promDir + ` is a directory`},
+		{[]string{"leaks", "--textfile", "DIR/x.txt"}, exitError, `"--textfile" flag: want a file name ending in .prom`},
 		{[]string{"leaks", "--timeout", "0"}, exitError, `"--timeout" flag: want a positive duration`},
 		{[]string{"leaks", "--near-limit", "0"}, exitError, `"0" for "--near-limit" flag: want a fraction in (0, 1]`},
 		{[]string{"leaks", "--near-limit", "NaN"}, exitError, `"NaN" for "--near-limit" flag: want a finite number`},
