@@ -29,6 +29,13 @@ func TestContractBadInputs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// rxe add on a kernel without rdma_rxe: modprobe fails as it does
+	// there, and loads nothing here.
+	saved := modprobe
+	modprobe = func(string) ([]byte, error) {
+		return []byte("modprobe: FATAL: Module rdma_rxe not found in directory /lib/modules/6.1.0"), errors.New("exit status 1")
+	}
+	t.Cleanup(func() { modprobe = saved })
 	wantRefused(t, nil, []badInput{
 		{[]string{"bogus"}, exitError, `unknown command "bogus" for "qpdrain"`},
 		{[]string{"completion", "bogus"}, exitError, `unknown command "bogus" for "qpdrain completion"`},
@@ -118,7 +125,8 @@ func TestContractBadInputs(t *testing.T) {
 
 		{[]string{"rxe", "add", "a/b", "lo"}, exitError, `device name "a/b"`},
 		{[]string{"rxe", "add", strings.Repeat("r", 64), "lo"}, exitError, "want 1 to 63 bytes"},
-		{[]string{"rxe", "add", "rxe_t", "nosuchnetdev0"}, exitUnsupported, `no such net device "nosuchnetdev0"`},
+		{[]string{"rxe", "add", "rxe_t", "nosuchnetdev0"}, exitError, `no such net device "nosuchnetdev0"`},
+		{[]string{"rxe", "add", "rxe_t", "lo", "--sysfs", "DIR"}, exitUnsupported, "this kernel has no rdma_rxe module"},
 		{[]string{"rxe", "add", "rxe_t"}, exitError, "accepts 2 arg(s)"},
 		{[]string{"rxe", "del", "--timeout", "0", "x"}, exitError, `"--timeout" flag`},
 
