@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/qpdrain/qpdrain/ibv"
 )
 
 // The contract, per command: a bad flag or argument gives its exit code and
@@ -36,6 +38,11 @@ func TestContractBadInputs(t *testing.T) {
 		return []byte("modprobe: FATAL: Module rdma_rxe not found in directory /lib/modules/6.1.0"), errors.New("exit status 1")
 	}
 	t.Cleanup(func() { modprobe = saved })
+	if infos, err := ibv.Devices(); err != nil || len(infos) == 0 {
+		// Without RDMA devices, devices -j prints the error document as
+		// qps -j and leaks -j do.
+		wantRefused(t, nil, []badInput{{[]string{"devices", "-j"}, exitUnsupported, "no RDMA devices"}})
+	}
 	wantRefused(t, nil, []badInput{
 		{[]string{"bogus"}, exitError, `unknown command "bogus" for "qpdrain"`},
 		{[]string{"completion", "bogus"}, exitError, `unknown command "bogus" for "qpdrain completion"`},
@@ -132,7 +139,8 @@ func TestContractBadInputs(t *testing.T) {
 
 		{[]string{"scenario", "nope"}, exitError, "nope"},
 
-		{[]string{"trace"}, exitError, "give a program to run"},
+		{[]string{"trace"}, exitError, "trace: nothing to trace: give a program to run (after --) or --from FILE"},
+		{[]string{"trace", "--from", "DIR/x.rec", "--", "true"}, exitError, "trace: give a program to run (after --) or --from FILE, not both"},
 		{[]string{"trace", "--report", "DIR/missing/r.txt", "--", "true"}, exitError, "no such file or directory"},
 		{[]string{"trace", "--records", "DIR/missing/r.bin", "--", "true"}, exitError, "no such file or directory"},
 		{[]string{"trace", "--last-wqe", "sometimes", "--", "true"}, exitError, "want one of auto, raises, never"},
