@@ -121,6 +121,22 @@ func TestAnalyze(t *testing.T) {
 			}
 			return qps
 		}, Options{}, []string{"stuck-in-error:100"}},
+		{"two samples, 1 then 2 QPs in ERR, are stuck: growing needs three", 2, func(i int) []QP {
+			if i == 0 {
+				return []QP{rc(100, "ERR", grower)}
+			}
+			return []QP{rc(100, "ERR", grower), rc(101, "ERR", grower)}
+		}, Options{}, []string{"stuck-in-error:100"}},
+		{"stuck-in-error is one finding per owner", 3, func(int) []QP {
+			return []QP{rc(18, "ERR", app), rc(19, "ERR", child), rc(20, "SQE", app)}
+		}, Options{}, []string{"stuck-in-error:18,20", "stuck-in-error:19"}},
+		{"near max_qp in an earlier sample, not the last", 2, func(i int) []QP {
+			qps := []QP{rc(17, "RTS", app), rc(18, "RTS", app), rc(19, "RTS", app)}
+			if i == 0 {
+				qps = append(qps, rc(20, "RTS", app))
+			}
+			return qps
+		}, Options{Limits: map[string]Limit{"rxe0": {MaxQP: 4}}}, []string{"near-limit:"}},
 		{"near max_qp", 2, func(int) []QP {
 			return []QP{rc(17, "RTS", app), rc(18, "RTS", app), rc(19, "RTS", app), rc(20, "RTS", app)}
 		}, Options{Limits: map[string]Limit{"rxe0": {MaxQP: 4}}}, []string{"near-limit:"}},
@@ -137,6 +153,15 @@ func TestAnalyze(t *testing.T) {
 			}
 			return qps
 		}, Options{}, []string{"near-limit:"}},
+		{"only ib_ipoib's RC QPs count toward the non-SRQ limit", 2, func(int) []QP {
+			// 115 of them, below the threshold of 116: its UD QP and
+			// another module's RC QP do not make it 116.
+			qps := []QP{gsi, kern(2, "UD", "RTS", "ib_ipoib"), kern(3, "RC", "RTS", "rds_rdma")}
+			for j := range 115 {
+				qps = append(qps, kern(uint32(100+j), "RC", "RTS", "ib_ipoib"))
+			}
+			return qps
+		}, Options{}, nil},
 		{"IPoIB-CM below the non-SRQ limit", 2, func(int) []QP {
 			qps := []QP{gsi}
 			for j := range 115 {
