@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/mdlayher/netlink"
+
 	"github.com/qpdrain/qpdrain/ibv"
 )
 
@@ -64,5 +66,41 @@ func TestDialError(t *testing.T) {
 		if errors.Is(err, ibv.ErrNoDevice) != tc.noRDMA || !errors.Is(err, tc.err) {
 			t.Errorf("dialError(%v, linux %v) = %v: matches ibv.ErrNoDevice %v, want %v, and the cause", tc.err, tc.linux, err, !tc.noRDMA, tc.noRDMA)
 		}
+	}
+}
+
+// A dump whose first message is malformed fails with ErrMalformed, though
+// the messages after it decode: its rows are not silently missing.
+func TestConnDumpFirstMessageMalformed(t *testing.T) {
+	good := qpMessage(t, 1, "rxe0", qpEntry(func(e *netlink.AttributeEncoder) { e.Uint32(attrResLQPN, 17) }))
+	bad := qpMessage(t, 1, "rxe0", qpEntry(func(e *netlink.AttributeEncoder) { e.Uint8(attrResLQPN, 9) }))
+	c := fakeKernel{CmdResQPGet: {bad, good}, CmdGet: {nil}}.dial(t)
+	defer c.Close()
+	if qps, err := c.QPs(context.Background(), Device{Index: 1, Name: "rxe0"}); !errors.Is(err, ErrMalformed) {
+		t.Errorf("dump with a malformed first message: %d QPs, err %v; want ErrMalformed", len(qps), err)
+	}
+	// The rest of the dump was read: the Conn is usable.
+	if _, err := c.Devices(context.Background()); err != nil {
+		t.Errorf("GET after it: %v", err)
+	}
+}
+
+// After a dump cut short by its context, the rest of it may be queued on
+// the socket: every later call on the Conn fails with ErrUnusable.
+func TestConnUnusableAfterCanceledDump(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := fakeKernel{CmdResQPGet: {qpMessage(t, 1, "rxe0"), qpMessage(t, 1, "rxe0")}, CmdGet: {nil}}.dialHook(t, func(cmd Command) syscall.Errno {
+		if cmd == CmdResQPGet {
+			cancel() // while the dump is on its way
+		}
+		return 0
+	})
+	defer c.Close()
+	if _, err := c.QPs(ctx, Device{Index: 1, Name: "rxe0"}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("dump canceled midway: %v, want context.Canceled", err)
+	}
+	if _, err := c.Devices(context.Background()); !errors.Is(err, ErrUnusable) {
+		t.Errorf("GET after a canceled dump: %v, want ErrUnusable", err)
 	}
 }

@@ -100,9 +100,42 @@ func TestDecodeMalformed(t *testing.T) {
 		"truncated":       good[:len(good)-3],
 		"short attribute": {3, 0, 1, 0},
 		"lqpn as u8":      qpMessage(t, 1, "rxe0", qpEntry(func(e *netlink.AttributeEncoder) { e.Uint8(attrResLQPN, 9) })),
+		// Longer than its type is as wrong as shorter: not read short.
+		"lqpn as u64": qpMessage(t, 1, "rxe0", qpEntry(func(e *netlink.AttributeEncoder) { e.Uint64(attrResLQPN, 9) })),
+		"type as u32": qpMessage(t, 1, "rxe0", qpEntry(func(e *netlink.AttributeEncoder) { e.Uint32(attrResType, uint32(QPTypeRC)) })),
 	} {
 		if qps, err := appendQPs(nil, b); !errors.Is(err, ErrMalformed) || len(qps) != 0 {
 			t.Errorf("%s: %d QPs, err %v, want none and ErrMalformed", name, len(qps), err)
+		}
+	}
+}
+
+// Every row of a message keeps its own kern_name: a user QP after a
+// kernel one has none, and two modules' names of one length stay apart.
+func TestDecodeKernNamePerRow(t *testing.T) {
+	kern := func(lqpn uint32, name string) func(*netlink.AttributeEncoder) error {
+		return qpEntry(func(e *netlink.AttributeEncoder) {
+			e.Uint32(attrResLQPN, lqpn)
+			e.String(attrResKernName, name)
+		})
+	}
+	b := qpMessage(t, 1, "mlx5_0", kern(1, "ib_core"),
+		qpEntry(func(e *netlink.AttributeEncoder) {
+			e.Uint32(attrResLQPN, 17)
+			e.Uint32(attrResPID, 5)
+		}),
+		kern(2, "ib_ipoib"), kern(3, "rds_rdma"), kern(4, "rds_rdma"))
+	qps, err := appendQPs(nil, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"ib_core", "", "ib_ipoib", "rds_rdma", "rds_rdma"}
+	if len(qps) != len(want) {
+		t.Fatalf("%d QPs, want %d", len(qps), len(want))
+	}
+	for i, w := range want {
+		if qps[i].KernName != w || (qps[i].Has&HasKernName != 0) != (w != "") {
+			t.Errorf("QP %d: kern_name %q (has %v), want %q", qps[i].LQPN, qps[i].KernName, qps[i].Has&HasKernName != 0, w)
 		}
 	}
 }
