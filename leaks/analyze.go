@@ -108,7 +108,7 @@ type Report struct {
 	Devices  []DeviceSummary `json:"devices"`
 	Findings []Finding       `json:"findings"`
 	// Notes say what the samples could not show (too few samples for a
-	// reason, a max_qp that could not be read).
+	// reason, a max_qp that could not be read, the samples' own notes).
 	Notes []string `json:"notes"`
 }
 
@@ -167,6 +167,13 @@ func Analyze(samples []Sample, o Options) Report {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d samples: growing needs at least %d", n, MinGrowingSamples))
 	}
 
+	for _, s := range samples {
+		for _, note := range s.Notes {
+			if !slices.Contains(r.Notes, note) {
+				r.Notes = append(r.Notes, note)
+			}
+		}
+	}
 	for _, dev := range deviceNames(samples) {
 		a := newDeviceAnalysis(dev, samples)
 		r.Devices = append(r.Devices, a.summary(o.Limits[dev]))
@@ -253,7 +260,8 @@ func newDeviceAnalysis(name string, samples []Sample) *deviceAnalysis {
 				t.seen++
 			}
 			t.errAll = t.errAll && inError(q.State)
-			t.orphAll = t.orphAll && !q.Kernel() && q.Owner.PID == 0
+			// Orphaned needs the creator proven gone, not unknown.
+			t.orphAll = t.orphAll && !q.Kernel() && q.Owner.PID == 0 && !q.OwnerUncertain
 			t.last = q
 			if q.KernName == ipoibKernName && q.Type == "RC" {
 				ipoib++

@@ -89,6 +89,11 @@ func TestAnalyze(t *testing.T) {
 			return []QP{rc(17, "RTS", Process{}, child), rc(18, "ERR", Process{}, other), rc(19, "ERR", Process{}, child),
 				unsure(rc(20, "ERR", Process{}, child, other)), rc(21, "ERR", Process{}, child, other)}
 		}, Options{}, []string{"orphaned:17,19", "orphaned:18", "orphaned:20", "orphaned:21"}},
+		{"an owner the kernel could not name is not orphaned", 3, func(int) []QP {
+			q := rc(18, "ERR", Process{}, child)
+			q.OwnerUncertain = true
+			return []QP{q}
+		}, Options{}, nil},
 		{"an owner that went away during the window is not orphaned", 3, func(i int) []QP {
 			if i == 0 {
 				return []QP{rc(17, "RTS", app)}
@@ -116,6 +121,22 @@ func TestAnalyze(t *testing.T) {
 			}
 			return qps
 		}, Options{}, []string{"stuck-in-error:100"}},
+		{"two samples, 1 then 2 QPs in ERR, are stuck: growing needs three", 2, func(i int) []QP {
+			if i == 0 {
+				return []QP{rc(100, "ERR", grower)}
+			}
+			return []QP{rc(100, "ERR", grower), rc(101, "ERR", grower)}
+		}, Options{}, []string{"stuck-in-error:100"}},
+		{"stuck-in-error is one finding per owner", 3, func(int) []QP {
+			return []QP{rc(18, "ERR", app), rc(19, "ERR", child), rc(20, "SQE", app)}
+		}, Options{}, []string{"stuck-in-error:18,20", "stuck-in-error:19"}},
+		{"near max_qp in an earlier sample, not the last", 2, func(i int) []QP {
+			qps := []QP{rc(17, "RTS", app), rc(18, "RTS", app), rc(19, "RTS", app)}
+			if i == 0 {
+				qps = append(qps, rc(20, "RTS", app))
+			}
+			return qps
+		}, Options{Limits: map[string]Limit{"rxe0": {MaxQP: 4}}}, []string{"near-limit:"}},
 		{"near max_qp", 2, func(int) []QP {
 			return []QP{rc(17, "RTS", app), rc(18, "RTS", app), rc(19, "RTS", app), rc(20, "RTS", app)}
 		}, Options{Limits: map[string]Limit{"rxe0": {MaxQP: 4}}}, []string{"near-limit:"}},
@@ -132,6 +153,15 @@ func TestAnalyze(t *testing.T) {
 			}
 			return qps
 		}, Options{}, []string{"near-limit:"}},
+		{"only ib_ipoib's RC QPs count toward the non-SRQ limit", 2, func(int) []QP {
+			// 115 of them, below the threshold of 116: its UD QP and
+			// another module's RC QP do not make it 116.
+			qps := []QP{gsi, kern(2, "UD", "RTS", "ib_ipoib"), kern(3, "RC", "RTS", "rds_rdma")}
+			for j := range 115 {
+				qps = append(qps, kern(uint32(100+j), "RC", "RTS", "ib_ipoib"))
+			}
+			return qps
+		}, Options{}, nil},
 		{"IPoIB-CM below the non-SRQ limit", 2, func(int) []QP {
 			qps := []QP{gsi}
 			for j := range 115 {
@@ -188,6 +218,17 @@ func TestAnalyzeEvidence(t *testing.T) {
 	}
 	if got := r.QPCount(StuckInError, "rxe0"); got != 1 {
 		t.Errorf("QPCount(stuck-in-error) = %d, want 1", got)
+	}
+}
+
+// The samples' notes reach the report, each once.
+func TestAnalyzeSampleNotes(t *testing.T) {
+	ss := samples(3, func(int) []QP { return nil })
+	for i := range ss {
+		ss[i].Notes = []string{"rxe0: the kernel has no RES_CTX_GET"}
+	}
+	if r := Analyze(ss, Options{}); !slices.Equal(r.Notes, []string{"rxe0: the kernel has no RES_CTX_GET"}) {
+		t.Errorf("notes %q, want the samples' note once", r.Notes)
 	}
 }
 

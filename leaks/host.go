@@ -19,10 +19,18 @@ type HostSampler struct {
 	Options inventory.Options // where /proc, sysfs and /dev are, which devices
 }
 
+// ErrNoConn is what a HostSampler without a Conn returns, such as one
+// made with the nil Conn of a failed rdmanl.Dial (whose error says why:
+// on a host without RDMA netlink it matches ibv.ErrNoDevice).
+var ErrNoConn = errors.New("leaks.HostSampler has no RDMA netlink Conn")
+
 // Sample takes one snapshot. A host without RDMA devices is an error
-// matching ErrNoRDMA (and inventory.ErrNoDevices); any other failure of
-// inventory.Take is returned as is.
+// matching ErrNoRDMA (and inventory.ErrNoDevices); a sampler without a
+// Conn, ErrNoConn; any other failure of inventory.Take is returned as is.
 func (h HostSampler) Sample(ctx context.Context) (Sample, error) {
+	if h.Conn == nil {
+		return Sample{}, ErrNoConn
+	}
 	snap, err := inventory.Take(ctx, h.Conn, h.Options)
 	if errors.Is(err, inventory.ErrNoDevices) {
 		return Sample{}, fmt.Errorf("%w: %w", ErrNoRDMA, err)
@@ -34,12 +42,12 @@ func (h HostSampler) Sample(ctx context.Context) (Sample, error) {
 }
 
 // FromSnapshot keeps what the leak analysis needs of a host-view snapshot
-// taken at at. A QP's owner
+// taken at at, and its notes. A QP's owner
 // is its live, non-zombie owning process; a zombie has closed its files, so
 // what keeps its QPs is a holder. Every user QP keeps its own holders
 // (inventory ties each context to its file), certain or the candidates.
 func FromSnapshot(snap *inventory.Snapshot, at time.Time) Sample {
-	s := Sample{At: at, Devices: make([]Device, len(snap.Devices))}
+	s := Sample{At: at, Devices: make([]Device, len(snap.Devices)), Notes: snap.Notes}
 	byIndex := make(map[uint32]int, len(snap.Devices))
 	for i, d := range snap.Devices {
 		s.Devices[i].Name = d.Name
@@ -72,7 +80,7 @@ func FromSnapshot(snap *inventory.Snapshot, at time.Time) Sample {
 	for i := range snap.QPs {
 		q := &snap.QPs[i]
 		d := byIndex[q.Device]
-		lq := QP{Port: q.Port, LQPN: q.LQPN, Type: q.Type.String(), State: q.State.String(), KernName: q.KernName}
+		lq := QP{Port: q.Port, LQPN: q.LQPN, Type: q.Type.String(), State: q.State.String(), KernName: q.KernName, OwnerUncertain: q.OwnerUncertain}
 		if q.Owner != nil && q.Owner.Via != inventory.FromKernel && !q.Owner.Zombie {
 			lq.Owner = Process{PID: int(q.Owner.PID), Comm: q.Owner.Comm, Workload: q.Owner.Workload}
 		}

@@ -37,8 +37,12 @@ type QP struct {
 	// "ib_ipoib"); empty for user QPs.
 	KernName string
 	// Owner is the live process that created the QP's context; PID 0 when
-	// none is known: the creator exited, leaving the context to holders.
+	// none is known: the creator exited, leaving the context to holders,
+	// or, with OwnerUncertain, the kernel could not tell.
 	Owner Process
+	// OwnerUncertain: no owner is known, and the creator may be alive (the
+	// kernel has no context table to name it; Sample.Notes says so).
+	OwnerUncertain bool
 	// Holders are the processes that keep the QP's context alive by
 	// holding its uverbs file open or mapped (the creator, a forked child,
 	// a process an fd was passed to); when HoldersCertain is false, the
@@ -66,6 +70,9 @@ type Sample struct {
 	At time.Time
 	// Devices are the host's RDMA devices.
 	Devices []Device
+	// Notes say what the sample could not tell ("rxe0: the kernel has no
+	// RES_CTX_GET ..."); Analyze passes them on in its report.
+	Notes []string
 }
 
 // A Sampler reads the host's QPs. Sample returns ErrNoRDMA (wrapped) when

@@ -4,14 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"syscall"
 	"time"
 
 	"github.com/mdlayher/netlink"
+
+	"github.com/qpdrain/qpdrain/ibv"
 )
 
 // ErrUnusable is returned by every call on a Conn after a dump was cut
 // short (by its context or a receive error): the rest of that dump may
-// still be queued on the socket, so the Conn must be closed.
+// still be queued on the socket, so the Conn must be closed. A kernel's
+// error reply (an errno in NLMSG_ERROR or NLMSG_DONE) ends its reply and
+// leaves the Conn usable.
 var ErrUnusable = errors.New("netlink connection unusable after an interrupted dump")
 
 // ErrNoReply means the kernel answered a request with no message.
@@ -55,13 +61,24 @@ type Conn struct {
 }
 
 // Dial opens a NETLINK_RDMA socket in the caller's network namespace,
-// which decides the devices it sees.
+// which decides the devices it sees. On a host without RDMA netlink (the
+// kernel has no NETLINK_RDMA, ib_core not loaded: EPROTONOSUPPORT; no
+// netlink: EAFNOSUPPORT; not Linux) the error matches ibv.ErrNoDevice, the
+// project's "no RDMA here", as well as the errno.
 func Dial() (*Conn, error) {
 	nl, err := netlink.Dial(familyRDMA, &netlink.Config{MessageBufferSize: DefaultMessageBufferSize})
 	if err != nil {
-		return nil, fmt.Errorf("opening the RDMA netlink socket: %w", err)
+		return nil, dialError(err, runtime.GOOS == "linux")
 	}
 	return NewConn(nl), nil
+}
+
+// dialError is Dial's error for err, netlink.Dial's on linux or elsewhere.
+func dialError(err error, linux bool) error {
+	if !linux || errors.Is(err, syscall.EPROTONOSUPPORT) || errors.Is(err, syscall.EAFNOSUPPORT) {
+		return fmt.Errorf("RDMA netlink is not available (opening its socket: %w): %w", err, ibv.ErrNoDevice)
+	}
+	return fmt.Errorf("opening the RDMA netlink socket: %w", err)
 }
 
 // NewConn uses an open netlink connection, such as one from nltest.Dial.
@@ -121,10 +138,11 @@ func (c *Conn) request(ctx context.Context, cmd Command, dev string, flags netli
 	var ferr error
 	for m, rerr := range c.nl.ReceiveIter() {
 		if rerr != nil {
+			replied := kernelError(rerr)
 			if cerr := ctx.Err(); cerr != nil {
 				rerr = cerr
 			}
-			if n > 0 || flags&netlink.Dump != 0 {
+			if !replied && (n > 0 || flags&netlink.Dump != 0) {
 				c.broken = ErrUnusable
 			}
 			return fail(rerr)
@@ -151,6 +169,21 @@ func (c *Conn) request(ctx context.Context, cmd Command, dev string, flags netli
 		return fail(ErrNoReply)
 	}
 	return nil
+}
+
+// kernelError reports whether err is the kernel's answer, an errno in an
+// NLMSG_ERROR or NLMSG_DONE message: the last message of its reply
+// (netlink_ack, netlink_dump_done in net/netlink/af_netlink.c), after which
+// nothing of the request is left on the socket. netlink carries such an
+// errno bare in its OpError, and a failed receive as an *os.SyscallError
+// or a deadline error.
+func kernelError(err error) bool {
+	var oe *netlink.OpError
+	if !errors.As(err, &oe) {
+		return false
+	}
+	_, ok := oe.Err.(syscall.Errno)
+	return ok
 }
 
 // devAttrs is a request naming a device by index.

@@ -100,6 +100,9 @@ func TestDecodeMalformed(t *testing.T) {
 		"truncated":       good[:len(good)-3],
 		"short attribute": {3, 0, 1, 0},
 		"lqpn as u8":      qpMessage(t, 1, "rxe0", qpEntry(func(e *netlink.AttributeEncoder) { e.Uint8(attrResLQPN, 9) })),
+		// Longer than its type is as wrong as shorter: not read short.
+		"lqpn as u64": qpMessage(t, 1, "rxe0", qpEntry(func(e *netlink.AttributeEncoder) { e.Uint64(attrResLQPN, 9) })),
+		"type as u32": qpMessage(t, 1, "rxe0", qpEntry(func(e *netlink.AttributeEncoder) { e.Uint32(attrResType, uint32(QPTypeRC)) })),
 	} {
 		if qps, err := appendQPs(nil, b); !errors.Is(err, ErrMalformed) || len(qps) != 0 {
 			t.Errorf("%s: %d QPs, err %v, want none and ErrMalformed", name, len(qps), err)
@@ -107,11 +110,46 @@ func TestDecodeMalformed(t *testing.T) {
 	}
 }
 
+// Every row of a message keeps its own kern_name: a user QP after a
+// kernel one has none, and two modules' names of one length stay apart.
+func TestDecodeKernNamePerRow(t *testing.T) {
+	kern := func(lqpn uint32, name string) func(*netlink.AttributeEncoder) error {
+		return qpEntry(func(e *netlink.AttributeEncoder) {
+			e.Uint32(attrResLQPN, lqpn)
+			e.String(attrResKernName, name)
+		})
+	}
+	b := qpMessage(t, 1, "mlx5_0", kern(1, "ib_core"),
+		qpEntry(func(e *netlink.AttributeEncoder) {
+			e.Uint32(attrResLQPN, 17)
+			e.Uint32(attrResPID, 5)
+		}),
+		kern(2, "ib_ipoib"), kern(3, "rds_rdma"), kern(4, "rds_rdma"))
+	qps, err := appendQPs(nil, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"ib_core", "", "ib_ipoib", "rds_rdma", "rds_rdma"}
+	if len(qps) != len(want) {
+		t.Fatalf("%d QPs, want %d", len(qps), len(want))
+	}
+	for i, w := range want {
+		if qps[i].KernName != w || (qps[i].Has&HasKernName != 0) != (w != "") {
+			t.Errorf("QP %d: kern_name %q (has %v), want %q", qps[i].LQPN, qps[i].KernName, qps[i].Has&HasKernName != 0, w)
+		}
+	}
+}
+
 // fakeKernel answers nldev requests with canned replies, as the kernel
-// would: each dump as one multipart reply ending in NLMSG_DONE.
+// would: each dump as one multipart reply ending in NLMSG_DONE, a command
+// it has no reply for with EOPNOTSUPP (an NLMSG_ERROR).
 type fakeKernel map[Command][][]byte
 
-func (f fakeKernel) dial(t testing.TB) *Conn {
+func (f fakeKernel) dial(t testing.TB) *Conn { return f.dialHook(t, nil) }
+
+// dialHook is dial with hook, when not nil, called first on every request:
+// a non-zero errno it returns is the kernel's answer instead.
+func (f fakeKernel) dialHook(t testing.TB, hook func(Command) syscall.Errno) *Conn {
 	t.Helper()
 	return NewConn(nltest.Dial(func(req []netlink.Message) ([]netlink.Message, error) {
 		if len(req) != 1 {
@@ -121,13 +159,20 @@ func (f fakeKernel) dial(t testing.TB) *Conn {
 		if uint16(req[0].Header.Type)>>10 != nldevClient {
 			t.Fatalf("request type %#x is not nldev", req[0].Header.Type)
 		}
+		var errno syscall.Errno
+		if hook != nil {
+			errno = hook(cmd)
+		}
 		bodies, ok := f[cmd]
-		if !ok {
+		if !ok && errno == 0 {
+			errno = syscall.EOPNOTSUPP
+		}
+		if errno != 0 {
 			// nltest.Error keeps the request's flags, and NLM_F_DUMP's bits
 			// read as NLM_F_ACK_TLVS in a reply: build the error plainly.
 			r := req[0]
 			r.Header.Flags = 0
-			return nltest.Error(int(syscall.EOPNOTSUPP), []netlink.Message{r})
+			return nltest.Error(int(errno), []netlink.Message{r})
 		}
 		msgs := make([]netlink.Message, 0, len(bodies)+1)
 		for _, b := range bodies {

@@ -403,13 +403,17 @@ func (v *checkedStrings) Type() string   { return "stringArray" }
 func (v *checkedStrings) String() string { return "[" + strings.Join(*v.p, ",") + "]" }
 
 // outputFile returns a check of a file the command will write: its
-// extension is one of exts (any case; none when exts is empty) and its
-// directory exists and takes a new file, so that the command fails before
-// its work, not after it.
+// extension is one of exts (any case; none when exts is empty), it is not
+// a directory (the rename that writes it would fail), and its directory
+// exists and takes a new file, so that the command fails before its work,
+// not after it.
 func outputFile(exts ...string) func(string) error {
 	return func(path string) error {
 		if path == "" {
 			return errors.New("want a file name")
+		}
+		if st, err := os.Stat(path); err == nil && st.IsDir() {
+			return fmt.Errorf("%s is a directory: want a file name", path)
 		}
 		if len(exts) > 0 && fileKind(path, exts...) == "" {
 			return fmt.Errorf("want a file name ending in %s", strings.Join(exts, " or "))

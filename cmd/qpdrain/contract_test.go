@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/qpdrain/qpdrain/ibv"
 )
 
 // The contract, per command: a bad flag or argument gives its exit code and
@@ -20,6 +22,27 @@ import (
 // with the error and the code), and writes no file, before any work
 // (wantRefused).
 func TestContractBadInputs(t *testing.T) {
+	// Directories where a file is wanted, outside DIR (which must stay
+	// empty), named as the file would be.
+	dirs := t.TempDir()
+	promDir, pngDir := filepath.Join(dirs, "x.prom"), filepath.Join(dirs, "plot.png")
+	for _, d := range []string{promDir, pngDir} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// rxe add on a kernel without rdma_rxe: modprobe fails as it does
+	// there, and loads nothing here.
+	saved := modprobe
+	modprobe = func(string) ([]byte, error) {
+		return []byte("modprobe: FATAL: Module rdma_rxe not found in directory /lib/modules/6.1.0"), errors.New("exit status 1")
+	}
+	t.Cleanup(func() { modprobe = saved })
+	if infos, err := ibv.Devices(); err != nil || len(infos) == 0 {
+		// Without RDMA devices, devices -j prints the error document as
+		// qps -j and leaks -j do.
+		wantRefused(t, nil, []badInput{{[]string{"devices", "-j"}, exitUnsupported, "no RDMA devices"}})
+	}
 	wantRefused(t, nil, []badInput{
 		{[]string{"bogus"}, exitError, `unknown command "bogus" for "qpdrain"`},
 		{[]string{"completion", "bogus"}, exitError, `unknown command "bogus" for "qpdrain completion"`},
@@ -73,6 +96,7 @@ func TestContractBadInputs(t *testing.T) {
 		{[]string{"churn", "--plot", "DIR/x.jpg"}, exitError, "want a file name ending in .png or .svg"},
 		{[]string{"churn", "--plot", "DIR/missing/x.png"}, exitError, "missing: no such file or directory"},
 		{[]string{"churn", "--plot", "DIR/missing/x.png", "-j"}, exitError, "no such file or directory"},
+		{[]string{"churn", "--plot", pngDir}, exitError, `invalid argument "` + pngDir + `" for "--plot" flag: ` + pngDir + ` is a directory`},
 		{[]string{"churn", "--plot-until", "-1s"}, exitError, `"--plot-until" flag: want at least 0s`},
 		{[]string{"churn", "--device", ""}, exitError, `"--device" flag: want a value`},
 		{[]string{"churn", "--device", "nope"}, exitUnsupported, `no such RDMA device "nope" here`},
@@ -89,6 +113,9 @@ func TestContractBadInputs(t *testing.T) {
 
 		{[]string{"leaks", "--textfile", "DIR/missing/x.prom"}, exitError, "no such file or directory"},
 		{[]string{"leaks", "--textfile", ""}, exitError, "want a file name"},
+		{[]string{"leaks", "--textfile", dirs}, exitError, `invalid argument "` + dirs + `" for "--textfile" flag`},
+		{[]string{"leaks", "--textfile", promDir}, exitError, `"--textfile" flag: ` + promDir + ` is a directory`},
+		{[]string{"leaks", "--textfile", "DIR/x.txt"}, exitError, `"--textfile" flag: want a file name ending in .prom`},
 		{[]string{"leaks", "--timeout", "0"}, exitError, `"--timeout" flag: want a positive duration`},
 		{[]string{"leaks", "--near-limit", "0"}, exitError, `"0" for "--near-limit" flag: want a fraction in (0, 1]`},
 		{[]string{"leaks", "--near-limit", "NaN"}, exitError, `"NaN" for "--near-limit" flag: want a finite number`},
@@ -105,13 +132,15 @@ func TestContractBadInputs(t *testing.T) {
 
 		{[]string{"rxe", "add", "a/b", "lo"}, exitError, `device name "a/b"`},
 		{[]string{"rxe", "add", strings.Repeat("r", 64), "lo"}, exitError, "want 1 to 63 bytes"},
-		{[]string{"rxe", "add", "rxe_t", "nosuchnetdev0"}, exitUnsupported, `no such net device "nosuchnetdev0"`},
+		{[]string{"rxe", "add", "rxe_t", "nosuchnetdev0"}, exitError, `no such net device "nosuchnetdev0"`},
+		{[]string{"rxe", "add", "rxe_t", "lo", "--sysfs", "DIR"}, exitUnsupported, "this kernel has no rdma_rxe module"},
 		{[]string{"rxe", "add", "rxe_t"}, exitError, "accepts 2 arg(s)"},
 		{[]string{"rxe", "del", "--timeout", "0", "x"}, exitError, `"--timeout" flag`},
 
 		{[]string{"scenario", "nope"}, exitError, "nope"},
 
-		{[]string{"trace"}, exitError, "give a program to run"},
+		{[]string{"trace"}, exitError, "trace: nothing to trace: give a program to run (after --) or --from FILE"},
+		{[]string{"trace", "--from", "DIR/x.rec", "--", "true"}, exitError, "trace: give a program to run (after --) or --from FILE, not both"},
 		{[]string{"trace", "--report", "DIR/missing/r.txt", "--", "true"}, exitError, "no such file or directory"},
 		{[]string{"trace", "--records", "DIR/missing/r.bin", "--", "true"}, exitError, "no such file or directory"},
 		{[]string{"trace", "--last-wqe", "sometimes", "--", "true"}, exitError, "want one of auto, raises, never"},

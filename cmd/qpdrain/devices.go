@@ -32,14 +32,11 @@ func newDevicesCmd(opts *globalOptions) *cobra.Command {
 		Long: `List the RDMA devices libibverbs sees: node type, transport, GUID and firmware;
 each port's state, link layer, MTU and LID; its GID table with types and the netdev each
 GID belongs to; and, through ghw, the PCI function and NICs behind the device (software
-devices such as rxe have none). Exits 3 on a machine without RDMA devices (with -j after
-printing [], the empty list).`,
+devices such as rxe have none). Exits 3 on a machine without RDMA devices (with -j, the
+error document, as every command).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			devs, err := listDevices(opts)
-			if errors.Is(err, errNoDevices) && opts.json {
-				fmt.Fprintln(cmd.OutOrStdout(), "[]")
-			}
 			if err != nil {
 				return err
 			}

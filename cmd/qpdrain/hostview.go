@@ -21,7 +21,7 @@ type realHost struct {
 }
 
 func openRealHost(opts hostOptions, log io.Writer) (host, error) {
-	conn, err := dialRDMA()
+	conn, err := rdmanl.Dial()
 	if err != nil {
 		return nil, err
 	}

@@ -43,7 +43,7 @@ the samples show and a remedy:
 A QP of a live owner that is busy or idle in RTS is never a finding (an orphaned QP is one in
 any state). The kernel gives no QP age: every dwell
 is the lower bound the window shows. It changes nothing on the host (docs/LEAKS.md).
---textfile writes the metrics for node_exporter's textfile collector, atomically.
+--textfile FILE.prom writes the metrics for node_exporter's textfile collector, atomically.
 Exit status 0 clean, 1 findings, 2 error, 3 no RDMA devices here.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -55,7 +55,8 @@ Exit status 0 clean, 1 findings, 2 error, 3 no RDMA devices here.`,
 	durationFlag(f, &o.window, "for", leaks.DefaultFor, "how long to sample", atLeastDuration(0))
 	durationFlag(f, &o.interval, "interval", leaks.DefaultInterval, "time between samples", positive)
 	floatFlag(f, &o.nearLimit, "near-limit", leaks.DefaultNearLimit, "fraction of max_qp at which a device is near its limit", fraction(true))
-	stringFlag(f, &o.textfile, "textfile", "", "also write Prometheus metrics to this file (node_exporter's textfile collector), atomically", outputFile())
+	// node_exporter's textfile collector reads only *.prom files.
+	stringFlag(f, &o.textfile, "textfile", "", "also write Prometheus metrics to this .prom file (node_exporter's textfile collector), atomically", outputFile(".prom"))
 	return cmd
 }
 

@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -51,24 +50,12 @@ func oneShotGC() (restore func()) {
 	return func() { debug.SetGCPercent(old) }
 }
 
-// dialRDMA opens RDMA netlink; a host without it (no ib_core, not Linux)
-// has no RDMA devices (exit 3).
-func dialRDMA() (*rdmanl.Conn, error) {
-	c, err := rdmanl.Dial()
-	if err != nil {
-		if errors.Is(err, syscall.EPROTONOSUPPORT) || errors.Is(err, syscall.EAFNOSUPPORT) || !isLinux {
-			return nil, withExitCode(exitUnsupported, fmt.Errorf("%w (RDMA netlink is not available: %v)", inventory.ErrNoDevices, err))
-		}
-		return nil, withExitCode(exitError, err)
-	}
-	return c, nil
-}
-
 // dial opens RDMA netlink for one command, bounded by h.timeout from now;
-// done closes the connection and ends the context.
+// done closes the connection and ends the context. A host without RDMA
+// netlink is rdmanl.Dial's ibv.ErrNoDevice (exit 3, errNotHere).
 func (h hostOptions) dial(parent context.Context) (ctx context.Context, conn *rdmanl.Conn, done func(), err error) {
 	ctx, cancel := context.WithTimeout(parent, h.timeout)
-	if conn, err = dialRDMA(); err != nil {
+	if conn, err = rdmanl.Dial(); err != nil {
 		cancel()
 		return nil, nil, nil, err
 	}
@@ -92,7 +79,10 @@ processes that hold its context, its open uverbs file, by an fd or mappings
 groups the fds into open files, and a context is tied to its file through
 its live creator or by elimination; where that proves nothing the holders
 are the candidates ("holders_certain": false, "one-of" in text). A zombie
-creator is gone ("creator_gone"). Each process gets its workload from its
+creator is gone ("creator_gone"); on a kernel without the context table
+(RES_CTX_GET, before 5.11) an owner only that table could name is unknown
+("owner_uncertain": true, "owner unknown" in text, and a warning says why).
+Each process gets its workload from its
 cgroup (the systemd unit, the container, the Kubernetes pod UID and QoS
 class; the filters cgroup PATH and pod UID select by it). With -j, objects
 carry rdma's keys plus "owner" (its "cgroup" the workload), "creator_gone",
@@ -132,6 +122,9 @@ max_qp. Exits 3 when the host has no RDMA devices, 2 on errors.`,
 			}
 			if err := f.CheckPort(snap.Devices); err != nil {
 				return withExitCode(exitError, err)
+			}
+			for _, n := range snap.Notes {
+				opts.log.Warn(n)
 			}
 			w := bufio.NewWriterSize(cmd.OutOrStdout(), 64<<10)
 			if summary {
@@ -204,8 +197,9 @@ func printQPs(w io.Writer, snap *inventory.Snapshot, f *inventory.Filter, asJSON
 // order (rdma/res-qp.c res_qp_line, rdma/res.c print_link: ifindex,
 // ifname, port, lqpn, rqpn, type, subtype, state, rq-psn, sq-psn,
 // path-mig-state, pdn, pid, comm), each present exactly when rdma prints
-// it, then qpdrain's own: owner (null for none), creator_gone, holders
-// ([] for none) and holders_certain. It appends the bytes itself:
+// it, then qpdrain's own: owner (null for none), creator_gone,
+// owner_uncertain (only when true), holders ([] for none) and
+// holders_certain. It appends the bytes itself:
 // encoding/json's reflection was most of qps -j's own CPU time at 10,000
 // QPs. Owners and holder lists are shared by the QPs of one process or
 // context, so each is marshalled once.
@@ -274,6 +268,9 @@ func (e *qpJSONEncoder) append(b []byte, q *inventory.QP) ([]byte, error) {
 	}
 	b = append(b, `,"creator_gone":`...)
 	b = strconv.AppendBool(b, q.CreatorGone)
+	if q.OwnerUncertain {
+		b = append(b, `,"owner_uncertain":true`...)
+	}
 	b = append(b, `,"holders":`...)
 	if len(q.Holders) == 0 {
 		b = append(b, "[]"...)
@@ -399,6 +396,8 @@ func appendOwner(b []byte, q *inventory.QP) []byte {
 		b = appendWorkload(b, q.Owner.Workload)
 	case q.CreatorGone:
 		b = append(b, " owner - (creator gone)"...)
+	case q.OwnerUncertain:
+		b = append(b, " owner unknown"...)
 	}
 	if q.Owner != nil && q.Owner.Via == inventory.FromKernel {
 		return b

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
 
@@ -145,6 +144,19 @@ func TestQPText(t *testing.T) {
 	}
 }
 
+// A QP whose owner the kernel could not name (no RES_CTX_GET) says so.
+func TestQPOwnerUncertain(t *testing.T) {
+	q := testQPs()[1]
+	q.CreatorGone, q.OwnerUncertain = false, true
+	if got, want := string(appendQPLine(nil, &q, true)), "link rxe0/- lqpn 19 type RC state RESET sq-psn 0 pdn 4 owner unknown holders one-of 200/child,201/kid\n"; got != want {
+		t.Errorf("text -d:\n got  %q\n want %q", got, want)
+	}
+	var enc qpJSONEncoder
+	if got, err := enc.append(nil, &q); err != nil || !strings.Contains(string(got), `"creator_gone":false,"owner_uncertain":true,`) {
+		t.Errorf("JSON %s (%v): want creator_gone false, owner_uncertain true", got, err)
+	}
+}
+
 func TestQPJSON(t *testing.T) {
 	snap := &inventory.Snapshot{QPs: testQPs()}
 	var b bytes.Buffer
@@ -205,11 +217,10 @@ func TestQPsWithoutRDMA(t *testing.T) {
 		t.Skip("this host has RDMA netlink")
 	}
 	_, err := runQpdrain(t, "qps")
-	var ec *exitCodeError
-	if !errors.As(err, &ec) || ec.code != exitUnsupported || !strings.Contains(err.Error(), "no RDMA devices") {
-		t.Fatalf("qps without RDMA: %v, want exit 3 saying no RDMA devices", err)
+	if exitCode(err) != exitUnsupported || !strings.Contains(err.Error(), "RDMA netlink is not available") {
+		t.Fatalf("qps without RDMA: %v, want exit 3 saying RDMA netlink is not available", err)
 	}
-	if _, err := runQpdrain(t, "qps", "lqpn"); !errors.As(err, &ec) || ec.code != exitError {
+	if _, err := runQpdrain(t, "qps", "lqpn"); exitCode(err) != exitError {
 		t.Fatalf("qps with a bad filter: %v, want exit 2", err)
 	}
 }
@@ -218,23 +229,25 @@ func TestQPsWithoutRDMA(t *testing.T) {
 // what encoding/json writes of it (TestQPJSONEncoder), and tests read the
 // output back into it.
 type qpJSON struct {
-	IfIndex      uint32             `json:"ifindex"`
-	IfName       string             `json:"ifname"`
-	Port         *uint32            `json:"port,omitempty"`
-	LQPN         uint32             `json:"lqpn"`
-	RQPN         *uint32            `json:"rqpn,omitempty"`
-	Type         string             `json:"type"`
-	Subtype      string             `json:"subtype,omitempty"`
-	State        string             `json:"state"`
-	RQPSN        *uint32            `json:"rq-psn,omitempty"`
-	SQPSN        *uint32            `json:"sq-psn,omitempty"`
-	PathMigState string             `json:"path-mig-state,omitempty"`
-	PDN          *uint32            `json:"pdn,omitempty"`
-	PID          *uint32            `json:"pid,omitempty"`
-	Comm         string             `json:"comm,omitempty"`
-	Owner        *inventory.Owner   `json:"owner"`
-	CreatorGone  bool               `json:"creator_gone"`
-	Holders      []inventory.Holder `json:"holders"`
+	IfIndex      uint32           `json:"ifindex"`
+	IfName       string           `json:"ifname"`
+	Port         *uint32          `json:"port,omitempty"`
+	LQPN         uint32           `json:"lqpn"`
+	RQPN         *uint32          `json:"rqpn,omitempty"`
+	Type         string           `json:"type"`
+	Subtype      string           `json:"subtype,omitempty"`
+	State        string           `json:"state"`
+	RQPSN        *uint32          `json:"rq-psn,omitempty"`
+	SQPSN        *uint32          `json:"sq-psn,omitempty"`
+	PathMigState string           `json:"path-mig-state,omitempty"`
+	PDN          *uint32          `json:"pdn,omitempty"`
+	PID          *uint32          `json:"pid,omitempty"`
+	Comm         string           `json:"comm,omitempty"`
+	Owner        *inventory.Owner `json:"owner"`
+	CreatorGone  bool             `json:"creator_gone"`
+	// OwnerUncertain is present only when true.
+	OwnerUncertain bool               `json:"owner_uncertain,omitempty"`
+	Holders        []inventory.Holder `json:"holders"`
 	// HoldersCertain: holders are exactly the QP's context's, else the
 	// candidates.
 	HoldersCertain bool `json:"holders_certain"`
@@ -258,7 +271,7 @@ func toQPJSON(q *inventory.QP) qpJSON {
 		SQPSN: opt(q.SQPSN, q.Has&rdmanl.HasSQPSN != 0),
 		PDN:   opt(q.PDN, q.Has&rdmanl.HasPDN != 0),
 		PID:   opt(q.PID, q.Has&rdmanl.HasPID != 0),
-		Comm:  q.Comm, Owner: q.Owner, CreatorGone: q.CreatorGone, Holders: q.Holders, HoldersCertain: q.HoldersCertain,
+		Comm:  q.Comm, Owner: q.Owner, CreatorGone: q.CreatorGone, OwnerUncertain: q.OwnerUncertain, Holders: q.Holders, HoldersCertain: q.HoldersCertain,
 	}
 	if q.Has&rdmanl.HasPathMigState != 0 {
 		j.PathMigState = q.PathMigState.String()
@@ -280,6 +293,9 @@ func TestQPJSONEncoder(t *testing.T) {
 	}
 	q := qps[0]
 	q.Subtype, q.Owner, q.Holders = "GSI", nil, nil
+	qps = append(qps, q)
+	q = qps[1]
+	q.CreatorGone, q.OwnerUncertain = false, true
 	qps = append(qps, q)
 	var enc qpJSONEncoder
 	for i := range qps {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sirupsen/logrus"
 	"github.com/spf13/cobra"
 
 	"github.com/qpdrain/qpdrain/rdmanl"
@@ -30,22 +31,28 @@ func newRxeCmd(opts *globalOptions) *cobra.Command {
 	return cmd
 }
 
-// loadRxe loads rdma_rxe when the kernel lacks it, saying so on w. A kernel
-// without the module fails with exit 3.
-func loadRxe(w io.Writer, sysRoot string) error {
+// modprobe loads a kernel module and returns what modprobe said; tests
+// replace it, so that they load nothing into the host's kernel.
+var modprobe = func(module string) ([]byte, error) {
+	return exec.Command("modprobe", module).CombinedOutput()
+}
+
+// loadRxe loads rdma_rxe when the kernel lacks it, and reports whether it
+// did; an error is one line, and a kernel without the module exits 3.
+func loadRxe(log *logrus.Logger, sysRoot string) (loaded bool, err error) {
 	if _, err := os.Stat(filepath.Join(sysRoot, "module", "rdma_rxe")); err == nil {
-		return nil
+		return false, nil
 	}
-	fmt.Fprintln(w, "rdma_rxe is not loaded: loading it (modprobe rdma_rxe)")
-	out, err := exec.Command("modprobe", "rdma_rxe").CombinedOutput()
+	log.Info("rdma_rxe is not loaded: loading it (modprobe rdma_rxe)")
+	out, err := modprobe("rdma_rxe")
 	if err != nil {
 		msg := strings.TrimSpace(string(out))
 		if strings.Contains(msg, "not found") {
-			return withExitCode(exitUnsupported, fmt.Errorf("loading rdma_rxe: this kernel has no rdma_rxe module: %s", msg))
+			return false, withExitCode(exitUnsupported, fmt.Errorf("loading rdma_rxe: this kernel has no rdma_rxe module: %s", msg))
 		}
-		return withExitCode(exitError, fmt.Errorf("loading rdma_rxe (modprobe rdma_rxe): %v: %s", err, msg))
+		return false, withExitCode(exitError, fmt.Errorf("loading rdma_rxe (modprobe rdma_rxe): %v: %s", err, msg))
 	}
-	return nil
+	return true, nil
 }
 
 func newRxeAddCmd(opts *globalOptions) *cobra.Command {
@@ -59,7 +66,8 @@ func newRxeAddCmd(opts *globalOptions) *cobra.Command {
 			if err := checkRxeArgs(name, netdev); err != nil {
 				return err
 			}
-			if err := loadRxe(cmd.ErrOrStderr(), host.sys); err != nil {
+			loaded, err := loadRxe(opts.log, host.sys)
+			if err != nil {
 				return err
 			}
 			ctx, conn, done, err := host.dial(cmd.Context())
@@ -69,6 +77,9 @@ func newRxeAddCmd(opts *globalOptions) *cobra.Command {
 			defer done()
 			if err := conn.AddLink(ctx, name, "rxe", netdev); err != nil {
 				return withExitCode(exitError, err)
+			}
+			if loaded {
+				fmt.Fprintln(cmd.OutOrStdout(), "loaded rdma_rxe")
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "added %s on %s\n", name, netdev)
 			return nil
@@ -88,7 +99,7 @@ var errNoNetdev = errors.New("no such net device")
 // checkRxeArgs checks rxe add's arguments before it loads a module or
 // asks the kernel anything: a name the kernel takes (ib_device_rename's
 // rules: at most 63 bytes, no '/', no blank), a net device that exists
-// (exit 3 when it does not).
+// (a typo: exit 2, naming it).
 func checkRxeArgs(name, netdev string) error {
 	switch {
 	case name == "" || len(name) >= ibDeviceNameMax:
@@ -97,7 +108,7 @@ func checkRxeArgs(name, netdev string) error {
 		return withExitCode(exitError, fmt.Errorf("rxe add: device name %q: want no '/' and no blank", name))
 	}
 	if _, err := net.InterfaceByName(netdev); err != nil {
-		return withExitCode(exitUnsupported, fmt.Errorf("rxe add: %w %q here: %v", errNoNetdev, netdev, err))
+		return withExitCode(exitError, fmt.Errorf("rxe add: %w %q here: %v", errNoNetdev, netdev, err))
 	}
 	return nil
 }

@@ -50,7 +50,10 @@ func newTraceCmd(opts *globalOptions) *cobra.Command {
 			"the flush check's last-wqe-reached probe, run on that device after the program ends.\n" +
 			"Exit status 0 clean, 1 findings, 2 error, 3 no C compiler for the shim or not Linux. See docs/TRACE.md.",
 		Args: func(cmd *cobra.Command, args []string) error {
-			if (len(args) == 0) == (o.from == "") {
+			switch {
+			case len(args) == 0 && o.from == "":
+				return withExitCode(exitError, errors.New("trace: nothing to trace: give a program to run (after --) or --from FILE"))
+			case len(args) > 0 && o.from != "":
 				return withExitCode(exitError, errors.New("trace: give a program to run (after --) or --from FILE, not both"))
 			}
 			return nil

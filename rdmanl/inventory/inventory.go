@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"syscall"
 
 	"github.com/qpdrain/qpdrain/rdmanl"
 	"github.com/qpdrain/qpdrain/workload"
@@ -79,6 +80,11 @@ type QP struct {
 	// creator and whoever the PD and context rows named have exited); the
 	// QP lives on because Holders keep its context.
 	CreatorGone bool
+	// OwnerUncertain: the QP and PD rows name no live process that is not
+	// a zombie, and the context row, which may name one, could not be read
+	// (a kernel before 5.11 has no RES_CTX_GET; Snapshot.Notes says so):
+	// the creator may be gone or alive. CreatorGone is false then.
+	OwnerUncertain bool
 	// Holders are the processes holding the QP's context (its open uverbs
 	// file) by an fd or by mappings; when HoldersCertain is false they are
 	// the candidates, any of which may hold it. Empty for a kernel QP.
@@ -105,6 +111,9 @@ type Device struct {
 type Snapshot struct {
 	Devices []Device
 	QPs     []QP
+	// Notes say what the kernel could not tell and what that leaves
+	// unknown ("rxe0: the kernel has no RES_CTX_GET ...").
+	Notes []string
 }
 
 // Options configure Take.
@@ -132,6 +141,9 @@ var ErrNoSuchDevice = errors.New("no such RDMA device")
 // fails with ErrNoDevices when there are no devices at all. The PD and
 // context tables are read only for devices with a QP whose row names no
 // live process, or a zombie, and for devices more than one process holds.
+// A kernel without the context table (RES_CTX_GET, before 5.11) fails
+// nothing: the QPs it leaves without a known owner are OwnerUncertain, and
+// Snapshot.Notes says why.
 func Take(ctx context.Context, src Source, opts Options) (*Snapshot, error) {
 	devs, err := src.Devices(ctx)
 	if err != nil {
@@ -208,10 +220,17 @@ func Take(ctx context.Context, src Source, opts Options) (*Snapshot, error) {
 			need[q.Device] = true
 		}
 	}
+	var tabs map[uint32]*tables
 	if len(need) > 0 {
-		tabs, err := readTables(ctx, src, snap.Devices, need)
-		if err != nil {
+		if tabs, err = readTables(ctx, src, snap.Devices, need); err != nil {
 			return nil, err
+		}
+		for _, d := range snap.Devices {
+			if t := tabs[d.Index]; t != nil && t.noCtx {
+				snap.Notes = append(snap.Notes, fmt.Sprintf("%s: the kernel has no RES_CTX_GET (Linux 5.11 added it): "+
+					"a QP whose QP and PD rows name no live process has an unknown owner, not a gone one, "+
+					"and its holders are the candidates where more than one process holds the device", d.Name))
+			}
 		}
 		ownersByPD(snap, tabs, &tasks)
 		holdersByContext(snap, tabs, &tasks, opts.Proc.sameFile())
@@ -219,7 +238,12 @@ func Take(ctx context.Context, src Source, opts Options) (*Snapshot, error) {
 	for i := range snap.QPs {
 		q := &snap.QPs[i]
 		// A zombie has closed its files: it can destroy nothing.
-		q.CreatorGone = q.Has&rdmanl.HasKernName == 0 && (q.Owner == nil || q.Owner.Zombie)
+		gone := q.Has&rdmanl.HasKernName == 0 && (q.Owner == nil || q.Owner.Zombie)
+		if t := tabs[q.Device]; gone && t != nil && t.noCtx {
+			q.OwnerUncertain = true
+			continue
+		}
+		q.CreatorGone = gone
 	}
 	fillWorkloads(snap, opts.Proc)
 	return snap, nil
@@ -230,6 +254,17 @@ type tables struct {
 	pds    map[uint32]rdmanl.PD
 	ctxs   []rdmanl.Ctx
 	ctxByN map[uint32]rdmanl.Ctx
+	// noCtx: the kernel has no context table (no RES_CTX_GET).
+	noCtx bool
+}
+
+// unsupportedDump reports whether err, of the context dump, is the kernel
+// refusing a command it does not have: one past its table is EINVAL
+// (rdma_nl_rcv_msg in drivers/infiniband/core/netlink.c), one it knows
+// but cannot serve EOPNOTSUPP. The device's PD dump has just succeeded,
+// so EINVAL is not the device gone in between.
+func unsupportedDump(err error) bool {
+	return errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.EOPNOTSUPP)
 }
 
 // readTables reads the PD and context tables of the devices in need.
@@ -247,7 +282,11 @@ func readTables(ctx context.Context, src Source, devs []Device, need map[uint32]
 		for _, p := range ps {
 			t.pds[p.PDN] = p
 		}
-		if t.ctxs, err = src.Contexts(ctx, d.Device); err != nil {
+		t.ctxs, err = src.Contexts(ctx, d.Device)
+		switch {
+		case unsupportedDump(err):
+			t.noCtx = true
+		case err != nil:
 			return nil, err
 		}
 		t.ctxByN = make(map[uint32]rdmanl.Ctx, len(t.ctxs))

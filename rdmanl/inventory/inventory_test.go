@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/qpdrain/qpdrain/rdmanl"
@@ -19,6 +21,8 @@ type fakeSource struct {
 	pds     []rdmanl.PD
 	ctxs    []rdmanl.Ctx
 	pdCalls int
+	// ctxErr, when set, is the context dump's answer.
+	ctxErr error
 }
 
 func (f *fakeSource) Devices(context.Context) ([]rdmanl.Device, error) { return f.devs, nil }
@@ -35,6 +39,9 @@ func (f *fakeSource) PDs(context.Context, rdmanl.Device) ([]rdmanl.PD, error) {
 	return f.pds, nil
 }
 func (f *fakeSource) Contexts(context.Context, rdmanl.Device) ([]rdmanl.Ctx, error) {
+	if f.ctxErr != nil {
+		return nil, f.ctxErr
+	}
 	return f.ctxs, nil
 }
 func (f *fakeSource) UverbsChardev(_ context.Context, d rdmanl.Device) (rdmanl.Chardev, error) {
@@ -77,9 +84,11 @@ func procTree(t testing.TB, tasks ...task) string {
 	return root
 }
 
-func TestTakeOwners(t *testing.T) {
+// ownersFixture is rxe0 with a QP of each way of finding its owner, and
+// the /proc tree of their processes.
+func ownersFixture(t *testing.T) (proc string, src *fakeSource) {
 	const uv = "/dev/infiniband/uverbs0"
-	proc := procTree(t,
+	proc = procTree(t,
 		task{pid: 100, tgid: 100, comm: "server", fds: map[int]string{7: uv, 8: "/dev/null"}},
 		// A thread of 100 named differently: rdma prints its name as comm.
 		task{pid: 105, tgid: 100, comm: "worker"},
@@ -89,7 +98,7 @@ func TestTakeOwners(t *testing.T) {
 		task{pid: 500, tgid: 500, comm: "bystander", fds: map[int]string{3: "/dev/infiniband/uverbs1"}},
 	)
 	rxe0 := rdmanl.Device{Index: 1, Name: "rxe0"}
-	src := &fakeSource{
+	src = &fakeSource{
 		devs: []rdmanl.Device{rxe0},
 		qps: []rdmanl.QP{
 			{Device: 1, DeviceName: "rxe0", LQPN: 1, KernName: "ib_core", Has: rdmanl.HasKernName},
@@ -111,6 +120,11 @@ func TestTakeOwners(t *testing.T) {
 		},
 		ctxs: []rdmanl.Ctx{{Device: 1, CtxN: 1, PID: 100, Has: rdmanl.HasPID}, {Device: 1, CtxN: 2, PID: 200, Has: rdmanl.HasPID}, {Device: 1, CtxN: 3}},
 	}
+	return proc, src
+}
+
+func TestTakeOwners(t *testing.T) {
+	proc, src := ownersFixture(t)
 	snap, err := Take(context.Background(), src, Options{Proc: Proc{Root: proc}})
 	if err != nil {
 		t.Fatal(err)
@@ -143,6 +157,40 @@ func TestTakeOwners(t *testing.T) {
 		if wh := wantHolders; q.LQPN != 1 && (!reflect.DeepEqual(q.Holders, wh) || q.HoldersCertain) || q.LQPN == 1 && (q.Holders != nil || !q.HoldersCertain) {
 			t.Errorf("QP %d: holders %+v certain %v", q.LQPN, q.Holders, q.HoldersCertain)
 		}
+	}
+}
+
+// A kernel without RES_CTX_GET (before 5.11 it answers EINVAL) does not
+// fail the snapshot: a QP whose QP and PD rows name no live process has
+// an unknown owner, not a gone one, and a note says why. Any other
+// failure of the context dump fails it.
+func TestTakeWithoutContextTable(t *testing.T) {
+	proc, src := ownersFixture(t)
+	src.ctxErr = &rdmanl.Error{Command: rdmanl.CmdResCtxGet, Device: "rxe0", Err: syscall.EINVAL}
+	snap, err := Take(context.Background(), src, Options{Proc: Proc{Root: proc}})
+	if err != nil {
+		t.Fatalf("Take on a kernel without RES_CTX_GET: %v, want a snapshot", err)
+	}
+	if len(snap.Notes) != 1 || !strings.Contains(snap.Notes[0], "rxe0: the kernel has no RES_CTX_GET") {
+		t.Errorf("notes %q, want one saying rxe0's kernel has no RES_CTX_GET", snap.Notes)
+	}
+	want := map[uint32]struct {
+		pid       uint32
+		uncertain bool
+	}{1: {0, false}, 17: {100, false}, 18: {100, false}, 19: {0, true}, 20: {0, true}, 21: {0, true}, 22: {400, true}}
+	for _, q := range snap.QPs {
+		w := want[q.LQPN]
+		pid := uint32(0)
+		if q.Owner != nil {
+			pid = q.Owner.PID
+		}
+		if pid != w.pid || q.OwnerUncertain != w.uncertain || q.CreatorGone {
+			t.Errorf("QP %d: owner pid %d uncertain %v creator gone %v, want %d %v and not gone", q.LQPN, pid, q.OwnerUncertain, q.CreatorGone, w.pid, w.uncertain)
+		}
+	}
+	src.ctxErr = &rdmanl.Error{Command: rdmanl.CmdResCtxGet, Device: "rxe0", Err: syscall.EPERM}
+	if _, err := Take(context.Background(), src, Options{Proc: Proc{Root: proc}}); !errors.Is(err, syscall.EPERM) {
+		t.Errorf("context dump failing with EPERM: %v, want the error", err)
 	}
 }
 
