@@ -32,11 +32,7 @@ import (
 // after the release, while the QP waited for its destroy, and posted the
 // next QP's drain WR beside its own: 2, headroom 1.
 func TestAsyncDestroyHeadroom(t *testing.T) {
-	dev := openSoft(t, soft.Config{Quirks: soft.Quirks{SendInErrorNotFlushed: true}})
-	r := newRig(t, dev, nil, 64)
-	const timeout = 20 * time.Millisecond
-	rp := newReaper(t, r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf})
-	o := newOccupancy(t, 1)
+	r, rp, o := stallingDestroyWhenEmpty(t)
 	c := startCaller(t, rp, r.cq, r.dev)
 	// The reap worker: each QP destroyed 5 ms after its outcome, in the
 	// order the outcomes come (the QPs wait for the headroom in turn).
@@ -62,7 +58,7 @@ func TestAsyncDestroyHeadroom(t *testing.T) {
 	var hs []*drain.Handle
 	for i := range cap(added) {
 		if i > 0 {
-			time.Sleep(timeout / 2)
+			time.Sleep(stallTimeout / 2)
 		}
 		h := add(t, rp, countingQP{r.pair(false).(*soft.QP), o}, counted)
 		hs = append(hs, h)

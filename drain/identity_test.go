@@ -330,6 +330,20 @@ type occupancy struct {
 	live     map[uint64]*soft.QP // drain WR -> the QP it was posted on
 }
 
+// stallTimeout is the DrainTimeout of stallingDestroyWhenEmpty's reaper.
+const stallTimeout = 20 * time.Millisecond
+
+// stallingDestroyWhenEmpty is a rig on a device whose drain WRs never
+// complete (eHCA's), with 64 receives on its SRQ, a reaper on its CQ with
+// DestroyWhenEmpty, Headroom 1 and stallTimeout, and the occupancy check
+// of that headroom.
+func stallingDestroyWhenEmpty(t *testing.T) (*rig, *drain.Reaper, *occupancy) {
+	dev := openSoft(t, soft.Config{Quirks: soft.Quirks{SendInErrorNotFlushed: true}})
+	r := newRig(t, dev, nil, 64)
+	rp := newReaper(t, r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: stallTimeout, Queue: queueOf})
+	return r, rp, newOccupancy(t, 1)
+}
+
 func newOccupancy(t *testing.T, headroom int) *occupancy {
 	return &occupancy{t: t, headroom: headroom, live: map[uint64]*soft.QP{}}
 }
@@ -391,11 +405,7 @@ func (o *occupancy) destroyed(qp *soft.QP) {
 // QP's drain WR in the same call: two drain WRs that could take a CQ slot,
 // headroom 1.
 func TestDestroyWhenEmptyHeadroom(t *testing.T) {
-	dev := openSoft(t, soft.Config{Quirks: soft.Quirks{SendInErrorNotFlushed: true}})
-	r := newRig(t, dev, nil, 64)
-	const timeout = 20 * time.Millisecond
-	rp := newReaper(t, r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, DrainTimeout: timeout, Queue: queueOf})
-	o := newOccupancy(t, 1)
+	r, rp, o := stallingDestroyWhenEmpty(t)
 	var hs []*drain.Handle
 	var destroyed []bool
 	wc := make([]ibv.WC, 1)
@@ -426,7 +436,7 @@ func TestDestroyWhenEmptyHeadroom(t *testing.T) {
 			// the one before holds.
 			hs = append(hs, add(t, rp, countingQP{r.pair(false).(*soft.QP), o}, counted))
 			destroyed = append(destroyed, false)
-			next = time.Now().Add(timeout / 2)
+			next = time.Now().Add(stallTimeout / 2)
 		}
 		n, err := r.cq.Poll(wc)
 		if err != nil {
