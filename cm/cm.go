@@ -92,8 +92,9 @@ type ID interface {
 	// its QP untouched until it calls Disconnect too (librdmacm does not
 	// move the passive side's QP: an application answers the event with
 	// rdma_disconnect); this side sees RDMA_CM_EVENT_DISCONNECTED once
-	// the peer has disconnected. An ID not connected is
-	// ibv.ErrInvalidArgument.
+	// the peer has disconnected. Disconnecting again moves the QP to
+	// ERROR again and returns nil, as rdma_disconnect does on rxe; an ID
+	// never connected is ibv.ErrInvalidArgument.
 	Disconnect() error
 	// NextEvent waits for the next CM event of the ID that no operation
 	// above took (RDMA_CM_EVENT_DISCONNECTED, _TIMEWAIT_EXIT,

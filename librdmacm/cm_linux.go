@@ -214,8 +214,9 @@ func (i *id) bindDevice() error {
 // context again.
 const pollSlice = 10 * time.Millisecond
 
-// wait reads the ID's channel until take finds what it looks for or ctx
-// ends. Called inside an operation (mu held shared).
+// wait reads the ID's channel until take finds what it looks for, ctx
+// ends or the ID is closed. Called inside an operation (mu held shared,
+// and held again when it returns).
 func wait[T any](ctx context.Context, i *id, op string, take func() (T, bool)) (T, error) {
 	var zero T
 	fds := []unix.PollFd{{Fd: int32(C.qpd_channel_fd(i.ch)), Events: unix.POLLIN}}
@@ -238,6 +239,13 @@ func wait[T any](ctx context.Context, i *id, op string, take func() (T, bool)) (
 		}
 		if _, err := unix.Poll(fds, int(slice/time.Millisecond)); err != nil && err != unix.EINTR {
 			return zero, fmt.Errorf("%s: polling CM events: %w", op, err)
+		}
+		// Let a Close waiting for mu in: the wait then ends with ErrClosed
+		// instead of holding Close off until ctx ends.
+		i.mu.RUnlock()
+		i.mu.RLock()
+		if i.closed {
+			return zero, fmt.Errorf("%s: %w", op, ibv.ErrClosed)
 		}
 	}
 }

@@ -149,12 +149,14 @@ type id struct {
 	peer   netip.AddrPort
 	qp     ibv.QP
 	remote *id // the other end of a connection or request
-	param  cm.ConnParam
-	events []cm.Event
-	reqs   []*id // connection requests of a listener, for GetRequest
-	closed bool
-	notify chan struct{} // a token when events or reqs grew
-	done   chan struct{} // closed by Close
+	// connected: the ID was connected once, so Disconnect stays allowed
+	connected bool
+	param     cm.ConnParam
+	events    []cm.Event
+	reqs      []*id // connection requests of a listener, for GetRequest
+	closed    bool
+	notify    chan struct{} // a token when events or reqs grew
+	done      chan struct{} // closed by Close
 }
 
 var _ cm.ID = (*id)(nil)
@@ -382,6 +384,7 @@ func (i *id) Accept(ctx context.Context, param cm.ConnParam) error {
 			return fmt.Errorf("%s: %w", op, err)
 		}
 		i.state, a.state = stateConnected, stateConnected
+		i.connected, a.connected = true, true
 		a.push(cm.Event{Type: cm.EventEstablished, PrivateData: param.PrivateData})
 		i.push(cm.Event{Type: cm.EventEstablished})
 	}
@@ -403,12 +406,17 @@ func (i *id) Reject(privateData []byte) error {
 }
 
 func (i *id) Disconnect() error {
-	if err := i.begin("disconnecting", stateConnected, stateDREQRcvd); err != nil {
+	if err := i.begin("disconnecting", stateConnected, stateDREQRcvd, stateDREQSent, stateDone); err != nil {
 		return err
 	}
 	defer i.net.mu.Unlock()
+	if !i.connected {
+		return fmt.Errorf("disconnecting: the ID was never connected: %w", ibv.ErrInvalidArgument)
+	}
 	toError(i.qp)
-	i.disconnect()
+	if i.state == stateConnected || i.state == stateDREQRcvd {
+		i.disconnect()
+	}
 	return nil
 }
 
