@@ -38,7 +38,7 @@ unit:
 .PHONY: unit-adversarial soak
 unit-adversarial:
 	@echo "== go test -race, QPDRAIN_TEST_DEVICE=soft:adversarial"
-	QPDRAIN_TEST_DEVICE=soft:adversarial $(GO) test -race -count=1 ./internal/testing/devtest ./drain ./flushcheck ./cmd/qpdrain ./ipoibcm ./ipoibcm/churn
+	QPDRAIN_TEST_DEVICE=soft:adversarial $(GO) test -race -count=1 ./internal/testing/devtest ./internal/testing/cmtest ./drain ./flushcheck ./cmd/qpdrain ./ipoibcm ./ipoibcm/churn
 
 ## soak: many adversarial seeds of the drain and flush-check bodies, bounded in time (SOAK_SEEDS, SOAK_TIME).
 soak:

@@ -80,15 +80,27 @@ func Open(name string) (ibv.Context, error) {
 	if cctx == nil {
 		return nil, fmt.Errorf("opening RDMA device %q: %w", name, cErr(err))
 	}
+	c, err := newContext(cctx, name, true)
+	if err != nil {
+		C.qpd_ibv_close_device(cctx)
+		return nil, fmt.Errorf("opening RDMA device %q: %w", name, err)
+	}
+	return c, nil
+}
+
+// newContext wraps cctx and starts its async event reader. An owned
+// context closes the device on Close; one Adopt wrapped leaves it to its
+// owner.
+func newContext(cctx *C.struct_ibv_context, name string, owned bool) (*verbsContext, error) {
 	c := &verbsContext{
 		ctx:    cctx,
 		name:   name,
+		owned:  owned,
 		notify: make(chan struct{}, 1),
 		done:   make(chan struct{}),
 	}
 	if err := c.startAsync(); err != nil {
-		C.qpd_ibv_close_device(cctx)
-		return nil, fmt.Errorf("opening RDMA device %q: %w", name, err)
+		return nil, err
 	}
 	c.trace = objtrace.Track("libibverbs context %s", name)
 	return c, nil
@@ -100,6 +112,9 @@ type verbsContext struct {
 	ctx  *C.struct_ibv_context
 	name string
 	objs handles
+	// owned: Close closes the device (Open); otherwise its owner does
+	// (Adopt).
+	owned bool
 
 	// The async event reader: stop wakes it, asyncDone closes when it ends.
 	stopFD    int
@@ -445,6 +460,10 @@ func (c *verbsContext) NextAsyncEvent(ctx context.Context) (ibv.AsyncEvent, erro
 func (c *verbsContext) Close() error {
 	return c.life.close("device "+c.name, c.trace, func() error {
 		c.stopAsync()
+		if !c.owned {
+			close(c.done)
+			return nil
+		}
 		if rc, err := C.qpd_ibv_close_device(c.ctx); rc != 0 {
 			// Keep the context usable so Close can be retried.
 			if serr := c.startAsync(); serr != nil {

@@ -53,7 +53,13 @@ func (p *verbsPD) CreateQP(attr ibv.QPInitAttr) (ibv.QP, error) {
 		return nil, err
 	}
 	defer p.life.exit()
-	return newQP(p, attr)
+	return newQP(p, attr, ibvCreateQP)
+}
+
+// ibvCreateQP is the qpCreator of PD.CreateQP: ibv_create_qp.
+func ibvCreateQP(pd *C.struct_ibv_pd, init *C.struct_ibv_qp_init_attr) (*C.struct_ibv_qp, error) {
+	qp, err := C.qpd_ibv_create_qp(pd, init)
+	return qp, err
 }
 
 func (p *verbsPD) CreateSRQ(attr ibv.SRQAttr) (ibv.SRQ, error) {

@@ -252,6 +252,9 @@ type verbsQP struct {
 	recvPost *postBuf
 	trace    *objtrace.Record
 	resets   atomic.Uint64 // moves to RESET (Resets)
+	// destroy, when not nil, destroys the QP instead of ibv_destroy_qp
+	// (CreateQPWith).
+	destroy func() error
 }
 
 // users lists the objects a QP holds open, each once, in the order it
@@ -268,7 +271,11 @@ func (q *verbsQP) users() []*lifecycle {
 	return l
 }
 
-func newQP(p *verbsPD, attr ibv.QPInitAttr) (*verbsQP, error) {
+// qpCreator creates a QP from init (whose qp_context is already the QP's
+// handle) on pd: ibv_create_qp, or the hook of CreateQPWith.
+type qpCreator func(pd *C.struct_ibv_pd, init *C.struct_ibv_qp_init_attr) (*C.struct_ibv_qp, error)
+
+func newQP(p *verbsPD, attr ibv.QPInitAttr, create qpCreator) (*verbsQP, error) {
 	q := &verbsQP{pd: p, typ: attr.Type, sigAll: attr.SigAll}
 	var ok bool
 	if q.sendCQ, ok = attr.SendCQ.(*verbsCQ); !ok || q.sendCQ == nil || q.sendCQ.ctx != p.ctx {
@@ -323,11 +330,15 @@ func newQP(p *verbsPD, attr ibv.QPInitAttr) (*verbsQP, error) {
 		init.sq_sig_all = 1
 	}
 	q.handle = p.ctx.objs.add(q)
-	qp, err := C.qpd_create_qp(p.pd, &init, C.uintptr_t(q.handle))
+	C.qpd_set_qp_context(&init, C.uintptr_t(q.handle))
+	qp, err := create(p.pd, &init)
 	if qp == nil {
 		p.ctx.objs.remove(q.handle)
 		q.sendPost.free()
 		q.recvPost.free()
+		if _, isErrno := err.(syscall.Errno); !isErrno && err != nil {
+			return nil, fmt.Errorf("creating %s QP: %w", attr.Type, err)
+		}
 		return nil, fmt.Errorf("creating %s QP: %w", attr.Type, cErr(err, ibv.ErrResourceLimit))
 	}
 	q.setQP(unsafe.Pointer(qp))
@@ -428,7 +439,11 @@ func (q *verbsQP) PostRecv(wrs []ibv.RecvWR) error {
 
 func (q *verbsQP) Close() error {
 	return q.life.close(fmt.Sprintf("QP %d", q.num), q.trace, func() error {
-		if rc := C.qpd_ibv_destroy_qp(q.qp); rc != 0 {
+		if q.destroy != nil {
+			if err := q.destroy(); err != nil {
+				return fmt.Errorf("destroying QP %d: %w", q.num, err)
+			}
+		} else if rc := C.qpd_ibv_destroy_qp(q.qp); rc != 0 {
 			return fmt.Errorf("destroying QP %d: %w", q.num, rcErr(rc))
 		}
 		q.pd.ctx.objs.remove(q.handle)

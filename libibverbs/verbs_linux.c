@@ -230,11 +230,9 @@ struct ibv_cq *qpd_create_cq(struct ibv_context *ctx, int cqe, uintptr_t handle,
 	return qpd_fn.p_ibv_create_cq(ctx, cqe, (void *)handle, ch, 0);
 }
 
-struct ibv_qp *qpd_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, uintptr_t handle)
-{
-	attr->qp_context = (void *)handle;
-	return qpd_fn.p_ibv_create_qp(pd, attr);
-}
+void qpd_set_qp_context(struct ibv_qp_init_attr *attr, uintptr_t handle) { attr->qp_context = (void *)handle; }
+
+struct ibv_qp *qpd_ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr) { return qpd_fn.p_ibv_create_qp(pd, attr); }
 
 struct ibv_srq *qpd_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr, uintptr_t handle)
 {

@@ -145,7 +145,8 @@ int qpd_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *
 uint64_t qpd_device_guid(struct ibv_device *dev);
 struct ibv_mr *qpd_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access);
 struct ibv_cq *qpd_create_cq(struct ibv_context *ctx, int cqe, uintptr_t handle, struct ibv_comp_channel *ch);
-struct ibv_qp *qpd_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr, uintptr_t handle);
+void qpd_set_qp_context(struct ibv_qp_init_attr *attr, uintptr_t handle);
+struct ibv_qp *qpd_ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
 struct ibv_srq *qpd_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr, uintptr_t handle);
 int qpd_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 ssize_t qpd_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *entries, size_t max);

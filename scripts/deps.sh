@@ -2,6 +2,8 @@
 # Installs the Debian packages qpdrain's build and tests need, only those missing.
 set -euo pipefail
 pkgs=(gcc libc6-dev pkg-config libibverbs-dev)
+# librdmacm's header (rdma/rdma_cma.h) for package librdmacm, which opens the library at run time.
+pkgs+=(librdmacm-dev)
 # promtool (package prometheus) checks the metrics qpdrain leaks and qpdrain exporter write.
 pkgs+=(prometheus)
 missing=()

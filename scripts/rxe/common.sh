@@ -5,7 +5,7 @@
 # The Go packages whose tests run against rxe0 inside the VM. To add one, add it here.
 # A listed package that is not in the tree (yet) is skipped with an error line in the summary;
 # one that does not compile fails the run.
-RXE_TEST_PKGS=${RXE_TEST_PKGS:-./internal/testing/devtest ./ibv ./libibverbs ./drain ./flushcheck ./rdmanl ./ipoibcm ./ipoibcm/churn ./cmd/qpdrain}
+RXE_TEST_PKGS=${RXE_TEST_PKGS:-./internal/testing/devtest ./internal/testing/cmtest ./librdmacm ./ibv ./libibverbs ./drain ./flushcheck ./rdmanl ./ipoibcm ./ipoibcm/churn ./cmd/qpdrain}
 
 # The kernels, as Debian suites: linux-image-amd64 of each (bookworm: 6.1, -backports: 6.12,
 # trixie-backports: the newest, 7.3 today). qpdrain vm's names work too: 6.1, 6.12, newest, all.

@@ -6,7 +6,7 @@ set -euo pipefail
 # shellcheck source=vm/scripts/lib.sh disable=SC1091
 . "$(dirname "$0")/lib.sh"
 
-pkgs=(qemu-system-x86 busybox-static rdma-core ibverbs-providers ibverbs-utils libibverbs-dev
+pkgs=(qemu-system-x86 busybox-static rdma-core ibverbs-providers ibverbs-utils libibverbs-dev librdmacm1
 	iproute2 cpio kmod xz-utils zstd debian-archive-keyring)
 [ "${RXE_PYTHON:-0}" = 1 ] && pkgs+=(python3)
 missing=()

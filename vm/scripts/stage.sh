@@ -75,6 +75,9 @@ cp /etc/libibverbs.d/rxe.driver etc/libibverbs.d/
 # A program may open libibverbs at run time (dlopen, as qpdrain does), so ldd does not name it:
 # copy it, and what it links (libnl), explicitly.
 copy_elf /usr/lib/x86_64-linux-gnu/libibverbs.so.1
+# librdmacm likewise (package librdmacm opens it at run time; it finds rdma_ucm's /dev/infiniband/rdma_cm
+# and libibverbs by itself)
+copy_elf /usr/lib/x86_64-linux-gnu/librdmacm.so.1
 # promtool (package prometheus, scripts/deps.sh) checks the exporter's metrics in the guest
 if command -v promtool >/dev/null; then copy_elf "$(command -v promtool)"; fi
 

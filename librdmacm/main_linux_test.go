@@ -1,0 +1,11 @@
+//go:build linux && cgo
+
+package librdmacm
+
+import (
+	"testing"
+
+	"github.com/qpdrain/qpdrain/internal/testing/testmain"
+)
+
+func TestMain(m *testing.M) { testmain.Run(m) }
