@@ -21,6 +21,7 @@ import (
 	"github.com/qpdrain/qpdrain/internal/testing/promcheck"
 	"github.com/qpdrain/qpdrain/internal/testing/testproc"
 	"github.com/qpdrain/qpdrain/leaks"
+	"github.com/qpdrain/qpdrain/reap"
 )
 
 // fakeHost is a host whose QPs a test scripts: qps(n) gives the QPs of the
@@ -82,7 +83,7 @@ func (f *fakeHost) Signal(pid int, sig syscall.Signal) error {
 
 func (f *fakeHost) CheckRxe(context.Context, string) error {
 	if f.notRxe {
-		return errRefused
+		return reap.ErrRefused
 	}
 	return nil
 }
