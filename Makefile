@@ -6,8 +6,9 @@ GO ?= go
 
 all: build
 
-## test: every test — vet, both builds, unit tests with -race (soft device orderly, then adversarial), then the rxe stage.
-test: deps vet build unit unit-adversarial test-rxe
+## test: every test — vet, both builds, unit tests with -race (soft device orderly, then adversarial),
+## deploy/'s manifests, then the rxe stage.
+test: deps vet build unit unit-adversarial deploy-check test-rxe
 
 ## deps: install the Debian packages the build and tests need, when missing.
 deps:
@@ -33,6 +34,13 @@ build:
 unit:
 	@echo "== go test -race"
 	$(GO) test -race -count=1 ./...
+
+## deploy-check: deploy/'s own module (its test needs the Kubernetes API's types, which qpdrain does
+## not): vet, then the manifests decoded strictly into those types, offline (docs/LEAKS.md).
+.PHONY: deploy-check
+deploy-check:
+	@echo "== deploy/: go vet, go test"
+	cd deploy && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 ## unit-adversarial: the device tests again on adversarial soft devices, one seed per test (devtest).
 .PHONY: unit-adversarial soak

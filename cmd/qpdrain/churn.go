@@ -12,6 +12,7 @@ import (
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/ipoibcm"
 	"github.com/qpdrain/qpdrain/ipoibcm/churn"
+	"github.com/qpdrain/qpdrain/ipoibcm/churn/churnplot"
 	"github.com/qpdrain/qpdrain/soft"
 	"github.com/qpdrain/qpdrain/teardown"
 )
@@ -71,7 +72,8 @@ func newChurnCmd(opts *globalOptions) *cobra.Command {
 			out := cmd.OutOrStdout()
 			if o.plot != "" {
 				// Before the report, so that a report always means a plot.
-				if err := writeFileAtomic(o.plot, func(w io.Writer) error { return writeChurnPlot(w, o.plot, run, o.plotUntil) }); err != nil {
+				po := churnplot.Options{MaxQP: run.MaxQP, Quirks: quirkList(run.Quirks), Until: o.plotUntil, SVG: fileKind(o.plot, ".svg") != ""}
+				if err := writeFileAtomic(o.plot, func(w io.Writer) error { return churnplot.Write(w, res, po) }); err != nil {
 					return withExitCode(exitError, fmt.Errorf("churn: --plot: %w", err))
 				}
 			}

@@ -7,10 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
-	"github.com/qpdrain/qpdrain/ipoibcm/churn"
 )
 
 // The eHCA thread on the CLI: the kernel's policy leaks on a provider that
@@ -64,37 +62,4 @@ func TestChurnCmdDevice(t *testing.T) {
 		t.Errorf("churn on %s:\n%s", name, out)
 	}
 	t.Logf("%s", out)
-}
-
-// The plot's axes: integer ticks from 0, no line across the churn's end,
-// and the same axes for two runs of the same flags.
-func TestChurnPlotAxes(t *testing.T) {
-	for _, tc := range []struct {
-		lo, hi float64
-		want   string
-	}{{0, 150, "0 20 40 60 80 100 120 140"}, {0, 3000, "0 500 1000 1500 2000 2500 3000"}, {0, 7, "0 1 2 3 4 5 6 7"}, {0, 60, "0 10 20 30 40 50 60"}} {
-		var labels []string
-		for _, tk := range (intTicks{}).Ticks(tc.lo, tc.hi) {
-			if tk.Label != "" {
-				labels = append(labels, tk.Label)
-			}
-		}
-		if got := strings.Join(labels, " "); got != tc.want {
-			t.Errorf("ticks %v-%v: %q, want %q", tc.lo, tc.hi, got, tc.want)
-		}
-	}
-	s := func(at time.Duration, events int) churn.Sample { return churn.Sample{At: at, Events: events, QPs: 100} }
-	samples := []churn.Sample{s(time.Minute, 10), s(2*time.Minute, 20), s(3*time.Minute, 30), s(4*time.Minute, 30), s(5*time.Minute, 30)}
-	if segs := churnSegments(samples, 30); len(segs) != 2 || len(segs[0]) != 3 || len(segs[1]) != 2 {
-		t.Errorf("segments %v, want the events' 3 samples, then the settle's 2", segs)
-	}
-	gap := []churn.Sample{s(time.Minute, 1), s(2*time.Minute, 2), s(3*time.Minute, 3), s(30*time.Minute, 4), s(31*time.Minute, 5)}
-	if segs := churnSegments(gap, 100); len(segs) != 2 || len(segs[0]) != 3 {
-		t.Errorf("segments %v, want a break at the gap", segs)
-	}
-	short := &churnRun{Result: &churn.Result{Samples: samples, Events: churn.Events{Connects: 10, Sends: 20}}, MaxQP: 128}
-	long := &churnRun{Result: &churn.Result{Samples: gap, Events: churn.Events{Connects: 25, Sends: 5}}, MaxQP: 128}
-	if a, b := newChurnAxes(short, time.Hour), newChurnAxes(long, time.Hour); a != b || a.limit != 128 || a.xMax != 60 || a.unitName != "minutes" {
-		t.Errorf("axes %+v and %+v, want the same, to 60 minutes, max_qp 128 drawn", a, b)
-	}
 }

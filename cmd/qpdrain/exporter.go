@@ -51,7 +51,9 @@ by workload), and reports its own cost (qpdrain_scrape_duration_seconds,
 qpdrain_scrape_errors_total). No label carries a pid, a container or a QP number.
 --web.config.file enables TLS and basic authentication as Prometheus's exporter-toolkit reads
 them (its docs/web-configuration.md: tls_server_config, basic_auth_users with bcrypt hashes).
-/ is a landing page. deploy/ has a DaemonSet and alert rules. It stops on SIGINT or SIGTERM, its
+/ is a landing page; /healthz answers 200 "ok" without reading the host, for liveness and
+readiness probes (behind the same TLS and basic authentication). deploy/ has a DaemonSet and
+alert rules. It stops on SIGINT or SIGTERM, its
 normal end: exit 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -91,11 +93,15 @@ normal end: exit 0.`,
 	return cmd
 }
 
+// healthPath is the exporter's health endpoint.
+const healthPath = "/healthz"
+
 // check refuses what the flags' own checks cannot see alone: a telemetry
-// path that is not below /, a web config file exporter-toolkit rejects.
+// path that is not below / or is the health endpoint's, a web config file
+// exporter-toolkit rejects.
 func (o *exporterOptions) check() error {
-	if !strings.HasPrefix(o.telemetryPath, "/") || o.telemetryPath == "/" {
-		return fmt.Errorf("--web.telemetry-path %q: want a path below / (/ is the landing page)", o.telemetryPath)
+	if !strings.HasPrefix(o.telemetryPath, "/") || o.telemetryPath == "/" || o.telemetryPath == healthPath {
+		return fmt.Errorf("--web.telemetry-path %q: want a path below / other than %s (/ is the landing page)", o.telemetryPath, healthPath)
 	}
 	if o.webConfig != "" {
 		if err := web.Validate(o.webConfig); err != nil {
@@ -180,7 +186,7 @@ func serveExporter(ctx context.Context, lns []net.Listener, stderr io.Writer, op
 	landing, err := web.NewLandingPage(web.LandingConfig{
 		Name:        "qpdrain exporter",
 		Description: "The host's RDMA QPs, by device, state and workload, and the leaks among them",
-		Links:       []web.LandingLinks{{Address: o.telemetryPath, Text: "Metrics"}},
+		Links:       []web.LandingLinks{{Address: o.telemetryPath, Text: "Metrics"}, {Address: healthPath, Text: "Health"}},
 		Profiling:   "false",
 	})
 	if err != nil {
@@ -204,6 +210,7 @@ func serveExporter(ctx context.Context, lns []net.Listener, stderr io.Writer, op
 	}
 	mux := http.NewServeMux()
 	mux.Handle(o.telemetryPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: opts.log}))
+	mux.HandleFunc(healthPath, serveHealth)
 	mux.Handle("/", landing)
 	// The toolkit logs the startup lines (the address, TLS on or off) at
 	// info, whatever --log-level: an operator needs them.
@@ -227,6 +234,16 @@ func serveExporter(ctx context.Context, lns []net.Listener, stderr io.Writer, op
 		return withExitCode(exitError, fmt.Errorf("serving %s: %w", o.telemetryPath, err))
 	}
 	return nil
+}
+
+// serveHealth answers a probe: the exporter serves HTTP. It reads nothing
+// of the host, so that a kubelet probing every few seconds costs no
+// netlink dump; a host the exporter cannot read shows in
+// qpdrain_scrape_success instead, where an alert can name it (a probe
+// failing there would only restart a pod that cannot do better).
+func serveHealth(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, "ok\n")
 }
 
 // toolkitLogger is the log of exporter-toolkit's web package, in

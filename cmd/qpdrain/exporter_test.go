@@ -157,9 +157,16 @@ func TestExporterTLSBasicAuth(t *testing.T) {
 	if code, page := get(https+"/", "prometheus", "s3cret"); code != http.StatusOK || !strings.Contains(page, "qpdrain exporter") || !strings.Contains(page, `href="/metrics"`) {
 		t.Errorf("landing page: %d\n%s", code, page)
 	}
+	// The health endpoint is behind the same authentication: a probe
+	// needs the credentials (deploy/qpdrain-exporter.yaml says so).
+	if code, b := get(https+healthPath, "prometheus", "s3cret"); code != http.StatusOK || b != "ok\n" {
+		t.Errorf("GET %s with basic auth: %d %q", healthPath, code, b)
+	}
 	for _, c := range []struct{ user, pass string }{{"", ""}, {"prometheus", "wrong"}, {"nobody", "s3cret"}} {
-		if code, _ := get(https+"/metrics", c.user, c.pass); code != http.StatusUnauthorized {
-			t.Errorf("GET /metrics as %q/%q: %d, want 401", c.user, c.pass, code)
+		for _, path := range []string{"/metrics", healthPath} {
+			if code, _ := get(https+path, c.user, c.pass); code != http.StatusUnauthorized {
+				t.Errorf("GET %s as %q/%q: %d, want 401", path, c.user, c.pass, code)
+			}
 		}
 	}
 	if code, b := get("http://"+addr+"/metrics", "prometheus", "s3cret"); code == http.StatusOK {
@@ -224,6 +231,7 @@ func testExporterBadFlags(t *testing.T) {
 	wantRefused(t, []string{"exporter", "--web.listen-address", "127.0.0.1:1"}, []badInput{
 		{[]string{"--web.telemetry-path", "/"}, exitError, "--web.telemetry-path"},
 		{[]string{"--web.telemetry-path", "metrics"}, exitError, "--web.telemetry-path"},
+		{[]string{"--web.telemetry-path", healthPath}, exitError, "--web.telemetry-path"},
 		{[]string{"--near-limit", "2"}, exitError, "--near-limit"},
 		{[]string{"--web.config.file", bad}, exitError, "--web.config.file " + bad},
 		{[]string{"--web.config.file", filepath.Join(t.TempDir(), "missing.yml")}, exitError, "--web.config.file"},

@@ -21,6 +21,7 @@ import (
 	"github.com/qpdrain/qpdrain/internal/testing/promcheck"
 	"github.com/qpdrain/qpdrain/internal/testing/testproc"
 	"github.com/qpdrain/qpdrain/leaks"
+	"github.com/qpdrain/qpdrain/reap"
 )
 
 // fakeHost is a host whose QPs a test scripts: qps(n) gives the QPs of the
@@ -82,7 +83,7 @@ func (f *fakeHost) Signal(pid int, sig syscall.Signal) error {
 
 func (f *fakeHost) CheckRxe(context.Context, string) error {
 	if f.notRxe {
-		return errRefused
+		return reap.ErrRefused
 	}
 	return nil
 }
@@ -323,9 +324,9 @@ func TestReapRxe(t *testing.T) {
 	}
 }
 
-// scrapeExporter runs qpdrain exporter in this process on host and scrapes
-// it twice, returning the second scrape.
-func scrapeExporter(t *testing.T, host hostOptions) []byte {
+// startExporter runs qpdrain exporter in this process on host until the
+// test ends, returning its base URL.
+func startExporter(t *testing.T, host hostOptions) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -338,25 +339,37 @@ func scrapeExporter(t *testing.T, host hostOptions) []byte {
 	go func() {
 		done <- serveExporter(ctx, []net.Listener{ln}, io.Discard, opts, &exporterOptions{telemetryPath: "/metrics", window: time.Minute, nearLimit: 0.9, host: host})
 	}()
-	defer func() {
+	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("exporter: %v", err)
 		}
-	}()
-	var body []byte
-	for range 2 {
-		resp, err := http.Get("http://" + ln.Addr().String() + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, err = io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("GET /metrics: %v %s", err, resp.Status)
-		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// httpGet gets url, failing the test unless the answer is 200 OK.
+func httpGet(t *testing.T, url string) []byte {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %v %s", url, err, resp.Status)
 	}
 	return body
+}
+
+// scrapeExporter runs qpdrain exporter in this process on host and scrapes
+// it twice, returning the second scrape.
+func scrapeExporter(t *testing.T, host hostOptions) []byte {
+	t.Helper()
+	base := startExporter(t, host)
+	httpGet(t, base+"/metrics")
+	return httpGet(t, base+"/metrics")
 }
 
 func TestExporterServes(t *testing.T) {
@@ -370,4 +383,22 @@ func TestExporterServes(t *testing.T) {
 		}
 	}
 	promcheck.Check(t, body)
+}
+
+// TestExporterHealth: /healthz answers the probes without reading the
+// host: a kubelet probing every few seconds costs no netlink dump.
+func TestExporterHealth(t *testing.T) {
+	f := leakyHost(100)
+	useHost(t, f)
+	base := startExporter(t, hostOptions{timeout: time.Second})
+	for range 3 {
+		if body := httpGet(t, base+healthPath); string(body) != "ok\n" {
+			t.Errorf("%s: %q", healthPath, body)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n != 0 {
+		t.Errorf("%s read the host %d times", healthPath, f.n)
+	}
 }

@@ -5,10 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -16,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/qpdrain/qpdrain/leaks"
-	"github.com/qpdrain/qpdrain/rdmanl/inventory"
+	"github.com/qpdrain/qpdrain/reap"
 )
 
 func init() { subcommands = append(subcommands, newReapCmd) }
@@ -30,12 +26,6 @@ type reapOptions struct {
 	wait   time.Duration
 	host   hostOptions
 }
-
-// reapPoll is how often reap looks whether the QPs are gone.
-const reapPoll = 100 * time.Millisecond
-
-// errRefused is a target reap will not act on; the message says why.
-var errRefused = errors.New("refused")
 
 func newReapCmd(opts *globalOptions) *cobra.Command {
 	o := &reapOptions{}
@@ -106,150 +96,27 @@ func parseReapSignal(s string) (reapSignal, error) {
 	return reapSignal{name, sig}, nil
 }
 
-// pfKthread is PF_KTHREAD (include/linux/sched.h), bit of /proc/<pid>/stat's
-// flags field.
-const pfKthread = 0x00200000
-
-// kernelThread reports whether pid is a kernel thread.
-func kernelThread(procRoot string, pid int) (bool, error) {
-	b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return false, err
-	}
-	// Fields after the parenthesised comm, which may hold spaces: state is
-	// field 3, flags field 9 (proc_pid_stat(5)).
-	i := strings.LastIndexByte(string(b), ')')
-	fields := strings.Fields(string(b[i+1:]))
-	if i < 0 || len(fields) < 7 {
-		return false, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	flags, err := strconv.ParseUint(fields[6], 10, 64)
-	if err != nil {
-		return false, fmt.Errorf("/proc/%d/stat: flags %q: %w", pid, fields[6], err)
-	}
-	return flags&pfKthread != 0, nil
-}
-
-// checkReapPID refuses the pids reap must never signal and names the
-// process.
-func checkReapPID(procRoot string, pid int) (leaks.Process, error) {
-	switch {
-	case pid == 1:
-		return leaks.Process{}, fmt.Errorf("pid 1 is init, and ending it ends the host: %w", errRefused)
-	case pid == os.Getpid():
-		return leaks.Process{}, fmt.Errorf("pid %d is qpdrain itself: %w", pid, errRefused)
-	}
-	t, err := inventory.Proc{Root: procRoot}.Task(uint32(pid))
-	if err != nil {
-		return leaks.Process{}, err
-	}
-	if int(t.TGID) != pid {
-		return leaks.Process{}, fmt.Errorf("pid %d is a thread of process %d (%s): signal the process (--pid %d): %w", pid, t.TGID, t.Comm, t.TGID, errRefused)
-	}
-	kt, err := kernelThread(procRoot, pid)
-	if err != nil {
-		return leaks.Process{}, err
-	}
-	if kt {
-		return leaks.Process{}, fmt.Errorf("pid %d (%s) is a kernel thread: its QPs are kernel QPs, which only their module frees (see qpdrain leaks): %w", pid, t.Comm, errRefused)
-	}
-	return leaks.Process{PID: pid, Comm: t.Comm}, nil
-}
-
-// targetKey identifies a QP reap waits for.
-type targetKey struct {
-	dev  string
-	lqpn uint32
-	typ  string
-}
-
-// targetsOf splits the user QPs pid keeps alive: those it alone provably
-// holds (they go when it exits), and those it may keep alive (it shares
-// their context with other holders, or is one of the candidates of a
-// context whose holders are not proven).
-func targetsOf(s leaks.Sample, pid int) (alone, maybe []reapQP) {
-	alone, maybe = []reapQP{}, []reapQP{}
-	for _, d := range s.Devices {
-		for _, q := range d.QPs {
-			if q.Kernel() || !slices.ContainsFunc(q.Holders, func(p leaks.Process) bool { return p.PID == pid }) {
-				continue
-			}
-			r := reapQP{Device: d.Name, QPRef: leaks.QPRef{Port: q.Port, LQPN: q.LQPN, Type: q.Type, State: q.State}, Held: q.Owner.PID != pid, owner: q.Owner.PID}
-			switch {
-			case q.HoldersCertain && len(q.Holders) == 1:
-				alone = append(alone, r)
-			case q.HoldersCertain:
-				r.Why = "also held by " + otherHolders(q.Holders, pid)
-				maybe = append(maybe, r)
-			default:
-				r.Why = "held by one or more of " + otherHolders(q.Holders, 0)
-				maybe = append(maybe, r)
-			}
-		}
-	}
-	return alone, maybe
-}
-
-// otherHolders is "pid 20 (child), pid 30 (other)" without pid.
-func otherHolders(hs []leaks.Process, pid int) string {
-	var parts []string
-	for _, h := range hs {
-		if h.PID != pid {
-			parts = append(parts, fmt.Sprintf("pid %d (%s)", h.PID, h.Comm))
-		}
-	}
-	return strings.Join(parts, ", ")
-}
-
-// remaining are the targets still in s: the same QP, owned by no live
-// process, the target or its owner when planned (the kernel reuses QP
-// numbers: a new QP of another process is not the target).
-func remaining(s leaks.Sample, targets []reapQP, pid int) []reapQP {
-	now := map[targetKey]int{}
-	for _, d := range s.Devices {
-		for _, q := range d.QPs {
-			now[targetKey{d.Name, q.LQPN, q.Type}] = q.Owner.PID
-		}
-	}
-	out := []reapQP{}
-	for _, t := range targets {
-		if o, ok := now[targetKey{t.Device, t.LQPN, t.Type}]; ok && (o == 0 || o == pid || o == t.owner) {
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
-// reapQP is one QP reap acts on.
-type reapQP struct {
-	Device string `json:"ifname"`
-	leaks.QPRef
-	// Held: the target keeps it alive without owning it.
-	Held bool `json:"held,omitempty"`
-	// Why a QP the target may keep alive is not waited for.
-	Why string `json:"why,omitempty"`
-	// owner is the QP's live owner when planned, 0 for none.
-	owner int
-}
-
 // reapResult is what reap did, or would do.
 type reapResult struct {
-	Target    string   `json:"target"`
-	PID       int      `json:"pid,omitempty"`
-	Comm      string   `json:"comm,omitempty"`
-	Signal    string   `json:"signal,omitempty"`
-	Device    string   `json:"ifname,omitempty"`
-	Done      bool     `json:"done"`
-	QPs       []reapQP `json:"qps"`
-	MayKeep   []reapQP `json:"may_keep_alive"`
-	Freed     int      `json:"freed"`
-	Remaining []reapQP `json:"remaining"`
-	WaitedNS  int64    `json:"waited_ns"`
-	Note      string   `json:"note,omitempty"`
+	Target  string    `json:"target"`
+	PID     int       `json:"pid,omitempty"`
+	Comm    string    `json:"comm,omitempty"`
+	Signal  string    `json:"signal,omitempty"`
+	Device  string    `json:"ifname,omitempty"`
+	Done    bool      `json:"done"`
+	QPs     []reap.QP `json:"qps"`
+	MayKeep []reap.QP `json:"may_keep_alive"`
+	// MayKeepGone are the QPs of MayKeep that the last sample after the
+	// signal no longer showed.
+	MayKeepGone []reap.QP `json:"may_keep_alive_gone"`
+	Freed       int       `json:"freed"`
+	Remaining   []reap.QP `json:"remaining"`
+	WaitedNS    int64     `json:"waited_ns"`
+	Note        string    `json:"note,omitempty"`
 }
 
 func reapPID(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions, o *reapOptions) error {
-	proc, err := checkReapPID(o.host.proc, o.pid)
+	proc, err := reap.CheckPID(o.host.proc, o.pid)
 	if err != nil {
 		return withExitCode(exitError, fmt.Errorf("reap: %w", err))
 	}
@@ -263,58 +130,23 @@ func reapPID(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions,
 	if err != nil {
 		return hostError(fmt.Errorf("reading the host's QPs: %w", err))
 	}
+	plan := reap.PlanPID(s, proc)
 	res := reapResult{Target: "pid", PID: proc.PID, Comm: proc.Comm, Signal: "SIG" + o.signal.name,
-		Remaining: []reapQP{}}
-	res.QPs, res.MayKeep = targetsOf(s, o.pid)
-	if len(res.QPs) == 0 && len(res.MayKeep) == 0 {
+		QPs: plan.QPs, MayKeep: plan.MayKeep, MayKeepGone: []reap.QP{}, Remaining: []reap.QP{}}
+	if plan.Empty() {
 		res.Note = "it holds no QP's context: nothing to reap, no signal sent"
 		return printReap(stdout, opts, &res, o)
 	}
 	if !o.yes {
 		return printReap(stdout, opts, &res, o)
 	}
-	if err := h.Signal(o.pid, o.signal.sig); err != nil {
-		return withExitCode(exitError, err)
-	}
-	opts.log.WithField("pid", o.pid).WithField("signal", res.Signal).Info("signalled")
-	res.Done = true
-	res.Remaining, res.WaitedNS, err = waitQPsGone(ctx, src, o.wait, res.QPs, func(s leaks.Sample) []reapQP { return remaining(s, res.QPs, o.pid) })
+	r, err := reap.Signal(ctx, src, h, &plan, o.signal.sig, o.wait)
 	if err != nil {
 		return hostError(err)
 	}
-	res.Freed = len(res.QPs) - len(res.Remaining)
+	opts.log.WithField("pid", o.pid).WithField("signal", res.Signal).Info("signalled")
+	res.Done, res.Freed, res.Remaining, res.MayKeepGone, res.WaitedNS = true, r.Freed, r.Remaining, r.MayKeepGone, r.Waited.Nanoseconds()
 	return printReap(stdout, opts, &res, o)
-}
-
-// waitQPsGone samples the host until left reports nothing or wait has passed.
-// A host left without RDMA devices has none of the QPs left; a wait over
-// before any sample was read leaves all of targets.
-func waitQPsGone(ctx context.Context, src leaks.Sampler, wait time.Duration, targets []reapQP, left func(leaks.Sample) []reapQP) ([]reapQP, int64, error) {
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	rest := targets
-	for {
-		s, err := src.Sample(ctx)
-		switch {
-		case errors.Is(err, leaks.ErrNoRDMA):
-			return []reapQP{}, time.Since(start).Nanoseconds(), nil
-		case err != nil && ctx.Err() != nil:
-			// The wait is over; rest is what the last sample showed.
-			return rest, time.Since(start).Nanoseconds(), nil
-		case err != nil:
-			return nil, 0, fmt.Errorf("reading the host's QPs: %w", err)
-		}
-		rest = left(s)
-		if len(rest) == 0 {
-			return []reapQP{}, time.Since(start).Nanoseconds(), nil
-		}
-		select {
-		case <-ctx.Done():
-			return rest, time.Since(start).Nanoseconds(), nil
-		case <-time.After(reapPoll):
-		}
-	}
 }
 
 func reapRxe(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions, o *reapOptions) error {
@@ -331,7 +163,7 @@ func reapRxe(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions,
 	if err != nil {
 		return hostError(fmt.Errorf("reading the host's QPs: %w", err))
 	}
-	res := reapResult{Target: "rxe", Device: o.rxe, QPs: []reapQP{}, MayKeep: []reapQP{}, Remaining: []reapQP{}}
+	res := reapResult{Target: "rxe", Device: o.rxe, QPs: []reap.QP{}, MayKeep: []reap.QP{}, MayKeepGone: []reap.QP{}, Remaining: []reap.QP{}}
 	for _, d := range s.Devices {
 		if d.Name != o.rxe {
 			continue
@@ -339,9 +171,9 @@ func reapRxe(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions,
 		for _, q := range d.QPs {
 			if q.Kernel() && q.Type != "GSI" && q.Type != "SMI" {
 				return withExitCode(exitError, fmt.Errorf("reap: %s has kernel QPs of %s (lqpn %d, %s): deleting it would pull the device from under that module: %w",
-					o.rxe, q.KernName, q.LQPN, q.Type, errRefused))
+					o.rxe, q.KernName, q.LQPN, q.Type, reap.ErrRefused))
 			}
-			res.QPs = append(res.QPs, reapQP{Device: d.Name, QPRef: leaks.QPRef{Port: q.Port, LQPN: q.LQPN, Type: q.Type, State: q.State}})
+			res.QPs = append(res.QPs, reap.NewQP(d.Name, q))
 		}
 	}
 	if !o.yes {
@@ -355,12 +187,12 @@ func reapRxe(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions,
 		return withExitCode(exitError, fmt.Errorf("reap: %w", err))
 	}
 	res.Done = true
-	res.Remaining, _, err = waitQPsGone(ctx, src, o.wait, res.QPs, func(s leaks.Sample) []reapQP {
-		var rest []reapQP
+	p, err := reap.Wait(ctx, src, o.wait, res.QPs, func(s leaks.Sample) []reap.QP {
+		var rest []reap.QP
 		for _, d := range s.Devices {
 			if d.Name == o.rxe {
 				for _, q := range d.QPs {
-					rest = append(rest, reapQP{Device: d.Name, QPRef: leaks.QPRef{Port: q.Port, LQPN: q.LQPN, Type: q.Type, State: q.State}})
+					rest = append(rest, reap.NewQP(d.Name, q))
 				}
 			}
 		}
@@ -369,6 +201,7 @@ func reapRxe(ctx context.Context, stdout, stderr io.Writer, opts *globalOptions,
 	if err != nil {
 		return hostError(err)
 	}
+	res.Remaining = p.Remaining
 	res.WaitedNS = time.Since(start).Nanoseconds()
 	res.Freed = len(res.QPs) - len(res.Remaining)
 	return printReap(stdout, opts, &res, o)
@@ -437,12 +270,16 @@ func formatReap(w io.Writer, r *reapResult, o *reapOptions) error {
 		}
 	}
 	formatMayKeep(w, r.MayKeep)
+	if len(r.MayKeepGone) > 0 {
+		fmt.Fprintf(w, "gone too: %d of the QPs it may have kept alive (the last sample no longer shows them)\n", len(r.MayKeepGone))
+		fmt.Fprintf(w, "  %s\n", reapQPList(r.MayKeepGone))
+	}
 	return nil
 }
 
 // formatMayKeep lists the QPs a target may keep alive, which reap does
 // not wait for.
-func formatMayKeep(w io.Writer, qps []reapQP) {
+func formatMayKeep(w io.Writer, qps []reap.QP) {
 	if len(qps) == 0 {
 		return
 	}
@@ -457,7 +294,7 @@ func formatMayKeep(w io.Writer, qps []reapQP) {
 }
 
 // reapQPList is "rxe0 lqpn 17 RC ERR, ..." for at most maxListed QPs.
-func reapQPList(qps []reapQP) string {
+func reapQPList(qps []reap.QP) string {
 	var parts []string
 	for i, q := range qps {
 		if i == maxListed {
