@@ -13,6 +13,10 @@
 // of the check) or Error (the probe could not run to a verdict: a verb
 // failed or the context ended).
 //
+// Options.Run and Options.Skip select probes by name, as go test's -run and
+// -skip do; Run reports the others Skipped, so that its results always
+// list every probe.
+//
 // A missing completion or event is judged after Options.Timeout (at least
 // MinTimeout), a send a retry series must fail after the series and one
 // Timeout per retry timer (2 s at the least: a loaded host fires each

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"time"
 
@@ -22,11 +23,13 @@ const (
 	// Error: the probe could not reach a verdict (a verb failed, or the
 	// context ended); Result.Err says why.
 	Error
+	// Skipped: Options.Run or Options.Skip left the probe out.
+	Skipped
 )
 
-var outcomeNames = [...]string{"pass", "deviation", "error"}
+var outcomeNames = [...]string{"pass", "deviation", "error", "skipped"}
 
-// String names the outcome ("pass", "deviation", "error").
+// String names the outcome ("pass", "deviation", "error", "skipped").
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) {
 		return outcomeNames[o]
@@ -38,7 +41,7 @@ func (o Outcome) String() string {
 func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
 
 // UnmarshalText decodes an outcome's name, so that JSON reads back; any
-// other text is an error naming the three.
+// other text is an error naming the outcomes.
 func (o *Outcome) UnmarshalText(text []byte) error {
 	for i, n := range outcomeNames {
 		if string(text) == n {
@@ -46,8 +49,11 @@ func (o *Outcome) UnmarshalText(text []byte) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("unknown outcome %q, want pass, deviation or error", text)
+	return fmt.Errorf("unknown outcome %q, want pass, deviation, error or skipped", text)
 }
+
+// verdict reports whether the probe ran to a verdict: passed or deviated.
+func (o Outcome) verdict() bool { return o == Pass || o == Deviation }
 
 // Result is what one probe found.
 type Result struct {
@@ -94,6 +100,15 @@ type Options struct {
 	// or a quarter of Timeout when that is shorter, so that a short
 	// Timeout shortens the whole probe).
 	Quiet time.Duration
+	// Run and Skip select the probes Run runs, by name, as go test's -run
+	// and -skip do: a probe runs when Run (if not nil) matches its name
+	// and Skip (if not nil) does not. The others are reported Skipped.
+	// Probe.Run ignores them.
+	Run, Skip *regexp.Regexp
+	// OnResult, if not nil, is called with each result as Run produces it,
+	// in order (Skipped and NotRun ones too), so that a caller can show
+	// progress; it runs on Run's goroutine.
+	OnResult func(Result)
 }
 
 func (o Options) withDefaults() Options {
@@ -107,6 +122,30 @@ func (o Options) withDefaults() Options {
 		o.Quiet = min(DefaultQuiet, o.Timeout/4)
 	}
 	return o
+}
+
+// skips says why o leaves the probe called name out of Run, or "" when Run
+// runs it.
+func (o Options) skips(name string) string {
+	switch {
+	case o.Run != nil && !o.Run.MatchString(name):
+		return fmt.Sprintf("skipped: the run pattern %q does not match it", o.Run)
+	case o.Skip != nil && o.Skip.MatchString(name):
+		return fmt.Sprintf("skipped: the skip pattern %q matches it", o.Skip)
+	}
+	return ""
+}
+
+// Selected returns the probes Run runs with o (Options.Run, Options.Skip),
+// in order.
+func (o Options) Selected() []Probe {
+	var out []Probe
+	for _, p := range probes {
+		if o.skips(p.Name) == "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // settle is how long a probe lets the device work after moving a QP to
@@ -158,13 +197,21 @@ func Lookup(name string) (Probe, bool) {
 	return Probe{}, false
 }
 
-// Run runs every probe on dev, one after the other, and returns their
-// results in order. A probe that errs does not stop the others; once ctx
-// has ended the remaining probes report Error without running.
+// Run runs the probes o selects on dev, one after the other, and returns a
+// result for every probe, in order: those o leaves out are Skipped. A
+// probe that errs does not stop the others; once ctx has ended the
+// remaining probes report Error without running.
 func Run(ctx context.Context, dev ibv.Context, o Options) []Result {
 	out := make([]Result, 0, len(probes))
 	for _, p := range probes {
-		out = append(out, p.Run(ctx, dev, o))
+		r := Result{Name: p.Name, Rule: p.Rule, Outcome: Skipped, Observed: o.skips(p.Name)}
+		if r.Observed == "" {
+			r = p.Run(ctx, dev, o)
+		}
+		out = append(out, r)
+		if o.OnResult != nil {
+			o.OnResult(r)
+		}
 	}
 	return out
 }
@@ -211,17 +258,26 @@ func (p Probe) Run(ctx context.Context, dev ibv.Context, o Options) Result {
 	return res
 }
 
-// Counts returns how many results have each outcome.
-func Counts(results []Result) (pass, deviations, errs int) {
+// Tally is how many results have each outcome.
+type Tally struct {
+	Pass, Deviations, Errors, Skipped int
+}
+
+// Count returns how many results have each outcome; one that is no
+// Outcome counts as an error.
+func Count(results []Result) Tally {
+	var t Tally
 	for _, r := range results {
 		switch r.Outcome {
 		case Pass:
-			pass++
+			t.Pass++
 		case Deviation:
-			deviations++
+			t.Deviations++
+		case Skipped:
+			t.Skipped++
 		default:
-			errs++
+			t.Errors++
 		}
 	}
-	return pass, deviations, errs
+	return t
 }

@@ -141,7 +141,8 @@ func TestCheckJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("-j output is not JSON: %v\n%s", err, out)
 	}
-	if got.Device != "soft0" || !got.Soft || got.Note != "" || !slices.Equal(got.Quirks, []string{"send-in-error-not-flushed"}) || got.TimeoutNS != 100e6 {
+	if got.Device != "soft0" || !got.Soft || got.Note != "" || !slices.Equal(got.Quirks, []string{"send-in-error-not-flushed"}) || got.TimeoutNS != 100e6 ||
+		got.Run != "" || got.Skip != "" {
 		t.Errorf("device fields %+v", got)
 	}
 	var deviating []string
@@ -158,8 +159,13 @@ func TestCheckJSON(t *testing.T) {
 	if want := []string{"send-in-error", "flush-before-rts", "drain-wr", "flush-order"}; !slices.Equal(deviating, want) {
 		t.Errorf("deviations %v, want %v", deviating, want)
 	}
-	if got.Pass != 11 || got.Deviations != 4 || got.Errors != 0 {
-		t.Errorf("counts %d/%d/%d, want 11/4/0", got.Pass, got.Deviations, got.Errors)
+	if got.Pass != 11 || got.Deviations != 4 || got.Errors != 0 || got.Skipped != 0 {
+		t.Errorf("counts %d/%d/%d/%d, want 11/4/0/0", got.Pass, got.Deviations, got.Errors, got.Skipped)
+	}
+	for _, key := range []string{`"run": ""`, `"skip": ""`, `"skipped": 0`} {
+		if !strings.Contains(out, key) {
+			t.Errorf("-j output lacks %s", key)
+		}
 	}
 	// A drain WR that never comes proves nothing: quarantine, one per QP.
 	if want := (drainOptionsJSON{MaxBatch: 1, Policy: drain.Quarantine, LastWQETimeoutNS: 5e9, DrainTimeoutNS: 5e9, ViaRTS: true, Headroom: 1}); got.DrainOptions != want {
@@ -180,13 +186,17 @@ func TestCheckRejects(t *testing.T) {
 		{[]string{"--soft-quirk", "nope"}, exitError, `unknown quirk "nope"`},
 		{[]string{"--timeout", "0s"}, exitError, "want at least 100ms"},
 		{[]string{"--timeout", "99ms"}, exitError, `invalid argument "99ms" for "--timeout" flag: want at least 100ms`},
+		{[]string{"--run", "("}, exitError, `invalid argument "(" for "--run" flag: error parsing regexp: missing closing )`},
+		{[]string{"--skip", "nope"}, exitError, `invalid argument "nope" for "--skip" flag: matches no probe (flush-outstanding, `},
+		{[]string{"--skip", "."}, exitError, `check: no probe left to run by --skip "."`},
 		{[]string{"--device", "nosuchdevice0"}, exitUnsupported, `no such RDMA device "nosuchdevice0"`},
 		{[]string{"--device", "rxe0", "--soft-quirk", "no-last-wqe-reached"}, exitError, "--soft-quirk applies to the soft device only"},
 		{[]string{"extra-arg"}, exitError, `unknown command "extra-arg"`},
 	})
 }
 
-// Errors outrank deviations in the exit status.
+// Errors outrank deviations in the exit status; skipped probes do not
+// count.
 func TestCheckVerdict(t *testing.T) {
 	r := func(o flushcheck.Outcome) flushcheck.Result { return flushcheck.Result{Outcome: o} }
 	for _, tc := range []struct {
@@ -196,6 +206,7 @@ func TestCheckVerdict(t *testing.T) {
 		{[]flushcheck.Result{r(flushcheck.Pass), r(flushcheck.Pass)}, exitClean},
 		{[]flushcheck.Result{r(flushcheck.Pass), r(flushcheck.Deviation)}, exitFindings},
 		{[]flushcheck.Result{r(flushcheck.Deviation), r(flushcheck.Error)}, exitError},
+		{[]flushcheck.Result{r(flushcheck.Skipped), r(flushcheck.Pass)}, exitClean},
 	} {
 		if got := exitCode(checkVerdict(tc.results)); got != tc.want {
 			t.Errorf("%v: exit code %d, want %d", tc.results, got, tc.want)
@@ -234,4 +245,32 @@ func TestCheckTestDevice(t *testing.T) {
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
+}
+
+// --run and --skip select probes as go test's -run and -skip do; the
+// others are listed as skipped, in the table, the summary and -j.
+func TestCheckSelect(t *testing.T) {
+	out, err := runSub("check", "--device", "soft", "--timeout", "100ms", "--run", "in-error$", "--skip", "recv")
+	if code := exitCode(err); code != exitClean {
+		t.Fatalf("exit code %d (%v)\n%s", code, err, out)
+	}
+	wantAll(t, "output", out,
+		`; timeout 100ms per wait; --run "in-error$" --skip "recv"`+"\n",
+		"\nsend-in-error           pass   ",
+		"\nrecv-in-error           skipped           0s  skipped: the skip pattern \"recv\" matches it\n",
+		"\nsqd                     skipped           0s  skipped: the run pattern \"in-error$\" does not match it\n",
+		"\n15 probes: 1 pass, 0 deviations, 0 errors, 14 skipped\n",
+		"\n  skipped (--run, --skip): flush-outstanding, recv-in-error, flush-before-rts, ",
+	)
+	out, err = runSub("check", "--device", "soft", "--timeout", "100ms", "--run", "^sqd$", "-j")
+	if code := exitCode(err); code != exitClean {
+		t.Fatalf("-j: exit code %d (%v)\n%s", code, err, out)
+	}
+	var got checkJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("-j output is not JSON: %v\n%s", err, out)
+	}
+	if got.Run != "^sqd$" || got.Skip != "" || got.Pass != 1 || got.Skipped != len(flushcheck.Probes())-1 || len(got.Probes) != len(flushcheck.Probes()) {
+		t.Errorf("-j: run %q, skip %q, %d pass, %d skipped, %d probes; want ^sqd$ alone run, every probe listed", got.Run, got.Skip, got.Pass, got.Skipped, len(got.Probes))
+	}
 }
