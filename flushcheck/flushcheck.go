@@ -23,13 +23,20 @@ const (
 	// Error: the probe could not reach a verdict (a verb failed, or the
 	// context ended); Result.Err says why.
 	Error
+	// Hung: a verbs call of the probe did not return within
+	// Options.CallTimeout; Result.Observed names the call. The device may
+	// be wedged, so Run runs no probe after it.
+	Hung
 	// Skipped: Options.Run or Options.Skip left the probe out.
 	Skipped
+	// NotRun: an earlier probe hung, so Run did not run this one.
+	NotRun
 )
 
-var outcomeNames = [...]string{"pass", "deviation", "error", "skipped"}
+var outcomeNames = [...]string{"pass", "deviation", "error", "hung", "skipped", "not-run"}
 
-// String names the outcome ("pass", "deviation", "error", "skipped").
+// String names the outcome ("pass", "deviation", "error", "hung",
+// "skipped", "not-run").
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) {
 		return outcomeNames[o]
@@ -49,7 +56,7 @@ func (o *Outcome) UnmarshalText(text []byte) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("unknown outcome %q, want pass, deviation, error or skipped", text)
+	return fmt.Errorf("unknown outcome %q, want pass, deviation, error, hung, skipped or not-run", text)
 }
 
 // verdict reports whether the probe ran to a verdict: passed or deviated.
@@ -64,9 +71,11 @@ type Result struct {
 	Outcome Outcome
 	// Observed says what the device did, in words, with times.
 	Observed string
-	// Duration is how long the probe ran, setup and teardown included.
+	// Duration is how long the probe ran, setup and teardown included;
+	// for Hung, until the check gave up on it.
 	Duration time.Duration
-	// Err is why the outcome is Error; nil otherwise.
+	// Err is why the outcome is Error or Hung (wrapping ErrHung); nil
+	// otherwise.
 	Err error
 }
 
@@ -84,6 +93,14 @@ const (
 	DefaultTimeout = 5 * time.Second
 	DefaultQuiet   = 500 * time.Millisecond
 	DefaultPort    = 1
+	// MinCallTimeout is the shortest Options.CallTimeout the probes
+	// accept: far above the slowest verbs call seen (rxe under qemu TCG
+	// destroyed a QP in 7.7 ms), so that a slow call is not taken for a
+	// hung one.
+	MinCallTimeout = time.Second
+	// DefaultCallTimeout is generous: a call that has not returned after
+	// it is stuck in the provider or the kernel.
+	DefaultCallTimeout = 30 * time.Second
 )
 
 // Options configure the probes. The zero value is usable.
@@ -100,6 +117,13 @@ type Options struct {
 	// or a quarter of Timeout when that is shorter, so that a short
 	// Timeout shortens the whole probe).
 	Quiet time.Duration
+	// CallTimeout bounds each verbs call a probe makes (default
+	// DefaultCallTimeout, at least MinCallTimeout). A call stuck in the
+	// kernel cannot be cancelled, so a probe runs in a goroutine of its
+	// own and the check stops waiting for it: the outcome is Hung, naming
+	// the call. A probe that has not returned CallTimeout after its
+	// context ended is Hung too, blocked where it records no call.
+	CallTimeout time.Duration
 	// Run and Skip select the probes Run runs, by name, as go test's -run
 	// and -skip do: a probe runs when Run (if not nil) matches its name
 	// and Skip (if not nil) does not. The others are reported Skipped.
@@ -120,6 +144,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Quiet <= 0 {
 		o.Quiet = min(DefaultQuiet, o.Timeout/4)
+	}
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = DefaultCallTimeout
 	}
 	return o
 }
@@ -158,8 +185,12 @@ func (o Options) settle() time.Duration { return o.Quiet / 5 }
 func (o Options) budget() time.Duration { return 4*o.Timeout + 2*o.Quiet + 10*time.Second }
 
 // ErrTimeoutTooShort is the error of a probe run with an Options.Timeout
-// below MinTimeout.
+// below MinTimeout, or an Options.CallTimeout below MinCallTimeout.
 var ErrTimeoutTooShort = errors.New("timeout too short to observe the device")
+
+// ErrHung is wrapped by the error of a Hung result: a verbs call did not
+// return within Options.CallTimeout.
+var ErrHung = errors.New("did not return")
 
 // Probe is one check of a device's error-path behaviour.
 type Probe struct {
@@ -200,13 +231,25 @@ func Lookup(name string) (Probe, bool) {
 // Run runs the probes o selects on dev, one after the other, and returns a
 // result for every probe, in order: those o leaves out are Skipped. A
 // probe that errs does not stop the others; once ctx has ended the
-// remaining probes report Error without running.
+// remaining probes report Error without running. A probe that hangs
+// (Options.CallTimeout) stops the check: the device may be wedged, so the
+// probes after it are NotRun, and the hung probe's goroutine and objects
+// are left behind (Probe.Run).
 func Run(ctx context.Context, dev ibv.Context, o Options) []Result {
 	out := make([]Result, 0, len(probes))
+	hung := ""
 	for _, p := range probes {
-		r := Result{Name: p.Name, Rule: p.Rule, Outcome: Skipped, Observed: o.skips(p.Name)}
-		if r.Observed == "" {
+		r := Result{Name: p.Name, Rule: p.Rule}
+		switch why := o.skips(p.Name); {
+		case why != "":
+			r.Outcome, r.Observed = Skipped, why
+		case hung != "":
+			r.Outcome, r.Observed = NotRun, fmt.Sprintf("not run: %s hung before it, and the device may be wedged", hung)
+		default:
 			r = p.Run(ctx, dev, o)
+		}
+		if r.Outcome == Hung {
+			hung = p.Name
 		}
 		out = append(out, r)
 		if o.OnResult != nil {
@@ -217,7 +260,11 @@ func Run(ctx context.Context, dev ibv.Context, o Options) []Result {
 }
 
 // Run runs the probe on dev. Every object it creates is closed before it
-// returns; a close that fails makes the outcome Error.
+// returns; a close that fails makes the outcome Error. A verbs call that
+// does not return within Options.CallTimeout makes the outcome Hung, and
+// Run returns without waiting for it: the probe's goroutine and the
+// objects it created stay until the call returns, if it ever does, so the
+// device cannot be closed meanwhile (and should not be used again).
 func (p Probe) Run(ctx context.Context, dev ibv.Context, o Options) Result {
 	o = o.withDefaults()
 	res := Result{Name: p.Name, Rule: p.Rule}
@@ -238,29 +285,43 @@ func (p Probe) Run(ctx context.Context, dev ibv.Context, o Options) Result {
 		return fail(fmt.Errorf("not run: %w", context.Cause(ctx)))
 	case o.Timeout < MinTimeout:
 		return fail(fmt.Errorf("not run: timeout %v is below the minimum %v: %w", o.Timeout, MinTimeout, ErrTimeoutTooShort))
+	case o.CallTimeout < MinCallTimeout:
+		return fail(fmt.Errorf("not run: call timeout %v is below the minimum %v: %w", o.CallTimeout, MinCallTimeout, ErrTimeoutTooShort))
 	}
+	// Cancelled on return: a probe given up as hung stops at its next wait
+	// if its call ever returns.
 	pctx, cancel := context.WithTimeoutCause(ctx, o.budget(), fmt.Errorf("probe %s exceeded its budget of %v", p.Name, o.budget()))
 	defer cancel()
 	e := &env{ctx: pctx, dev: dev, o: o, start: start, t0: start}
-	v, err := p.run(e)
-	if cerr := e.close(); cerr != nil && err == nil {
-		err = cerr
-	}
+	ended := make(chan probeEnd, 1)
+	go func() {
+		v, err := p.run(e)
+		if cerr := e.close(); cerr != nil && err == nil {
+			err = cerr
+		}
+		ended <- probeEnd{v, err}
+	}()
+	end, err := e.await(ended)
 	if err != nil {
-		return fail(err)
+		res = fail(err)
+		res.Outcome, res.Observed = Hung, err.Error()+"; the device may be wedged: see the kernel log (dmesg)"
+		return res
+	}
+	if end.err != nil {
+		return fail(end.err)
 	}
 	res.Outcome = Pass
-	if !v.ok {
+	if !end.v.ok {
 		res.Outcome = Deviation
 	}
-	res.Observed = v.observed
+	res.Observed = end.v.observed
 	res.Duration = time.Since(start)
 	return res
 }
 
 // Tally is how many results have each outcome.
 type Tally struct {
-	Pass, Deviations, Errors, Skipped int
+	Pass, Deviations, Errors, Hung, Skipped, NotRun int
 }
 
 // Count returns how many results have each outcome; one that is no
@@ -273,8 +334,12 @@ func Count(results []Result) Tally {
 			t.Pass++
 		case Deviation:
 			t.Deviations++
+		case Hung:
+			t.Hung++
 		case Skipped:
 			t.Skipped++
+		case NotRun:
+			t.NotRun++
 		default:
 			t.Errors++
 		}

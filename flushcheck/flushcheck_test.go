@@ -235,6 +235,9 @@ func TestBadInput(t *testing.T) {
 	if r := p.Run(nilCtx, openSoft(t, soft.Quirks{}), Options{}); r.Outcome != Error {
 		t.Errorf("nil context: %s, want error", r.Outcome)
 	}
+	if r := p.Run(context.Background(), openSoft(t, soft.Quirks{}), Options{CallTimeout: MinCallTimeout - 1}); r.Outcome != Error || !errors.Is(r.Err, ErrTimeoutTooShort) {
+		t.Errorf("call timeout below the minimum: %s, %v; want an error wrapping ErrTimeoutTooShort", r.Outcome, r.Err)
+	}
 	if _, ok := Lookup("nope"); ok {
 		t.Error("Lookup found a probe that does not exist")
 	}
@@ -255,8 +258,8 @@ func lookupResult(results []Result, name string) (Result, bool) {
 // An outcome marshals as its name (check -j prints it) and reads back from
 // its JSON; a name that is no outcome is refused.
 func TestOutcomeText(t *testing.T) {
-	texttest.MarshalsAsString(t, Pass, Deviation, Error, Skipped, Outcome(200))
-	for _, o := range []Outcome{Pass, Deviation, Error, Skipped} {
+	texttest.MarshalsAsString(t, Pass, Deviation, Error, Hung, Skipped, NotRun, Outcome(200))
+	for _, o := range []Outcome{Pass, Deviation, Error, Hung, Skipped, NotRun} {
 		b, err := json.Marshal(o)
 		var back Outcome
 		if err != nil || json.Unmarshal(b, &back) != nil || back != o {

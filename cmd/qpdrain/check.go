@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -22,9 +23,10 @@ func init() { subcommands = append(subcommands, newCheckCmd) }
 
 // checkOptions are the flags of "qpdrain check".
 type checkOptions struct {
-	device  string
-	quirks  softQuirks
-	timeout time.Duration
+	device      string
+	quirks      softQuirks
+	timeout     time.Duration
+	callTimeout time.Duration
 	// run and skip select probes by name (flushcheck.Options.Run, Skip).
 	run, skip *regexp.Regexp
 }
@@ -45,7 +47,7 @@ func (o *checkOptions) selection() string {
 
 // probeOptions are the flushcheck.Options the flags give.
 func (o *checkOptions) probeOptions() flushcheck.Options {
-	return flushcheck.Options{Timeout: o.timeout, Run: o.run, Skip: o.skip}
+	return flushcheck.Options{Timeout: o.timeout, CallTimeout: o.callTimeout, Run: o.run, Skip: o.skip}
 }
 
 func newCheckCmd(opts *globalOptions) *cobra.Command {
@@ -65,8 +67,11 @@ func newCheckCmd(opts *globalOptions) *cobra.Command {
 			"there is none (and says so); --device soft (or soft0) picks the soft device. --soft-quirk switches\n" +
 			"on a provider bug of the soft device, to see what the check reports for it; quirks: " + strings.Join(soft.QuirkNames(), ", ") + ".\n" +
 			"--run and --skip select probes by name, as go test's -run and -skip do; the others are listed as skipped.\n" +
+			"A verbs call that does not return within --call-timeout (a provider stuck in the kernel) ends the\n" +
+			"check: its probe is reported hung, naming the call, the probes after it are not run (the device may\n" +
+			"be wedged: see the kernel log), and the device is left open for the process's exit to release.\n" +
 			"Exit status 0 when every probe run passes, 1 when the device deviates, 2 when a probe could not run,\n" +
-			"3 when the device does not exist here.",
+			"3 when the device does not exist here, 4 when a verbs call hung.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmdContext(cmd)
@@ -103,6 +108,8 @@ func newCheckCmd(opts *globalOptions) *cobra.Command {
 	quirkFlag(f, &o.quirks, "soft-quirk")
 	durationFlag(f, &o.timeout, "timeout", flushcheck.DefaultTimeout, fmt.Sprintf("how long each probe waits for a completion or event the specification says must come (at least %v; a retry series gets one per retry timer after its own time, 2s at the least)", flushcheck.MinTimeout),
 		atLeastDuration(flushcheck.MinTimeout))
+	durationFlag(f, &o.callTimeout, "call-timeout", flushcheck.DefaultCallTimeout, fmt.Sprintf("how long one verbs call may take before its probe is reported hung and the check ends, exit status 4 (at least %v)", flushcheck.MinCallTimeout),
+		atLeastDuration(flushcheck.MinCallTimeout))
 	probeFlag(f, &o.run, "run", "run only the probes whose names match this regular expression, as go test -run")
 	probeFlag(f, &o.skip, "skip", "skip the probes whose names match this regular expression, as go test -skip")
 	return cmd
@@ -141,11 +148,16 @@ type checkResult struct {
 	results []flushcheck.Result
 }
 
+// openCheck opens the device check runs on; tests replace it.
+var openCheck = openCheckDevice
+
 // runCheck opens the device, calls head once it is open, runs the probes
 // the flags select, calling each (if not nil) as each one finishes, and
-// closes the device. Its errors carry their exit code.
+// closes the device, unless a probe hung: a device with a verbs call
+// blocked on it is left open, since closing it would block too, and the
+// process's exit releases it. Its errors carry their exit code.
 func runCheck(ctx context.Context, o *checkOptions, head func(*checkResult), each func(*checkResult, flushcheck.Result)) (*checkResult, error) {
-	dev, res, err := openCheckDevice(o)
+	dev, res, err := openCheck(o)
 	if err != nil {
 		return nil, fmt.Errorf("check: %w", err)
 	}
@@ -161,8 +173,10 @@ func runCheck(ctx context.Context, o *checkOptions, head func(*checkResult), eac
 		}
 	}
 	res.results = flushcheck.Run(ctx, dev, po)
-	if err := dev.Close(); err != nil {
-		return nil, withExitCode(exitError, fmt.Errorf("check: closing %s: %w", res.device, err))
+	if flushcheck.Count(res.results).Hung == 0 {
+		if err := dev.Close(); err != nil {
+			return nil, withExitCode(exitError, fmt.Errorf("check: closing %s: %w", res.device, err))
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("check: %w", err)
@@ -190,12 +204,15 @@ func openCheckDevice(o *checkOptions) (ibv.Context, *checkResult, error) {
 	return dev.Context, res, nil
 }
 
-// checkVerdict turns the results into the exit status: errors first, then
-// deviations, each counted among the probes run.
+// checkVerdict turns the results into the exit status: a hang first, then
+// errors, then deviations, each counted among the probes run.
 func checkVerdict(results []flushcheck.Result) error {
 	c := flushcheck.Count(results)
-	ran := len(results) - c.Skipped
+	ran := len(results) - c.Skipped - c.NotRun
 	switch {
+	case c.Hung > 0:
+		i := slices.IndexFunc(results, func(r flushcheck.Result) bool { return r.Outcome == flushcheck.Hung })
+		return withExitCode(exitHung, fmt.Errorf("%s hung: %s; %s not run", results[i].Name, results[i].Observed, plural(c.NotRun, "probe")))
 	case c.Errors > 0:
 		return withExitCode(exitError, fmt.Errorf("%d of %s could not run to a verdict", c.Errors, plural(ran, "probe")))
 	case c.Deviations > 0:
@@ -215,7 +232,7 @@ func (r *checkResult) header() string {
 		b.WriteString(")")
 		fmt.Fprintf(&b, "; soft quirks: %s", quirkList(r.quirks))
 	}
-	fmt.Fprintf(&b, "; timeout %v per wait", r.opts.timeout)
+	fmt.Fprintf(&b, "; timeout %v per wait, %v per verbs call", r.opts.timeout, r.opts.callTimeout)
 	if sel := r.opts.selection(); sel != "" {
 		b.WriteString("; " + sel)
 	}
@@ -252,26 +269,41 @@ func roundProbe(d time.Duration) time.Duration {
 }
 
 // formatTail prints the summary, the rules deviated from (every rule with
-// details), the probes skipped, and the drain settings.
+// details), the probe that hung, those not run or skipped, and the drain
+// settings.
 func (r *checkResult) formatTail(w io.Writer, details bool) error {
 	c := flushcheck.Count(r.results)
 	fmt.Fprintf(w, "%s: %d pass, %s, %s", plural(len(r.results), "probe"), c.Pass, plural(c.Deviations, "deviation"), plural(c.Errors, "error"))
-	if c.Skipped > 0 {
-		fmt.Fprintf(w, ", %d skipped", c.Skipped)
+	for _, n := range []struct {
+		n    int
+		what string
+	}{{c.Hung, "hung"}, {c.NotRun, "not run"}, {c.Skipped, "skipped"}} {
+		if n.n > 0 {
+			fmt.Fprintf(w, ", %d %s", n.n, n.what)
+		}
 	}
 	fmt.Fprintln(w)
-	var skipped []string
+	var hung string
+	var notRun, skipped []string
 	for _, res := range r.results {
 		switch {
 		case res.Outcome == flushcheck.Deviation:
 			fmt.Fprintf(w, "  %s deviates from %s\n", res.Name, res.Rule)
 		case res.Outcome == flushcheck.Error:
 			fmt.Fprintf(w, "  %s could not check %s\n", res.Name, res.Rule)
+		case res.Outcome == flushcheck.Hung:
+			hung = res.Name
+			fmt.Fprintf(w, "  %s hung: %s\n", res.Name, res.Observed)
+		case res.Outcome == flushcheck.NotRun:
+			notRun = append(notRun, res.Name)
 		case res.Outcome == flushcheck.Skipped:
 			skipped = append(skipped, res.Name)
 		case details:
 			fmt.Fprintf(w, "  %s checks %s\n", res.Name, res.Rule)
 		}
+	}
+	if len(notRun) > 0 {
+		fmt.Fprintf(w, "  not run because %s hung: %s\n", hung, strings.Join(notRun, ", "))
 	}
 	if len(skipped) > 0 {
 		fmt.Fprintf(w, "  skipped (--run, --skip): %s\n", strings.Join(skipped, ", "))
@@ -296,11 +328,12 @@ type checkProbeJSON struct {
 // checkJSON is the -j output; ifname is the RDMA device's name, as in
 // iproute2's rdma tool.
 type checkJSON struct {
-	Device    string   `json:"ifname"`
-	Soft      bool     `json:"soft"`
-	Note      string   `json:"note,omitempty"`
-	Quirks    []string `json:"soft_quirks"`
-	TimeoutNS int64    `json:"timeout_ns"`
+	Device        string   `json:"ifname"`
+	Soft          bool     `json:"soft"`
+	Note          string   `json:"note,omitempty"`
+	Quirks        []string `json:"soft_quirks"`
+	TimeoutNS     int64    `json:"timeout_ns"`
+	CallTimeoutNS int64    `json:"call_timeout_ns"`
 	// Run and Skip are --run and --skip, "" when not given.
 	Run        string           `json:"run"`
 	Skip       string           `json:"skip"`
@@ -308,6 +341,8 @@ type checkJSON struct {
 	Pass       int              `json:"pass"`
 	Deviations int              `json:"deviations"`
 	Errors     int              `json:"errors"`
+	Hung       int              `json:"hung"`
+	NotRun     int              `json:"not_run"`
 	Skipped    int              `json:"skipped"`
 	// DrainOptions are the drain.Options the findings imply, Settings
 	// each choice with its reason.
@@ -337,7 +372,7 @@ type settingJSON struct {
 
 func (r *checkResult) jsonView() checkJSON {
 	out := checkJSON{Device: r.device, Soft: r.soft, Note: r.note, Quirks: r.quirks, TimeoutNS: r.opts.timeout.Nanoseconds(),
-		Probes: []checkProbeJSON{}}
+		CallTimeoutNS: r.opts.callTimeout.Nanoseconds(), Probes: []checkProbeJSON{}}
 	if r.opts.run != nil {
 		out.Run = r.opts.run.String()
 	}
@@ -352,7 +387,7 @@ func (r *checkResult) jsonView() checkJSON {
 			Observed: res.Observed, DurationNS: res.Duration.Nanoseconds()})
 	}
 	c := flushcheck.Count(r.results)
-	out.Pass, out.Deviations, out.Errors, out.Skipped = c.Pass, c.Deviations, c.Errors, c.Skipped
+	out.Pass, out.Deviations, out.Errors, out.Hung, out.NotRun, out.Skipped = c.Pass, c.Deviations, c.Errors, c.Hung, c.NotRun, c.Skipped
 	rec := flushcheck.Settings(r.results)
 	do := rec.Options
 	out.DrainOptions = drainOptionsJSON{MaxBatch: do.MaxBatch, Policy: do.Policy, LastWQETimeoutNS: do.LastWQETimeout.Nanoseconds(),

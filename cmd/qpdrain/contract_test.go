@@ -44,6 +44,7 @@ func TestContractBadInputs(t *testing.T) {
 		{[]string{"check", "--skip", "nope", "-j"}, exitError, `"nope" for "--skip" flag: matches no probe`},
 		{[]string{"check", "--run", "sqd", "--skip", "^s"}, exitError, `no probe left to run by --run "sqd" --skip "^s"`},
 		{[]string{"check", "--run", "sqd", "--skip", "^s", "-j"}, exitError, `no probe left to run by --run "sqd" --skip "^s"`},
+		{[]string{"check", "--call-timeout", "0"}, exitError, `"0" for "--call-timeout" flag: want at least 1s`},
 
 		{[]string{"simulate", "--qps", "0"}, exitError, `"0" for "--qps" flag`},
 		{[]string{"simulate", "--qps", "65537"}, exitError, "soft0 creates at most 65536 QPs (max_qp)"},
