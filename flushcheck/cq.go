@@ -43,7 +43,7 @@ func cqOverrun(e *env) (verdict, error) {
 			RemoteAddr: remote.Addr(), RKey: remote.RKey()}
 	}
 	e.mark()
-	if err := a.PostSend(wrs); err != nil {
+	if err := e.postSend(a, wrs); err != nil {
 		return verdict{}, fmt.Errorf("posting %d RDMA WRITEs: %w", n, err)
 	}
 	isCQErr := func(ev ibv.AsyncEvent) bool { return ev.Type == ibv.EventCQErr && ev.CQ == cq }
@@ -51,7 +51,7 @@ func cqOverrun(e *env) (verdict, error) {
 	if err != nil {
 		return verdict{}, err
 	}
-	st, err := state(a)
+	st, err := e.state(a)
 	if err != nil {
 		return verdict{}, err
 	}
@@ -94,17 +94,17 @@ func flushOrder(e *env) (verdict, error) {
 			if _, err := e.peer(pd, q, rcsetup.DefaultRetry); err != nil {
 				return verdict{}, err
 			}
-			if err := q.PostRecv(recvs(recvBase, n)); err != nil {
+			if err := e.postRecv(q, recvs(recvBase, n)); err != nil {
 				return verdict{}, fmt.Errorf("posting receives: %w", err)
 			}
 		}
 		if err := e.toError(qa); err != nil {
 			return verdict{}, err
 		}
-		if err := qb.Modify(ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState); err != nil {
+		if err := e.modify(qb, ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState); err != nil {
 			return verdict{}, fmt.Errorf("moving QP %d to ERR: %w", qb.Num(), err)
 		}
-		if err := qb.PostSend(sends(sendBase, 1)); err != nil {
+		if err := e.postSend(qb, sends(sendBase, 1)); err != nil {
 			return verdict{}, fmt.Errorf("posting the barrier send on QP %d: %w", qb.Num(), err)
 		}
 		wcs, err := e.poll(cq, 2*n+1, e.o.Timeout)

@@ -10,8 +10,24 @@
 // RoCE v2 GID), runs bounded by its context and by Options.Timeout, closes
 // every object it created and returns a Result: Pass, Deviation (the device
 // does not do what the rule says: a finding about the device, not a failure
-// of the check) or Error (the probe could not run to a verdict: a verb
-// failed or the context ended).
+// of the check), Error (the probe could not run to a verdict: a verb
+// failed or the context ended) or Hung (below).
+//
+// A verbs call stuck in the kernel cannot be cancelled: on rxe of Linux
+// 5.10, destroy-outstanding's ibv_destroy_qp never returned, and
+// reset-reuse and sqd soft-locked a CPU inside the calling process. So each
+// probe runs in a goroutine of its own and records every verbs call it
+// makes before making it ("ibv_destroy_qp on QP 17"); once a call has not
+// returned within Options.CallTimeout (30 s by default), or the probe has
+// not returned that long after its context ended, the check stops waiting
+// and the probe is Hung, naming the call and how long it was blocked. Run
+// then runs no further probe, since the device may be wedged: those after
+// it are NotRun. The hung probe's goroutine and objects stay behind until
+// the call returns, if ever, so the device cannot be closed meanwhile.
+//
+// Options.Run and Options.Skip select probes by name, as go test's -run and
+// -skip do; Run reports the others Skipped, so that its results always
+// list every probe.
 //
 // A missing completion or event is judged after Options.Timeout (at least
 // MinTimeout), a send a retry series must fail after the series and one

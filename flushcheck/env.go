@@ -25,6 +25,7 @@ type env struct {
 
 	route *rcsetup.Route
 	objs  teardown.List // closed by close, last created first
+	calls callRecord    // the verbs call the probe is in
 	qps   []ibv.QP
 	srqs  []ibv.SRQ
 	cqs   []ibv.CQ
@@ -56,30 +57,33 @@ func roundDur(d time.Duration) time.Duration {
 }
 
 func (e *env) pd() (ibv.PD, error) {
-	pd, err := e.dev.AllocPD()
-	if err != nil {
+	var pd ibv.PD
+	if err := e.verb("ibv_alloc_pd", func() (err error) { pd, err = e.dev.AllocPD(); return err }); err != nil {
 		return nil, fmt.Errorf("allocating a PD: %w", err)
 	}
-	e.objs.Add(pd)
+	e.own("ibv_dealloc_pd", pd)
 	return pd, nil
 }
 
 func (e *env) cq(cqe int) (ibv.CQ, error) {
-	cq, err := e.dev.CreateCQ(cqe, nil)
-	if err != nil {
+	var cq ibv.CQ
+	if err := e.verb("ibv_create_cq", func() (err error) { cq, err = e.dev.CreateCQ(cqe, nil); return err }); err != nil {
 		return nil, fmt.Errorf("creating a CQ: %w", err)
 	}
-	e.objs.Add(cq)
+	e.own("ibv_destroy_cq", cq)
 	e.cqs = append(e.cqs, cq)
 	return cq, nil
 }
 
 func (e *env) srq(pd ibv.PD) (ibv.SRQ, error) {
-	srq, err := pd.CreateSRQ(ibv.SRQAttr{MaxWR: 16, MaxSGE: 1})
-	if err != nil {
+	var srq ibv.SRQ
+	if err := e.verb("ibv_create_srq", func() (err error) {
+		srq, err = pd.CreateSRQ(ibv.SRQAttr{MaxWR: 16, MaxSGE: 1})
+		return err
+	}); err != nil {
 		return nil, fmt.Errorf("creating an SRQ: %w", err)
 	}
-	e.objs.Add(srq)
+	e.own("ibv_destroy_srq", srq)
 	e.srqs = append(e.srqs, srq)
 	return srq, nil
 }
@@ -97,14 +101,17 @@ func (e *env) rc(pd ibv.PD, srq ibv.SRQ) (ibv.QP, error) {
 // rcOn creates an RC QP in RESET that completes its sends and receives on
 // cq, with room for maxSend sends.
 func (e *env) rcOn(pd ibv.PD, srq ibv.SRQ, cq ibv.CQ, maxSend int) (ibv.QP, error) {
-	qp, err := pd.CreateQP(ibv.QPInitAttr{
-		SendCQ: cq, RecvCQ: cq, SRQ: srq, Type: ibv.QPTRC,
-		Cap: ibv.QPCap{MaxSendWR: uint32(maxSend), MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1},
-	})
-	if err != nil {
+	var qp ibv.QP
+	if err := e.verb("ibv_create_qp", func() (err error) {
+		qp, err = pd.CreateQP(ibv.QPInitAttr{
+			SendCQ: cq, RecvCQ: cq, SRQ: srq, Type: ibv.QPTRC,
+			Cap: ibv.QPCap{MaxSendWR: uint32(maxSend), MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1},
+		})
+		return err
+	}); err != nil {
 		return nil, fmt.Errorf("creating an RC QP: %w", err)
 	}
-	e.objs.Add(qp)
+	e.own(fmt.Sprintf("ibv_destroy_qp on QP %d", qp.Num()), qp)
 	e.qps = append(e.qps, qp)
 	return qp, nil
 }
@@ -117,7 +124,7 @@ func (e *env) connect(a, b ibv.QP, rt rcsetup.Retry) error {
 		return err
 	}
 	r.Retry = &rt
-	return r.Connect(a, b)
+	return e.verb(fmt.Sprintf("ibv_modify_qp on QP %d and QP %d to RTS (rcsetup)", a.Num(), b.Num()), func() error { return r.Connect(a, b) })
 }
 
 // peer creates an RC QP on pd and connects q, an RC QP in RESET, to it
@@ -170,12 +177,12 @@ func (e *env) outstanding(nRecv, nSend int) (pd ibv.PD, a, b ibv.QP, err error) 
 		return nil, nil, nil, err
 	}
 	if nRecv > 0 {
-		if err := a.PostRecv(recvs(recvBase, nRecv)); err != nil {
+		if err := e.postRecv(a, recvs(recvBase, nRecv)); err != nil {
 			return nil, nil, nil, fmt.Errorf("posting receives: %w", err)
 		}
 	}
 	if nSend > 0 {
-		if err := a.PostSend(sends(sendBase, nSend)); err != nil {
+		if err := e.postSend(a, sends(sendBase, nSend)); err != nil {
 			return nil, nil, nil, fmt.Errorf("posting sends: %w", err)
 		}
 	}
@@ -204,8 +211,11 @@ func (e *env) onSRQ(n int) (ibv.SRQ, []ibv.QP, error) {
 
 func (e *env) loopback() (rcsetup.Route, error) {
 	if e.route == nil {
-		r, err := rcsetup.Loopback(e.dev, e.o.Port)
-		if err != nil {
+		var r rcsetup.Route
+		if err := e.verb(fmt.Sprintf("ibv_query_port and ibv_query_gid on port %d (rcsetup)", e.o.Port), func() (err error) {
+			r, err = rcsetup.Loopback(e.dev, e.o.Port)
+			return err
+		}); err != nil {
 			return rcsetup.Route{}, err
 		}
 		e.route = &r
@@ -220,25 +230,25 @@ func (e *env) buffer(pd ibv.PD, size int, access ibv.AccessFlags) (ibv.MR, error
 		return nil, fmt.Errorf("allocating %d bytes: %w", size, err)
 	}
 	e.objs.Add(buffer(buf))
-	mr, err := pd.RegMR(buf, access)
-	if err != nil {
+	var mr ibv.MR
+	if err := e.verb("ibv_reg_mr", func() (err error) { mr, err = pd.RegMR(buf, access); return err }); err != nil {
 		return nil, fmt.Errorf("registering %d bytes: %w", size, err)
 	}
-	e.objs.Add(mr)
+	e.own("ibv_dereg_mr", mr)
 	return mr, nil
 }
 
 // toError moves qp to ERROR and marks the moment.
 func (e *env) toError(qp ibv.QP) error {
 	e.mark()
-	if err := qp.Modify(ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState); err != nil {
+	if err := e.modify(qp, ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState); err != nil {
 		return fmt.Errorf("moving QP %d to ERR: %w", qp.Num(), err)
 	}
 	return nil
 }
 
-func state(qp ibv.QP) (ibv.QPState, error) {
-	attr, _, err := qp.Query(ibv.QPAttrState)
+func (e *env) state(qp ibv.QP) (ibv.QPState, error) {
+	attr, err := e.query(qp, ibv.QPAttrState)
 	if err != nil {
 		return 0, fmt.Errorf("querying QP %d: %w", qp.Num(), err)
 	}
@@ -275,7 +285,8 @@ func (e *env) poll(cq ibv.CQ, n int, d time.Duration) ([]ibv.WC, error) {
 	timer := time.NewTimer(pollIdle)
 	defer timer.Stop()
 	for len(got) < n {
-		k, err := cq.Poll(batch[:min(len(batch), n-len(got))])
+		var k int
+		err := e.verb("ibv_poll_cq", func() (err error) { k, err = cq.Poll(batch[:min(len(batch), n-len(got))]); return err })
 		if err != nil {
 			return got, fmt.Errorf("polling a CQ: %w", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"time"
 
@@ -22,11 +23,20 @@ const (
 	// Error: the probe could not reach a verdict (a verb failed, or the
 	// context ended); Result.Err says why.
 	Error
+	// Hung: a verbs call of the probe did not return within
+	// Options.CallTimeout; Result.Observed names the call. The device may
+	// be wedged, so Run runs no probe after it.
+	Hung
+	// Skipped: Options.Run or Options.Skip left the probe out.
+	Skipped
+	// NotRun: an earlier probe hung, so Run did not run this one.
+	NotRun
 )
 
-var outcomeNames = [...]string{"pass", "deviation", "error"}
+var outcomeNames = [...]string{"pass", "deviation", "error", "hung", "skipped", "not-run"}
 
-// String names the outcome ("pass", "deviation", "error").
+// String names the outcome ("pass", "deviation", "error", "hung",
+// "skipped", "not-run").
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) {
 		return outcomeNames[o]
@@ -38,7 +48,7 @@ func (o Outcome) String() string {
 func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
 
 // UnmarshalText decodes an outcome's name, so that JSON reads back; any
-// other text is an error naming the three.
+// other text is an error naming the outcomes.
 func (o *Outcome) UnmarshalText(text []byte) error {
 	for i, n := range outcomeNames {
 		if string(text) == n {
@@ -46,8 +56,11 @@ func (o *Outcome) UnmarshalText(text []byte) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("unknown outcome %q, want pass, deviation or error", text)
+	return fmt.Errorf("unknown outcome %q, want pass, deviation, error, hung, skipped or not-run", text)
 }
+
+// verdict reports whether the probe ran to a verdict: passed or deviated.
+func (o Outcome) verdict() bool { return o == Pass || o == Deviation }
 
 // Result is what one probe found.
 type Result struct {
@@ -58,9 +71,11 @@ type Result struct {
 	Outcome Outcome
 	// Observed says what the device did, in words, with times.
 	Observed string
-	// Duration is how long the probe ran, setup and teardown included.
+	// Duration is how long the probe ran, setup and teardown included;
+	// for Hung, until the check gave up on it.
 	Duration time.Duration
-	// Err is why the outcome is Error; nil otherwise.
+	// Err is why the outcome is Error or Hung (wrapping ErrHung); nil
+	// otherwise.
 	Err error
 }
 
@@ -78,6 +93,14 @@ const (
 	DefaultTimeout = 5 * time.Second
 	DefaultQuiet   = 500 * time.Millisecond
 	DefaultPort    = 1
+	// MinCallTimeout is the shortest Options.CallTimeout the probes
+	// accept: far above the slowest verbs call seen (rxe under qemu TCG
+	// destroyed a QP in 7.7 ms), so that a slow call is not taken for a
+	// hung one.
+	MinCallTimeout = time.Second
+	// DefaultCallTimeout is generous: a call that has not returned after
+	// it is stuck in the provider or the kernel.
+	DefaultCallTimeout = 30 * time.Second
 )
 
 // Options configure the probes. The zero value is usable.
@@ -94,6 +117,22 @@ type Options struct {
 	// or a quarter of Timeout when that is shorter, so that a short
 	// Timeout shortens the whole probe).
 	Quiet time.Duration
+	// CallTimeout bounds each verbs call a probe makes (default
+	// DefaultCallTimeout, at least MinCallTimeout). A call stuck in the
+	// kernel cannot be cancelled, so a probe runs in a goroutine of its
+	// own and the check stops waiting for it: the outcome is Hung, naming
+	// the call. A probe that has not returned CallTimeout after its
+	// context ended is Hung too, blocked where it records no call.
+	CallTimeout time.Duration
+	// Run and Skip select the probes Run runs, by name, as go test's -run
+	// and -skip do: a probe runs when Run (if not nil) matches its name
+	// and Skip (if not nil) does not. The others are reported Skipped.
+	// Probe.Run ignores them.
+	Run, Skip *regexp.Regexp
+	// OnResult, if not nil, is called with each result as Run produces it,
+	// in order (Skipped and NotRun ones too), so that a caller can show
+	// progress; it runs on Run's goroutine.
+	OnResult func(Result)
 }
 
 func (o Options) withDefaults() Options {
@@ -106,7 +145,34 @@ func (o Options) withDefaults() Options {
 	if o.Quiet <= 0 {
 		o.Quiet = min(DefaultQuiet, o.Timeout/4)
 	}
+	if o.CallTimeout <= 0 {
+		o.CallTimeout = DefaultCallTimeout
+	}
 	return o
+}
+
+// skips says why o leaves the probe called name out of Run, or "" when Run
+// runs it.
+func (o Options) skips(name string) string {
+	switch {
+	case o.Run != nil && !o.Run.MatchString(name):
+		return fmt.Sprintf("skipped: the run pattern %q does not match it", o.Run)
+	case o.Skip != nil && o.Skip.MatchString(name):
+		return fmt.Sprintf("skipped: the skip pattern %q matches it", o.Skip)
+	}
+	return ""
+}
+
+// Selected returns the probes Run runs with o (Options.Run, Options.Skip),
+// in order.
+func (o Options) Selected() []Probe {
+	var out []Probe
+	for _, p := range probes {
+		if o.skips(p.Name) == "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // settle is how long a probe lets the device work after moving a QP to
@@ -119,8 +185,12 @@ func (o Options) settle() time.Duration { return o.Quiet / 5 }
 func (o Options) budget() time.Duration { return 4*o.Timeout + 2*o.Quiet + 10*time.Second }
 
 // ErrTimeoutTooShort is the error of a probe run with an Options.Timeout
-// below MinTimeout.
+// below MinTimeout, or an Options.CallTimeout below MinCallTimeout.
 var ErrTimeoutTooShort = errors.New("timeout too short to observe the device")
+
+// ErrHung is wrapped by the error of a Hung result: a verbs call did not
+// return within Options.CallTimeout.
+var ErrHung = errors.New("did not return")
 
 // Probe is one check of a device's error-path behaviour.
 type Probe struct {
@@ -158,19 +228,43 @@ func Lookup(name string) (Probe, bool) {
 	return Probe{}, false
 }
 
-// Run runs every probe on dev, one after the other, and returns their
-// results in order. A probe that errs does not stop the others; once ctx
-// has ended the remaining probes report Error without running.
+// Run runs the probes o selects on dev, one after the other, and returns a
+// result for every probe, in order: those o leaves out are Skipped. A
+// probe that errs does not stop the others; once ctx has ended the
+// remaining probes report Error without running. A probe that hangs
+// (Options.CallTimeout) stops the check: the device may be wedged, so the
+// probes after it are NotRun, and the hung probe's goroutine and objects
+// are left behind (Probe.Run).
 func Run(ctx context.Context, dev ibv.Context, o Options) []Result {
 	out := make([]Result, 0, len(probes))
+	hung := ""
 	for _, p := range probes {
-		out = append(out, p.Run(ctx, dev, o))
+		r := Result{Name: p.Name, Rule: p.Rule}
+		switch why := o.skips(p.Name); {
+		case why != "":
+			r.Outcome, r.Observed = Skipped, why
+		case hung != "":
+			r.Outcome, r.Observed = NotRun, fmt.Sprintf("not run: %s hung before it, and the device may be wedged", hung)
+		default:
+			r = p.Run(ctx, dev, o)
+		}
+		if r.Outcome == Hung {
+			hung = p.Name
+		}
+		out = append(out, r)
+		if o.OnResult != nil {
+			o.OnResult(r)
+		}
 	}
 	return out
 }
 
 // Run runs the probe on dev. Every object it creates is closed before it
-// returns; a close that fails makes the outcome Error.
+// returns; a close that fails makes the outcome Error. A verbs call that
+// does not return within Options.CallTimeout makes the outcome Hung, and
+// Run returns without waiting for it: the probe's goroutine and the
+// objects it created stay until the call returns, if it ever does, so the
+// device cannot be closed meanwhile (and should not be used again).
 func (p Probe) Run(ctx context.Context, dev ibv.Context, o Options) Result {
 	o = o.withDefaults()
 	res := Result{Name: p.Name, Rule: p.Rule}
@@ -191,37 +285,64 @@ func (p Probe) Run(ctx context.Context, dev ibv.Context, o Options) Result {
 		return fail(fmt.Errorf("not run: %w", context.Cause(ctx)))
 	case o.Timeout < MinTimeout:
 		return fail(fmt.Errorf("not run: timeout %v is below the minimum %v: %w", o.Timeout, MinTimeout, ErrTimeoutTooShort))
+	case o.CallTimeout < MinCallTimeout:
+		return fail(fmt.Errorf("not run: call timeout %v is below the minimum %v: %w", o.CallTimeout, MinCallTimeout, ErrTimeoutTooShort))
 	}
+	// Cancelled on return: a probe given up as hung stops at its next wait
+	// if its call ever returns.
 	pctx, cancel := context.WithTimeoutCause(ctx, o.budget(), fmt.Errorf("probe %s exceeded its budget of %v", p.Name, o.budget()))
 	defer cancel()
 	e := &env{ctx: pctx, dev: dev, o: o, start: start, t0: start}
-	v, err := p.run(e)
-	if cerr := e.close(); cerr != nil && err == nil {
-		err = cerr
-	}
+	ended := make(chan probeEnd, 1)
+	go func() {
+		v, err := p.run(e)
+		if cerr := e.close(); cerr != nil && err == nil {
+			err = cerr
+		}
+		ended <- probeEnd{v, err}
+	}()
+	end, err := e.await(ended)
 	if err != nil {
-		return fail(err)
+		res = fail(err)
+		res.Outcome, res.Observed = Hung, err.Error()+"; the device may be wedged: see the kernel log (dmesg)"
+		return res
+	}
+	if end.err != nil {
+		return fail(end.err)
 	}
 	res.Outcome = Pass
-	if !v.ok {
+	if !end.v.ok {
 		res.Outcome = Deviation
 	}
-	res.Observed = v.observed
+	res.Observed = end.v.observed
 	res.Duration = time.Since(start)
 	return res
 }
 
-// Counts returns how many results have each outcome.
-func Counts(results []Result) (pass, deviations, errs int) {
+// Tally is how many results have each outcome.
+type Tally struct {
+	Pass, Deviations, Errors, Hung, Skipped, NotRun int
+}
+
+// Count returns how many results have each outcome; one that is no
+// Outcome counts as an error.
+func Count(results []Result) Tally {
+	var t Tally
 	for _, r := range results {
 		switch r.Outcome {
 		case Pass:
-			pass++
+			t.Pass++
 		case Deviation:
-			deviations++
+			t.Deviations++
+		case Hung:
+			t.Hung++
+		case Skipped:
+			t.Skipped++
+		case NotRun:
+			t.NotRun++
 		default:
-			errs++
+			t.Errors++
 		}
 	}
-	return pass, deviations, errs
+	return t
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -108,8 +109,8 @@ func wantPasses(t *testing.T, results []Result) {
 	if len(got) > 0 {
 		t.Errorf("deviations on the soft device without quirks: %v, want none", got)
 	}
-	if p, d, e := Counts(results); p+d != len(probes) || d > len(scheduleMay) || e != 0 {
-		t.Errorf("Counts = %d, %d, %d; want %d, 0, 0", p, d, e, len(probes))
+	if c := Count(results); c.Pass+c.Deviations != len(probes) || c.Deviations > len(scheduleMay) || c != (Tally{Pass: c.Pass, Deviations: c.Deviations}) {
+		t.Errorf("Count = %+v; want %d passes", c, len(probes))
 	}
 }
 
@@ -234,6 +235,9 @@ func TestBadInput(t *testing.T) {
 	if r := p.Run(nilCtx, openSoft(t, soft.Quirks{}), Options{}); r.Outcome != Error {
 		t.Errorf("nil context: %s, want error", r.Outcome)
 	}
+	if r := p.Run(context.Background(), openSoft(t, soft.Quirks{}), Options{CallTimeout: MinCallTimeout - 1}); r.Outcome != Error || !errors.Is(r.Err, ErrTimeoutTooShort) {
+		t.Errorf("call timeout below the minimum: %s, %v; want an error wrapping ErrTimeoutTooShort", r.Outcome, r.Err)
+	}
 	if _, ok := Lookup("nope"); ok {
 		t.Error("Lookup found a probe that does not exist")
 	}
@@ -254,8 +258,8 @@ func lookupResult(results []Result, name string) (Result, bool) {
 // An outcome marshals as its name (check -j prints it) and reads back from
 // its JSON; a name that is no outcome is refused.
 func TestOutcomeText(t *testing.T) {
-	texttest.MarshalsAsString(t, Pass, Deviation, Error, Outcome(200))
-	for _, o := range []Outcome{Pass, Deviation, Error} {
+	texttest.MarshalsAsString(t, Pass, Deviation, Error, Hung, Skipped, NotRun, Outcome(200))
+	for _, o := range []Outcome{Pass, Deviation, Error, Hung, Skipped, NotRun} {
 		b, err := json.Marshal(o)
 		var back Outcome
 		if err != nil || json.Unmarshal(b, &back) != nil || back != o {
@@ -266,4 +270,50 @@ func TestOutcomeText(t *testing.T) {
 	if err := o.UnmarshalText([]byte("fine")); err == nil {
 		t.Errorf("UnmarshalText(fine) = nil, want an error")
 	}
+}
+
+// Options.Run and Options.Skip select probes as go test's -run and -skip
+// do; the others are reported skipped, each saying which pattern left it
+// out, and OnResult sees every result in order.
+func TestSelect(t *testing.T) {
+	o := quick
+	o.Run = regexp.MustCompile("-in-error$")
+	o.Skip = regexp.MustCompile("recv")
+	if sel := o.Selected(); len(sel) != 1 || sel[0].Name != ProbeSendInError {
+		t.Fatalf("Selected() = %v, want send-in-error alone", sel)
+	}
+	var seen []string
+	o.OnResult = func(r Result) { seen = append(seen, r.Name) }
+	results := Run(context.Background(), openSoft(t, soft.Quirks{}), o)
+	for i, r := range results {
+		var want string
+		switch r.Name {
+		case ProbeSendInError:
+			if r.Outcome != Pass {
+				t.Errorf("send-in-error: %s, want pass", r.Outcome)
+			}
+			continue
+		case ProbeRecvInError:
+			want = `skipped: the skip pattern "recv" matches it`
+		default:
+			want = `skipped: the run pattern "-in-error$" does not match it`
+		}
+		if r.Outcome != Skipped || r.Observed != want || r.Rule != probes[i].Rule || r.Duration != 0 {
+			t.Errorf("%s: %s, %q; want skipped, %q", r.Name, r.Outcome, r.Observed, want)
+		}
+	}
+	if names := probeNames(); !slices.Equal(seen, names) {
+		t.Errorf("OnResult saw %v, want every probe in order", seen)
+	}
+	if c := Count(results); c != (Tally{Pass: 1, Skipped: len(probes) - 1}) {
+		t.Errorf("Count = %+v", c)
+	}
+}
+
+func probeNames() []string {
+	var names []string
+	for _, p := range probes {
+		names = append(names, p.Name)
+	}
+	return names
 }

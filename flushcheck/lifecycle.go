@@ -3,7 +3,6 @@ package flushcheck
 import (
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/rcsetup"
@@ -11,24 +10,6 @@ import (
 
 // reuseBase tags the WRs of a QP's second life in reset-reuse.
 const reuseBase uint64 = 0x300
-
-// closeBounded closes c and returns how long it took, or fails once the
-// probe's context ends first (a destroy that blocks: the goroutine is
-// left to finish on its own).
-func (e *env) closeBounded(what string, c interface{ Close() error }) (time.Duration, error) {
-	start := time.Now()
-	done := make(chan error, 1)
-	go func() { done <- c.Close() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			return 0, fmt.Errorf("destroying %s: %w", what, err)
-		}
-		return roundDur(time.Since(start)), nil
-	case <-e.ctx.Done():
-		return 0, e.ctxErr("destroying " + what)
-	}
-}
 
 // destroyOutstanding: QP a is destroyed in RTS with three sends waiting on
 // an RNR (its peer has no receive; rnr_retry is infinite); QP s, on an SRQ
@@ -47,14 +28,14 @@ func destroyOutstanding(e *env) (verdict, error) {
 	if err != nil {
 		return verdict{}, err
 	}
-	if err := srq.PostRecv(recvs(recvBase, 2)); err != nil {
+	if err := e.postSRQRecv(srq, recvs(recvBase, 2)); err != nil {
 		return verdict{}, fmt.Errorf("posting receives to the SRQ: %w", err)
 	}
-	if err := srq.Modify(ibv.SRQAttr{SRQLimit: 2}, ibv.SRQAttrLimit); err != nil {
+	if err := e.verb("ibv_modify_srq", func() error { return srq.Modify(ibv.SRQAttr{SRQLimit: 2}, ibv.SRQAttrLimit) }); err != nil {
 		return verdict{}, fmt.Errorf("arming the SRQ limit: %w", err)
 	}
 	// One SEND takes an SRQ WQE, which leaves fewer than the limit.
-	if err := peer.PostSend(sends(sendBase+8, 1)); err != nil {
+	if err := e.postSend(peer, sends(sendBase+8, 1)); err != nil {
 		return verdict{}, fmt.Errorf("posting a send to the SRQ QP: %w", err)
 	}
 	if got, err := e.poll(s.RecvCQ(), 1, e.o.Timeout); err != nil || len(got) == 0 {
@@ -63,7 +44,7 @@ func destroyOutstanding(e *env) (verdict, error) {
 		}
 		return verdict{}, err
 	}
-	if err := a.PostSend(sends(sendBase, 3)); err != nil {
+	if err := e.postSend(a, sends(sendBase, 3)); err != nil {
 		return verdict{}, fmt.Errorf("posting sends: %w", err)
 	}
 	if err := e.toError(s); err != nil {
@@ -79,15 +60,15 @@ func destroyOutstanding(e *env) (verdict, error) {
 	}
 	aNum, sNum := a.Num(), s.Num()
 	var obs []string
-	tookA, err := e.closeBounded(fmt.Sprintf("qpn %d", aNum), a)
+	tookA, err := e.destroy(fmt.Sprintf("ibv_destroy_qp on QP %d", aNum), a)
 	if err != nil {
 		return verdict{}, err
 	}
-	tookS, err := e.closeBounded(fmt.Sprintf("qpn %d", sNum), s)
+	tookS, err := e.destroy(fmt.Sprintf("ibv_destroy_qp on QP %d", sNum), s)
 	if err != nil {
 		return verdict{}, err
 	}
-	tookSRQ, err := e.closeBounded("the SRQ", srq)
+	tookSRQ, err := e.destroy("ibv_destroy_srq", srq)
 	if err != nil {
 		return verdict{}, err
 	}
@@ -137,7 +118,7 @@ func resetReuse(e *env) (verdict, error) {
 		return verdict{}, err
 	}
 	tookOld := e.since()
-	if err := a.Modify(ibv.QPAttr{State: ibv.QPSReset}, ibv.QPAttrState); err != nil {
+	if err := e.modify(a, ibv.QPAttr{State: ibv.QPSReset}, ibv.QPAttrState); err != nil {
 		return verdict{}, fmt.Errorf("moving QP %d to RESET: %w", a.Num(), err)
 	}
 	e.mark()
@@ -149,10 +130,10 @@ func resetReuse(e *env) (verdict, error) {
 	if err != nil {
 		return verdict{}, fmt.Errorf("reusing the QP after RESET: %w", err)
 	}
-	if err := c.PostRecv(recvs(reuseBase, 1)); err != nil {
+	if err := e.postRecv(c, recvs(reuseBase, 1)); err != nil {
 		return verdict{}, fmt.Errorf("posting a receive at the new peer: %w", err)
 	}
-	if err := a.PostSend(sends(reuseBase, 1)); err != nil {
+	if err := e.postSend(a, sends(reuseBase, 1)); err != nil {
 		return verdict{}, fmt.Errorf("posting a send on the reused QP: %w", err)
 	}
 	used, err := e.poll(a.SendCQ(), 1, e.o.Timeout)
@@ -196,7 +177,7 @@ func sqd(e *env) (verdict, error) {
 		return verdict{}, err
 	}
 	e.mark()
-	if err := a.Modify(ibv.QPAttr{State: ibv.QPSSQD, EnSQDAsyncNotify: true}, ibv.QPAttrState|ibv.QPAttrEnSQDAsyncNotify); err != nil {
+	if err := e.modify(a, ibv.QPAttr{State: ibv.QPSSQD, EnSQDAsyncNotify: true}, ibv.QPAttrState|ibv.QPAttrEnSQDAsyncNotify); err != nil {
 		return verdict{}, fmt.Errorf("moving QP %d to SQD: %w", a.Num(), err)
 	}
 	isDrained := func(ev ibv.AsyncEvent) bool { return ev.Type == ibv.EventSQDrained && ev.QP == a }
@@ -204,12 +185,12 @@ func sqd(e *env) (verdict, error) {
 	if err != nil {
 		return verdict{}, err
 	}
-	st, err := state(a)
+	st, err := e.state(a)
 	if err != nil {
 		return verdict{}, err
 	}
 	e.mark()
-	if err := b.PostRecv(recvs(recvBase, 2)); err != nil {
+	if err := e.postRecv(b, recvs(recvBase, 2)); err != nil {
 		return verdict{}, fmt.Errorf("posting receives at the peer: %w", err)
 	}
 	wcs, err := e.poll(a.SendCQ(), 2, e.o.Timeout)

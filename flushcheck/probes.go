@@ -208,10 +208,10 @@ func postOneInError(e *env, qp ibv.QP, send bool) (verdict, error) {
 	e.mark()
 	if send {
 		what, id = "send", sendBase
-		if err := qp.PostSend(sends(id, 1)); err != nil {
+		if err := e.postSend(qp, sends(id, 1)); err != nil {
 			return verdict{}, fmt.Errorf("posting a send in ERROR: %w", err)
 		}
-	} else if err := qp.PostRecv(recvs(id, 1)); err != nil {
+	} else if err := e.postRecv(qp, recvs(id, 1)); err != nil {
 		return verdict{}, fmt.Errorf("posting a receive in ERROR: %w", err)
 	}
 	wcs, err := e.poll(qp.SendCQ(), 1, e.o.Timeout)
@@ -239,7 +239,7 @@ const deferredFlush = "flushed only after a later post"
 // RecvInErrorFlushDeferred): it posts a send behind it and waits again.
 // Either way the receive did not complete by itself: a deviation.
 func kickReceive(e *env, qp ibv.QP) (verdict, error) {
-	if err := qp.PostSend(sends(sendBase, 1)); err != nil {
+	if err := e.postSend(qp, sends(sendBase, 1)); err != nil {
 		return verdict{}, fmt.Errorf("posting a send behind the receive: %w", err)
 	}
 	wcs, err := e.poll(qp.SendCQ(), 2, e.o.Timeout)
@@ -285,7 +285,7 @@ func flushBeforeRTS(e *env) (verdict, error) {
 	if err != nil {
 		return verdict{}, err
 	}
-	if err := r.Bring(a, b.Num(), ibv.QPSRTR); err != nil {
+	if err := e.verb(fmt.Sprintf("ibv_modify_qp on QP %d to RTR (rcsetup)", a.Num()), func() error { return r.Bring(a, b.Num(), ibv.QPSRTR) }); err != nil {
 		return verdict{}, err
 	}
 	if err := e.toError(a); err != nil {
@@ -304,7 +304,7 @@ func lastWQEReached(e *env) (verdict, error) {
 		return verdict{}, err
 	}
 	a, sibling := qps[0], qps[1]
-	if err := srq.PostRecv(recvs(recvBase, 4)); err != nil {
+	if err := e.postSRQRecv(srq, recvs(recvBase, 4)); err != nil {
 		return verdict{}, fmt.Errorf("posting receives to the SRQ: %w", err)
 	}
 	if err := e.toError(a); err != nil {
@@ -362,7 +362,7 @@ func lastWQERepeat(e *env) (verdict, error) {
 		return verdict{}, err
 	}
 	a := qps[0]
-	if err := srq.PostRecv(recvs(recvBase, 2)); err != nil {
+	if err := e.postSRQRecv(srq, recvs(recvBase, 2)); err != nil {
 		return verdict{}, fmt.Errorf("posting receives to the SRQ: %w", err)
 	}
 	if err := e.toError(a); err != nil {
@@ -382,9 +382,9 @@ func lastWQERepeat(e *env) (verdict, error) {
 		do   func() error
 	}{
 		{"by itself", func() error { return nil }},
-		{"after a second modify to ERROR", func() error { return a.Modify(ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState) }},
-		{"after a send posted in ERROR", func() error { return a.PostSend(sends(sendBase, 1)) }},
-		{"after a receive posted to the SRQ", func() error { return srq.PostRecv(recvs(recvBase+2, 1)) }},
+		{"after a second modify to ERROR", func() error { return e.modify(a, ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState) }},
+		{"after a send posted in ERROR", func() error { return e.postSend(a, sends(sendBase, 1)) }},
+		{"after a receive posted to the SRQ", func() error { return e.postSRQRecv(srq, recvs(recvBase+2, 1)) }},
 	}
 	repeats := 0
 	parts := []string{fmt.Sprintf("Last WQE Reached %v after ERROR", at)}
@@ -462,14 +462,14 @@ func responderAccessError(e *env) (verdict, error) {
 	if err != nil {
 		return verdict{}, err
 	}
-	if err := b.PostRecv(recvs(recvBase, 2)); err != nil {
+	if err := e.postRecv(b, recvs(recvBase, 2)); err != nil {
 		return verdict{}, fmt.Errorf("posting receives at the responder: %w", err)
 	}
 	write := ibv.SendWR{ID: sendBase, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled,
 		SGL:        []ibv.SGE{{Addr: local.Addr(), Length: 8, LKey: local.LKey()}},
 		RemoteAddr: closed.Addr(), RKey: closed.RKey()}
 	e.mark()
-	if err := a.PostSend([]ibv.SendWR{write}); err != nil {
+	if err := e.postSend(a, []ibv.SendWR{write}); err != nil {
 		return verdict{}, fmt.Errorf("posting the RDMA WRITE: %w", err)
 	}
 	var b2 strings.Builder
@@ -496,7 +496,7 @@ func responderAccessError(e *env) (verdict, error) {
 			other = append(other, fmt.Sprintf("%s at +%v", ev.AsyncEvent, ev.at))
 		}
 	}
-	st, err := state(b)
+	st, err := e.state(b)
 	if err != nil {
 		return verdict{}, err
 	}

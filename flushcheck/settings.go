@@ -49,7 +49,7 @@ func Settings(results []Result) Recommendation {
 	// known reports whether probe ran to a verdict, and whether it passed.
 	known := func(probe string) (ran, passed bool) {
 		r, ok := by[probe]
-		return ok && r.Outcome != Error, ok && r.Outcome == Pass
+		return ok && r.Outcome.verdict(), ok && r.Outcome == Pass
 	}
 	unknown := func(probe string) string { return probe + " did not run to a verdict" }
 	var o drain.Options
@@ -118,7 +118,7 @@ func Settings(results []Result) Recommendation {
 		}
 		add("repeated Last WQE Reached", "tolerated", "last-wqe-repeat: raised %s; drain counts repeats and ignores them", strings.Join(again, ", "))
 	}
-	if r, ok := by[ProbeCQOverrun]; ok && r.Outcome != Error {
+	if r, ok := by[ProbeCQOverrun]; ok && r.Outcome.verdict() {
 		what := "raises CQ_ERR, which fails every drain pending on the CQ (drain.ErrCQError)"
 		if r.Outcome == Deviation {
 			what = "raises no CQ_ERR, so a lost drain completion looks like a stall"

@@ -61,8 +61,8 @@ func (r retrySeries) wait(timeout time.Duration) time.Duration {
 const retryLateness = 2 * time.Second
 
 // queryRetry returns qp's attributes in mask, as the device holds them.
-func queryRetry(qp ibv.QP, mask ibv.QPAttrMask) (ibv.QPAttr, error) {
-	attr, _, err := qp.Query(mask)
+func (e *env) queryRetry(qp ibv.QP, mask ibv.QPAttrMask) (ibv.QPAttr, error) {
+	attr, err := e.query(qp, mask)
 	if err != nil {
 		return attr, fmt.Errorf("querying QP %d's retry attributes: %w", qp.Num(), err)
 	}
@@ -77,7 +77,7 @@ func requesterError(e *env, a ibv.QP, want ibv.WCStatus, r retrySeries) (verdict
 	const n = 3
 	budget, wait := r.budget(), r.wait(e.o.Timeout)
 	e.mark()
-	if err := a.PostSend(sends(sendBase, n)); err != nil {
+	if err := e.postSend(a, sends(sendBase, n)); err != nil {
 		return verdict{}, fmt.Errorf("posting sends: %w", err)
 	}
 	first, err := e.poll(a.SendCQ(), 1, wait)
@@ -92,7 +92,7 @@ func requesterError(e *env, a ibv.QP, want ibv.WCStatus, r retrySeries) (verdict
 	if err != nil {
 		return verdict{}, err
 	}
-	st, err := state(a)
+	st, err := e.state(a)
 	if err != nil {
 		return verdict{}, err
 	}
@@ -120,10 +120,10 @@ func peerGone(e *env) (verdict, error) {
 	if err != nil {
 		return verdict{}, err
 	}
-	if err := b.Close(); err != nil {
-		return verdict{}, fmt.Errorf("destroying the responder QP %d: %w", b.Num(), err)
+	if _, err := e.destroy(fmt.Sprintf("ibv_destroy_qp on QP %d", b.Num()), b); err != nil {
+		return verdict{}, fmt.Errorf("destroying the responder: %w", err)
 	}
-	attr, err := queryRetry(a, ibv.QPAttrTimeout|ibv.QPAttrRetryCnt)
+	attr, err := e.queryRetry(a, ibv.QPAttrTimeout|ibv.QPAttrRetryCnt)
 	if err != nil {
 		return verdict{}, err
 	}
@@ -144,11 +144,11 @@ func rnrExhausted(e *env) (verdict, error) {
 	if err != nil {
 		return verdict{}, err
 	}
-	req, err := queryRetry(a, ibv.QPAttrRNRRetry)
+	req, err := e.queryRetry(a, ibv.QPAttrRNRRetry)
 	if err != nil {
 		return verdict{}, err
 	}
-	resp, err := queryRetry(b, ibv.QPAttrMinRNRTimer)
+	resp, err := e.queryRetry(b, ibv.QPAttrMinRNRTimer)
 	if err != nil {
 		return verdict{}, err
 	}

@@ -9,7 +9,8 @@
 // busybox initramfs with the host's rdma-core user space, the payload and every
 // library ldd names, boot it, and judge the run from sentinel lines the guest
 // writes to a second serial port (never from qemu's exit status). The Go side
-// checks the arguments, resolves kernel names, picks KVM or TCG, serializes
+// checks the arguments (Run: also that the guest's memory holds the payload,
+// payload.go), resolves kernel names, picks KVM or TCG, serializes
 // runs on one cache with a lock, and maps the verdict to an error.
 //
 // The cache directory holds kernels/ (one directory per kernel version, and

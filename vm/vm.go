@@ -132,7 +132,8 @@ const pythonBin = "/usr/bin/python3"
 // closing line counts kernels. It returns nil when the command exited 0 on
 // every kernel, an error wrapping ErrFailed or ErrCannotRun otherwise, or one
 // wrapping ErrBadArgs (before any boot) for a command or file missing on the
-// host.
+// host, or a payload larger than the guest's memory holds (RXE_MEM, from
+// Options.Env or the environment; docs/VM.md).
 func Run(ctx context.Context, o Options, spec RunSpec) error {
 	if len(spec.Command) == 0 {
 		return fmt.Errorf("%w: no command to run", ErrBadArgs)
@@ -157,6 +158,9 @@ func Run(ctx context.Context, o Options, spec RunSpec) error {
 			return fmt.Errorf("%w: --files: %v", ErrBadArgs, err)
 		}
 		files = append(files, filepath.Clean(f))
+	}
+	if err := checkPayload(files, spec.Python, o.Env); err != nil {
+		return err
 	}
 	argv := append([]string{prog}, spec.Command[1:]...)
 	env := []string{
@@ -297,7 +301,7 @@ func run(ctx context.Context, o Options, dir string, modeEnv []string, what stri
 	}
 	// Only the qpdrain CLI can create rxe0 itself; another program that
 	// calls Run (a test binary) gets rdma link add.
-	if exe, err := os.Executable(); err == nil && filepath.Base(exe) == "qpdrain" {
+	if exe := qpdrainBin(); exe != "" {
 		env = append(env, "RXE_QPDRAIN_BIN="+exe)
 	}
 	cmd := exec.CommandContext(ctx, "bash", filepath.Join(sdir, "vm.sh"))

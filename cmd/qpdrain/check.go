@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"regexp"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/qpdrain/qpdrain/drain"
 	"github.com/qpdrain/qpdrain/flushcheck"
@@ -20,9 +23,31 @@ func init() { subcommands = append(subcommands, newCheckCmd) }
 
 // checkOptions are the flags of "qpdrain check".
 type checkOptions struct {
-	device  string
-	quirks  softQuirks
-	timeout time.Duration
+	device      string
+	quirks      softQuirks
+	timeout     time.Duration
+	callTimeout time.Duration
+	// run and skip select probes by name (flushcheck.Options.Run, Skip).
+	run, skip *regexp.Regexp
+}
+
+// selection is --run and --skip as given, for text: `--run "x" --skip "y"`.
+func (o *checkOptions) selection() string {
+	var parts []string
+	for _, f := range []struct {
+		name string
+		re   *regexp.Regexp
+	}{{"--run", o.run}, {"--skip", o.skip}} {
+		if f.re != nil {
+			parts = append(parts, fmt.Sprintf("%s %q", f.name, f.re))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// probeOptions are the flushcheck.Options the flags give.
+func (o *checkOptions) probeOptions() flushcheck.Options {
+	return flushcheck.Options{Timeout: o.timeout, CallTimeout: o.callTimeout, Run: o.run, Skip: o.skip}
 }
 
 func newCheckCmd(opts *globalOptions) *cobra.Command {
@@ -41,11 +66,18 @@ func newCheckCmd(opts *globalOptions) *cobra.Command {
 			"Without --device it checks the first device libibverbs lists, or the built-in soft device when\n" +
 			"there is none (and says so); --device soft (or soft0) picks the soft device. --soft-quirk switches\n" +
 			"on a provider bug of the soft device, to see what the check reports for it; quirks: " + strings.Join(soft.QuirkNames(), ", ") + ".\n" +
-			"Exit status 0 when every probe passes, 1 when the device deviates, 2 when a probe could not run,\n" +
-			"3 when the device does not exist here.",
+			"--run and --skip select probes by name, as go test's -run and -skip do; the others are listed as skipped.\n" +
+			"A verbs call that does not return within --call-timeout (a provider stuck in the kernel) ends the\n" +
+			"check: its probe is reported hung, naming the call, the probes after it are not run (the device may\n" +
+			"be wedged: see the kernel log), and the device is left open for the process's exit to release.\n" +
+			"Exit status 0 when every probe run passes, 1 when the device deviates, 2 when a probe could not run,\n" +
+			"3 when the device does not exist here, 4 when a verbs call hung.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmdContext(cmd)
+			if len(o.probeOptions().Selected()) == 0 {
+				return withExitCode(exitError, fmt.Errorf("check: no probe left to run by %s", o.selection()))
+			}
 			w := cmd.OutOrStdout()
 			var each func(*checkResult, flushcheck.Result)
 			if !opts.json {
@@ -76,7 +108,34 @@ func newCheckCmd(opts *globalOptions) *cobra.Command {
 	quirkFlag(f, &o.quirks, "soft-quirk")
 	durationFlag(f, &o.timeout, "timeout", flushcheck.DefaultTimeout, fmt.Sprintf("how long each probe waits for a completion or event the specification says must come (at least %v; a retry series gets one per retry timer after its own time, 2s at the least)", flushcheck.MinTimeout),
 		atLeastDuration(flushcheck.MinTimeout))
+	durationFlag(f, &o.callTimeout, "call-timeout", flushcheck.DefaultCallTimeout, fmt.Sprintf("how long one verbs call may take before its probe is reported hung and the check ends, exit status 4 (at least %v)", flushcheck.MinCallTimeout),
+		atLeastDuration(flushcheck.MinCallTimeout))
+	probeFlag(f, &o.run, "run", "run only the probes whose names match this regular expression, as go test -run")
+	probeFlag(f, &o.skip, "skip", "skip the probes whose names match this regular expression, as go test -skip")
 	return cmd
+}
+
+// probeFlag defines a flag whose value is a regular expression that
+// matches the name of at least one probe: one that matches none is a typo,
+// refused before the check runs.
+func probeFlag(f *pflag.FlagSet, p **regexp.Regexp, name, usage string) {
+	f.Var(&checkedValue[*regexp.Regexp]{p: p, typ: "regexp", parse: regexp.Compile, worded: true,
+		check: func(re *regexp.Regexp) error {
+			var names []string
+			for _, p := range flushcheck.Probes() {
+				if re.MatchString(p.Name) {
+					return nil
+				}
+				names = append(names, p.Name)
+			}
+			return fmt.Errorf("matches no probe (%s)", strings.Join(names, ", "))
+		},
+		format: func(re *regexp.Regexp) string {
+			if re == nil {
+				return ""
+			}
+			return re.String()
+		}}, name, usage)
 }
 
 // checkResult is what "qpdrain check" found on one device.
@@ -85,41 +144,42 @@ type checkResult struct {
 	soft    bool
 	note    string // why the soft device was chosen, if it was not asked for
 	quirks  []string
-	timeout time.Duration
+	opts    checkOptions // the flags: the inputs that shaped the results
 	results []flushcheck.Result
 }
 
-// runCheck opens the device, calls head once it is open, runs every probe,
-// calling each (if not nil) as each one finishes, and closes the device.
-// Its errors carry their exit code.
-func runCheck(ctx context.Context, o *checkOptions, head func(*checkResult), each func(*checkResult, flushcheck.Result)) (res *checkResult, err error) {
-	dev, res, err := openCheckDevice(o)
+// openCheck opens the device check runs on; tests replace it.
+var openCheck = openCheckDevice
+
+// runCheck opens the device, calls head once it is open, runs the probes
+// the flags select, calling each (if not nil) as each one finishes, and
+// closes the device, unless a probe hung: a device with a verbs call
+// blocked on it is left open, since closing it would block too, and the
+// process's exit releases it. Its errors carry their exit code.
+func runCheck(ctx context.Context, o *checkOptions, head func(*checkResult), each func(*checkResult, flushcheck.Result)) (*checkResult, error) {
+	dev, res, err := openCheck(o)
 	if err != nil {
 		return nil, fmt.Errorf("check: %w", err)
 	}
-	defer func() {
-		if cerr := dev.Close(); cerr != nil && err == nil {
-			err = withExitCode(exitError, fmt.Errorf("check: closing %s: %w", res.device, cerr))
-		}
-	}()
-	res.timeout = o.timeout
+	res.opts = *o
 	if head != nil {
 		head(res)
 	}
-	po := flushcheck.Options{Timeout: o.timeout}
-	for _, p := range flushcheck.Probes() {
-		// Interrupted: stop at once; what did not run is not reported.
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("check: %w", err)
-		}
-		r := p.Run(ctx, dev, po)
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("check: %w", ctx.Err())
-		}
-		res.results = append(res.results, r)
-		if each != nil {
+	po := o.probeOptions()
+	po.OnResult = func(r flushcheck.Result) {
+		// Interrupted: what did not run is not reported.
+		if each != nil && ctx.Err() == nil {
 			each(res, r)
 		}
+	}
+	res.results = flushcheck.Run(ctx, dev, po)
+	if flushcheck.Count(res.results).Hung == 0 {
+		if err := dev.Close(); err != nil {
+			return nil, withExitCode(exitError, fmt.Errorf("check: closing %s: %w", res.device, err))
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("check: %w", err)
 	}
 	return res, nil
 }
@@ -144,15 +204,19 @@ func openCheckDevice(o *checkOptions) (ibv.Context, *checkResult, error) {
 	return dev.Context, res, nil
 }
 
-// checkVerdict turns the results into the exit status: errors first, then
-// deviations.
+// checkVerdict turns the results into the exit status: a hang first, then
+// errors, then deviations, each counted among the probes run.
 func checkVerdict(results []flushcheck.Result) error {
-	_, deviations, errs := flushcheck.Counts(results)
+	c := flushcheck.Count(results)
+	ran := len(results) - c.Skipped - c.NotRun
 	switch {
-	case errs > 0:
-		return withExitCode(exitError, fmt.Errorf("%d of %s could not run to a verdict", errs, plural(len(results), "probe")))
-	case deviations > 0:
-		return withExitCode(exitFindings, fmt.Errorf("%d of %s found the device deviating", deviations, plural(len(results), "probe")))
+	case c.Hung > 0:
+		i := slices.IndexFunc(results, func(r flushcheck.Result) bool { return r.Outcome == flushcheck.Hung })
+		return withExitCode(exitHung, fmt.Errorf("%s hung: %s; %s not run", results[i].Name, results[i].Observed, plural(c.NotRun, "probe")))
+	case c.Errors > 0:
+		return withExitCode(exitError, fmt.Errorf("%d of %s could not run to a verdict", c.Errors, plural(ran, "probe")))
+	case c.Deviations > 0:
+		return withExitCode(exitFindings, fmt.Errorf("%d of %s found the device deviating", c.Deviations, plural(ran, "probe")))
 	}
 	return nil
 }
@@ -168,7 +232,10 @@ func (r *checkResult) header() string {
 		b.WriteString(")")
 		fmt.Fprintf(&b, "; soft quirks: %s", quirkList(r.quirks))
 	}
-	fmt.Fprintf(&b, "; timeout %v per wait", r.timeout)
+	fmt.Fprintf(&b, "; timeout %v per wait, %v per verbs call", r.opts.timeout, r.opts.callTimeout)
+	if sel := r.opts.selection(); sel != "" {
+		b.WriteString("; " + sel)
+	}
 	return b.String()
 }
 
@@ -202,19 +269,44 @@ func roundProbe(d time.Duration) time.Duration {
 }
 
 // formatTail prints the summary, the rules deviated from (every rule with
-// details) and the drain settings.
+// details), the probe that hung, those not run or skipped, and the drain
+// settings.
 func (r *checkResult) formatTail(w io.Writer, details bool) error {
-	pass, deviations, errs := flushcheck.Counts(r.results)
-	fmt.Fprintf(w, "%s: %d pass, %s, %s\n", plural(len(r.results), "probe"), pass, plural(deviations, "deviation"), plural(errs, "error"))
+	c := flushcheck.Count(r.results)
+	fmt.Fprintf(w, "%s: %d pass, %s, %s", plural(len(r.results), "probe"), c.Pass, plural(c.Deviations, "deviation"), plural(c.Errors, "error"))
+	for _, n := range []struct {
+		n    int
+		what string
+	}{{c.Hung, "hung"}, {c.NotRun, "not run"}, {c.Skipped, "skipped"}} {
+		if n.n > 0 {
+			fmt.Fprintf(w, ", %d %s", n.n, n.what)
+		}
+	}
+	fmt.Fprintln(w)
+	var hung string
+	var notRun, skipped []string
 	for _, res := range r.results {
 		switch {
 		case res.Outcome == flushcheck.Deviation:
 			fmt.Fprintf(w, "  %s deviates from %s\n", res.Name, res.Rule)
 		case res.Outcome == flushcheck.Error:
 			fmt.Fprintf(w, "  %s could not check %s\n", res.Name, res.Rule)
+		case res.Outcome == flushcheck.Hung:
+			hung = res.Name
+			fmt.Fprintf(w, "  %s hung: %s\n", res.Name, res.Observed)
+		case res.Outcome == flushcheck.NotRun:
+			notRun = append(notRun, res.Name)
+		case res.Outcome == flushcheck.Skipped:
+			skipped = append(skipped, res.Name)
 		case details:
 			fmt.Fprintf(w, "  %s checks %s\n", res.Name, res.Rule)
 		}
+	}
+	if len(notRun) > 0 {
+		fmt.Fprintf(w, "  not run because %s hung: %s\n", hung, strings.Join(notRun, ", "))
+	}
+	if len(skipped) > 0 {
+		fmt.Fprintf(w, "  skipped (--run, --skip): %s\n", strings.Join(skipped, ", "))
 	}
 	fmt.Fprintf(w, "drain settings for %s (flushcheck.Settings):\n", r.device)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -236,15 +328,22 @@ type checkProbeJSON struct {
 // checkJSON is the -j output; ifname is the RDMA device's name, as in
 // iproute2's rdma tool.
 type checkJSON struct {
-	Device     string           `json:"ifname"`
-	Soft       bool             `json:"soft"`
-	Note       string           `json:"note,omitempty"`
-	Quirks     []string         `json:"soft_quirks"`
-	TimeoutNS  int64            `json:"timeout_ns"`
+	Device        string   `json:"ifname"`
+	Soft          bool     `json:"soft"`
+	Note          string   `json:"note,omitempty"`
+	Quirks        []string `json:"soft_quirks"`
+	TimeoutNS     int64    `json:"timeout_ns"`
+	CallTimeoutNS int64    `json:"call_timeout_ns"`
+	// Run and Skip are --run and --skip, "" when not given.
+	Run        string           `json:"run"`
+	Skip       string           `json:"skip"`
 	Probes     []checkProbeJSON `json:"probes"`
 	Pass       int              `json:"pass"`
 	Deviations int              `json:"deviations"`
 	Errors     int              `json:"errors"`
+	Hung       int              `json:"hung"`
+	NotRun     int              `json:"not_run"`
+	Skipped    int              `json:"skipped"`
 	// DrainOptions are the drain.Options the findings imply, Settings
 	// each choice with its reason.
 	DrainOptions drainOptionsJSON `json:"drain_options"`
@@ -272,8 +371,14 @@ type settingJSON struct {
 }
 
 func (r *checkResult) jsonView() checkJSON {
-	out := checkJSON{Device: r.device, Soft: r.soft, Note: r.note, Quirks: r.quirks, TimeoutNS: r.timeout.Nanoseconds(),
-		Probes: []checkProbeJSON{}}
+	out := checkJSON{Device: r.device, Soft: r.soft, Note: r.note, Quirks: r.quirks, TimeoutNS: r.opts.timeout.Nanoseconds(),
+		CallTimeoutNS: r.opts.callTimeout.Nanoseconds(), Probes: []checkProbeJSON{}}
+	if r.opts.run != nil {
+		out.Run = r.opts.run.String()
+	}
+	if r.opts.skip != nil {
+		out.Skip = r.opts.skip.String()
+	}
 	if out.Quirks == nil {
 		out.Quirks = []string{}
 	}
@@ -281,7 +386,8 @@ func (r *checkResult) jsonView() checkJSON {
 		out.Probes = append(out.Probes, checkProbeJSON{Name: res.Name, Rule: res.Rule, Outcome: res.Outcome,
 			Observed: res.Observed, DurationNS: res.Duration.Nanoseconds()})
 	}
-	out.Pass, out.Deviations, out.Errors = flushcheck.Counts(r.results)
+	c := flushcheck.Count(r.results)
+	out.Pass, out.Deviations, out.Errors, out.Hung, out.NotRun, out.Skipped = c.Pass, c.Deviations, c.Errors, c.Hung, c.NotRun, c.Skipped
 	rec := flushcheck.Settings(r.results)
 	do := rec.Options
 	out.DrainOptions = drainOptionsJSON{MaxBatch: do.MaxBatch, Policy: do.Policy, LastWQETimeoutNS: do.LastWQETimeout.Nanoseconds(),

@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/qpdrain/qpdrain/flushcheck"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
+	"github.com/qpdrain/qpdrain/soft"
 )
 
 func TestCheckSoft(t *testing.T) {
@@ -110,7 +113,7 @@ func TestCheckDefaultDevice(t *testing.T) {
 	if no := noLibibverbs(); no != "" {
 		why = no
 	}
-	if first := firstLine(out); first != "device soft0 (the built-in soft device: "+why+"); soft quirks: none; timeout 100ms per wait" {
+	if first := firstLine(out); first != "device soft0 (the built-in soft device: "+why+"); soft quirks: none; timeout 100ms per wait, 30s per verbs call" {
 		t.Errorf("first line %q does not say why the soft device is checked (%s)", first, why)
 	}
 }
@@ -141,7 +144,8 @@ func TestCheckJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("-j output is not JSON: %v\n%s", err, out)
 	}
-	if got.Device != "soft0" || !got.Soft || got.Note != "" || !slices.Equal(got.Quirks, []string{"send-in-error-not-flushed"}) || got.TimeoutNS != 100e6 {
+	if got.Device != "soft0" || !got.Soft || got.Note != "" || !slices.Equal(got.Quirks, []string{"send-in-error-not-flushed"}) || got.TimeoutNS != 100e6 ||
+		got.CallTimeoutNS != 30e9 || got.Run != "" || got.Skip != "" {
 		t.Errorf("device fields %+v", got)
 	}
 	var deviating []string
@@ -158,8 +162,13 @@ func TestCheckJSON(t *testing.T) {
 	if want := []string{"send-in-error", "flush-before-rts", "drain-wr", "flush-order"}; !slices.Equal(deviating, want) {
 		t.Errorf("deviations %v, want %v", deviating, want)
 	}
-	if got.Pass != 11 || got.Deviations != 4 || got.Errors != 0 {
-		t.Errorf("counts %d/%d/%d, want 11/4/0", got.Pass, got.Deviations, got.Errors)
+	if got.Pass != 11 || got.Deviations != 4 || got.Errors != 0 || got.Hung != 0 || got.NotRun != 0 || got.Skipped != 0 {
+		t.Errorf("counts %d/%d/%d/%d/%d/%d, want 11/4/0/0/0/0", got.Pass, got.Deviations, got.Errors, got.Hung, got.NotRun, got.Skipped)
+	}
+	for _, key := range []string{`"call_timeout_ns": 30000000000`, `"run": ""`, `"skip": ""`, `"hung": 0`, `"not_run": 0`, `"skipped": 0`} {
+		if !strings.Contains(out, key) {
+			t.Errorf("-j output lacks %s", key)
+		}
 	}
 	// A drain WR that never comes proves nothing: quarantine, one per QP.
 	if want := (drainOptionsJSON{MaxBatch: 1, Policy: drain.Quarantine, LastWQETimeoutNS: 5e9, DrainTimeoutNS: 5e9, ViaRTS: true, Headroom: 1}); got.DrainOptions != want {
@@ -180,13 +189,18 @@ func TestCheckRejects(t *testing.T) {
 		{[]string{"--soft-quirk", "nope"}, exitError, `unknown quirk "nope"`},
 		{[]string{"--timeout", "0s"}, exitError, "want at least 100ms"},
 		{[]string{"--timeout", "99ms"}, exitError, `invalid argument "99ms" for "--timeout" flag: want at least 100ms`},
+		{[]string{"--call-timeout", "999ms"}, exitError, `invalid argument "999ms" for "--call-timeout" flag: want at least 1s`},
+		{[]string{"--run", "("}, exitError, `invalid argument "(" for "--run" flag: error parsing regexp: missing closing )`},
+		{[]string{"--skip", "nope"}, exitError, `invalid argument "nope" for "--skip" flag: matches no probe (flush-outstanding, `},
+		{[]string{"--skip", "."}, exitError, `check: no probe left to run by --skip "."`},
 		{[]string{"--device", "nosuchdevice0"}, exitUnsupported, `no such RDMA device "nosuchdevice0"`},
 		{[]string{"--device", "rxe0", "--soft-quirk", "no-last-wqe-reached"}, exitError, "--soft-quirk applies to the soft device only"},
 		{[]string{"extra-arg"}, exitError, `unknown command "extra-arg"`},
 	})
 }
 
-// Errors outrank deviations in the exit status.
+// A hang outranks errors, and errors deviations, in the exit status;
+// skipped probes do not count.
 func TestCheckVerdict(t *testing.T) {
 	r := func(o flushcheck.Outcome) flushcheck.Result { return flushcheck.Result{Outcome: o} }
 	for _, tc := range []struct {
@@ -196,6 +210,8 @@ func TestCheckVerdict(t *testing.T) {
 		{[]flushcheck.Result{r(flushcheck.Pass), r(flushcheck.Pass)}, exitClean},
 		{[]flushcheck.Result{r(flushcheck.Pass), r(flushcheck.Deviation)}, exitFindings},
 		{[]flushcheck.Result{r(flushcheck.Deviation), r(flushcheck.Error)}, exitError},
+		{[]flushcheck.Result{r(flushcheck.Skipped), r(flushcheck.Pass)}, exitClean},
+		{[]flushcheck.Result{r(flushcheck.Error), r(flushcheck.Hung), r(flushcheck.NotRun)}, exitHung},
 	} {
 		if got := exitCode(checkVerdict(tc.results)); got != tc.want {
 			t.Errorf("%v: exit code %d, want %d", tc.results, got, tc.want)
@@ -234,4 +250,117 @@ func TestCheckTestDevice(t *testing.T) {
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
+}
+
+// --run and --skip select probes as go test's -run and -skip do; the
+// others are listed as skipped, in the table, the summary and -j.
+func TestCheckSelect(t *testing.T) {
+	out, err := runSub("check", "--device", "soft", "--timeout", "100ms", "--run", "in-error$", "--skip", "recv")
+	if code := exitCode(err); code != exitClean {
+		t.Fatalf("exit code %d (%v)\n%s", code, err, out)
+	}
+	wantAll(t, "output", out,
+		`; timeout 100ms per wait, 30s per verbs call; --run "in-error$" --skip "recv"`+"\n",
+		"\nsend-in-error           pass   ",
+		"\nrecv-in-error           skipped           0s  skipped: the skip pattern \"recv\" matches it\n",
+		"\nsqd                     skipped           0s  skipped: the run pattern \"in-error$\" does not match it\n",
+		"\n15 probes: 1 pass, 0 deviations, 0 errors, 14 skipped\n",
+		"\n  skipped (--run, --skip): flush-outstanding, recv-in-error, flush-before-rts, ",
+	)
+	out, err = runSub("check", "--device", "soft", "--timeout", "100ms", "--run", "^sqd$", "-j")
+	if code := exitCode(err); code != exitClean {
+		t.Fatalf("-j: exit code %d (%v)\n%s", code, err, out)
+	}
+	var got checkJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("-j output is not JSON: %v\n%s", err, out)
+	}
+	if got.Run != "^sqd$" || got.Skip != "" || got.Pass != 1 || got.Skipped != len(flushcheck.Probes())-1 || len(got.Probes) != len(flushcheck.Probes()) {
+		t.Errorf("-j: run %q, skip %q, %d pass, %d skipped, %d probes; want ^sqd$ alone run, every probe listed", got.Run, got.Skip, got.Pass, got.Skipped, len(got.Probes))
+	}
+}
+
+// A verbs call that never returns (the soft device blocks every move of a
+// QP to RESET, as rxe on Linux 5.10 did not return from reset-reuse's calls)
+// ends the check within --call-timeout: exit 4, the probe hung naming the
+// call, the probes after it not run, one line on stderr, and -j one
+// complete document. The device is left open; the test closes it once the
+// call returns.
+func TestCheckHung(t *testing.T) {
+	for _, jsonOut := range []bool{false, true} {
+		unblock := make(chan struct{})
+		var dev *soft.Device
+		openCheck = func(o *checkOptions) (ibv.Context, *checkResult, error) {
+			d, err := soft.Open(soft.Config{Trace: func(e soft.TraceEntry) {
+				if e.Kind == soft.TraceState && e.To == ibv.QPSReset {
+					<-unblock
+				}
+			}})
+			if err != nil {
+				return nil, nil, err
+			}
+			d.Fabric().SetRealTime(true)
+			dev = d
+			return d, &checkResult{device: d.Name(), soft: true}, nil
+		}
+		args := []string{"check", "--timeout", "100ms", "--call-timeout", "1s"}
+		if jsonOut {
+			args = append(args, "-j")
+		}
+		start := time.Now()
+		stdout, stderr, code := runCLI(nil, args...)
+		took := time.Since(start)
+		openCheck = openCheckDevice
+		close(unblock)
+		if dev != nil {
+			// The probe given up on closes its objects once its call returns.
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				if err := dev.Close(); !errors.Is(err, ibv.ErrBusy) || time.Now().After(deadline) {
+					if err != nil {
+						t.Errorf("closing the device: %v", err)
+					}
+					break
+				}
+			}
+		}
+		t.Logf("qpdrain %q: exit %d after %v\n%s%s", args, code, took.Round(time.Millisecond), stdout, stderr)
+		// The probes before reset-reuse take well under a second on soft.
+		if code != exitHung || took > 10*time.Second {
+			t.Errorf("qpdrain %q: exit %d after %v, want %d within 10s", args, code, took, exitHung)
+		}
+		call := regexp.MustCompile(`ibv_modify_qp on QP \d+ to RESET did not return within 1s \(blocked for 1(\.\d+)?s\); the device may be wedged: see the kernel log \(dmesg\)`)
+		if !regexp.MustCompile(`^qpdrain: reset-reuse hung: ` + call.String() + `; 2 probes not run\n$`).MatchString(stderr) {
+			t.Errorf("stderr %q, want one line naming the probe and the call", stderr)
+		}
+		if !jsonOut {
+			wantAll(t, "output", stdout,
+				"\nreset-reuse             hung         ",
+				"\nflush-order             not-run           0s  not run: reset-reuse hung before it, and the device may be wedged\n",
+				"\n15 probes: 12 pass, 0 deviations, 0 errors, 1 hung, 2 not run\n",
+				"\n  reset-reuse hung: ibv_modify_qp on QP ",
+				"\n  not run because reset-reuse hung: flush-order, sqd\n",
+				"\ndrain settings for soft0 (flushcheck.Settings):\n",
+			)
+			if !call.MatchString(stdout) {
+				t.Errorf("the output does not name the call:\n%s", stdout)
+			}
+			continue
+		}
+		var got checkJSON
+		dec := json.NewDecoder(strings.NewReader(stdout))
+		if err := dec.Decode(&got); err != nil || dec.More() {
+			t.Fatalf("-j output is not one JSON document (%v):\n%s", err, stdout)
+		}
+		outcomes := map[flushcheck.Outcome][]string{}
+		for _, p := range got.Probes {
+			outcomes[p.Outcome] = append(outcomes[p.Outcome], p.Name)
+			if p.Outcome == flushcheck.Hung && !call.MatchString(p.Observed) {
+				t.Errorf("hung probe's observed %q does not name the call", p.Observed)
+			}
+		}
+		if !slices.Equal(outcomes[flushcheck.Hung], []string{"reset-reuse"}) || !slices.Equal(outcomes[flushcheck.NotRun], []string{"flush-order", "sqd"}) ||
+			got.Pass != 12 || got.Hung != 1 || got.NotRun != 2 || got.CallTimeoutNS != 1e9 || len(got.Settings) == 0 {
+			t.Errorf("-j: %+v, %d pass, %d hung, %d not run", outcomes, got.Pass, got.Hung, got.NotRun)
+		}
+	}
 }

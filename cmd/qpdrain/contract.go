@@ -6,8 +6,9 @@ package main
 //     or side effect (the flag types below), and 0 is either meaningful
 //     (and documented) or refused;
 //   - exit codes: 0 clean, 1 findings, 2 error or bad input, 3 the device
-//     (or RDMA) is not here, 130 interrupted (SIGINT or SIGTERM); a command
-//     whose normal end is a signal (the exporter) exits 0;
+//     (or RDMA) is not here, 4 a verbs call hung (check), 130 interrupted
+//     (SIGINT or SIGTERM); a command whose normal end is a signal (the
+//     exporter) exits 0;
 //   - an error is one line on stderr, "qpdrain: ..."; with -j, when the
 //     command printed nothing, it is also one JSON document on stdout,
 //     {"error": ..., "exit_code": ...};
@@ -42,6 +43,9 @@ const (
 	exitFindings    = 1
 	exitError       = 2
 	exitUnsupported = 3
+	// exitHung: a verbs call did not return in time, so the device may be
+	// wedged (qpdrain check --call-timeout).
+	exitHung = 4
 	// exitInterrupted is the shell's 128 + SIGINT.
 	exitInterrupted = 130
 )

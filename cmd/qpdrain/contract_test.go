@@ -61,6 +61,13 @@ func TestContractBadInputs(t *testing.T) {
 		{[]string{"check", "--soft-quirk", "nope"}, exitError, `unknown quirk "nope"`},
 		{[]string{"check", "--device", "nope"}, exitUnsupported, `no such RDMA device "nope" here`},
 		{[]string{"check", "--device", "nope", "-j"}, exitUnsupported, `no such RDMA device "nope" here`},
+		{[]string{"check", "--run", "["}, exitError, `invalid argument "[" for "--run" flag: error parsing regexp: missing closing ]`},
+		{[]string{"check", "--run", "nope"}, exitError, `invalid argument "nope" for "--run" flag: matches no probe (flush-outstanding, send-in-error, `},
+		{[]string{"check", "--skip", "*"}, exitError, `invalid argument "*" for "--skip" flag: error parsing regexp: missing argument to repetition operator`},
+		{[]string{"check", "--skip", "nope", "-j"}, exitError, `"nope" for "--skip" flag: matches no probe`},
+		{[]string{"check", "--run", "sqd", "--skip", "^s"}, exitError, `no probe left to run by --run "sqd" --skip "^s"`},
+		{[]string{"check", "--run", "sqd", "--skip", "^s", "-j"}, exitError, `no probe left to run by --run "sqd" --skip "^s"`},
+		{[]string{"check", "--call-timeout", "0"}, exitError, `"0" for "--call-timeout" flag: want at least 1s`},
 
 		{[]string{"simulate", "--qps", "0"}, exitError, `"0" for "--qps" flag`},
 		{[]string{"simulate", "--qps", "65537"}, exitError, "soft0 creates at most 65536 QPs (max_qp)"},

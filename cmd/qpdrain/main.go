@@ -2,8 +2,8 @@
 // were never torn down. Run "qpdrain help" for its subcommands.
 //
 // Exit codes, the same for every subcommand (contract.go): 0 clean, 1
-// findings, 2 error or bad input, 3 the device (or RDMA) is not here, 130
-// interrupted.
+// findings, 2 error or bad input, 3 the device (or RDMA) is not here, 4 a
+// verbs call hung (check), 130 interrupted.
 package main
 
 import (

@@ -64,7 +64,9 @@ func newVMRunCmd(o *vmOptions) *cobra.Command {
 QPDRAIN_TEST_DEVICE=rxe0, QPDRAIN_TEST_GID_INDEX (rxe0's RoCE v2 GID of QPDRAIN_TEST_ADDR) and
 QPDRAIN_TEST_ADDR=10.11.12.13. CMD and every --files path are copied from the host at their own
 paths, with every library ldd names; CMD runs in the current directory's path. Its exit status,
-output and the kernel log are carried out. The closing line counts kernels: N passed, N failed.`,
+output and the kernel log are carried out. The closing line counts kernels: N passed, N failed.
+A payload the guest's memory (RXE_MEM, 1024 MiB) cannot hold is refused before anything starts,
+exit 2, with its size and the memory it needs (docs/VM.md).`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			vo, err := o.resolve(cmd)

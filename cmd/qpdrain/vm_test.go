@@ -77,3 +77,23 @@ func TestVMKernelsEnv(t *testing.T) {
 		t.Errorf("vm kernels --kernels 6.1 with RXE_KERNELS=5.10: %v\n%s", err, out)
 	}
 }
+
+// TestVMPayloadTooBig: a --files payload the guest's memory cannot hold
+// (508 MB in the default 1 GiB) exits 2 before anything starts, one line
+// with the sizes; so does an RXE_MEM run-vm.sh would refuse.
+func TestVMPayloadTooBig(t *testing.T) {
+	t.Setenv("RXE_MEM", "")
+	big := filepath.Join(t.TempDir(), "big")
+	writeFile(t, big, "")
+	if err := os.Truncate(big, 508e6); err != nil {
+		t.Fatal(err)
+	}
+	wantRefused(t, []string{"vm", "--cache", "DIR"}, []badInput{
+		{[]string{"run", "--files", big, "--", "true"}, exitError, "vm run: bad vm arguments: the payload is "},
+		{[]string{"run", "--files", big, "-j", "--", "true"}, exitError, ") and the guest has 1024 MiB (RXE_MEM): it needs 3 × "},
+	})
+	t.Setenv("RXE_MEM", "100")
+	wantRefused(t, []string{"vm", "--cache", "DIR"}, []badInput{
+		{[]string{"run", "--", "true"}, exitError, "RXE_MEM=100: want the guest's memory in MiB, at least 256"},
+	})
+}
