@@ -80,7 +80,9 @@ func TestReusedNumberAfterFinish(t *testing.T) {
 func TestReusedNumberAfterNextHintFinished(t *testing.T) {
 	r := stallingSRQRig(t)
 	first, old := r.pair(true), r.pair(true)
-	rp := newReaper(t, r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, LastWQETimeout: 20 * time.Millisecond, DrainTimeout: 20 * time.Millisecond, Queue: queueOf})
+	// DrainTimeout also bounds the wait for an empty poll, which this
+	// loop makes every millisecond: ten times that, for a loaded host.
+	rp := newReaper(t, r.cq, drain.Options{Policy: drain.DestroyWhenEmpty, LastWQETimeout: 20 * time.Millisecond, DrainTimeout: 200 * time.Millisecond, Queue: queueOf})
 	defer rp.Shutdown(endedCtx())
 	hs := []*drain.Handle{add(t, rp, first, drain.AddOptions{NoSends: true}), add(t, rp, old, drain.AddOptions{NoSends: true})}
 	// While both wait in a row, the old QP is the handle after the one a
