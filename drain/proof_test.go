@@ -187,12 +187,18 @@ func TestReusedQPNumber(t *testing.T) {
 	if err := old.Close(); err != nil {
 		t.Fatal(err)
 	}
-	reused := r.pair(false)
+	reused, peer := r.pairAndPeer(false)
 	for tries := 0; reused.Num() != old.Num(); tries++ {
 		if tries == 64 {
 			t.Fatalf("seed %d: qpn %d not reused in 64 QPs", sched.Seed, old.Num())
 		}
-		reused = r.pair(false)
+		if peer.Num() == old.Num() {
+			// The peer took it: destroyed, it frees the number again.
+			if err := errors.Join(reused.Close(), peer.Close()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		reused, peer = r.pairAndPeer(false)
 	}
 	h, err := rp.Add(reused, drain.AddOptions{})
 	if err != nil {
