@@ -66,7 +66,6 @@ func expectedDeviations() (want map[string]string, ok bool) {
 // open.
 func TestDevice(t *testing.T) {
 	dev := devtest.Open(t)
-	onRealTime(dev)
 	// A deviation costs a probe its whole timeout (twice for recv-in-error),
 	// and rxe deviates three times on 6.1. Every answer seen on rxe under
 	// qemu came within milliseconds, so 3 s still separates "slow" from
@@ -75,7 +74,7 @@ func TestDevice(t *testing.T) {
 	if devtest.CurrentProvider() == devtest.ProviderSoft {
 		o = quick // the soft device answers at once
 	}
-	results := Run(context.Background(), dev, o)
+	results := Run(context.Background(), dev, on(dev, o))
 	for _, r := range results {
 		t.Logf("%s %-22s %-9s %8v  %s", dev.Name(), r.Name, r.Outcome, roundDur(r.Duration), r.Observed)
 	}

@@ -29,6 +29,27 @@
 // -skip do; Run reports the others Skipped, so that its results always
 // list every probe.
 //
+// Every wait of a probe runs on Options.Clock: the wall clock by default,
+// as a hardware device needs, or the device's own clock. A soft device's
+// fabric (soft.Fabric) is one: the probes then let its time pass in small
+// steps, its retry and RNR timers firing at their times, so a wait for
+// what the device never does takes no real time, and a program's test can
+// run the whole check on a soft device, with the defaults, in well under a
+// second:
+//
+//	dev, err := soft.Open(soft.Config{Quirks: soft.Quirks{NoLastWQEReached: true}})
+//	if err != nil {
+//		t.Fatal(err)
+//	}
+//	defer dev.Close()
+//	results := flushcheck.Run(ctx, dev, flushcheck.Options{Clock: dev.Fabric()})
+//	for _, r := range results {
+//		t.Logf("%s: %s: %s", r.Name, r.Outcome, r.Observed)
+//	}
+//
+// Options.CallTimeout and Result.Duration stay wall time: a hung verbs
+// call is one that does not return in real time.
+//
 // A missing completion or event is judged after Options.Timeout (at least
 // MinTimeout), a send a retry series must fail after the series and one
 // Timeout per retry timer (2 s at the least: a loaded host fires each

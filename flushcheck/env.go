@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"time"
 
+	"github.com/qpdrain/qpdrain/clock"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/rcsetup"
 	"github.com/qpdrain/qpdrain/teardown"
@@ -15,10 +17,12 @@ import (
 // env is one probe's run: the device, the objects the probe created (closed
 // in reverse order by close) and bounded waits for completions and events.
 type env struct {
-	ctx   context.Context
-	dev   ibv.Context
-	o     Options
-	start time.Time
+	ctx context.Context
+	dev ibv.Context
+	o   Options
+	// clk is Options.Clock, stepped when simulated: every wait runs on it.
+	clk  clock.Clock
+	real bool // clk is the wall clock
 	// t0 is what the probe's times are relative to: the moment the QP
 	// entered ERROR, or the request that caused an error was posted.
 	t0 time.Time
@@ -31,6 +35,17 @@ type env struct {
 	cqs   []ibv.CQ
 }
 
+// newEnv starts a probe's run on dev with o (defaults applied), marked
+// now.
+func newEnv(ctx context.Context, dev ibv.Context, o Options) *env {
+	e := &env{ctx: ctx, dev: dev, o: o, clk: o.Clock}
+	if _, e.real = o.Clock.(clock.Real); !e.real {
+		e.clk = stepped{o.Clock}
+	}
+	e.mark()
+	return e
+}
+
 // close closes every object the probe created, children first, all of them
 // even when one fails.
 func (e *env) close() error { return e.objs.Close() }
@@ -41,10 +56,10 @@ type buffer []byte
 func (b buffer) Close() error { return ibv.FreeBuffer(b) }
 
 // mark makes now the moment the probe's times are relative to.
-func (e *env) mark() { e.t0 = time.Now() }
+func (e *env) mark() { e.t0 = e.clk.Now() }
 
 // since is the time from the mark, rounded for reading.
-func (e *env) since() time.Duration { return roundDur(time.Since(e.t0)) }
+func (e *env) since() time.Duration { return roundDur(e.clk.Now().Sub(e.t0)) }
 
 func roundDur(d time.Duration) time.Duration {
 	switch {
@@ -260,30 +275,48 @@ func (e *env) ctxErr(what string) error {
 	return fmt.Errorf("%s: %w", what, context.Cause(e.ctx))
 }
 
-// sleep waits d, or fails when the probe's context ends first.
+// sleep lets d pass on the probe's clock, or fails when the probe's
+// context ends first.
 func (e *env) sleep(d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-e.ctx.Done():
+	if err := e.clk.Sleep(e.ctx, d); err != nil {
 		return e.ctxErr("waiting for the device to settle")
-	case <-t.C:
-		return nil
+	}
+	return nil
+}
+
+// pollIdle is how long poll lets pass between empty polls, and the step a
+// simulated clock takes at a time (stepped).
+const pollIdle = 200 * time.Microsecond
+
+// stepped is a simulated clock (a soft device's fabric) that lets time
+// pass pollIdle at a time, yielding between steps: a device timer fires
+// at its time, and a goroutine waiting on the device, such as the reaper
+// of drain-wr, sees what it brought before the clock passes a deadline of
+// its own, as it would in real time.
+type stepped struct{ clock.Clock }
+
+// Sleep lets d pass a step at a time, or returns ctx.Err() when ctx ends.
+func (c stepped) Sleep(ctx context.Context, d time.Duration) error {
+	for {
+		step := min(d, pollIdle)
+		if err := c.Clock.Sleep(ctx, step); err != nil {
+			return err
+		}
+		if d -= step; d <= 0 {
+			return nil
+		}
+		runtime.Gosched()
 	}
 }
 
-// pollIdle is how long poll sleeps between empty polls.
-const pollIdle = 200 * time.Microsecond
-
-// poll polls cq until it has returned n completions or d has passed, and
-// returns what it got: fewer than n is the device's doing, not an error.
-// It fails only when a poll fails or the probe's context ends.
+// poll polls cq until it has returned n completions or d has passed on
+// the probe's clock, and returns what it got: fewer than n is the device's
+// doing, not an error. It fails only when a poll fails or the probe's
+// context ends.
 func (e *env) poll(cq ibv.CQ, n int, d time.Duration) ([]ibv.WC, error) {
 	got := make([]ibv.WC, 0, n)
 	batch := make([]ibv.WC, 16)
-	deadline := time.Now().Add(d)
-	timer := time.NewTimer(pollIdle)
-	defer timer.Stop()
+	deadline := e.clk.Now().Add(d)
 	for len(got) < n {
 		var k int
 		err := e.verb("ibv_poll_cq", func() (err error) { k, err = cq.Poll(batch[:min(len(batch), n-len(got))]); return err })
@@ -294,14 +327,12 @@ func (e *env) poll(cq ibv.CQ, n int, d time.Duration) ([]ibv.WC, error) {
 		if k > 0 {
 			continue
 		}
-		if !time.Now().Before(deadline) {
+		left := deadline.Sub(e.clk.Now())
+		if left <= 0 {
 			break
 		}
-		timer.Reset(min(pollIdle, time.Until(deadline)))
-		select {
-		case <-e.ctx.Done():
+		if err := e.clk.Sleep(e.ctx, min(pollIdle, left)); err != nil {
 			return got, e.ctxErr(fmt.Sprintf("polling for %d completions", n))
-		case <-timer.C:
 		}
 	}
 	return got, nil
@@ -318,11 +349,9 @@ type event struct {
 // are dropped. It fails only when the device fails or the context ends.
 func (e *env) events(d time.Duration, until func(ibv.AsyncEvent) bool) ([]event, error) {
 	var got []event
-	deadline := time.Now().Add(d)
+	deadline := e.clk.Now().Add(d)
 	for {
-		wctx, cancel := context.WithDeadline(e.ctx, deadline)
-		ev, err := e.dev.NextAsyncEvent(wctx)
-		cancel()
+		ev, err := e.nextEvent(deadline)
 		if err != nil {
 			if e.ctx.Err() != nil {
 				return got, e.ctxErr("waiting for async events")
@@ -341,6 +370,40 @@ func (e *env) events(d time.Duration, until func(ibv.AsyncEvent) bool) ([]event,
 		}
 	}
 }
+
+// nextEvent returns the device's next async event, or an error wrapping
+// context.DeadlineExceeded once deadline has passed on the probe's clock.
+// On the wall clock it blocks until then; on a simulated one it asks for
+// an event without waiting and lets a step pass while there is none,
+// since a blocked caller would wait for time that only the probe moves.
+func (e *env) nextEvent(deadline time.Time) (ibv.AsyncEvent, error) {
+	if e.real {
+		wctx, cancel := context.WithDeadline(e.ctx, deadline)
+		defer cancel()
+		return e.dev.NextAsyncEvent(wctx)
+	}
+	for {
+		ev, err := e.dev.NextAsyncEvent(ended)
+		if !errors.Is(err, context.Canceled) {
+			return ev, err
+		}
+		left := deadline.Sub(e.clk.Now())
+		if left <= 0 {
+			return ibv.AsyncEvent{}, context.DeadlineExceeded
+		}
+		if err := e.clk.Sleep(e.ctx, min(pollIdle, left)); err != nil {
+			return ibv.AsyncEvent{}, err
+		}
+	}
+}
+
+// ended is a context that has ended: NextAsyncEvent with it returns an
+// event already there, or context.Canceled at once.
+var ended = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 // eventsThrough collects the probe's events until one satisfies until or
 // Timeout has passed and, when one did, those that follow within Quiet.

@@ -33,3 +33,23 @@ func ExampleSettings() {
 	// policy: quarantine max batch: 0 count receives: true
 	// receive drain WR = no: CountRecvs
 }
+
+// Run the whole check on a soft device that never raises Last WQE Reached,
+// on the device's own clock: its five-second waits for the Last WQE
+// Reached that never comes take no real time.
+func ExampleRun() {
+	dev, err := soft.Open(soft.Config{Quirks: soft.Quirks{NoLastWQEReached: true}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer dev.Close()
+	for _, r := range flushcheck.Run(context.Background(), dev, flushcheck.Options{Clock: dev.Fabric()}) {
+		if r.Outcome != flushcheck.Pass {
+			fmt.Println(r.Name, r.Outcome)
+		}
+	}
+	// Output:
+	// last-wqe-reached deviation
+	// last-wqe-repeat deviation
+}

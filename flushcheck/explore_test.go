@@ -37,5 +37,5 @@ func TestExplore(t *testing.T) {
 // once.
 func softPassesShortQuiet(t *testing.T) {
 	dev := openSoft(t, soft.Quirks{})
-	wantPasses(t, Run(context.Background(), dev, Options{Timeout: 2 * time.Second, Quiet: 2 * time.Millisecond}))
+	wantPasses(t, Run(context.Background(), dev, on(dev, Options{Timeout: 2 * time.Second, Quiet: 2 * time.Millisecond})))
 }

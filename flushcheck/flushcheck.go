@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/qpdrain/qpdrain/clock"
 	"github.com/qpdrain/qpdrain/ibv"
 )
 
@@ -129,6 +130,14 @@ type Options struct {
 	// and Skip (if not nil) does not. The others are reported Skipped.
 	// Probe.Run ignores them.
 	Run, Skip *regexp.Regexp
+	// Clock is the time every wait of a probe runs on, Timeout and Quiet
+	// included (default clock.Real): the device's own clock. A soft
+	// device's fabric (soft.Fabric, not in real time) is one: the probes
+	// then let its time pass in steps, firing its retry and RNR timers at
+	// their times, so that a wait for what a healthy device never does
+	// takes no real time and the check of a soft device takes about a
+	// second. CallTimeout and Result.Duration stay wall time.
+	Clock clock.Clock
 	// OnResult, if not nil, is called with each result as Run produces it,
 	// in order (Skipped and NotRun ones too), so that a caller can show
 	// progress; it runs on Run's goroutine.
@@ -147,6 +156,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.CallTimeout <= 0 {
 		o.CallTimeout = DefaultCallTimeout
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
 	}
 	return o
 }
@@ -292,7 +304,7 @@ func (p Probe) Run(ctx context.Context, dev ibv.Context, o Options) Result {
 	// if its call ever returns.
 	pctx, cancel := context.WithTimeoutCause(ctx, o.budget(), fmt.Errorf("probe %s exceeded its budget of %v", p.Name, o.budget()))
 	defer cancel()
-	e := &env{ctx: pctx, dev: dev, o: o, start: start, t0: start}
+	e := newEnv(pctx, dev, o)
 	ended := make(chan probeEnd, 1)
 	go func() {
 		v, err := p.run(e)

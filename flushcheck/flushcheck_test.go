@@ -20,8 +20,17 @@ import (
 // completion or event is certain after a few milliseconds.
 var quick = Options{Timeout: MinTimeout, Quiet: 20 * time.Millisecond}
 
-// onRealTime puts a soft device's clock on real time: the probes judge
-// retry budgets by the time they see pass, as on hardware.
+// on returns o with the device's own clock when dev is a soft device: the
+// probes then wait on its fabric's time, which passes at once.
+func on(dev ibv.Context, o Options) Options {
+	if d, ok := dev.(*soft.Device); ok {
+		o.Clock = d.Fabric()
+	}
+	return o
+}
+
+// onRealTime puts a soft device's clock on real time, for tests of what
+// the wall clock bounds (a hung verbs call).
 func onRealTime(dev ibv.Context) {
 	if d, ok := dev.(*soft.Device); ok {
 		d.Fabric().SetRealTime(true)
@@ -34,7 +43,6 @@ func openSoft(t *testing.T, q soft.Quirks) ibv.Context {
 	if err != nil {
 		t.Fatal(err)
 	}
-	onRealTime(dev)
 	t.Cleanup(func() {
 		// Fails with ErrBusy if a probe left an object open.
 		if err := dev.Close(); err != nil {
@@ -85,7 +93,7 @@ func allowed(t *testing.T, r Result) bool {
 
 func TestSoftPasses(t *testing.T) {
 	dev := openSoft(t, soft.Quirks{})
-	results := Run(context.Background(), dev, quick)
+	results := Run(context.Background(), dev, on(dev, quick))
 	if len(results) != len(probes) {
 		t.Fatalf("%d results, want %d", len(results), len(probes))
 	}
@@ -143,7 +151,7 @@ func TestSoftQuirks(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dev := openSoft(t, tc.quirk)
-			results := Run(context.Background(), dev, quick)
+			results := Run(context.Background(), dev, on(dev, quick))
 			var want []string
 			for _, r := range results {
 				if r.Outcome != Pass {
@@ -178,7 +186,8 @@ func TestCQOverrunObserved(t *testing.T) {
 		{soft.Quirks{}, "events [CQ_ERR cq at +"},
 		{soft.Quirks{CQOverrunKeepsQPs: true}, "QP RTS; 4 completions polled (4 SUCCESS), 2 lost"},
 	} {
-		r := p.Run(context.Background(), openSoft(t, tc.quirk), quick)
+		dev := openSoft(t, tc.quirk)
+		r := p.Run(context.Background(), dev, on(dev, quick))
 		if r.Outcome != Pass || !strings.Contains(r.Observed, tc.says) {
 			t.Errorf("cq-overrun with %+v: %s, %q; want pass saying %q", tc.quirk, r.Outcome, r.Observed, tc.says)
 		}
@@ -196,7 +205,7 @@ func TestObserved(t *testing.T) {
 		if !ok {
 			t.Fatalf("no probe %s", name)
 		}
-		r := p.Run(context.Background(), dev, quick)
+		r := p.Run(context.Background(), dev, on(dev, quick))
 		if len(r.Observed) < len(want) || r.Observed[:len(want)] != want {
 			t.Errorf("%s observed %q, want it to start with %q", name, r.Observed, want)
 		}
@@ -209,7 +218,7 @@ func TestContextEnded(t *testing.T) {
 	dev := openSoft(t, soft.Quirks{NoLastWQEReached: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	for _, r := range Run(ctx, dev, quick) {
+	for _, r := range Run(ctx, dev, on(dev, quick)) {
 		if r.Outcome != Error || !errors.Is(r.Err, context.Canceled) {
 			t.Errorf("%s with a cancelled context: %s, %v; want error wrapping context.Canceled", r.Name, r.Outcome, r.Err)
 		}
@@ -284,7 +293,8 @@ func TestSelect(t *testing.T) {
 	}
 	var seen []string
 	o.OnResult = func(r Result) { seen = append(seen, r.Name) }
-	results := Run(context.Background(), openSoft(t, soft.Quirks{}), o)
+	dev := openSoft(t, soft.Quirks{})
+	results := Run(context.Background(), dev, on(dev, o))
 	for i, r := range results {
 		var want string
 		switch r.Name {

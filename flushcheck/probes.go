@@ -417,24 +417,17 @@ func lastWQERepeat(e *env) (verdict, error) {
 	return pass("%s", obs), nil
 }
 
-// drainWR: drain.DrainAll of a connected QP with two receives outstanding.
+// drainWR: a drain.Reaper drains a connected QP with two receives
+// outstanding.
 func drainWR(e *env) (verdict, error) {
 	_, a, _, err := e.outstanding(2, 0)
 	if err != nil {
 		return verdict{}, err
 	}
-	// The two receives are counted back: the probe is about the send drain
-	// WR, and a receive drain WR needs a receive posted in ERROR flushed,
-	// which is the recv-in-error probe's finding.
-	reps, err := drain.DrainAll(e.ctx, []ibv.QP{a}, drain.AddOptions{CountRecvs: true, Recvs: 2}, drain.Options{
-		LastWQETimeout: e.o.Timeout,
-		DrainTimeout:   e.o.Timeout,
-		Queue:          drain.QueueByIDPrefix(8, recvBase, sendBase),
-	}, drain.Feed{})
-	if reps == nil {
-		return verdict{}, fmt.Errorf("draining QP %d: %w", a.Num(), err)
+	rep, err := e.drain(a)
+	if rep == nil {
+		return verdict{}, err
 	}
-	rep := reps[0]
 	flushed := rep.Flushed[report.QueueRecv].Flushed
 	switch {
 	case err == nil && rep.Outcome == report.Safe:
@@ -445,6 +438,46 @@ func drainWR(e *env) (verdict, error) {
 		return verdict{}, fmt.Errorf("draining QP %d: outcome %s, want safe", a.Num(), rep.Outcome)
 	}
 	return verdict{}, fmt.Errorf("draining QP %d: %w", a.Num(), err)
+}
+
+// drain drains qp, whose two receives are outstanding, with a reaper on
+// the probe's clock that the probe feeds itself: it polls, then lets time
+// pass, so that on a simulated clock a deadline passes only once the
+// reaper has seen what came before it. It returns qp's report and the
+// error that says qp is not safe to destroy; a nil report means the drain
+// could not start.
+func (e *env) drain(qp ibv.QP) (*report.Report, error) {
+	// The two receives are counted back: the probe is about the send drain
+	// WR, and a receive drain WR needs a receive posted in ERROR flushed,
+	// which is the recv-in-error probe's finding.
+	r, err := drain.NewReaper(qp.SendCQ(), drain.Options{
+		LastWQETimeout: e.o.Timeout,
+		DrainTimeout:   e.o.Timeout,
+		Queue:          drain.QueueByIDPrefix(8, recvBase, sendBase),
+		Clock:          e.clk,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("draining QP %d: %w", qp.Num(), err)
+	}
+	defer r.Shutdown(ended)
+	h, err := r.Add(qp, drain.AddOptions{CountRecvs: true, Recvs: 2})
+	if err != nil {
+		return nil, fmt.Errorf("draining QP %d: %w", qp.Num(), err)
+	}
+	for {
+		if _, err := r.Poll(); err != nil {
+			return nil, fmt.Errorf("draining QP %d: %w", qp.Num(), err)
+		}
+		select {
+		case <-h.Done():
+			rep := h.Report()
+			return rep, rep.Err
+		default:
+		}
+		if err := e.clk.Sleep(e.ctx, pollIdle); err != nil {
+			return nil, e.ctxErr(fmt.Sprintf("draining QP %d", qp.Num()))
+		}
+	}
 }
 
 // responderAccessError: an RDMA WRITE to memory registered without remote

@@ -45,7 +45,7 @@ func TestSettingsPerQuirk(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dev := openSoft(t, tc.quirk)
-			results := Run(context.Background(), dev, quick)
+			results := Run(context.Background(), dev, on(dev, quick))
 			rec := Settings(results)
 			o := rec.Options
 			if r, _ := lookupResult(results, "flush-order"); tc.maxBatch == 0 && allowed(t, r) {

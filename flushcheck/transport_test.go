@@ -18,7 +18,7 @@ func TestRetryProbes(t *testing.T) {
 	dev := openSoft(t, soft.Quirks{})
 	for _, name := range []string{ProbePeerGone, ProbeRNRExhausted} {
 		p, _ := Lookup(name)
-		r := p.Run(context.Background(), dev, quick)
+		r := p.Run(context.Background(), dev, on(dev, quick))
 		t.Logf("%s %s: %s", name, r.Outcome, r.Observed)
 		if r.Outcome != Pass {
 			t.Errorf("%s: %s: %s", name, r.Outcome, r.Observed)
@@ -43,7 +43,7 @@ func TestRetrySeriesFails(t *testing.T) {
 		{"sooner", rnrRetry, retrySeries{timers: 3, timer: time.Second, why: "3 timers of 1s"}, "sooner than its retry budget"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := &env{ctx: context.Background(), dev: dev, o: quick.withDefaults(), start: time.Now()}
+			e := newEnv(context.Background(), dev, on(dev, quick).withDefaults())
 			defer func() {
 				if err := e.close(); err != nil {
 					t.Error(err)
@@ -53,9 +53,9 @@ func TestRetrySeriesFails(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			start := time.Now()
+			start := e.clk.Now()
 			v, err := requesterError(e, a, ibv.WCRNRRetryExcErr, tc.series)
-			took := time.Since(start)
+			took := e.clk.Now().Sub(start)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/qpdrain/qpdrain/clock"
 	"github.com/qpdrain/qpdrain/drain"
 	"github.com/qpdrain/qpdrain/flushcheck"
 	"github.com/qpdrain/qpdrain/ibv"
@@ -140,11 +141,14 @@ func probeFlag(f *pflag.FlagSet, p **regexp.Regexp, name, usage string) {
 
 // checkResult is what "qpdrain check" found on one device.
 type checkResult struct {
-	device  string
-	soft    bool
-	note    string // why the soft device was chosen, if it was not asked for
-	quirks  []string
-	opts    checkOptions // the flags: the inputs that shaped the results
+	device string
+	soft   bool
+	note   string // why the soft device was chosen, if it was not asked for
+	quirks []string
+	opts   checkOptions // the flags: the inputs that shaped the results
+	// clock is the device's own clock the probes wait on, nil for the
+	// wall clock (flushcheck.Options.Clock).
+	clock   clock.Clock
 	results []flushcheck.Result
 }
 
@@ -166,6 +170,7 @@ func runCheck(ctx context.Context, o *checkOptions, head func(*checkResult), eac
 		head(res)
 	}
 	po := o.probeOptions()
+	po.Clock = res.clock
 	po.OnResult = func(r flushcheck.Result) {
 		// Interrupted: what did not run is not reported.
 		if each != nil && ctx.Err() == nil {
@@ -198,8 +203,9 @@ func openCheckDevice(o *checkOptions) (ibv.Context, *checkResult, error) {
 	}
 	res := &checkResult{device: dev.Name(), soft: dev.soft != nil, note: dev.note, quirks: o.quirks.names}
 	if dev.soft != nil {
-		// The probes judge retry budgets by the time they see pass.
-		dev.soft.Fabric().SetRealTime(true)
+		// The soft device's retry and RNR timers run on its fabric's
+		// clock: waits on it take no real time.
+		res.clock = dev.soft.Fabric()
 	}
 	return dev.Context, res, nil
 }

@@ -233,8 +233,8 @@ func TestCheckTestDevice(t *testing.T) {
 	start := time.Now()
 	out, err := runSub("check", "--device", name, "--timeout", "2s")
 	t.Logf("qpdrain check --device %s --timeout 2s (wall time %v):\n%s", name, time.Since(start).Round(10*time.Millisecond), out)
-	// rxe deviates on every kernel seen (docs/PROVIDERS.md); soft, on its
-	// real-time clock, follows every rule the probes check.
+	// rxe deviates on every kernel seen (docs/PROVIDERS.md); soft follows
+	// every rule the probes check.
 	want := exitFindings
 	if devtest.CurrentProvider() == devtest.ProviderSoft {
 		want = exitClean
