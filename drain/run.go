@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/qpdrain/qpdrain/clock"
 	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 )
@@ -207,6 +208,12 @@ func (r *Reaper) runChannel(ctx context.Context, f Feed) error {
 // other QPs on the CQ, their flushes included, go to f.OnWC (dropped
 // without it), and events that are not the reaper's to f.OnEvent.
 //
+// On a simulated clock (Options.Clock other than clock.Real: a clock.Virtual,
+// or the soft device's fabric) DrainAll feeds the reaper everything that
+// has come, then moves the clock, in turn, so that time never passes a
+// deadline before the reaper has seen what came before it; a wait of
+// hours of device time takes milliseconds.
+//
 // A QP that ended quarantined (ErrQuarantined) is the caller's to keep;
 // one that failed was handed back with its drain WRs outstanding, and a
 // Reaper made on the CQ afterwards counts them against its headroom (see
@@ -223,19 +230,45 @@ func DrainAll(ctx context.Context, qps []ibv.QP, add AddOptions, opts Options, f
 	if err != nil {
 		return nil, fmt.Errorf("draining: %w", err)
 	}
-	runCtx, cancel := context.WithCancelCause(ctx)
-	runDone := make(chan struct{})
-	go func() {
-		defer close(runDone)
-		if err := r.Run(runCtx, f); runCtx.Err() == nil {
-			cancel(err)
+	defer r.Shutdown(ended)
+	// On the wall clock the reaper is fed by Run while the caller waits. On
+	// a simulated clock a wait would move the clock past a deadline at
+	// once, before a poll in real time saw what came before it: there the
+	// reaper is fed, then the clock stepped, in turn.
+	wait := (*Handle).Wait
+	if _, real := r.opts.Clock.(clock.Real); real {
+		runCtx, cancel := context.WithCancelCause(ctx)
+		runDone := make(chan struct{})
+		go func() {
+			defer close(runDone)
+			if err := r.Run(runCtx, f); runCtx.Err() == nil {
+				cancel(err)
+			}
+		}()
+		defer func() {
+			cancel(nil)
+			<-runDone
+		}()
+		ctx = runCtx
+	} else {
+		wait = func(h *Handle, ctx context.Context) (*report.Report, error) {
+			for done, d := h.Done(), simStep; ; {
+				select {
+				case <-done:
+					return h.Wait(ctx)
+				default:
+				}
+				fed, err := r.feed(f)
+				if err == nil {
+					d = r.nextStep(d, fed)
+					err = r.opts.Clock.Sleep(ctx, d)
+				}
+				if err != nil {
+					return h.Wait(ctx) // the context's error, or the clock's deadlines
+				}
+			}
 		}
-	}()
-	defer func() {
-		cancel(nil)
-		<-runDone
-		r.Shutdown(ended)
-	}()
+	}
 	hs := make([]*Handle, len(qps))
 	reps := make([]*report.Report, len(qps))
 	errs := make([]error, len(qps))
@@ -254,10 +287,61 @@ func DrainAll(ctx context.Context, qps []ibv.QP, add AddOptions, opts Options, f
 	// per QP.
 	for i := len(hs) - 1; i >= 0; i-- {
 		if hs[i] != nil {
-			reps[i], errs[i] = hs[i].Wait(runCtx)
+			reps[i], errs[i] = wait(hs[i], ctx)
 		}
 	}
 	return reps, errors.Join(errs...)
+}
+
+// simStep is how far DrainAll first moves a simulated clock once the
+// reaper has seen everything that came: short against any timeout, so that
+// a device's own timers (a soft fabric's retries) fire in between.
+const simStep = 200 * time.Microsecond
+
+// nextStep is how far to move a simulated clock after a step of d that
+// found something (fed) or nothing: simStep again after something, else
+// twice d, so that a long quiet wait takes few steps, but never past the
+// reaper's next deadline, whose expiry must see what came before it.
+func (r *Reaper) nextStep(d time.Duration, fed bool) time.Duration {
+	if fed {
+		return simStep
+	}
+	d *= 2
+	if next := r.NextDeadline(); !next.IsZero() {
+		d = min(d, next.Sub(r.opts.Clock.Now()))
+	}
+	return max(d, simStep)
+}
+
+// feed hands the reaper everything that has come, as f says: the CQ until
+// a poll finds it empty, then the events already queued. It reports
+// whether anything came, and fails when a verbs call fails.
+func (r *Reaper) feed(f Feed) (bool, error) {
+	fed := false
+	for {
+		n, err := r.poll(f.OnWC)
+		if err != nil {
+			return fed, err
+		}
+		if n == 0 {
+			break
+		}
+		fed = true
+	}
+	for f.Events != nil {
+		ev, err := f.Events.NextAsyncEvent(ended)
+		if errors.Is(err, context.Canceled) {
+			break
+		}
+		if err != nil {
+			return fed, fmt.Errorf("reading async events: %w", err)
+		}
+		fed = true
+		if !r.HandleEvent(ev) && f.OnEvent != nil {
+			f.OnEvent(ev)
+		}
+	}
+	return fed, nil
 }
 
 // ended is a context that has ended: Shutdown then waits for nothing.

@@ -440,44 +440,24 @@ func drainWR(e *env) (verdict, error) {
 	return verdict{}, fmt.Errorf("draining QP %d: %w", a.Num(), err)
 }
 
-// drain drains qp, whose two receives are outstanding, with a reaper on
-// the probe's clock that the probe feeds itself: it polls, then lets time
-// pass, so that on a simulated clock a deadline passes only once the
-// reaper has seen what came before it. It returns qp's report and the
-// error that says qp is not safe to destroy; a nil report means the drain
-// could not start.
+// drain drains qp, whose two receives are outstanding, on the probe's
+// clock (DrainAll feeds its reaper, then lets simulated time pass). It
+// returns qp's report and the error that says qp is not safe to destroy; a
+// nil report means the drain could not start.
 func (e *env) drain(qp ibv.QP) (*report.Report, error) {
 	// The two receives are counted back: the probe is about the send drain
 	// WR, and a receive drain WR needs a receive posted in ERROR flushed,
 	// which is the recv-in-error probe's finding.
-	r, err := drain.NewReaper(qp.SendCQ(), drain.Options{
+	reps, err := drain.DrainAll(e.ctx, []ibv.QP{qp}, drain.AddOptions{CountRecvs: true, Recvs: 2}, drain.Options{
 		LastWQETimeout: e.o.Timeout,
 		DrainTimeout:   e.o.Timeout,
 		Queue:          drain.QueueByIDPrefix(8, recvBase, sendBase),
 		Clock:          e.clk,
-	})
-	if err != nil {
+	}, drain.Feed{})
+	if len(reps) == 0 {
 		return nil, fmt.Errorf("draining QP %d: %w", qp.Num(), err)
 	}
-	defer r.Shutdown(ended)
-	h, err := r.Add(qp, drain.AddOptions{CountRecvs: true, Recvs: 2})
-	if err != nil {
-		return nil, fmt.Errorf("draining QP %d: %w", qp.Num(), err)
-	}
-	for {
-		if _, err := r.Poll(); err != nil {
-			return nil, fmt.Errorf("draining QP %d: %w", qp.Num(), err)
-		}
-		select {
-		case <-h.Done():
-			rep := h.Report()
-			return rep, rep.Err
-		default:
-		}
-		if err := e.clk.Sleep(e.ctx, pollIdle); err != nil {
-			return nil, e.ctxErr(fmt.Sprintf("draining QP %d", qp.Num()))
-		}
-	}
+	return reps[0], err
 }
 
 // responderAccessError: an RDMA WRITE to memory registered without remote
