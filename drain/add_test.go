@@ -167,14 +167,14 @@ func TestNewReaperRefuses(t *testing.T) {
 		{"negative DrainTimeout", r.cq, drain.Options{DrainTimeout: -time.Second}, ibv.ErrInvalidArgument, "Options.DrainTimeout"},
 		{"negative Headroom", r.cq, drain.Options{Headroom: -1}, ibv.ErrInvalidArgument, "Options.Headroom"},
 		{"negative MaxBatch", r.cq, drain.Options{MaxBatch: -1}, ibv.ErrInvalidArgument, "Options.MaxBatch"},
-		{"headroom beyond the CQ", small, drain.Options{Headroom: 8}, ibv.ErrInvalidArgument, "holds 4 entries"},
+		{"headroom beyond the CQ", small, drain.Options{Headroom: small.CQE() + 1}, ibv.ErrInvalidArgument, fmt.Sprintf("holds %d entries", small.CQE())},
 	} {
 		rp, err := drain.NewReaper(c.cq, c.o)
 		if rp != nil || !errors.Is(err, c.target) || !strings.Contains(fmt.Sprint(err), c.says) {
 			t.Errorf("%s: %v, %v; want no reaper and an error wrapping %v that says %q", c.name, rp, err, c.target, c.says)
 		}
 	}
-	if _, err := drain.NewReaper(small, drain.Options{Headroom: 4, EventHistory: -1}); err != nil {
+	if _, err := drain.NewReaper(small, drain.Options{Headroom: small.CQE(), EventHistory: -1}); err != nil {
 		t.Errorf("a headroom the CQ holds, no event history: %v", err)
 	}
 }

@@ -246,12 +246,23 @@ func barrierRounds(t *testing.T, r *rig, rp *drain.Reaper, rounds int) {
 	t.Helper()
 	for round := range rounds {
 		var hs []*drain.Handle
+		draining := map[ibv.QP]bool{}
 		for _, qp := range r.pairs(4, true) {
 			hs = append(hs, add(t, rp, qp, drain.AddOptions{NoSends: true}))
+			draining[qp] = true
 		}
-		for range hs {
-			if kept := handEvents(t, rp, r.dev, 1); len(kept) != 0 {
-				t.Fatalf("round %d: reaper left events of QPs it drains: %v", round, kept)
+		for claimed := 0; claimed < len(hs); {
+			// A QP of an earlier round, drained and done, may raise Last
+			// WQE Reached again when a barrier went out on it (rxe since
+			// Linux 6.12): that one is the caller's.
+			kept := handEvents(t, rp, r.dev, 1)
+			for _, ev := range kept {
+				if draining[ev.QP] {
+					t.Fatalf("round %d: reaper left an event of a QP it drains: %v", round, ev)
+				}
+			}
+			if len(kept) == 0 {
+				claimed++
 			}
 			checkInFlight(t, rp)
 		}
