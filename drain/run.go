@@ -231,6 +231,22 @@ func DrainAll(ctx context.Context, qps []ibv.QP, add AddOptions, opts Options, f
 		return nil, fmt.Errorf("draining: %w", err)
 	}
 	defer r.Shutdown(ended)
+	// Every QP is in before anything polls the CQ, so that the flushes of
+	// a QP already in ERROR (by rdma_disconnect, say) are counted in its
+	// report rather than polled before its Add.
+	hs := make([]*Handle, len(qps))
+	reps := make([]*report.Report, len(qps))
+	errs := make([]error, len(qps))
+	r.addAll(qps, add, func(i int, h *Handle, err error) {
+		if err != nil {
+			rep := &report.Report{Start: r.opts.Clock.Now(), Outcome: report.Failed, Err: err}
+			if qps[i] != nil {
+				rep.QPNum, rep.SRQ = qps[i].Num(), qps[i].SRQ() != nil
+			}
+			reps[i], errs[i] = rep, err
+		}
+		hs[i] = h
+	})
 	// On the wall clock the reaper is fed by Run while the caller waits. On
 	// a simulated clock a wait would move the clock past a deadline at
 	// once, before a poll in real time saw what came before it: there the
@@ -269,19 +285,6 @@ func DrainAll(ctx context.Context, qps []ibv.QP, add AddOptions, opts Options, f
 			}
 		}
 	}
-	hs := make([]*Handle, len(qps))
-	reps := make([]*report.Report, len(qps))
-	errs := make([]error, len(qps))
-	r.addAll(qps, add, func(i int, h *Handle, err error) {
-		if err != nil {
-			rep := &report.Report{Start: r.opts.Clock.Now(), Outcome: report.Failed, Err: err}
-			if qps[i] != nil {
-				rep.QPNum, rep.SRQ = qps[i].Num(), qps[i].SRQ() != nil
-			}
-			reps[i], errs[i] = rep, err
-		}
-		hs[i] = h
-	})
 	// QPs end about in the order they were added: waiting for the last
 	// first finds most of the others ended, one wake-up instead of one
 	// per QP.
