@@ -33,10 +33,11 @@ type server struct {
 	ep *Endpoint
 }
 
-// accept takes the next request of l, creates its QP, posts receives
-// with IDs 100, 101, ... and accepts. It runs in the test's goroutine
+// accept takes the next request of l, creates its QP with newEndpoint
+// (NewEndpoint, NewSRQEndpoint), posts receives with IDs 100, 101, ... and
+// accepts. It runs in the test's goroutine
 // while the client connects from another.
-func accept(t *testing.T, l cm.ID, recvs int) *server {
+func accept(t *testing.T, l cm.ID, recvs int, newEndpoint func(testing.TB, cm.ID) *Endpoint) *server {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), devtest.Timeout)
 	defer cancel()
@@ -45,7 +46,7 @@ func accept(t *testing.T, l cm.ID, recvs int) *server {
 		t.Fatal(err)
 	}
 	devtest.Close(t, req)
-	s := &server{id: req, ep: NewEndpoint(t, req)}
+	s := &server{id: req, ep: newEndpoint(t, req)}
 	for r := range recvs {
 		postRecv(t, s.ep, uint64(100+r))
 	}
@@ -55,10 +56,18 @@ func accept(t *testing.T, l cm.ID, recvs int) *server {
 	return s
 }
 
+// postRecv posts a receive of the buffer's second half with ID id, to the
+// endpoint's SRQ when it has one.
 func postRecv(t *testing.T, e *Endpoint, id uint64) {
 	t.Helper()
-	sge := []ibv.SGE{{Addr: e.MR.Addr() + 2048, Length: 2048, LKey: e.MR.LKey()}}
-	if err := e.QP.PostRecv([]ibv.RecvWR{{ID: id, SGL: sge}}); err != nil {
+	wr := []ibv.RecvWR{{ID: id, SGL: []ibv.SGE{{Addr: e.MR.Addr() + 2048, Length: 2048, LKey: e.MR.LKey()}}}}
+	var err error
+	if e.SRQ != nil {
+		err = e.SRQ.PostRecv(wr)
+	} else {
+		err = e.QP.PostRecv(wr)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 }
@@ -90,7 +99,7 @@ func TestConnectSendDisconnect(t *testing.T) {
 	m, addr := Open(t)
 	l, dst := listen(t, m, addr)
 	client, cep, done := connect(t, m, dst, devtest.Timeout)
-	srv := accept(t, l, 2)
+	srv := accept(t, l, 2, NewEndpoint)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}

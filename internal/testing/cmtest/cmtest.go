@@ -61,19 +61,33 @@ func NewID(t testing.TB, m cm.Manager) cm.ID {
 	return id
 }
 
-// Endpoint is the verbs side of one ID: a PD, a CQ, the ID's QP and a
-// buffer, on the ID's device, closed when the test ends (before the ID,
-// which must be created first).
+// Endpoint is the verbs side of one ID: a PD, a CQ, the ID's QP, a buffer
+// and, for a QP that receives from one, an SRQ, on the ID's device, closed
+// when the test ends (before the ID, which must be created first).
 type Endpoint struct {
-	PD ibv.PD
-	CQ ibv.CQ
-	QP ibv.QP
-	MR ibv.MR
+	PD  ibv.PD
+	CQ  ibv.CQ
+	QP  ibv.QP
+	MR  ibv.MR
+	SRQ ibv.SRQ
 }
 
 // NewEndpoint creates id's QP, an RC QP of 16 WRs each way, with its PD,
 // CQ and a 4 KiB buffer.
 func NewEndpoint(t testing.TB, id cm.ID) *Endpoint {
+	t.Helper()
+	return newEndpoint(t, id, false)
+}
+
+// NewSRQEndpoint is NewEndpoint with a QP that receives from an SRQ of 16
+// WRs, created through the CM like any other (rdma_create_qp takes the
+// init attributes' SRQ as ibv_create_qp does).
+func NewSRQEndpoint(t testing.TB, id cm.ID) *Endpoint {
+	t.Helper()
+	return newEndpoint(t, id, true)
+}
+
+func newEndpoint(t testing.TB, id cm.ID, withSRQ bool) *Endpoint {
 	t.Helper()
 	ctx := id.Context()
 	if ctx == nil {
@@ -82,8 +96,14 @@ func NewEndpoint(t testing.TB, id cm.ID) *Endpoint {
 	e := &Endpoint{PD: devtest.NewPD(t, ctx)}
 	e.CQ = devtest.NewCQ(t, ctx, 64)
 	e.MR = devtest.Buffer(t, e.PD, 4096, devtest.AllAccess)
-	qp, err := id.CreateQP(e.PD, ibv.QPInitAttr{SendCQ: e.CQ, RecvCQ: e.CQ, Type: ibv.QPTRC,
-		Cap: ibv.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	attr := ibv.QPInitAttr{SendCQ: e.CQ, RecvCQ: e.CQ, Type: ibv.QPTRC,
+		Cap: ibv.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}
+	if withSRQ {
+		e.SRQ = devtest.NewSRQ(t, e.PD, ibv.SRQAttr{MaxWR: 16, MaxSGE: 1})
+		attr.SRQ = e.SRQ
+		attr.Cap.MaxRecvWR, attr.Cap.MaxRecvSGE = 0, 0
+	}
+	qp, err := id.CreateQP(e.PD, attr)
 	if err != nil {
 		t.Fatalf("creating the CM ID's QP: %v", err)
 	}

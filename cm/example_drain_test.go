@@ -1,0 +1,109 @@
+package cm_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net/netip"
+	"time"
+
+	"github.com/qpdrain/qpdrain/cm"
+	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/soft"
+	"github.com/qpdrain/qpdrain/softcm"
+)
+
+// Tear a connection down as applications do (rping, SPDK, Ceph), then
+// drain each side's QP with drain.DrainAll before destroying it: the
+// client's Disconnect moves its QP to ERROR; the server gets
+// DISCONNECTED and disconnects in turn, which moves its own. DrainAll
+// hands every flushed receive to the caller (Feed.OnWC) and calls a QP
+// safe only once a drain WR on each of its queues has completed behind
+// what it held. The QP is then destroyed, through its ID
+// (rdma_destroy_qp), and the ID after it.
+func Example_drain() {
+	check := func(err error) {
+		if err != nil {
+			log.Fatal(err)
+		}
+	}
+	fab := soft.NewFabric()
+	x, err := soft.Open(soft.Config{Name: "x", Fabric: fab})
+	check(err)
+	defer x.Close()
+	y, err := soft.Open(soft.Config{Name: "y", Fabric: fab})
+	check(err)
+	defer y.Close()
+	net := softcm.NewNetwork()
+	check(net.Attach(x, netip.MustParseAddr("10.0.0.1")))
+	check(net.Attach(y, netip.MustParseAddr("10.0.0.2")))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+
+	listener, err := net.CreateID(cm.PSTCP)
+	check(err)
+	defer listener.Close()
+	check(listener.Listen(netip.MustParseAddrPort("10.0.0.2:7471"), 1))
+	type side struct {
+		id cm.ID
+		ep *endpoint
+	}
+	accepted := make(chan side, 1)
+	go func() {
+		id, err := listener.GetRequest(ctx)
+		check(err)
+		ep, err := newEndpoint(id)
+		check(err)
+		check(ep.qp.PostRecv([]ibv.RecvWR{{ID: 100}, {ID: 101}})) // zero-length receives
+		check(id.Accept(ctx, cm.ConnParam{}))
+		accepted <- side{id, ep}
+	}()
+	clientID, err := net.CreateID(cm.PSTCP)
+	check(err)
+	check(clientID.ResolveAddr(ctx, netip.MustParseAddr("10.0.0.1"), netip.MustParseAddrPort("10.0.0.2:7471")))
+	check(clientID.ResolveRoute(ctx))
+	c, err := newEndpoint(clientID)
+	check(err)
+	check(c.qp.PostRecv([]ibv.RecvWR{{ID: 200}, {ID: 201}}))
+	check(clientID.Connect(ctx, cm.ConnParam{}))
+	client, server := side{clientID, c}, <-accepted
+
+	check(client.id.Disconnect()) // rdma_disconnect: the client's QP is in ERROR
+	e, err := server.id.NextEvent(ctx)
+	check(err)
+	fmt.Println("server:", e)
+	check(server.id.Disconnect()) // the answer: the server's QP is in ERROR
+	e, err = client.id.NextEvent(ctx)
+	check(err)
+	fmt.Println("client:", e)
+
+	for _, s := range []struct {
+		name string
+		side
+	}{{"client", client}, {"server", server}} {
+		// The CM moved the QP to ERROR: say so, or let DrainAll query it.
+		add := drain.AddOptions{StateKnown: true, State: ibv.QPSErr}
+		f := drain.Feed{OnWC: func(wc ibv.WC) { fmt.Printf("%s: wr_id %d %s\n", s.name, wc.ID, wc.Status) }}
+		reps, err := drain.DrainAll(ctx, []ibv.QP{s.ep.qp}, add, drain.Options{}, f)
+		rep := reps[0]
+		fmt.Printf("%s: qpn %d %s (%v)\n  receive queue: %s\n  send queue: %s\n", s.name, rep.QPNum, rep.Outcome, err, rep.Recv.By, rep.Send.By)
+		s.ep.close() // rdma_destroy_qp, then the CQ and the PD
+		fmt.Printf("%s: ID closed: %v\n", s.name, s.id.Close())
+	}
+	// Output:
+	// server: RDMA_CM_EVENT_DISCONNECTED
+	// client: RDMA_CM_EVENT_DISCONNECTED
+	// client: wr_id 200 WR_FLUSH_ERR
+	// client: wr_id 201 WR_FLUSH_ERR
+	// client: qpn 17 safe (<nil>)
+	//   receive queue: receive drain WR
+	//   send queue: drain WR on its own send queue
+	// client: ID closed: <nil>
+	// server: wr_id 100 WR_FLUSH_ERR
+	// server: wr_id 101 WR_FLUSH_ERR
+	// server: qpn 17 safe (<nil>)
+	//   receive queue: receive drain WR
+	//   send queue: drain WR on its own send queue
+	// server: ID closed: <nil>
+}
