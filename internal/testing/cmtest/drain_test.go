@@ -116,6 +116,11 @@ func drainDisconnected(t *testing.T, who string, id cm.ID, e *Endpoint, add drai
 	if !slices.Equal(got, recvs) {
 		t.Errorf("%s: the caller got completions %v, want receives %v flushed", who, got, recvs)
 	}
+	// The flushes are the report's too: DrainAll adds the QP before it
+	// polls, although the CM moved it to ERROR before the call.
+	if n := rep.Flushed[report.QueueRecv].Flushed; n != len(recvs) {
+		t.Errorf("%s: the report counts %d receives flushed, want %d", who, n, len(recvs))
+	}
 
 	if err := e.QP.Close(); err != nil {
 		t.Fatalf("%s: destroying the drained QP: %v", who, err)
