@@ -46,7 +46,7 @@ cannot run it (packages missing and not root, no network for a cold cache).`,
 	pf := cmd.PersistentFlags()
 	var def kernelList
 	def, o.envErr = parseKernelList(os.Getenv("RXE_KERNELS"))
-	wordFlag(pf, &o.kernels, "kernels", def, "kernels, comma-separated: 6.1, 6.12, newest, default, all (default $RXE_KERNELS, else 6.1,6.12,newest)", parseKernelList)
+	wordFlag(pf, &o.kernels, "kernels", def, "kernels, comma-separated: 6.1, 6.12, newest, 5.10 (not in the default), default, all (default $RXE_KERNELS, else 6.1,6.12,newest)", parseKernelList)
 	pf.StringVar(&o.cache, "cache", "", "cache directory (default $QPDRAIN_VM_CACHE, else the user's cache dir/qpdrain/vm)")
 	wordFlag(pf, &o.accel, "accel", vm.AccelAuto, "qemu accelerator: auto (KVM when it starts the guest, else TCG), kvm or tcg", vm.ParseAccel)
 	pf.StringVar(&o.kvmDev, "kvm-device", "", "the KVM device auto probes (default $QPDRAIN_VM_KVM_DEVICE, else /dev/kvm; a missing path means no KVM)")

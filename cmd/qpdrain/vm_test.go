@@ -28,13 +28,13 @@ func TestVMKernels(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantAll(t, "vm kernels", out, "6.1     bookworm", "6.1.0-57-amd64", "linux-image-6.1.0-57-amd64 6.1.192-3",
-		"6.12    bookworm-backports", "(not resolved yet)", "newest  trixie-backports")
+		"6.12    bookworm-backports", "(not resolved yet)", "newest  trixie-backports", "5.10    bullseye            no ")
 	out, err = runVMCmd(cache, []string{"-j"}, "kernels")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ks []map[string]any
-	if err := json.Unmarshal([]byte(out), &ks); err != nil || len(ks) != 3 || ks[0]["version"] != "6.1.0-57-amd64" || ks[0]["dir"] != kd {
+	if err := json.Unmarshal([]byte(out), &ks); err != nil || len(ks) != 4 || ks[0]["version"] != "6.1.0-57-amd64" || ks[0]["dir"] != kd {
 		t.Fatalf("vm kernels -j = %+v, %v:\n%s", ks, err, out)
 	}
 	// A name not resolved yet has the same keys, empty.
@@ -56,7 +56,7 @@ func TestVMGoTestOutsideModule(t *testing.T) {
 // before anything boots or the cache is written.
 func TestVMBadArgs(t *testing.T) {
 	wantRefused(t, []string{"vm", "--cache", "DIR"}, []badInput{
-		{[]string{"run", "--kernels", "5.10", "--", "true"}, exitError, `"5.10" for "--kernels" flag: kernel "5.10"`},
+		{[]string{"run", "--kernels", "5.4", "--", "true"}, exitError, `"5.4" for "--kernels" flag: kernel "5.4"`},
 		{[]string{"run", "--accel", "hvf", "--", "true"}, exitError, `accelerator "hvf"`},
 		{[]string{"run", "--", "qpdrain-no-such-command"}, exitError, "missing binary"},
 		{[]string{"run", "--files", "/nonexistent", "--", "true"}, exitError, "/nonexistent"},
@@ -71,10 +71,10 @@ func TestVMBadArgs(t *testing.T) {
 // TestVMKernelsEnv: $RXE_KERNELS is --kernels' default, refused naming
 // the variable when it is no list, unless --kernels replaces it.
 func TestVMKernelsEnv(t *testing.T) {
-	t.Setenv("RXE_KERNELS", "5.10")
-	wantRefused(t, []string{"vm", "--cache", "DIR"}, []badInput{{[]string{"kernels"}, exitError, `$RXE_KERNELS: kernel "5.10"`}})
+	t.Setenv("RXE_KERNELS", "5.4")
+	wantRefused(t, []string{"vm", "--cache", "DIR"}, []badInput{{[]string{"kernels"}, exitError, `$RXE_KERNELS: kernel "5.4"`}})
 	if out, err := runVMCmd(t.TempDir(), nil, "kernels", "--kernels", "6.1"); err != nil {
-		t.Errorf("vm kernels --kernels 6.1 with RXE_KERNELS=5.10: %v\n%s", err, out)
+		t.Errorf("vm kernels --kernels 6.1 with RXE_KERNELS=5.4: %v\n%s", err, out)
 	}
 }
 

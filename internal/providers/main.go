@@ -7,9 +7,12 @@
 //	go run ./internal/providers render [-records DIR] [-doc FILE] [-check]
 //
 // record reads the output of `qpdrain vm run` whose guest command wraps
-// `qpdrain check --device rxe0 -j` in the markers of scripts/rxe/check-record.sh
+// `qpdrain check --device rxe0 -j` in the markers of scripts/rxe/check-guest.sh
 // and writes one record per kernel; -replace removes the rxe records of
-// kernels the run did not cover. render rewrites the tables; -check only
+// kernels of the default matrix the run did not cover. Runs of one probe
+// each (scripts/rxe/check-record.sh with RXE_CHECK_EACH=1, for a kernel whose
+// rxe can wedge the guest) merge into one record, a probe whose VM never
+// finished it shown as locked. render rewrites the tables; -check only
 // compares and fails when they differ. `make providers` and
 // `make providers-rxe` run them.
 package main
@@ -22,6 +25,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -29,14 +33,31 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/qpdrain/qpdrain/vm"
 )
 
-// Marker lines: the guest command prints BeginMark, the check's JSON, then
-// EndMark followed by " exit=N".
+// Marker lines: the guest command prints BeginMark (followed by
+// " probe=NAME" when the run is for that probe alone), the check's JSON,
+// then EndMark followed by " exit=STATUS": the check's exit status, or
+// "stuck" when it wrote its record but its process did not exit.
 const (
 	BeginMark = "@@qpdrain-check-json begin"
 	EndMark   = "@@qpdrain-check-json end"
 )
+
+// Locked is the outcome a merged record gives a probe whose VM never
+// finished it: the guest wedged (a soft lockup in the provider, say) before
+// the check could report even a hung call.
+const Locked = "locked"
+
+// complaint matches the kernel's lines that say it is in trouble, as
+// vm/scripts/run-vm.sh looks for the first one.
+var complaint = regexp.MustCompile(`BUG:|Oops|general protection|Kernel panic|soft lockup|self-detected stall|rcu: INFO|blocked for more than|hung_task`)
+
+// dmesgTime is the timestamp the kernel puts before each line, with what
+// came before it on the line (check-guest.sh's "kernel log, first complaint:").
+var dmesgTime = regexp.MustCompile(`^.*?\[\s*\d+\.\d+\]\s*`)
 
 // ErrNoRecord is returned when the output holds no complete record.
 var ErrNoRecord = errors.New("no qpdrain check record")
@@ -125,13 +146,24 @@ func run(args []string, stdin io.Reader, stdout io.Writer) error {
 // tagged is a line of qpdrain vm's output: "[KERNEL] guest line".
 var tagged = regexp.MustCompile(`^\[([^\]\s]+)\] (.*)$`)
 
+// checkRun is one check in one guest, from its BeginMark on.
+type checkRun struct {
+	probe     string       // the probe the run is for alone; "" for the whole check
+	json      bytes.Buffer // the check's JSON, complete when status is set
+	status    string       // EndMark's exit status; "" while (or when never) seen
+	complaint string       // the kernel's first complaint after BeginMark
+}
+
 // ParseVMOutput returns the check's JSON per kernel from qpdrain vm's
-// output. A record whose JSON is not a check's, or whose check exited with
-// a status other than 0 (every probe passed) or 1 (deviations), is an
-// error; so is output with no record at all (ErrNoRecord).
+// output. The check's exit statuses 0 (every probe passed), 1
+// (deviations), 4 (a verbs call hung) and "stuck" (its process did not exit
+// after its record) keep the record; another status, or JSON that is not a
+// check's, is an error; so is output with no record at all (ErrNoRecord).
+// A kernel with runs of one probe each gets one record merged from them
+// (mergeRuns); otherwise a record without its end marker is an error.
 func ParseVMOutput(r io.Reader) (map[string][]byte, error) {
-	open := map[string]*bytes.Buffer{}
-	recs := map[string][]byte{}
+	runs := map[string][]*checkRun{}
+	var kernels []string
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -140,34 +172,138 @@ func ParseVMOutput(r io.Reader) (map[string][]byte, error) {
 			continue
 		}
 		kernel, line := m[1], m[2]
-		switch buf := open[kernel]; {
-		case line == BeginMark:
-			open[kernel] = &bytes.Buffer{}
-		case buf == nil:
-		case strings.HasPrefix(line, EndMark):
-			delete(open, kernel)
-			status := strings.TrimPrefix(line, EndMark+" exit=")
-			if status != "0" && status != "1" {
-				return nil, fmt.Errorf("kernel %s: qpdrain check exited with %q, want 0 or 1 (its record is not kept)", kernel, status)
+		if rest, ok := strings.CutPrefix(line, BeginMark); ok && (rest == "" || strings.HasPrefix(rest, " probe=")) {
+			if runs[kernel] == nil {
+				kernels = append(kernels, kernel)
 			}
-			if _, err := decode(buf.Bytes()); err != nil {
+			runs[kernel] = append(runs[kernel], &checkRun{probe: strings.TrimPrefix(rest, " probe=")})
+			continue
+		}
+		rs := runs[kernel]
+		if len(rs) == 0 {
+			continue
+		}
+		cr := rs[len(rs)-1]
+		switch {
+		case cr.status == "" && strings.HasPrefix(line, EndMark):
+			cr.status = strings.TrimPrefix(line, EndMark+" exit=")
+			switch cr.status {
+			case "0", "1", "4", "stuck":
+			default:
+				return nil, fmt.Errorf("kernel %s: qpdrain check exited with %q, want 0, 1, 4 or stuck (its record is not kept)", kernel, cr.status)
+			}
+			if _, err := decode(cr.json.Bytes()); err != nil {
 				return nil, fmt.Errorf("kernel %s: %w", kernel, err)
 			}
-			recs[kernel] = buf.Bytes()
-		default:
-			buf.WriteString(line + "\n")
+		case cr.status == "":
+			cr.json.WriteString(line + "\n")
+		}
+		if cr.complaint == "" && complaint.MatchString(line) {
+			cr.complaint = dmesgTime.ReplaceAllString(strings.TrimSpace(line), "")
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("reading qpdrain vm's output: %w", err)
 	}
-	for kernel := range open {
-		return nil, fmt.Errorf("kernel %s: the record has no end marker (the guest died in the check?)", kernel)
+	recs := map[string][]byte{}
+	for _, kernel := range kernels {
+		rs := runs[kernel]
+		if len(rs) == 1 && rs[0].probe == "" {
+			if rs[0].status == "" {
+				return nil, fmt.Errorf("kernel %s: the record has no end marker (the guest died in the check?)", kernel)
+			}
+			recs[kernel] = rs[0].json.Bytes()
+			continue
+		}
+		b, err := mergeRuns(rs)
+		if err != nil {
+			return nil, fmt.Errorf("kernel %s: %w", kernel, err)
+		}
+		recs[kernel] = b
 	}
 	if len(recs) == 0 {
 		return nil, fmt.Errorf("%w in qpdrain vm's output (markers %q, %q)", ErrNoRecord, BeginMark, EndMark)
 	}
 	return recs, nil
+}
+
+// counts are the check's JSON keys that count the probes of each outcome.
+var counts = map[string]string{"pass": "pass", "deviation": "deviations", "error": "errors", "hung": "hung", "not-run": "not_run", "skipped": "skipped", Locked: "locked"}
+
+// mergeRuns merges runs of one probe each into one record: the first
+// complete run's, each probe's entry taken from the run that ran it. A run
+// that never ended (the guest wedged, or its VM was killed at its deadline)
+// makes its probe Locked; the kernel's first complaint in a run is added to
+// its probe's observation, and so is a process that did not exit. The
+// counts are recounted; the drain settings are left out, since no run saw
+// every probe.
+func mergeRuns(rs []*checkRun) ([]byte, error) {
+	var rec map[string]any
+	for _, cr := range rs {
+		if cr.status != "" {
+			if err := json.Unmarshal(cr.json.Bytes(), &rec); err != nil {
+				return nil, fmt.Errorf("the record is not qpdrain check's JSON: %w", err)
+			}
+			break
+		}
+	}
+	if rec == nil {
+		return nil, errors.New("no run of the check ended: no record to merge into")
+	}
+	probes, _ := rec["probes"].([]any)
+	entry := func(name string) map[string]any {
+		for _, p := range probes {
+			if e, ok := p.(map[string]any); ok && e["name"] == name {
+				return e
+			}
+		}
+		return nil
+	}
+	for _, cr := range rs {
+		if cr.probe == "" {
+			return nil, errors.New("a run of the whole check among runs of one probe each")
+		}
+		e := entry(cr.probe)
+		if e == nil {
+			return nil, fmt.Errorf("probe %q: not in the check's record", cr.probe)
+		}
+		note := ""
+		if cr.complaint != "" {
+			note = "; the kernel: " + cr.complaint
+		}
+		if cr.status == "" {
+			e["outcome"], e["observed"], e["duration_ns"] = Locked, "the guest never finished the probe: no record before the VM's deadline"+note, 0
+			continue
+		}
+		var run struct {
+			Probes []map[string]any `json:"probes"`
+		}
+		if err := json.Unmarshal(cr.json.Bytes(), &run); err != nil {
+			return nil, fmt.Errorf("probe %q: the record is not qpdrain check's JSON: %w", cr.probe, err)
+		}
+		for _, p := range run.Probes {
+			if p["name"] == cr.probe {
+				if cr.status == "stuck" {
+					note = "; the process did not exit after its record" + note
+				}
+				p["observed"] = fmt.Sprint(p["observed"]) + note
+				maps.Copy(e, p)
+			}
+		}
+	}
+	for _, key := range counts {
+		rec[key] = 0
+	}
+	for _, p := range probes {
+		if e, ok := p.(map[string]any); ok {
+			if key, ok := counts[fmt.Sprint(e["outcome"])]; ok {
+				rec[key] = rec[key].(int) + 1
+			}
+		}
+	}
+	rec["run"], rec["settings"], rec["drain_options"] = "each probe in a VM of its own", []any{}, map[string]any{}
+	b, err := json.MarshalIndent(rec, "", "  ")
+	return append(b, '\n'), err
 }
 
 func decode(b []byte) (Record, error) {
@@ -191,6 +327,9 @@ func WriteRecords(dir string, recs map[string][]byte, replace bool) ([]string, e
 	var written []string
 	keep := map[string]bool{}
 	for kernel, b := range recs {
+		if k, ok := offMatrix(kernel); ok {
+			kernel = k.Name // one record whatever its ABI number: not refreshed by make providers-rxe
+		}
 		f := filepath.Join(dir, "rxe-"+kernel+".json")
 		if err := os.WriteFile(f, b, 0o644); err != nil {
 			return written, err
@@ -207,7 +346,8 @@ func WriteRecords(dir string, recs map[string][]byte, replace bool) ([]string, e
 		return written, err
 	}
 	for _, f := range old {
-		if !keep[f] {
+		_, off := offMatrix(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "rxe-"), ".json"))
+		if !keep[f] && !off {
 			if err := os.Remove(f); err != nil {
 				return written, err
 			}
@@ -237,11 +377,25 @@ func loadColumns(dir string) ([]column, error) {
 		c := column{header: "Soft device", rec: rec}
 		if kernel, ok := strings.CutPrefix(strings.TrimSuffix(filepath.Base(f), ".json"), "rxe-"); ok {
 			c.header, c.kernel = "rxe, `"+kernel+"`", releaseNumbers(kernel)
+			if k, ok := offMatrix(kernel); ok {
+				c.header += " (" + k.Suite + "; not in the default matrix)"
+			}
 		}
 		cols = append(cols, c)
 	}
 	slices.SortStableFunc(cols[1:], func(a, b column) int { return slices.Compare(a.kernel, b.kernel) })
 	return cols, nil
+}
+
+// offMatrix returns the kernel of vm.Kernels outside the default matrix that
+// kernel (a name, or a release such as 5.10.0-32-amd64) is.
+func offMatrix(kernel string) (vm.Kernel, bool) {
+	for _, k := range vm.Kernels {
+		if !k.Default && (kernel == k.Name || strings.HasPrefix(kernel, k.Name+".")) {
+			return k, true
+		}
+	}
+	return vm.Kernel{}, false
 }
 
 var number = regexp.MustCompile(`\d+`)
@@ -326,6 +480,8 @@ func probeCell(rec Record, name string) string {
 // record's findings imply, one row per setting any record has ("-" where
 // a record has none: flushcheck.Settings names some only when they apply).
 func settingsTable(cols []column) string {
+	// A record merged from runs of one probe each has no settings: no column.
+	cols = slices.DeleteFunc(slices.Clone(cols), func(c column) bool { return len(c.rec.Settings) == 0 })
 	return table(cols, "Setting", func(r Record) (ns []string) {
 		for _, s := range r.Settings {
 			ns = append(ns, s.Name)

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -73,6 +75,7 @@ func TestParseVMOutput(t *testing.T) {
 		is              error
 	}{
 		{"probe error", vmOutput("6.1", "2"), `exited with "2"`, nil},
+		{"merge without an ended run", "[5.10] " + BeginMark + " probe=sqd\n", "no run of the check ended", nil},
 		{"no end", strings.Split(vmOutput("6.1", "0"), "vm: still")[0], "no end marker", nil},
 		{"none", "[6.1] == command\n", "", ErrNoRecord},
 		{"not JSON", "[6.1] " + BeginMark + "\n[6.1] Error: no device\n[6.1] " + EndMark + " exit=1\n", "not qpdrain check's JSON", nil},
@@ -81,6 +84,95 @@ func TestParseVMOutput(t *testing.T) {
 		_, err := ParseVMOutput(strings.NewReader(tc.out))
 		if err == nil || !strings.Contains(err.Error(), tc.want) || tc.is != nil && !errors.Is(err, tc.is) {
 			t.Errorf("%s: ParseVMOutput = %v, want an error saying %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// probeRun is qpdrain vm's output of a run of probe alone on kernel 5.10:
+// probeJSON with the other probe skipped and what follows its record, no
+// end marker when status is "".
+func probeRun(probe, outcome, status, after string) string {
+	var b strings.Builder
+	b.WriteString("[5.10.0-32-amd64] " + BeginMark + " probe=" + probe + "\n")
+	j := probeJSON
+	for _, name := range []string{"recv-in-error", "drain-wr"} {
+		o := `"skipped"`
+		if name == probe {
+			o = `"` + outcome + `"`
+		}
+		j = strings.Replace(j, `"name": "`+name+`", "outcome": "`, `"name": "`+name+`", "outcome": `+o+`, "was": "`, 1)
+	}
+	for _, l := range strings.Split(j, "\n") {
+		if status == "" && strings.Contains(l, "drain-wr") {
+			break // the guest wedged while writing
+		}
+		b.WriteString("[5.10.0-32-amd64] " + l + "\n")
+	}
+	if status != "" {
+		b.WriteString("[5.10.0-32-amd64] " + EndMark + " exit=" + status + "\n")
+	}
+	for _, l := range strings.Split(after, "\n") {
+		b.WriteString("[5.10.0-32-amd64] " + l + "\n")
+	}
+	return b.String() + "vm FAIL [5.10.0-32-amd64] ...\n"
+}
+
+// TestParseVMOutputMerge: runs of one probe each merge into one record, a
+// probe whose run never ended locked, with the kernel's first complaint; the
+// record of a kernel outside the default matrix is named after it.
+func TestParseVMOutputMerge(t *testing.T) {
+	out := probeRun("recv-in-error", "hung", "stuck", "thread 170: State: R (running)\nkernel log, first complaint: [   66.5] watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [qpdrain:170]\nkernel log:\n[   44.1] rdma_rxe: loaded\n[   66.5] watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [qpdrain:170]\n[ 70.0] rcu: INFO: rcu_sched self-detected stall on CPU") +
+		probeRun("drain-wr", "", "", "the guest kernel's first complaint (console.txt:40):\n  [   80.2] watchdog: BUG: soft lockup - CPU#1 stuck for 23s! [qpdrain:171]")
+	recs, err := ParseVMOutput(strings.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := decode(recs["5.10.0-32-amd64"])
+	if err != nil {
+		t.Fatalf("merged record: %v\n%s", err, recs["5.10.0-32-amd64"])
+	}
+	got := map[string]string{}
+	for _, p := range rec.Probes {
+		got[p.Name] = p.Outcome + ": " + p.Observed
+	}
+	want := map[string]string{
+		"recv-in-error": "hung: never completed | not even later; the process did not exit after its record; the kernel: watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [qpdrain:170]",
+		"drain-wr":      "locked: the guest never finished the probe: no record before the VM's deadline; the kernel: watchdog: BUG: soft lockup - CPU#1 stuck for 23s! [qpdrain:171]",
+	}
+	if !maps.Equal(got, want) || len(rec.Settings) != 0 {
+		t.Errorf("merged probes %q, settings %v; want %q and none", got, rec.Settings, want)
+	}
+	var counts map[string]any
+	if err := json.Unmarshal(recs["5.10.0-32-amd64"], &counts); err != nil || counts["hung"] != 1.0 || counts["locked"] != 1.0 || counts["skipped"] != 0.0 {
+		t.Errorf("merged counts %v (%v), want hung 1, locked 1, skipped 0", counts, err)
+	}
+
+	dir := t.TempDir()
+	written, err := WriteRecords(dir, recs, true)
+	if err != nil || len(written) != 1 || filepath.Base(written[0]) != "rxe-5.10.json" {
+		t.Fatalf("WriteRecords = %v, %v; want rxe-5.10.json", written, err)
+	}
+	// A run of the default matrix with -replace keeps the record of 5.10.
+	if _, err := WriteRecords(dir, map[string][]byte{"6.1.0-57-amd64": []byte(probeJSON)}, true); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "rxe-*.json"))
+	if len(files) != 2 {
+		t.Errorf("after a default-matrix run with -replace: %v, want 5.10's record kept", files)
+	}
+	os.WriteFile(filepath.Join(dir, "soft.json"), []byte(probeJSON), 0o644)
+	doc := []byte("<!-- providers:probes begin -->\n<!-- providers:probes end -->\n<!-- providers:settings begin -->\n<!-- providers:settings end -->\n")
+	r, err := RenderDoc(doc, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| Probe | Soft device | rxe, `5.10` (bullseye; not in the default matrix) | rxe, `6.1.0-57-amd64` |\n",
+		"| `drain-wr` | pass: drain WR completed | **locked**: the guest never finished the probe",
+		"| Setting | Soft device | rxe, `6.1.0-57-amd64` |\n", // no settings from a merged record
+	} {
+		if !strings.Contains(string(r), want) {
+			t.Errorf("rendered doc lacks %q:\n%s", want, r)
 		}
 	}
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # fetch-kernel.sh SUITE: downloads (never installs) the Debian kernel behind linux-image-amd64 in
 # SUITE (bookworm: the 6.1 series; bookworm-backports: 6.12; trixie-backports: the newest the
-# archive offers), extracts its vmlinuz and the modules qpdrain vm needs, and prints the directory
+# archive offers; bullseye: 5.10, on request only), extracts its vmlinuz and the modules qpdrain vm needs, and prints the directory
 # that holds them:
 #   vmlinuz  vmlinux (when it has a PVH entry)  modules/NAME.ko (decompressed)  modules.order
 #   (insmod order)  kver  package
@@ -147,9 +147,10 @@ apt-get update -qq --error-on=any >"$apt/update.log" 2>&1 || { cat "$apt/update.
 
 # Which kernel: the dependency of the metapackage linux-image-amd64 in that suite. Backports are
 # NotAutomatic, so the stock policy already picks $RXE_DIST (+updates, +security) for the base
-# suite; a -backports suite is chosen with APT::Default-Release.
+# suite; any other suite (a -backports one, or an older release such as bullseye, whose versions
+# the newer $RXE_DIST would outrank) is chosen with APT::Default-Release.
 opts=()
-case $suite in *-backports) opts=(-o "APT::Default-Release=$suite") ;; esac
+[ "$suite" = "$RXE_DIST" ] || opts=(-o "APT::Default-Release=$suite")
 deps=$(apt-cache "${opts[@]}" depends linux-image-amd64) || rxe_env_die "$suite: apt knows no linux-image-amd64"
 pkg=$(awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ { print $2; exit }' <<<"$deps")
 [ -n "$pkg" ] || rxe_die "$suite: no linux-image-amd64 dependency found"
