@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -255,7 +256,10 @@ func TestReapRemaining(t *testing.T) {
 func TestReapHolders(t *testing.T) {
 	pid := testproc.Idle(t)
 	app := leaks.Process{PID: pid, Comm: "app"}
-	child, other := leaks.Process{PID: 300, Comm: "child"}, leaks.Process{PID: 500, Comm: "other"}
+	// Pids no process can have (above the kernel's largest pid_max,
+	// 1<<22), never a target's: in the VM's guest the target was once pid
+	// 500, which "other" had.
+	child, other := leaks.Process{PID: 1<<22 + 300, Comm: "child"}, leaks.Process{PID: 1<<22 + 500, Comm: "other"}
 	f := &fakeHost{victim: pid, qps: func(int) []leaks.QP {
 		return []leaks.QP{
 			{Port: 1, LQPN: 17, Type: "RC", State: "RTS", Owner: app, Holders: []leaks.Process{app}, HoldersCertain: true},
@@ -269,7 +273,8 @@ func TestReapHolders(t *testing.T) {
 	useHost(t, f)
 	out, code := run(t, "reap", "--pid", strconv.Itoa(pid))
 	for _, want := range []string{"for the 2 QPs it alone holds (1 owned, 1 kept alive as a holder)", "rxe0 lqpn 17 RC RTS, rxe0 lqpn 20 RC ERR",
-		"not waited for: 2 QPs", "rxe0 lqpn 21 RC RTS: also held by pid 300 (child)", "rxe0 lqpn 22 RC RTS: held by one or more of pid " + strconv.Itoa(pid) + " (app), pid 500 (other)"} {
+		"not waited for: 2 QPs", fmt.Sprintf("rxe0 lqpn 21 RC RTS: also held by pid %d (child)", child.PID),
+		fmt.Sprintf("rxe0 lqpn 22 RC RTS: held by one or more of pid %d (app), pid %d (other)", pid, other.PID)} {
 		if code != exitClean || !strings.Contains(out, want) {
 			t.Errorf("plan: exit %d, want %q:\n%s", code, want, out)
 		}
