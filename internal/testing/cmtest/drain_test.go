@@ -34,6 +34,13 @@ func TestDisconnectDrain(t *testing.T) {
 			if tc.srq && devtest.RXELacks(devtest.RXELastWQEReached) {
 				t.Skip("this rxe raises no Last WQE Reached: the SRQ side is never proven (docs/PROVIDERS.md)")
 			}
+			// The CM moved the client's QP to ERROR, and the flushes of its
+			// receives came before anything could count them: only a
+			// receive drain WR proves its receive queue, and rxe before
+			// Linux 6.12 never completes a receive posted in ERROR.
+			if devtest.RXELacks(devtest.RXERecvInErrorFlushed) {
+				t.Skip("this rxe never completes a receive posted in ERROR: an own receive queue moved to ERROR by the CM is never proven (docs/PROVIDERS.md)")
+			}
 			newEndpoint := NewEndpoint
 			if tc.srq {
 				newEndpoint = NewSRQEndpoint
