@@ -43,7 +43,7 @@ type Handle struct {
 	sawLastWQE  bool // a Last WQE Reached of the QP was handed to HandleEvent (a step)
 	destroyed   bool // by Destroy
 	links       ilist.Links[Handle]
-	steps       []step
+	steps       []byte // the report's steps, packed (appendStep)
 	// The drain WRs outstanding; once the QP is handed back, those it was
 	// handed back with, which Destroy lets go of.
 	sendID uint64
@@ -61,7 +61,7 @@ type Handle struct {
 	// stalled one first stalled: one field, as a QP stalls only after it
 	// has stopped proving.
 	since time.Duration
-	errs  []error // the Err of steps that have one (step.val)
+	errs  []error // the Err of steps that have one (appendStep's val)
 }
 
 // QP is the QP being drained.
@@ -138,12 +138,7 @@ func (h *Handle) snapshot() *report.Report {
 	p := &h.report
 	rep := &report.Report{QPNum: p.QPNum, SRQ: p.SRQ, Start: p.Start, Flushed: p.Flushed, Recv: p.Recv, Send: p.Send,
 		Batch: p.Batch, Stall: p.Stall, Outcome: p.Outcome, Err: p.Err}
-	if len(h.steps) > 0 {
-		rep.Steps = make([]report.Step, len(h.steps))
-		for i, s := range h.steps {
-			rep.Steps[i] = h.unpack(s)
-		}
-	}
+	rep.Steps = h.unpackSteps()
 	return rep
 }
 
@@ -238,40 +233,22 @@ func (h *Handle) tally(q report.Queue, wcs []ibv.WC, at time.Duration, now time.
 	return n
 }
 
-// step appends s, which sets only the fields its kind names: val is the
-// one of From, Event, Status and Count that is set, with no switch by kind
-// (see the type step). A drain that goes past its first step takes about
-// 6, so the second grows the slice to 8 at once instead of doubling from 1.
-//
-// The step is written in place, field by field: one built aside and
-// copied in is read back with wide loads that wait for its narrow stores,
-// and those wait behind the stores to handles not yet in the cache.
-func (h *Handle) step(s *report.Step) {
-	if st := h.steps; len(st) == cap(st) && cap(st) < 8 {
-		h.grow()
-	}
-	h.steps = append(h.steps, step{})
-	c := &h.steps[len(h.steps)-1]
-	c.at, c.wrid, c.carrier, c.to, c.kind, c.queue, c.outcome = s.At.Sub(h.r.epoch), s.WRID, s.Carrier, s.To, s.Kind, s.Queue, s.Outcome
-	c.val = uint32(s.From) | uint32(s.Event) | uint32(s.Status) | uint32(s.Count)
-	if s.Err != nil {
-		c.val = h.keep(s.Err)
-	}
-}
-
-func (h *Handle) grow() { h.steps = append(make([]step, 0, 8), h.steps...) }
+// stepBytes is the room firstSteps gives a step: the steps of a QP
+// drained the usual way take 6-7 bytes each (appendStep).
+const stepBytes = 8
 
 // firstSteps is the room for h's first steps, from room, which holds
 // those of the left QPs of its batch from h on, made by the first that
-// needs it. A QP that goes on at once and ends Safe takes 8: its state, a
-// drain WR posted and done on each of its two queues, a first flush on
-// each, the outcome. An SRQ QP takes its stated Last WQE Reached in
-// place of the receive drain WR's two, and without Options.Queue one
-// flush step counts both queues: room for what it takes and no more, as
-// rooms are zeroed when made and read again in every pass over the
-// handles. One that waits for Last WQE Reached, perhaps long, gets none:
-// its transitions take what they need, grown at its next step (step).
-func (h *Handle) firstSteps(room *[]step, left int) []step {
+// needs it. A QP that goes on at once and ends Safe takes 8 steps: its
+// state, a drain WR posted and done on each of its two queues, a first
+// flush on each, the outcome. An SRQ QP takes its stated Last WQE Reached
+// in place of the receive drain WR's two, and without Options.Queue one
+// flush step counts both queues: room for what it takes, stepBytes a
+// step, and no more, as rooms are zeroed when made and written in the
+// passes over the handles; a log that outgrows its room moves out
+// (appendStep). One that waits for Last WQE Reached, perhaps long, gets
+// none: its transitions take what they need, grown at its next step.
+func (h *Handle) firstSteps(room *[]byte, left int) []byte {
 	if h.srq && !h.lastWQE {
 		return nil
 	}
@@ -282,57 +259,11 @@ func (h *Handle) firstSteps(room *[]step, left int) []step {
 	if h.r.opts.Queue == nil {
 		n--
 	}
+	n *= stepBytes
 	if len(*room) < n {
-		*room = make([]step, n*left)
+		*room = make([]byte, n*left)
 	}
 	s := (*room)[:0:n]
 	*room = (*room)[n:]
-	return s
-}
-
-// transition is the StepState of a move from -> to.
-func (h *Handle) transition(at time.Time, from, to ibv.QPState) step {
-	return step{at: at.Sub(h.r.epoch), kind: report.StepState, val: uint32(from), to: to}
-}
-
-// step is a Step as a handle keeps it: 32 bytes with no pointer where a
-// Step takes 80, written for every QP about six times and read only with
-// a report. Its time is from the reaper's epoch; val holds the one of
-// From, Event, Status and Count its kind has, or for a step with an Err
-// its index in Handle.errs plus one.
-type step struct {
-	at      time.Duration
-	wrid    uint64
-	carrier uint32
-	val     uint32
-	to      ibv.QPState
-	kind    report.StepKind
-	queue   report.Queue
-	outcome report.Outcome
-}
-
-// keep adds err to h.errs and returns its index plus one.
-func (h *Handle) keep(err error) uint32 {
-	h.errs = append(h.errs, err)
-	return uint32(len(h.errs))
-}
-
-// unpack is the Step c was made from.
-func (h *Handle) unpack(c step) report.Step {
-	s := report.Step{At: h.r.epoch.Add(c.at), WRID: c.wrid, Carrier: c.carrier, To: c.to, Kind: c.kind, Queue: c.queue, Outcome: c.outcome}
-	switch c.kind {
-	case report.StepState:
-		s.From = ibv.QPState(c.val)
-	case report.StepEvent:
-		s.Event = ibv.EventType(c.val)
-	case report.StepErrorWC, report.StepDrainDone, report.StepRecvDrainDone:
-		s.Status = ibv.WCStatus(c.val)
-	case report.StepDrainPosted, report.StepLastWQEStated:
-		s.Count = int(c.val)
-	case report.StepStall, report.StepOutcome:
-		if c.val != 0 {
-			s.Err = h.errs[c.val-1]
-		}
-	}
 	return s
 }

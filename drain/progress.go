@@ -14,10 +14,11 @@ func proven(recv, send *report.QueueProof) bool {
 }
 
 // progress is a Report as its handle keeps it, field for field but the
-// steps, which the handle keeps compact (step) and a snapshot builds. What
-// a drain WR's completion reads and writes of every QP comes first (the
-// proofs, Batch, Outcome, Err), then what counting its flushes does
-// (Start, Flushed): each pass over the handles touches a span, not all.
+// steps, which the handle keeps packed (appendStep) and a snapshot
+// builds. What a drain WR's completion reads and writes of every QP comes
+// first (the proofs, Batch, Outcome, Err), then what counting its flushes
+// does (Start, Flushed): each pass over the handles touches a span, not
+// all.
 type progress struct {
 	Recv, Send report.QueueProof
 	Batch      int

@@ -253,10 +253,12 @@ func (r *Reaper) addAll(qps []ibv.QP, o AddOptions, done func(i int, h *Handle, 
 }
 
 // move is a QP's move to ERROR made without the reaper's lock (moveAll):
-// whether it is to be made, and its steps and error once made.
+// whether it is to be made, and its steps, whether it found the QP in
+// ERROR, and its error once made.
 type move struct {
 	do    bool
-	steps []step
+	found bool
+	steps []byte
 	err   error
 }
 
@@ -285,7 +287,7 @@ func (r *Reaper) addSome(qps []ibv.QP, first int, o AddOptions, hs []*Handle, ms
 			done(first+i, nil, err)
 		}
 	}
-	var room []step
+	var room []byte
 	toMove := 0
 	r.mu.Lock()
 	if first == 0 {
@@ -305,9 +307,10 @@ func (r *Reaper) addSome(qps []ibv.QP, first int, o AddOptions, hs []*Handle, ms
 		}
 		steps := h.firstSteps(&room, len(hs)-i)
 		if h.given == ibv.QPSErr {
+			var found bool
 			var err error
-			h.steps, err = r.moveToError(h, now, steps) // the first: nothing came before
-			r.started(h, h.steps, err, now)
+			h.steps, found, err = r.moveToError(h, now, steps) // the first: nothing came before
+			r.started(h, found, err, now)
 			continue
 		}
 		ms[i] = move{do: true, steps: steps}
@@ -337,7 +340,7 @@ func (r *Reaper) moveAll(hs []*Handle, ms []move, began time.Time) time.Time {
 	r.mu.Unlock()
 	for i, h := range hs {
 		if ms[i].do {
-			ms[i].steps, ms[i].err = r.moveToError(h, began, ms[i].steps)
+			ms[i].steps, ms[i].found, ms[i].err = r.moveToError(h, began, ms[i].steps)
 		}
 	}
 	r.mu.Lock()
@@ -353,7 +356,7 @@ func (r *Reaper) moveAll(hs []*Handle, ms []move, began time.Time) time.Time {
 		} else {
 			h.steps = slices.Insert(h.steps, 0, ms[i].steps...)
 		}
-		r.started(h, ms[i].steps, ms[i].err, now)
+		r.started(h, ms[i].found, ms[i].err, now)
 	}
 	return now
 }
@@ -461,15 +464,15 @@ func (r *Reaper) begin(h *Handle, proven bool, now time.Time) {
 		h.step(&report.Step{At: now, Kind: report.StepCountNotTrusted})
 	}
 	h.stage = stageAdding
-	k := len(h.steps)
+	var found bool
 	var err error
-	h.steps, err = r.moveToError(h, now, h.steps)
-	r.started(h, h.steps[k:], err, now)
+	h.steps, found, err = r.moveToError(h, now, h.steps)
+	r.started(h, found, err, now)
 }
 
-// started goes on with h's drain once the move to ERROR (steps, err) is
-// done.
-func (r *Reaper) started(h *Handle, steps []step, err error, now time.Time) {
+// started goes on with h's drain once the move to ERROR is done: err is
+// its error, found says it found the QP in ERROR.
+func (r *Reaper) started(h *Handle, found bool, err error, now time.Time) {
 	switch {
 	case h.stage != stageAdding:
 		// A CQ error or shutdown ended the drain meanwhile.
@@ -478,7 +481,6 @@ func (r *Reaper) started(h *Handle, steps []step, err error, now time.Time) {
 		r.finish(h, report.Failed, fmt.Errorf("qpn %d: %w: %w", h.qpn, ErrModifyToError, err), now)
 		return
 	}
-	foundInError := len(steps) == 1 && ibv.QPState(steps[0].val) == ibv.QPSErr
 	if h.noSends {
 		h.report.Send.By = report.ProofNoSends
 	} else {
@@ -486,7 +488,7 @@ func (r *Reaper) started(h *Handle, steps []step, err error, now time.Time) {
 	}
 	switch {
 	case h.srq:
-		if at, ok := r.history.take(h.qp, h.resets); ok && foundInError && !h.lastWQE {
+		if at, ok := r.history.take(h.qp, h.resets); ok && found && !h.lastWQE {
 			h.lastWQE = true
 			h.step(&report.Step{At: at, Kind: report.StepLastWQEStated, Count: 1})
 		} else if h.stated {
@@ -509,37 +511,37 @@ func (r *Reaper) started(h *Handle, steps []step, err error, now time.Time) {
 
 // moveToError moves h's QP to ERROR unless it is there, through RTS when
 // Options.ViaRTS asks it of a QP in RTR, and returns steps with the
-// transitions appended (Handle.firstSteps); h's own steps it leaves alone,
-// as moveAll calls it without r.mu. It queries the state only when
-// AddOptions did not state it.
-func (r *Reaper) moveToError(h *Handle, began time.Time, steps []step) ([]step, error) {
+// transitions appended (Handle.firstSteps) and whether it found the QP in
+// ERROR; h's own steps it leaves alone, as moveAll calls it without r.mu.
+// It queries the state only when AddOptions did not state it.
+func (r *Reaper) moveToError(h *Handle, began time.Time, steps []byte) ([]byte, bool, error) {
 	qp, from := h.qp, h.given
 	if from == ibv.QPSUnknown {
 		attr, _, err := qp.Query(ibv.QPAttrState)
 		if err != nil {
-			return append(steps, h.transition(began, ibv.QPSUnknown, ibv.QPSErr)), fmt.Errorf("querying the state: %w", err)
+			return h.transition(steps, began, ibv.QPSUnknown, ibv.QPSErr), false, fmt.Errorf("querying the state: %w", err)
 		}
 		from = attr.State
 	}
 	if from == ibv.QPSErr {
-		return append(steps, h.transition(began, from, ibv.QPSErr)), nil
+		return h.transition(steps, began, from, ibv.QPSErr), true, nil
 	}
 	if from == ibv.QPSRTR && r.opts.ViaRTS {
 		// The attributes RTR -> RTS requires (IBTA Table 91); their values
 		// do not matter to a QP about to enter ERROR.
 		rts := ibv.QPAttr{State: ibv.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}
 		mask := ibv.QPAttrState | ibv.QPAttrTimeout | ibv.QPAttrRetryCnt | ibv.QPAttrRNRRetry | ibv.QPAttrSQPSN | ibv.QPAttrMaxQPRdAtomic
-		steps = append(steps, h.transition(began, from, ibv.QPSRTS))
+		steps = h.transition(steps, began, from, ibv.QPSRTS)
 		if err := qp.Modify(rts, mask); err != nil {
-			return steps, fmt.Errorf("modifying RTR -> RTS: %w", err)
+			return steps, false, fmt.Errorf("modifying RTR -> RTS: %w", err)
 		}
 		from = ibv.QPSRTS
 	}
-	steps = append(steps, h.transition(began, from, ibv.QPSErr))
+	steps = h.transition(steps, began, from, ibv.QPSErr)
 	if err := qp.Modify(ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState); err != nil {
-		return steps, fmt.Errorf("modifying %s -> ERR: %w", from, err)
+		return steps, false, fmt.Errorf("modifying %s -> ERR: %w", from, err)
 	}
-	return steps, nil
+	return steps, false, nil
 }
 
 // ready starts the wait for a QP's proofs: only drain WRs posted from now

@@ -11,9 +11,10 @@ import (
 	"github.com/qpdrain/qpdrain/ibv"
 )
 
-// A report's steps are kept packed (step) and built again on a snapshot:
-// every field a kind names comes back as it went in, times included, and
-// the report's other fields are progress's.
+// A report's steps are kept packed (appendStep) and built again on a
+// snapshot: every field a kind names comes back as it went in, times
+// included (before the start too), IDs and numbers of any size, and the
+// report's other fields are progress's.
 func TestStepsPackedComeBackWhole(t *testing.T) {
 	epoch := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
 	r := newReaper(nil, Options{Clock: clock.NewVirtual(epoch)})
@@ -25,8 +26,11 @@ func TestStepsPackedComeBackWhole(t *testing.T) {
 		{At: at(1), Kind: report.StepEvent, Event: ibv.EventQPLastWQEReached},
 		{At: at(2), Kind: report.StepFlushed, Queue: report.QueueRecv},
 		{At: at(3), Kind: report.StepErrorWC, Queue: report.QueueSend, Status: ibv.WCRemAccessErr, WRID: 42},
+		{At: at(3), Kind: report.StepErrorWC, Queue: report.QueueRecv, Status: ibv.WCRemAccessErr, WRID: ^uint64(0)},
 		{At: at(4), Kind: report.StepDrainPosted, WRID: WRIDTag | 7, Carrier: 0xffffff, Count: 4096},
 		{At: at(5), Kind: report.StepDrainDone, WRID: WRIDTag | 7, Carrier: 9, Status: ibv.WCWRFlushErr},
+		{At: at(5), Kind: report.StepDrainPosted, WRID: WRIDTag | 1<<47, Carrier: 5, Count: 1},
+		{At: at(5), Kind: report.StepDrainDone, WRID: WRIDTag | 1<<47, Carrier: 5},
 		{At: at(6), Kind: report.StepRecvDrainPosted, WRID: WRIDTag | 8},
 		{At: at(7), Kind: report.StepRecvDrainDone, WRID: WRIDTag | 8, Status: ibv.WCSuccess},
 		{At: at(8), Kind: report.StepStall, Err: errStall},
@@ -37,7 +41,7 @@ func TestStepsPackedComeBackWhole(t *testing.T) {
 		{At: at(time.Hour), Kind: report.StepOutcome, Outcome: report.Failed, Err: errOut},
 		{At: at(time.Hour), Kind: report.StepOutcome, Outcome: report.Safe},
 	}
-	h := &Handle{r: r, report: progress{QPNum: 5, SRQ: true, Start: at(0), Batch: 3, Outcome: report.Failed, Err: errOut}}
+	h := &Handle{r: r, qpn: 5, report: progress{QPNum: 5, SRQ: true, Start: at(0), Batch: 3, Outcome: report.Failed, Err: errOut}}
 	for _, s := range steps {
 		h.step(&s)
 	}
