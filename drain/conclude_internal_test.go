@@ -22,8 +22,8 @@ func TestConcludeRefusesSafeWithoutProof(t *testing.T) {
 	} {
 		h := &Handle{r: r, report: tc.rep}
 		r.conclude(h, report.Safe, nil, time.Now())
-		if h.report.Outcome != report.Failed || !errors.Is(h.report.Err, ErrDrainNotFlushed) {
-			t.Errorf("%s: outcome %s, %v; want failed, ErrDrainNotFlushed", tc.name, h.report.Outcome, h.report.Err)
+		if rep := h.snapshot(); rep.Outcome != report.Failed || !errors.Is(rep.Err, ErrDrainNotFlushed) {
+			t.Errorf("%s: outcome %s, %v; want failed, ErrDrainNotFlushed", tc.name, rep.Outcome, rep.Err)
 		}
 	}
 	h := &Handle{r: r, report: progress{Recv: report.QueueProof{By: report.ProofRecvCount}, Send: report.QueueProof{By: report.ProofNoSends}}}

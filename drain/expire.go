@@ -81,7 +81,7 @@ func (r *Reaper) stallErr(h *Handle) error {
 // policy. It returns true when the drain goes on (DestroyWhenEmpty); the
 // caller, who knows the step, moves h on.
 func (r *Reaper) stall(h *Handle, err error, now time.Time) bool {
-	h.report.Stall = err
+	h.ext().stall = err
 	h.step(&report.Step{At: now, Kind: report.StepStall, Err: err})
 	r.debug(h, "drain stalled", slog.Any("policy", r.opts.Policy), slog.Any("error", err))
 	if r.opts.Policy == DestroyWhenEmpty {

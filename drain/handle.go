@@ -14,18 +14,24 @@ import (
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Handle follows one QP through its drain.
+//
+// Its fields are those of every drain, in the order the passes over the
+// handles read them, 320 bytes: a QP's handle is read in AddAll, when its
+// flushes are counted and when its drain WR completes, and at 65,536 QPs
+// each pass finds most of them outside the cache, so every byte a QP
+// costs in each. What only some drains need is in a handleExt, made on
+// first need.
 type Handle struct {
 	r   *Reaper
-	qp  ibv.QP
 	qpn uint32
 	// given is the state AddOptions stated, QPSUnknown when none was.
 	given ibv.QPState
 
 	// Guarded by r.mu. What a poll reads of every QP comes first: the
 	// stage, the list links, the steps; then what a drain WR's completion
-	// reads and writes (the drain WRs, the done channel, then the report's
-	// proofs and outcome, progress), then what counting flushes does (the
-	// report's start and counts). The rest is for rarer paths.
+	// reads and writes (the drain WRs, then the report's proofs and
+	// outcome, progress), then what counting flushes does (the report's
+	// start and counts). The rest is for rarer paths.
 	stage       stage
 	on          stage // the stage of the list h is on, stageAdding for none (a byte: a pointer would cost 8 per QP)
 	srq         bool
@@ -35,7 +41,7 @@ type Handle struct {
 	needSend    bool // a drain WR on its own send queue is still to be posted
 	needRecv    bool // a receive drain WR is still to be posted
 	countRecvs  bool
-	full        bool // the last post found the queue full, at poll generation retryGen
+	full        bool // the last post found the queue full, at poll generation ext.retryGen
 	stalled     bool
 	unsure      bool // a completion with its number came while stageProving
 	noSends     bool // AddOptions.NoSends
@@ -51,17 +57,34 @@ type Handle struct {
 	// barrierAfter is the sequence number of the last drain WR posted
 	// before the QP became ready: only a later one is a barrier for it.
 	barrierAfter uint64
-	done         chan struct{} // made by Done on demand, closed at the outcome
 	report       progress
-	recvsLeft    int
-	retryGen     uint64
-	resets       uint64        // the QP's error episode (ibv.QP.Resets)
 	deadline     time.Duration // since r.epoch, of the wait the QP's list stands for
 	// since (since r.epoch) is when a proving QP was added, or when a
 	// stalled one first stalled: one field, as a QP stalls only after it
 	// has stopped proving.
-	since time.Duration
-	errs  []error // the Err of steps that have one (appendStep's val)
+	since     time.Duration
+	recvsLeft int
+	resets    uint64 // the QP's error episode (ibv.QP.Resets)
+	qp        ibv.QP
+	x         *handleExt // nil until needed (ext)
+}
+
+// handleExt is what a handle needs only on some drains: a Done channel
+// asked for, a drain that did not end Safe, a full queue.
+type handleExt struct {
+	done     chan struct{} // made by Done on demand, closed at the outcome
+	err      error         // Report.Err
+	stall    error         // Report.Stall
+	errs     []error       // the Err of steps that have one (appendStep's val)
+	retryGen uint64        // the poll generation the last post found the queue full at
+}
+
+// ext is h.x, made if h has none yet; r.mu must be held.
+func (h *Handle) ext() *handleExt {
+	if h.x == nil {
+		h.x = new(handleExt)
+	}
+	return h.x
 }
 
 // QP is the QP being drained.
@@ -71,13 +94,13 @@ func (h *Handle) QP() ibv.QP { return h.qp }
 func (h *Handle) Done() <-chan struct{} {
 	h.r.mu.Lock()
 	defer h.r.mu.Unlock()
-	if h.done == nil {
+	if h.x == nil || h.x.done == nil {
 		if h.ended {
 			return closedChan
 		}
-		h.done = make(chan struct{})
+		h.ext().done = make(chan struct{})
 	}
-	return h.done
+	return h.x.done
 }
 
 // Destroy destroys the QP (h.QP().Close()) once the drain has an outcome
@@ -136,8 +159,11 @@ func (h *Handle) Report() *report.Report {
 // snapshot copies the report, its steps built from h's; r.mu must be held.
 func (h *Handle) snapshot() *report.Report {
 	p := &h.report
-	rep := &report.Report{QPNum: p.QPNum, SRQ: p.SRQ, Start: p.Start, Flushed: p.Flushed, Recv: p.Recv, Send: p.Send,
-		Batch: p.Batch, Stall: p.Stall, Outcome: p.Outcome, Err: p.Err}
+	rep := &report.Report{QPNum: h.qpn, SRQ: h.srq, Start: h.r.epoch.Add(p.start), Flushed: p.Flushed, Recv: p.Recv, Send: p.Send,
+		Batch: int(p.Batch), Outcome: p.Outcome}
+	if h.x != nil {
+		rep.Err, rep.Stall = h.x.err, h.x.stall
+	}
 	rep.Steps = h.unpackSteps()
 	return rep
 }

@@ -13,22 +13,19 @@ func proven(recv, send *report.QueueProof) bool {
 	return recv.By != report.ProofNone && send.By != report.ProofNone
 }
 
-// progress is a Report as its handle keeps it, field for field but the
-// steps, which the handle keeps packed (appendStep) and a snapshot
-// builds. What a drain WR's completion reads and writes of every QP comes
-// first (the proofs, Batch, Outcome, Err), then what counting its flushes
-// does (Start, Flushed): each pass over the handles touches a span, not
-// all.
+// progress is what a handle keeps of its Report but the steps, which it
+// keeps packed (appendStep), the QP's number and SRQ, which are the
+// handle's, and Err and Stall, which only a drain that did not end Safe
+// has (handleExt): Handle.snapshot builds the Report. What a drain WR's
+// completion reads and writes of every QP comes first (the proofs, Batch,
+// Outcome), then what counting its flushes does (start, Flushed): each
+// pass over the handles touches a span, not all.
 type progress struct {
 	Recv, Send report.QueueProof
-	Batch      int
+	Batch      uint32 // a batch is at most the QPs of one reaper
 	Outcome    report.Outcome
-	Err        error
-	Start      time.Time
+	start      time.Duration // Report.Start, from the reaper's epoch, which steps are dated from too
 	Flushed    [3]report.Flushed
-	QPNum      uint32
-	SRQ        bool
-	Stall      error
 }
 
 // Proven is Report.Proven.

@@ -393,7 +393,7 @@ func (r *Reaper) newHandle(h *Handle, qp ibv.QP, qpn uint32, o AddOptions, now t
 	if o.StateKnown {
 		h.given = o.State
 	}
-	h.report.QPNum, h.report.SRQ, h.report.Start = qpn, srq, now
+	h.report.start = r.at(now)
 	if o.CountRecvs && !srq {
 		h.countRecvs, h.recvsLeft = true, o.Recvs
 		if o.Recvs == 0 {
@@ -639,7 +639,7 @@ func (r *Reaper) lookup(qpn uint32) *Handle {
 // wcs, up to the first of another QP or a drain WR's, and returns how many
 // it took: it stops after one that moved h on (its last counted receive).
 func (r *Reaper) count(h *Handle, wcs []ibv.WC, now time.Time) int {
-	at := now.Sub(h.report.Start)
+	at := r.at(now) - h.report.start
 	if r.opts.Queue == nil {
 		// One queue for all, and no receives counted (AddOptions.CountRecvs
 		// needs Options.Queue): the run at once.
@@ -717,7 +717,7 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 		h.sendID = 0
 		if h.stage != stageBarrier {
 			h.step(&report.Step{At: now, Kind: report.StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
-			h.report.Batch = batch
+			h.report.Batch = uint32(batch)
 			if h.report.Send.By == report.ProofNone {
 				h.report.Send = report.QueueProof{By: report.ProofSendDrainWR, Carrier: h.qpn, WRID: wc.ID}
 			}
@@ -740,7 +740,7 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 		b := r.lists[stageBarrier].Front()
 		r.lists[stageBarrier].remove(b)
 		b.step(&report.Step{At: now, Kind: report.StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
-		b.report.Batch = batch
+		b.report.Batch = uint32(batch)
 		r.barrier(b, wc.ID, h.qpn)
 		r.place(b, now)
 	}
@@ -950,14 +950,17 @@ func (r *Reaper) conclude(h *Handle, o report.Outcome, err error, now time.Time)
 	if rep.Send.By == report.ProofNone {
 		rep.Send.Missing = report.MissingSendDrainWR
 	}
-	rep.Outcome, rep.Err = o, err
+	rep.Outcome = o
+	if err != nil || h.x != nil {
+		h.ext().err = err
+	}
 	h.step(&report.Step{At: now, Kind: report.StepOutcome, Outcome: o, Err: err})
 	if o != report.Safe {
 		r.debug(h, "drain ended", slog.Any("outcome", o), slog.Any("error", err))
 	}
 	h.ended = true
-	if h.done != nil {
-		close(h.done)
+	if h.x != nil && h.x.done != nil {
+		close(h.x.done)
 	}
 }
 

@@ -21,7 +21,7 @@ import (
 // byte each. A drain WR's ID goes as its sequence number, a carrier that
 // is the QP itself as a bit. val is the one of From, Event, Status and
 // Count its kind has (report.Step sets only those), or for a step with an
-// Err its index in Handle.errs plus one: written with no switch by kind,
+// Err its index in handleExt.errs plus one: written with no switch by kind,
 // and read back as it was written.
 const (
 	stepWRID    = 1 << iota // WRID, any ID
@@ -56,7 +56,7 @@ func (h *Handle) appendStep(b []byte, s *report.Step, val uint64) []byte {
 	var buf [maxStep]byte
 	var mask byte
 	n := 2
-	n += binary.PutVarint(buf[n:], int64(s.At.Sub(h.r.epoch)-h.start()))
+	n += binary.PutVarint(buf[n:], int64(s.At.Sub(h.r.epoch)-h.report.start))
 	switch id := s.WRID; {
 	case IsDrainWRID(id):
 		mask |= stepDrainID
@@ -111,10 +111,11 @@ func (h *Handle) transition(b []byte, at time.Time, from, to ibv.QPState) []byte
 	return h.appendStep(b, &report.Step{At: at, Kind: report.StepState, To: to}, uint64(from))
 }
 
-// keep adds err to h.errs and returns its index plus one.
+// keep adds err to h's errors of steps and returns its index plus one.
 func (h *Handle) keep(err error) uint64 {
-	h.errs = append(h.errs, err)
-	return uint64(len(h.errs))
+	x := h.ext()
+	x.errs = append(x.errs, err)
+	return uint64(len(x.errs))
 }
 
 // unpackSteps is the Steps h's log was written from.
@@ -129,7 +130,7 @@ func (h *Handle) unpackSteps() []report.Step {
 		mask := b[1]
 		at, n := binary.Varint(b[2:])
 		b = b[2+n:]
-		s.At = h.r.epoch.Add(h.start() + time.Duration(at))
+		s.At = h.r.epoch.Add(h.report.start + time.Duration(at))
 		var v, val uint64
 		switch {
 		case mask&stepDrainID != 0:
@@ -169,14 +170,10 @@ func (h *Handle) unpackSteps() []report.Step {
 			s.Count = int(val)
 		case report.StepStall, report.StepOutcome:
 			if val != 0 {
-				s.Err = h.errs[val-1]
+				s.Err = h.x.errs[val-1]
 			}
 		}
 		steps = append(steps, s)
 	}
 	return steps
 }
-
-// start is when h was added, from the reaper's epoch: steps are dated from
-// it.
-func (h *Handle) start() time.Duration { return h.report.Start.Sub(h.r.epoch) }
