@@ -269,20 +269,22 @@ type move struct {
 // once.
 func (r *Reaper) addSome(qps []ibv.QP, first int, o AddOptions, hs []*Handle, ms []move, done func(i int, h *Handle, err error)) {
 	now := r.opts.Clock.Now()
-	// The numbers first, in a loop of their own: a number is the first read
-	// of its QP, often a cache miss, and the misses of a loop that does
-	// nothing else overlap, where the checks and fills between them would
-	// wait for each in turn.
+	// The numbers and error episodes first, in a loop of their own: they
+	// are the first reads of their QP, often cache misses (on a soft QP
+	// one each, as they are far apart), and the misses of a loop that
+	// does nothing else overlap, where the checks and fills between them
+	// would wait for each in turn.
 	var nums [addChunk]uint32
+	var resets [addChunk]uint64
 	for i := range hs {
 		if qp := qps[first+i]; qp != nil {
-			nums[i] = qp.Num()
+			nums[i], resets[i] = qp.Num(), qp.Resets()
 		}
 	}
 	slab := make([]Handle, len(hs))
 	for i := range hs {
 		hs[i], ms[i] = &slab[i], move{}
-		if err := r.newHandle(hs[i], qps[first+i], nums[i], o, now); err != nil {
+		if err := r.newHandle(hs[i], qps[first+i], nums[i], resets[i], o, now); err != nil {
 			hs[i] = nil
 			done(first+i, nil, err)
 		}
@@ -361,9 +363,9 @@ func (r *Reaper) moveAll(hs []*Handle, ms []move, began time.Time) time.Time {
 	return now
 }
 
-// newHandle checks what Add can check of qp (its number qpn) and o
-// without the lock and makes h, zero, qp's handle.
-func (r *Reaper) newHandle(h *Handle, qp ibv.QP, qpn uint32, o AddOptions, now time.Time) error {
+// newHandle checks what Add can check of qp (its number qpn, its error
+// episode resets) and o without the lock and makes h, zero, qp's handle.
+func (r *Reaper) newHandle(h *Handle, qp ibv.QP, qpn uint32, resets uint64, o AddOptions, now time.Time) error {
 	if qp == nil {
 		return fmt.Errorf("adding a nil QP: %w", ibv.ErrInvalidArgument)
 	}
@@ -388,7 +390,7 @@ func (r *Reaper) newHandle(h *Handle, qp ibv.QP, qpn uint32, o AddOptions, now t
 	}
 	// Field by field: h is zero, and a struct assigned whole would be
 	// cleared again first.
-	h.r, h.qp, h.qpn, h.given, h.resets = r, qp, qpn, ibv.QPSUnknown, qp.Resets()
+	h.r, h.qp, h.qpn, h.given, h.resets = r, qp, qpn, ibv.QPSUnknown, resets
 	h.srq, h.lastWQE, h.noSends, h.stated = srq, srq && o.LastWQESeen, o.NoSends, o.LastWQESeen
 	if o.StateKnown {
 		h.given = o.State
