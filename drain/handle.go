@@ -16,7 +16,7 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // Handle follows one QP through its drain.
 //
 // Its fields are those of every drain, in the order the passes over the
-// handles read them, 320 bytes: a QP's handle is read in AddAll, when its
+// handles read them, 288 bytes: a QP's handle is read in AddAll, when its
 // flushes are counted and when its drain WR completes, and at 65,536 QPs
 // each pass finds most of them outside the cache, so every byte a QP
 // costs in each. What only some drains need is in a handleExt, made on
@@ -62,11 +62,14 @@ type Handle struct {
 	// since (since r.epoch) is when a proving QP was added, or when a
 	// stalled one first stalled: one field, as a QP stalls only after it
 	// has stopped proving.
-	since     time.Duration
-	recvsLeft int
-	resets    uint64 // the QP's error episode (ibv.QP.Resets)
-	qp        ibv.QP
-	x         *handleExt // nil until needed (ext)
+	since time.Duration
+	// recvsLeft counts the receives still to come back of a QP counting
+	// them (AddOptions.CountRecvs), recvsBack those back (Recv.Count).
+	recvsLeft, recvsBack int
+
+	resets uint64 // the QP's error episode (ibv.QP.Resets)
+	qp     ibv.QP
+	x      *handleExt // nil until needed (ext)
 }
 
 // handleExt is what a handle needs only on some drains: a Done channel
@@ -119,7 +122,7 @@ func (h *Handle) Destroy() error {
 	r.destroyMu.Lock()
 	defer r.destroyMu.Unlock()
 	r.mu.Lock()
-	stage, done, o := h.stage, h.destroyed, h.report.Outcome
+	stage, done, o := h.stage, h.destroyed, h.report.outcome
 	r.mu.Unlock()
 	switch {
 	case done:
@@ -159,8 +162,11 @@ func (h *Handle) Report() *report.Report {
 // snapshot copies the report, its steps built from h's; r.mu must be held.
 func (h *Handle) snapshot() *report.Report {
 	p := &h.report
-	rep := &report.Report{QPNum: h.qpn, SRQ: h.srq, Start: h.r.epoch.Add(p.start), Flushed: p.Flushed, Recv: p.Recv, Send: p.Send,
-		Batch: int(p.Batch), Outcome: p.Outcome}
+	rep := &report.Report{QPNum: h.qpn, SRQ: h.srq, Start: h.r.epoch.Add(p.start), Recv: p.recv.queueProof(h.recvsBack),
+		Send: p.send.queueProof(0), Batch: int(p.batch), Outcome: p.outcome}
+	for q := range p.flushed {
+		rep.Flushed[q] = p.flushed[q].counts()
+	}
 	if h.x != nil {
 		rep.Err, rep.Stall = h.x.err, h.x.stall
 	}
@@ -230,12 +236,12 @@ func (h *Handle) waitingFor() error {
 // first one h's) up to the first of another QP or a drain WR's, as of
 // queue q, polled at (from the start); it returns how many it counted.
 func (h *Handle) tally(q report.Queue, wcs []ibv.WC, at time.Duration, now time.Time) int {
-	f := &h.report.Flushed[q]
-	if f.Flushed+f.Other == 0 {
-		f.First = at
+	f := &h.report.flushed[q]
+	if f.flushed+f.other == 0 {
+		f.first = at
 	}
-	f.Last = at
-	flushed, other := f.Flushed, f.Other
+	f.last = at
+	flushed, other := f.flushed, f.other
 	n := 0
 	for ; n < len(wcs); n++ {
 		wc := &wcs[n]
@@ -255,7 +261,7 @@ func (h *Handle) tally(q report.Queue, wcs []ibv.WC, at time.Duration, now time.
 			h.step(&report.Step{At: now, Kind: report.StepErrorWC, Queue: q, Status: wc.Status, WRID: wc.ID})
 		}
 	}
-	f.Flushed, f.Other = flushed, other
+	f.flushed, f.other = flushed, other
 	return n
 }
 

@@ -399,7 +399,7 @@ func (r *Reaper) newHandle(h *Handle, qp ibv.QP, qpn uint32, resets uint64, o Ad
 	if o.CountRecvs && !srq {
 		h.countRecvs, h.recvsLeft = true, o.Recvs
 		if o.Recvs == 0 {
-			h.report.Recv.By = report.ProofRecvCount
+			h.report.recv.by = report.ProofRecvCount
 		}
 	}
 	return nil
@@ -484,7 +484,7 @@ func (r *Reaper) started(h *Handle, found bool, err error, now time.Time) {
 		return
 	}
 	if h.noSends {
-		h.report.Send.By = report.ProofNoSends
+		h.report.send.by = report.ProofNoSends
 	} else {
 		h.needSend = true
 	}
@@ -564,10 +564,10 @@ func (r *Reaper) place(h *Handle, now time.Time) {
 	case h.sendID != 0 || h.recvID != 0 || h.countRecvs && h.recvsLeft > 0:
 		h.stage = stageWait
 		r.lists[stageWait].push(h)
-	case h.srq && h.report.Recv.By == report.ProofNone && !h.barrierDone:
+	case h.srq && h.report.recv.by == report.ProofNone && !h.barrierDone:
 		h.stage = stageBarrier
 		r.lists[stageBarrier].push(h)
-	case h.report.Proven():
+	case h.report.proven():
 		r.finish(h, report.Safe, nil, now)
 	case h.stalled:
 		// DestroyWhenEmpty, after its drain WRs: an empty poll releases it.
@@ -657,9 +657,9 @@ func (r *Reaper) count(h *Handle, wcs []ibv.WC, now time.Time) int {
 			continue
 		}
 		h.recvsLeft--
-		h.report.Recv.Count++
+		h.recvsBack++
 		if h.recvsLeft == 0 {
-			h.report.Recv.By = report.ProofRecvCount
+			h.report.recv.by = report.ProofRecvCount
 			if h.stage == stageWait {
 				r.lists[stageWait].remove(h)
 				r.place(h, now)
@@ -714,14 +714,14 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 	case h.recvID:
 		h.recvID = 0
 		h.step(&report.Step{At: now, Kind: report.StepRecvDrainDone, WRID: wc.ID, Status: wc.Status})
-		h.report.Recv = report.QueueProof{By: report.ProofRecvDrainWR, Carrier: h.qpn, WRID: wc.ID}
+		h.report.recv = proof{by: report.ProofRecvDrainWR, carrier: h.qpn, wrid: wc.ID}
 	case h.sendID:
 		h.sendID = 0
 		if h.stage != stageBarrier {
 			h.step(&report.Step{At: now, Kind: report.StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
-			h.report.Batch = uint32(batch)
-			if h.report.Send.By == report.ProofNone {
-				h.report.Send = report.QueueProof{By: report.ProofSendDrainWR, Carrier: h.qpn, WRID: wc.ID}
+			h.report.batch = uint32(batch)
+			if h.report.send.by == report.ProofNone {
+				h.report.send = proof{by: report.ProofSendDrainWR, carrier: h.qpn, wrid: wc.ID}
 			}
 			if h.srq && h.barrierAfter < seq {
 				r.barrier(h, wc.ID, h.qpn)
@@ -733,7 +733,7 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 		r.lists[stageWait].remove(h)
 		r.place(h, now)
 	case stageEmptyWait:
-		if h.report.Proven() {
+		if h.report.proven() {
 			r.lists[stageEmptyWait].remove(h)
 			r.finish(h, report.Safe, nil, now)
 		}
@@ -742,7 +742,7 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 		b := r.lists[stageBarrier].Front()
 		r.lists[stageBarrier].remove(b)
 		b.step(&report.Step{At: now, Kind: report.StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
-		b.report.Batch = uint32(batch)
+		b.report.batch = uint32(batch)
 		r.barrier(b, wc.ID, h.qpn)
 		r.place(b, now)
 	}
@@ -752,8 +752,8 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 // with Last WQE Reached before it, that proves h's SRQ side.
 func (r *Reaper) barrier(h *Handle, id uint64, carrier uint32) {
 	h.barrierDone = true
-	if h.lastWQE && h.report.Recv.By == report.ProofNone {
-		h.report.Recv = report.QueueProof{By: report.ProofBarrier, Carrier: carrier, WRID: id, Stated: !h.sawLastWQE}
+	if h.lastWQE && h.report.recv.by == report.ProofNone {
+		h.report.recv = proof{by: report.ProofBarrier, carrier: carrier, wrid: id, stated: !h.sawLastWQE}
 	}
 }
 
@@ -900,7 +900,7 @@ func (r *Reaper) finish(h *Handle, o report.Outcome, err error, now time.Time) {
 	h.stage = stageDone
 	r.stats.Pending--
 	r.conclude(h, o, err, now)
-	switch h.report.Outcome {
+	switch h.report.outcome {
 	case report.Safe:
 		r.stats.Safe++
 	case report.DestroyedAfterEmptyCQ:
@@ -934,25 +934,25 @@ func (r *Reaper) displace(q *Handle) {
 // report without proof cannot be produced.
 func (r *Reaper) conclude(h *Handle, o report.Outcome, err error, now time.Time) {
 	rep := &h.report
-	if o == report.Safe && !rep.Proven() {
+	if o == report.Safe && !rep.proven() {
 		o, err = report.Failed, fmt.Errorf("qpn %d: %w: a queue has no proof", h.qpn, ErrDrainNotFlushed)
 	}
-	if rep.Recv.By == report.ProofNone {
+	if rep.recv.by == report.ProofNone {
 		switch {
 		case h.srq && !h.lastWQE:
-			rep.Recv.Missing = report.MissingLastWQE
+			rep.recv.missing = report.MissingLastWQE
 		case h.srq:
-			rep.Recv.Missing = report.MissingBarrier
+			rep.recv.missing = report.MissingBarrier
 		case h.countRecvs:
-			rep.Recv.Missing = report.MissingRecvs
+			rep.recv.missing = report.MissingRecvs
 		default:
-			rep.Recv.Missing = report.MissingRecvDrainWR
+			rep.recv.missing = report.MissingRecvDrainWR
 		}
 	}
-	if rep.Send.By == report.ProofNone {
-		rep.Send.Missing = report.MissingSendDrainWR
+	if rep.send.by == report.ProofNone {
+		rep.send.missing = report.MissingSendDrainWR
 	}
-	rep.Outcome = o
+	rep.outcome = o
 	if err != nil || h.x != nil {
 		h.ext().err = err
 	}
@@ -1036,7 +1036,7 @@ func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 	}
 	var notSafe []*Handle
 	for _, h := range pending {
-		if h.report.Outcome == report.Failed {
+		if h.report.outcome == report.Failed {
 			notSafe = append(notSafe, h)
 		}
 	}

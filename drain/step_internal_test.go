@@ -41,13 +41,13 @@ func TestStepsPackedComeBackWhole(t *testing.T) {
 		{At: at(time.Hour), Kind: report.StepOutcome, Outcome: report.Failed, Err: errOut},
 		{At: at(time.Hour), Kind: report.StepOutcome, Outcome: report.Safe},
 	}
-	h := &Handle{r: r, qpn: 5, srq: true, report: progress{
-		Recv:    report.QueueProof{By: report.ProofBarrier, Carrier: 9, WRID: WRIDTag | 7},
-		Send:    report.QueueProof{Missing: report.MissingSendDrainWR},
-		Batch:   3,
-		Outcome: report.Failed,
+	h := &Handle{r: r, qpn: 5, srq: true, recvsBack: 4, report: progress{
+		recv:    proof{by: report.ProofBarrier, carrier: 9, wrid: WRIDTag | 7, stated: true},
+		send:    proof{missing: report.MissingSendDrainWR},
+		batch:   3,
+		outcome: report.Failed,
 		start:   time.Second,
-		Flushed: [3]report.Flushed{report.QueueSend: {Flushed: 2, First: 1, Last: 2}},
+		flushed: [3]flushCount{report.QueueSend: {flushed: 2, other: 1 << 31, first: 1, last: 2}},
 	}}
 	h.ext().err, h.ext().stall = errOut, errStall
 	for _, s := range steps {
@@ -57,8 +57,11 @@ func TestStepsPackedComeBackWhole(t *testing.T) {
 	if !reflect.DeepEqual(rep.Steps, steps) {
 		t.Errorf("steps:\n got %v\nwant %v", rep.Steps, steps)
 	}
-	want := report.Report{QPNum: 5, SRQ: true, Start: at(time.Second), Steps: rep.Steps, Flushed: h.report.Flushed,
-		Recv: h.report.Recv, Send: h.report.Send, Batch: 3, Stall: errStall, Outcome: report.Failed, Err: errOut}
+	want := report.Report{QPNum: 5, SRQ: true, Start: at(time.Second), Steps: rep.Steps,
+		Flushed: [3]report.Flushed{report.QueueSend: {Flushed: 2, Other: 1 << 31, First: 1, Last: 2}},
+		Recv:    report.QueueProof{By: report.ProofBarrier, Carrier: 9, WRID: WRIDTag | 7, Stated: true, Count: 4},
+		Send:    report.QueueProof{Missing: report.MissingSendDrainWR},
+		Batch:   3, Stall: errStall, Outcome: report.Failed, Err: errOut}
 	if !reflect.DeepEqual(*rep, want) {
 		t.Errorf("report %+v: not the handle's", rep)
 	}
