@@ -428,7 +428,7 @@ func (r *Reaper) admit(h *Handle, now time.Time) error {
 	if old != nil {
 		r.displace(old)
 	}
-	r.byNum.set(qpn, h)
+	r.byNum.set(h)
 	r.stats.Added++
 	r.stats.Pending++
 	if h.recvsLeft > 0 {
