@@ -17,18 +17,18 @@ func TestConcludeRefusesSafeWithoutProof(t *testing.T) {
 		rep  progress
 	}{
 		{"no proof", progress{}},
-		{"send only", progress{Send: report.QueueProof{By: report.ProofNoSends}}},
-		{"receive only", progress{Recv: report.QueueProof{By: report.ProofRecvCount}}},
+		{"send only", progress{send: proof{by: report.ProofNoSends}}},
+		{"receive only", progress{recv: proof{by: report.ProofRecvCount}}},
 	} {
 		h := &Handle{r: r, report: tc.rep}
 		r.conclude(h, report.Safe, nil, time.Now())
-		if h.report.Outcome != report.Failed || !errors.Is(h.report.Err, ErrDrainNotFlushed) {
-			t.Errorf("%s: outcome %s, %v; want failed, ErrDrainNotFlushed", tc.name, h.report.Outcome, h.report.Err)
+		if rep := h.snapshot(); rep.Outcome != report.Failed || !errors.Is(rep.Err, ErrDrainNotFlushed) {
+			t.Errorf("%s: outcome %s, %v; want failed, ErrDrainNotFlushed", tc.name, rep.Outcome, rep.Err)
 		}
 	}
-	h := &Handle{r: r, report: progress{Recv: report.QueueProof{By: report.ProofRecvCount}, Send: report.QueueProof{By: report.ProofNoSends}}}
+	h := &Handle{r: r, report: progress{recv: proof{by: report.ProofRecvCount}, send: proof{by: report.ProofNoSends}}}
 	r.conclude(h, report.Safe, nil, time.Now())
-	if h.report.Outcome != report.Safe {
-		t.Errorf("both queues proven: outcome %s, want safe", h.report.Outcome)
+	if h.report.outcome != report.Safe {
+		t.Errorf("both queues proven: outcome %s, want safe", h.report.outcome)
 	}
 }

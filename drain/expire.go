@@ -72,7 +72,7 @@ func (r *Reaper) stallErr(h *Handle) error {
 	case h.needSend || h.needRecv:
 		return fmt.Errorf("qpn %d: %w within %v: %d drain WRs outstanding, headroom %d", h.qpn, ErrNoHeadroom, d, r.inFlight, r.opts.Headroom)
 	case h.countRecvs && h.recvsLeft > 0:
-		return fmt.Errorf("qpn %d: %w: %d of %d back within %v", h.qpn, ErrRecvsMissing, h.report.Recv.Count, h.report.Recv.Count+h.recvsLeft, d)
+		return fmt.Errorf("qpn %d: %w: %d of %d back within %v", h.qpn, ErrRecvsMissing, h.recvsBack, h.recvsBack+h.recvsLeft, d)
 	}
 	return fmt.Errorf("qpn %d: %w: no barrier drain WR posted after Last WQE Reached completed within %v", h.qpn, ErrDrainNotFlushed, d)
 }
@@ -81,7 +81,7 @@ func (r *Reaper) stallErr(h *Handle) error {
 // policy. It returns true when the drain goes on (DestroyWhenEmpty); the
 // caller, who knows the step, moves h on.
 func (r *Reaper) stall(h *Handle, err error, now time.Time) bool {
-	h.report.Stall = err
+	h.ext().stall = err
 	h.step(&report.Step{At: now, Kind: report.StepStall, Err: err})
 	r.debug(h, "drain stalled", slog.Any("policy", r.opts.Policy), slog.Any("error", err))
 	if r.opts.Policy == DestroyWhenEmpty {

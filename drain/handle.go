@@ -14,18 +14,24 @@ import (
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Handle follows one QP through its drain.
+//
+// Its fields are those of every drain, in the order the passes over the
+// handles read them, 288 bytes: a QP's handle is read in AddAll, when its
+// flushes are counted and when its drain WR completes, and at 65,536 QPs
+// each pass finds most of them outside the cache, so every byte a QP
+// costs in each. What only some drains need is in a handleExt, made on
+// first need.
 type Handle struct {
 	r   *Reaper
-	qp  ibv.QP
 	qpn uint32
 	// given is the state AddOptions stated, QPSUnknown when none was.
 	given ibv.QPState
 
 	// Guarded by r.mu. What a poll reads of every QP comes first: the
 	// stage, the list links, the steps; then what a drain WR's completion
-	// reads and writes (the drain WRs, the done channel, then the report's
-	// proofs and outcome, progress), then what counting flushes does (the
-	// report's start and counts). The rest is for rarer paths.
+	// reads and writes (the drain WRs, then the report's proofs and
+	// outcome, progress), then what counting flushes does (the report's
+	// start and counts). The rest is for rarer paths.
 	stage       stage
 	on          stage // the stage of the list h is on, stageAdding for none (a byte: a pointer would cost 8 per QP)
 	srq         bool
@@ -35,7 +41,7 @@ type Handle struct {
 	needSend    bool // a drain WR on its own send queue is still to be posted
 	needRecv    bool // a receive drain WR is still to be posted
 	countRecvs  bool
-	full        bool // the last post found the queue full, at poll generation retryGen
+	full        bool // the last post found the queue full, at poll generation ext.retryGen
 	stalled     bool
 	unsure      bool // a completion with its number came while stageProving
 	noSends     bool // AddOptions.NoSends
@@ -43,7 +49,7 @@ type Handle struct {
 	sawLastWQE  bool // a Last WQE Reached of the QP was handed to HandleEvent (a step)
 	destroyed   bool // by Destroy
 	links       ilist.Links[Handle]
-	steps       []step
+	steps       []byte // the report's steps, packed (appendStep)
 	// The drain WRs outstanding; once the QP is handed back, those it was
 	// handed back with, which Destroy lets go of.
 	sendID uint64
@@ -51,17 +57,37 @@ type Handle struct {
 	// barrierAfter is the sequence number of the last drain WR posted
 	// before the QP became ready: only a later one is a barrier for it.
 	barrierAfter uint64
-	done         chan struct{} // made by Done on demand, closed at the outcome
 	report       progress
-	recvsLeft    int
-	retryGen     uint64
-	resets       uint64        // the QP's error episode (ibv.QP.Resets)
 	deadline     time.Duration // since r.epoch, of the wait the QP's list stands for
 	// since (since r.epoch) is when a proving QP was added, or when a
 	// stalled one first stalled: one field, as a QP stalls only after it
 	// has stopped proving.
 	since time.Duration
-	errs  []error // the Err of steps that have one (step.val)
+	// recvsLeft counts the receives still to come back of a QP counting
+	// them (AddOptions.CountRecvs), recvsBack those back (Recv.Count).
+	recvsLeft, recvsBack int
+
+	resets uint64 // the QP's error episode (ibv.QP.Resets)
+	qp     ibv.QP
+	x      *handleExt // nil until needed (ext)
+}
+
+// handleExt is what a handle needs only on some drains: a Done channel
+// asked for, a drain that did not end Safe, a full queue.
+type handleExt struct {
+	done     chan struct{} // made by Done on demand, closed at the outcome
+	err      error         // Report.Err
+	stall    error         // Report.Stall
+	errs     []error       // the Err of steps that have one (appendStep's val)
+	retryGen uint64        // the poll generation the last post found the queue full at
+}
+
+// ext is h.x, made if h has none yet; r.mu must be held.
+func (h *Handle) ext() *handleExt {
+	if h.x == nil {
+		h.x = new(handleExt)
+	}
+	return h.x
 }
 
 // QP is the QP being drained.
@@ -71,13 +97,13 @@ func (h *Handle) QP() ibv.QP { return h.qp }
 func (h *Handle) Done() <-chan struct{} {
 	h.r.mu.Lock()
 	defer h.r.mu.Unlock()
-	if h.done == nil {
+	if h.x == nil || h.x.done == nil {
 		if h.ended {
 			return closedChan
 		}
-		h.done = make(chan struct{})
+		h.ext().done = make(chan struct{})
 	}
-	return h.done
+	return h.x.done
 }
 
 // Destroy destroys the QP (h.QP().Close()) once the drain has an outcome
@@ -96,7 +122,7 @@ func (h *Handle) Destroy() error {
 	r.destroyMu.Lock()
 	defer r.destroyMu.Unlock()
 	r.mu.Lock()
-	stage, done, o := h.stage, h.destroyed, h.report.Outcome
+	stage, done, o := h.stage, h.destroyed, h.report.outcome
 	r.mu.Unlock()
 	switch {
 	case done:
@@ -136,14 +162,15 @@ func (h *Handle) Report() *report.Report {
 // snapshot copies the report, its steps built from h's; r.mu must be held.
 func (h *Handle) snapshot() *report.Report {
 	p := &h.report
-	rep := &report.Report{QPNum: p.QPNum, SRQ: p.SRQ, Start: p.Start, Flushed: p.Flushed, Recv: p.Recv, Send: p.Send,
-		Batch: p.Batch, Stall: p.Stall, Outcome: p.Outcome, Err: p.Err}
-	if len(h.steps) > 0 {
-		rep.Steps = make([]report.Step, len(h.steps))
-		for i, s := range h.steps {
-			rep.Steps[i] = h.unpack(s)
-		}
+	rep := &report.Report{QPNum: h.qpn, SRQ: h.srq, Start: h.r.epoch.Add(p.start), Recv: p.recv.queueProof(h.recvsBack),
+		Send: p.send.queueProof(0), Batch: int(p.batch), Outcome: p.outcome}
+	for q := range p.flushed {
+		rep.Flushed[q] = p.flushed[q].counts()
 	}
+	if h.x != nil {
+		rep.Err, rep.Stall = h.x.err, h.x.stall
+	}
+	rep.Steps = h.unpackSteps()
 	return rep
 }
 
@@ -209,12 +236,12 @@ func (h *Handle) waitingFor() error {
 // first one h's) up to the first of another QP or a drain WR's, as of
 // queue q, polled at (from the start); it returns how many it counted.
 func (h *Handle) tally(q report.Queue, wcs []ibv.WC, at time.Duration, now time.Time) int {
-	f := &h.report.Flushed[q]
-	if f.Flushed+f.Other == 0 {
-		f.First = at
+	f := &h.report.flushed[q]
+	if f.flushed+f.other == 0 {
+		f.first = at
 	}
-	f.Last = at
-	flushed, other := f.Flushed, f.Other
+	f.last = at
+	flushed, other := f.flushed, f.other
 	n := 0
 	for ; n < len(wcs); n++ {
 		wc := &wcs[n]
@@ -234,44 +261,26 @@ func (h *Handle) tally(q report.Queue, wcs []ibv.WC, at time.Duration, now time.
 			h.step(&report.Step{At: now, Kind: report.StepErrorWC, Queue: q, Status: wc.Status, WRID: wc.ID})
 		}
 	}
-	f.Flushed, f.Other = flushed, other
+	f.flushed, f.other = flushed, other
 	return n
 }
 
-// step appends s, which sets only the fields its kind names: val is the
-// one of From, Event, Status and Count that is set, with no switch by kind
-// (see the type step). A drain that goes past its first step takes about
-// 6, so the second grows the slice to 8 at once instead of doubling from 1.
-//
-// The step is written in place, field by field: one built aside and
-// copied in is read back with wide loads that wait for its narrow stores,
-// and those wait behind the stores to handles not yet in the cache.
-func (h *Handle) step(s *report.Step) {
-	if st := h.steps; len(st) == cap(st) && cap(st) < 8 {
-		h.grow()
-	}
-	h.steps = append(h.steps, step{})
-	c := &h.steps[len(h.steps)-1]
-	c.at, c.wrid, c.carrier, c.to, c.kind, c.queue, c.outcome = s.At.Sub(h.r.epoch), s.WRID, s.Carrier, s.To, s.Kind, s.Queue, s.Outcome
-	c.val = uint32(s.From) | uint32(s.Event) | uint32(s.Status) | uint32(s.Count)
-	if s.Err != nil {
-		c.val = h.keep(s.Err)
-	}
-}
-
-func (h *Handle) grow() { h.steps = append(make([]step, 0, 8), h.steps...) }
+// stepBytes is the room firstSteps gives a step: the steps of a QP
+// drained the usual way take 6-7 bytes each (appendStep).
+const stepBytes = 8
 
 // firstSteps is the room for h's first steps, from room, which holds
 // those of the left QPs of its batch from h on, made by the first that
-// needs it. A QP that goes on at once and ends Safe takes 8: its state, a
-// drain WR posted and done on each of its two queues, a first flush on
-// each, the outcome. An SRQ QP takes its stated Last WQE Reached in
-// place of the receive drain WR's two, and without Options.Queue one
-// flush step counts both queues: room for what it takes and no more, as
-// rooms are zeroed when made and read again in every pass over the
-// handles. One that waits for Last WQE Reached, perhaps long, gets none:
-// its transitions take what they need, grown at its next step (step).
-func (h *Handle) firstSteps(room *[]step, left int) []step {
+// needs it. A QP that goes on at once and ends Safe takes 8 steps: its
+// state, a drain WR posted and done on each of its two queues, a first
+// flush on each, the outcome. An SRQ QP takes its stated Last WQE Reached
+// in place of the receive drain WR's two, and without Options.Queue one
+// flush step counts both queues: room for what it takes, stepBytes a
+// step, and no more, as rooms are zeroed when made and written in the
+// passes over the handles; a log that outgrows its room moves out
+// (appendStep). One that waits for Last WQE Reached, perhaps long, gets
+// none: its transitions take what they need, grown at its next step.
+func (h *Handle) firstSteps(room *[]byte, left int) []byte {
 	if h.srq && !h.lastWQE {
 		return nil
 	}
@@ -282,57 +291,11 @@ func (h *Handle) firstSteps(room *[]step, left int) []step {
 	if h.r.opts.Queue == nil {
 		n--
 	}
+	n *= stepBytes
 	if len(*room) < n {
-		*room = make([]step, n*left)
+		*room = make([]byte, n*left)
 	}
 	s := (*room)[:0:n]
 	*room = (*room)[n:]
-	return s
-}
-
-// transition is the StepState of a move from -> to.
-func (h *Handle) transition(at time.Time, from, to ibv.QPState) step {
-	return step{at: at.Sub(h.r.epoch), kind: report.StepState, val: uint32(from), to: to}
-}
-
-// step is a Step as a handle keeps it: 32 bytes with no pointer where a
-// Step takes 80, written for every QP about six times and read only with
-// a report. Its time is from the reaper's epoch; val holds the one of
-// From, Event, Status and Count its kind has, or for a step with an Err
-// its index in Handle.errs plus one.
-type step struct {
-	at      time.Duration
-	wrid    uint64
-	carrier uint32
-	val     uint32
-	to      ibv.QPState
-	kind    report.StepKind
-	queue   report.Queue
-	outcome report.Outcome
-}
-
-// keep adds err to h.errs and returns its index plus one.
-func (h *Handle) keep(err error) uint32 {
-	h.errs = append(h.errs, err)
-	return uint32(len(h.errs))
-}
-
-// unpack is the Step c was made from.
-func (h *Handle) unpack(c step) report.Step {
-	s := report.Step{At: h.r.epoch.Add(c.at), WRID: c.wrid, Carrier: c.carrier, To: c.to, Kind: c.kind, Queue: c.queue, Outcome: c.outcome}
-	switch c.kind {
-	case report.StepState:
-		s.From = ibv.QPState(c.val)
-	case report.StepEvent:
-		s.Event = ibv.EventType(c.val)
-	case report.StepErrorWC, report.StepDrainDone, report.StepRecvDrainDone:
-		s.Status = ibv.WCStatus(c.val)
-	case report.StepDrainPosted, report.StepLastWQEStated:
-		s.Count = int(c.val)
-	case report.StepStall, report.StepOutcome:
-		if c.val != 0 {
-			s.Err = h.errs[c.val-1]
-		}
-	}
 	return s
 }

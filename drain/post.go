@@ -49,7 +49,7 @@ func (r *Reaper) post(now time.Time) {
 	}
 	for c, i := l.Front(), 0; c != nil && r.inFlight < r.opts.Headroom && (r.opts.MaxBatch == 0 || i < r.opts.MaxBatch); i++ {
 		next := c.links.Next()
-		if c.sendID == 0 && (!c.full || c.retryGen != r.pollGen) {
+		if c.sendID == 0 && !c.waitsPoll(r.pollGen) {
 			id := r.nextID()
 			if r.posted(c, id, c.qp.PostSend(r.drainSend(id)), "barrier drain WR", now) {
 				c.sendID = id
@@ -71,13 +71,17 @@ func (r *Reaper) postFlush(now time.Time) bool {
 	}
 	for h := r.lists[stageFlush].Front(); h != nil && r.inFlight < r.opts.Headroom; {
 		next := h.links.Next()
-		if !h.full || h.retryGen != r.pollGen {
+		if !h.waitsPoll(r.pollGen) {
 			r.postFor(h, now)
 		}
 		h = next
 	}
 	return true
 }
+
+// waitsPoll reports whether h's last post found its queue full during
+// the poll generation gen: it is posted again after the next poll.
+func (h *Handle) waitsPoll(gen uint64) bool { return h.full && h.x.retryGen == gen }
 
 // drainSend is the WR list of a send drain WR with id.
 func (r *Reaper) drainSend(id uint64) []ibv.SendWR {
@@ -136,7 +140,7 @@ func (r *Reaper) posted(h *Handle, id uint64, err error, what string, now time.T
 			r.stats.PostRetries++
 			h.step(&report.Step{At: now, Kind: report.StepPostRetry, WRID: id})
 		}
-		h.full, h.retryGen = true, r.pollGen
+		h.full, h.ext().retryGen = true, r.pollGen
 		return false
 	}
 	r.finish(h, report.Failed, fmt.Errorf("posting the %s on qpn %d: %w: %w", what, h.qpn, ErrPostDrain, err), now)

@@ -6,29 +6,58 @@ import (
 	"github.com/qpdrain/qpdrain/drain/report"
 )
 
-// proven takes the proofs by pointer and reads only By of each: a copy of
+// proven takes the proofs by pointer and reads only by of each: a copy of
 // a proof just written field by field (a drain WR's completion writes
 // them, then asks) is a wide load that waits for those stores to land.
-func proven(recv, send *report.QueueProof) bool {
-	return recv.By != report.ProofNone && send.By != report.ProofNone
+func proven(recv, send *proof) bool {
+	return recv.by != report.ProofNone && send.by != report.ProofNone
 }
 
-// progress is a Report as its handle keeps it, field for field but the
-// steps, which the handle keeps compact (step) and a snapshot builds. What
-// a drain WR's completion reads and writes of every QP comes first (the
-// proofs, Batch, Outcome, Err), then what counting its flushes does
-// (Start, Flushed): each pass over the handles touches a span, not all.
+// progress is what a handle keeps of its Report but the steps, which it
+// keeps packed (appendStep), the QP's number and SRQ, which are the
+// handle's, the count of receives back (Handle.recvsBack), and Err and
+// Stall, which only a drain that did not end Safe has (handleExt):
+// Handle.snapshot builds the Report. Each field is kept in the bytes it
+// needs, as every pass over the handles reads it. What a drain WR's
+// completion reads and writes of every QP comes first (the proofs, batch,
+// outcome), then what counting its flushes does (start, flushed): each
+// pass over the handles touches a span, not all.
 type progress struct {
-	Recv, Send report.QueueProof
-	Batch      int
-	Outcome    report.Outcome
-	Err        error
-	Start      time.Time
-	Flushed    [3]report.Flushed
-	QPNum      uint32
-	SRQ        bool
-	Stall      error
+	recv, send proof
+	batch      uint32 // a batch is at most the QPs of one reaper
+	outcome    report.Outcome
+	start      time.Duration // Report.Start, from the reaper's epoch, which steps are dated from too
+	flushed    [3]flushCount
 }
 
-// Proven is Report.Proven.
-func (p *progress) Proven() bool { return proven(&p.Recv, &p.Send) }
+// proven is Report.Proven.
+func (p *progress) proven() bool { return proven(&p.recv, &p.send) }
+
+// proof is a report.QueueProof but its Count (Handle.recvsBack), in 16
+// bytes where it takes 24.
+type proof struct {
+	wrid    uint64
+	carrier uint32
+	by      report.Proof
+	missing report.Missing
+	stated  bool
+}
+
+// queueProof is the report.QueueProof p stands for, with count.
+func (p *proof) queueProof(count int) report.QueueProof {
+	return report.QueueProof{By: p.by, Missing: p.missing, Stated: p.stated, Carrier: p.carrier, WRID: p.wrid, Count: count}
+}
+
+// flushCount is a report.Flushed with its counts in 32 bits, 24 bytes where
+// it takes 32: a QP completes at most the WRs it holds, fewer than 2^32
+// (queue sizes are 32-bit), and the completions an earlier QP with its
+// number left in the CQ, fewer than the CQ holds.
+type flushCount struct {
+	first, last    time.Duration
+	flushed, other uint32
+}
+
+// counts is the report.Flushed f stands for.
+func (f *flushCount) counts() report.Flushed {
+	return report.Flushed{Flushed: int(f.flushed), Other: int(f.other), First: f.first, Last: f.last}
+}

@@ -32,7 +32,7 @@ func TestQPTable(t *testing.T) {
 					delete(want, qpn)
 				} else {
 					h := &Handle{qpn: qpn}
-					tab.set(qpn, h)
+					tab.set(h)
 					want[qpn] = h
 				}
 				if tab.n != len(want) {

@@ -253,10 +253,12 @@ func (r *Reaper) addAll(qps []ibv.QP, o AddOptions, done func(i int, h *Handle, 
 }
 
 // move is a QP's move to ERROR made without the reaper's lock (moveAll):
-// whether it is to be made, and its steps and error once made.
+// whether it is to be made, and its steps, whether it found the QP in
+// ERROR, and its error once made.
 type move struct {
 	do    bool
-	steps []step
+	found bool
+	steps []byte
 	err   error
 }
 
@@ -267,25 +269,27 @@ type move struct {
 // once.
 func (r *Reaper) addSome(qps []ibv.QP, first int, o AddOptions, hs []*Handle, ms []move, done func(i int, h *Handle, err error)) {
 	now := r.opts.Clock.Now()
-	// The numbers first, in a loop of their own: a number is the first read
-	// of its QP, often a cache miss, and the misses of a loop that does
-	// nothing else overlap, where the checks and fills between them would
-	// wait for each in turn.
+	// The numbers and error episodes first, in a loop of their own: they
+	// are the first reads of their QP, often cache misses (on a soft QP
+	// one each, as they are far apart), and the misses of a loop that
+	// does nothing else overlap, where the checks and fills between them
+	// would wait for each in turn.
 	var nums [addChunk]uint32
+	var resets [addChunk]uint64
 	for i := range hs {
 		if qp := qps[first+i]; qp != nil {
-			nums[i] = qp.Num()
+			nums[i], resets[i] = qp.Num(), qp.Resets()
 		}
 	}
 	slab := make([]Handle, len(hs))
 	for i := range hs {
 		hs[i], ms[i] = &slab[i], move{}
-		if err := r.newHandle(hs[i], qps[first+i], nums[i], o, now); err != nil {
+		if err := r.newHandle(hs[i], qps[first+i], nums[i], resets[i], o, now); err != nil {
 			hs[i] = nil
 			done(first+i, nil, err)
 		}
 	}
-	var room []step
+	var room []byte
 	toMove := 0
 	r.mu.Lock()
 	if first == 0 {
@@ -305,9 +309,10 @@ func (r *Reaper) addSome(qps []ibv.QP, first int, o AddOptions, hs []*Handle, ms
 		}
 		steps := h.firstSteps(&room, len(hs)-i)
 		if h.given == ibv.QPSErr {
+			var found bool
 			var err error
-			h.steps, err = r.moveToError(h, now, steps) // the first: nothing came before
-			r.started(h, h.steps, err, now)
+			h.steps, found, err = r.moveToError(h, now, steps) // the first: nothing came before
+			r.started(h, found, err, now)
 			continue
 		}
 		ms[i] = move{do: true, steps: steps}
@@ -337,7 +342,7 @@ func (r *Reaper) moveAll(hs []*Handle, ms []move, began time.Time) time.Time {
 	r.mu.Unlock()
 	for i, h := range hs {
 		if ms[i].do {
-			ms[i].steps, ms[i].err = r.moveToError(h, began, ms[i].steps)
+			ms[i].steps, ms[i].found, ms[i].err = r.moveToError(h, began, ms[i].steps)
 		}
 	}
 	r.mu.Lock()
@@ -353,14 +358,14 @@ func (r *Reaper) moveAll(hs []*Handle, ms []move, began time.Time) time.Time {
 		} else {
 			h.steps = slices.Insert(h.steps, 0, ms[i].steps...)
 		}
-		r.started(h, ms[i].steps, ms[i].err, now)
+		r.started(h, ms[i].found, ms[i].err, now)
 	}
 	return now
 }
 
-// newHandle checks what Add can check of qp (its number qpn) and o
-// without the lock and makes h, zero, qp's handle.
-func (r *Reaper) newHandle(h *Handle, qp ibv.QP, qpn uint32, o AddOptions, now time.Time) error {
+// newHandle checks what Add can check of qp (its number qpn, its error
+// episode resets) and o without the lock and makes h, zero, qp's handle.
+func (r *Reaper) newHandle(h *Handle, qp ibv.QP, qpn uint32, resets uint64, o AddOptions, now time.Time) error {
 	if qp == nil {
 		return fmt.Errorf("adding a nil QP: %w", ibv.ErrInvalidArgument)
 	}
@@ -385,16 +390,16 @@ func (r *Reaper) newHandle(h *Handle, qp ibv.QP, qpn uint32, o AddOptions, now t
 	}
 	// Field by field: h is zero, and a struct assigned whole would be
 	// cleared again first.
-	h.r, h.qp, h.qpn, h.given, h.resets = r, qp, qpn, ibv.QPSUnknown, qp.Resets()
+	h.r, h.qp, h.qpn, h.given, h.resets = r, qp, qpn, ibv.QPSUnknown, resets
 	h.srq, h.lastWQE, h.noSends, h.stated = srq, srq && o.LastWQESeen, o.NoSends, o.LastWQESeen
 	if o.StateKnown {
 		h.given = o.State
 	}
-	h.report.QPNum, h.report.SRQ, h.report.Start = qpn, srq, now
+	h.report.start = r.at(now)
 	if o.CountRecvs && !srq {
 		h.countRecvs, h.recvsLeft = true, o.Recvs
 		if o.Recvs == 0 {
-			h.report.Recv.By = report.ProofRecvCount
+			h.report.recv.by = report.ProofRecvCount
 		}
 	}
 	return nil
@@ -423,7 +428,7 @@ func (r *Reaper) admit(h *Handle, now time.Time) error {
 	if old != nil {
 		r.displace(old)
 	}
-	r.byNum.set(qpn, h)
+	r.byNum.set(h)
 	r.stats.Added++
 	r.stats.Pending++
 	if h.recvsLeft > 0 {
@@ -461,15 +466,15 @@ func (r *Reaper) begin(h *Handle, proven bool, now time.Time) {
 		h.step(&report.Step{At: now, Kind: report.StepCountNotTrusted})
 	}
 	h.stage = stageAdding
-	k := len(h.steps)
+	var found bool
 	var err error
-	h.steps, err = r.moveToError(h, now, h.steps)
-	r.started(h, h.steps[k:], err, now)
+	h.steps, found, err = r.moveToError(h, now, h.steps)
+	r.started(h, found, err, now)
 }
 
-// started goes on with h's drain once the move to ERROR (steps, err) is
-// done.
-func (r *Reaper) started(h *Handle, steps []step, err error, now time.Time) {
+// started goes on with h's drain once the move to ERROR is done: err is
+// its error, found says it found the QP in ERROR.
+func (r *Reaper) started(h *Handle, found bool, err error, now time.Time) {
 	switch {
 	case h.stage != stageAdding:
 		// A CQ error or shutdown ended the drain meanwhile.
@@ -478,15 +483,14 @@ func (r *Reaper) started(h *Handle, steps []step, err error, now time.Time) {
 		r.finish(h, report.Failed, fmt.Errorf("qpn %d: %w: %w", h.qpn, ErrModifyToError, err), now)
 		return
 	}
-	foundInError := len(steps) == 1 && ibv.QPState(steps[0].val) == ibv.QPSErr
 	if h.noSends {
-		h.report.Send.By = report.ProofNoSends
+		h.report.send.by = report.ProofNoSends
 	} else {
 		h.needSend = true
 	}
 	switch {
 	case h.srq:
-		if at, ok := r.history.take(h.qp, h.resets); ok && foundInError && !h.lastWQE {
+		if at, ok := r.history.take(h.qp, h.resets); ok && found && !h.lastWQE {
 			h.lastWQE = true
 			h.step(&report.Step{At: at, Kind: report.StepLastWQEStated, Count: 1})
 		} else if h.stated {
@@ -509,37 +513,37 @@ func (r *Reaper) started(h *Handle, steps []step, err error, now time.Time) {
 
 // moveToError moves h's QP to ERROR unless it is there, through RTS when
 // Options.ViaRTS asks it of a QP in RTR, and returns steps with the
-// transitions appended (Handle.firstSteps); h's own steps it leaves alone,
-// as moveAll calls it without r.mu. It queries the state only when
-// AddOptions did not state it.
-func (r *Reaper) moveToError(h *Handle, began time.Time, steps []step) ([]step, error) {
+// transitions appended (Handle.firstSteps) and whether it found the QP in
+// ERROR; h's own steps it leaves alone, as moveAll calls it without r.mu.
+// It queries the state only when AddOptions did not state it.
+func (r *Reaper) moveToError(h *Handle, began time.Time, steps []byte) ([]byte, bool, error) {
 	qp, from := h.qp, h.given
 	if from == ibv.QPSUnknown {
 		attr, _, err := qp.Query(ibv.QPAttrState)
 		if err != nil {
-			return append(steps, h.transition(began, ibv.QPSUnknown, ibv.QPSErr)), fmt.Errorf("querying the state: %w", err)
+			return h.transition(steps, began, ibv.QPSUnknown, ibv.QPSErr), false, fmt.Errorf("querying the state: %w", err)
 		}
 		from = attr.State
 	}
 	if from == ibv.QPSErr {
-		return append(steps, h.transition(began, from, ibv.QPSErr)), nil
+		return h.transition(steps, began, from, ibv.QPSErr), true, nil
 	}
 	if from == ibv.QPSRTR && r.opts.ViaRTS {
 		// The attributes RTR -> RTS requires (IBTA Table 91); their values
 		// do not matter to a QP about to enter ERROR.
 		rts := ibv.QPAttr{State: ibv.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}
 		mask := ibv.QPAttrState | ibv.QPAttrTimeout | ibv.QPAttrRetryCnt | ibv.QPAttrRNRRetry | ibv.QPAttrSQPSN | ibv.QPAttrMaxQPRdAtomic
-		steps = append(steps, h.transition(began, from, ibv.QPSRTS))
+		steps = h.transition(steps, began, from, ibv.QPSRTS)
 		if err := qp.Modify(rts, mask); err != nil {
-			return steps, fmt.Errorf("modifying RTR -> RTS: %w", err)
+			return steps, false, fmt.Errorf("modifying RTR -> RTS: %w", err)
 		}
 		from = ibv.QPSRTS
 	}
-	steps = append(steps, h.transition(began, from, ibv.QPSErr))
+	steps = h.transition(steps, began, from, ibv.QPSErr)
 	if err := qp.Modify(ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState); err != nil {
-		return steps, fmt.Errorf("modifying %s -> ERR: %w", from, err)
+		return steps, false, fmt.Errorf("modifying %s -> ERR: %w", from, err)
 	}
-	return steps, nil
+	return steps, false, nil
 }
 
 // ready starts the wait for a QP's proofs: only drain WRs posted from now
@@ -560,10 +564,10 @@ func (r *Reaper) place(h *Handle, now time.Time) {
 	case h.sendID != 0 || h.recvID != 0 || h.countRecvs && h.recvsLeft > 0:
 		h.stage = stageWait
 		r.lists[stageWait].push(h)
-	case h.srq && h.report.Recv.By == report.ProofNone && !h.barrierDone:
+	case h.srq && h.report.recv.by == report.ProofNone && !h.barrierDone:
 		h.stage = stageBarrier
 		r.lists[stageBarrier].push(h)
-	case h.report.Proven():
+	case h.report.proven():
 		r.finish(h, report.Safe, nil, now)
 	case h.stalled:
 		// DestroyWhenEmpty, after its drain WRs: an empty poll releases it.
@@ -637,7 +641,7 @@ func (r *Reaper) lookup(qpn uint32) *Handle {
 // wcs, up to the first of another QP or a drain WR's, and returns how many
 // it took: it stops after one that moved h on (its last counted receive).
 func (r *Reaper) count(h *Handle, wcs []ibv.WC, now time.Time) int {
-	at := now.Sub(h.report.Start)
+	at := r.at(now) - h.report.start
 	if r.opts.Queue == nil {
 		// One queue for all, and no receives counted (AddOptions.CountRecvs
 		// needs Options.Queue): the run at once.
@@ -653,9 +657,9 @@ func (r *Reaper) count(h *Handle, wcs []ibv.WC, now time.Time) int {
 			continue
 		}
 		h.recvsLeft--
-		h.report.Recv.Count++
+		h.recvsBack++
 		if h.recvsLeft == 0 {
-			h.report.Recv.By = report.ProofRecvCount
+			h.report.recv.by = report.ProofRecvCount
 			if h.stage == stageWait {
 				r.lists[stageWait].remove(h)
 				r.place(h, now)
@@ -710,14 +714,14 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 	case h.recvID:
 		h.recvID = 0
 		h.step(&report.Step{At: now, Kind: report.StepRecvDrainDone, WRID: wc.ID, Status: wc.Status})
-		h.report.Recv = report.QueueProof{By: report.ProofRecvDrainWR, Carrier: h.qpn, WRID: wc.ID}
+		h.report.recv = proof{by: report.ProofRecvDrainWR, carrier: h.qpn, wrid: wc.ID}
 	case h.sendID:
 		h.sendID = 0
 		if h.stage != stageBarrier {
 			h.step(&report.Step{At: now, Kind: report.StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
-			h.report.Batch = batch
-			if h.report.Send.By == report.ProofNone {
-				h.report.Send = report.QueueProof{By: report.ProofSendDrainWR, Carrier: h.qpn, WRID: wc.ID}
+			h.report.batch = uint32(batch)
+			if h.report.send.by == report.ProofNone {
+				h.report.send = proof{by: report.ProofSendDrainWR, carrier: h.qpn, wrid: wc.ID}
 			}
 			if h.srq && h.barrierAfter < seq {
 				r.barrier(h, wc.ID, h.qpn)
@@ -729,7 +733,7 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 		r.lists[stageWait].remove(h)
 		r.place(h, now)
 	case stageEmptyWait:
-		if h.report.Proven() {
+		if h.report.proven() {
 			r.lists[stageEmptyWait].remove(h)
 			r.finish(h, report.Safe, nil, now)
 		}
@@ -738,7 +742,7 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 		b := r.lists[stageBarrier].Front()
 		r.lists[stageBarrier].remove(b)
 		b.step(&report.Step{At: now, Kind: report.StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
-		b.report.Batch = batch
+		b.report.batch = uint32(batch)
 		r.barrier(b, wc.ID, h.qpn)
 		r.place(b, now)
 	}
@@ -748,8 +752,8 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 // with Last WQE Reached before it, that proves h's SRQ side.
 func (r *Reaper) barrier(h *Handle, id uint64, carrier uint32) {
 	h.barrierDone = true
-	if h.lastWQE && h.report.Recv.By == report.ProofNone {
-		h.report.Recv = report.QueueProof{By: report.ProofBarrier, Carrier: carrier, WRID: id, Stated: !h.sawLastWQE}
+	if h.lastWQE && h.report.recv.by == report.ProofNone {
+		h.report.recv = proof{by: report.ProofBarrier, carrier: carrier, wrid: id, stated: !h.sawLastWQE}
 	}
 }
 
@@ -896,7 +900,7 @@ func (r *Reaper) finish(h *Handle, o report.Outcome, err error, now time.Time) {
 	h.stage = stageDone
 	r.stats.Pending--
 	r.conclude(h, o, err, now)
-	switch h.report.Outcome {
+	switch h.report.outcome {
 	case report.Safe:
 		r.stats.Safe++
 	case report.DestroyedAfterEmptyCQ:
@@ -930,32 +934,35 @@ func (r *Reaper) displace(q *Handle) {
 // report without proof cannot be produced.
 func (r *Reaper) conclude(h *Handle, o report.Outcome, err error, now time.Time) {
 	rep := &h.report
-	if o == report.Safe && !rep.Proven() {
+	if o == report.Safe && !rep.proven() {
 		o, err = report.Failed, fmt.Errorf("qpn %d: %w: a queue has no proof", h.qpn, ErrDrainNotFlushed)
 	}
-	if rep.Recv.By == report.ProofNone {
+	if rep.recv.by == report.ProofNone {
 		switch {
 		case h.srq && !h.lastWQE:
-			rep.Recv.Missing = report.MissingLastWQE
+			rep.recv.missing = report.MissingLastWQE
 		case h.srq:
-			rep.Recv.Missing = report.MissingBarrier
+			rep.recv.missing = report.MissingBarrier
 		case h.countRecvs:
-			rep.Recv.Missing = report.MissingRecvs
+			rep.recv.missing = report.MissingRecvs
 		default:
-			rep.Recv.Missing = report.MissingRecvDrainWR
+			rep.recv.missing = report.MissingRecvDrainWR
 		}
 	}
-	if rep.Send.By == report.ProofNone {
-		rep.Send.Missing = report.MissingSendDrainWR
+	if rep.send.by == report.ProofNone {
+		rep.send.missing = report.MissingSendDrainWR
 	}
-	rep.Outcome, rep.Err = o, err
+	rep.outcome = o
+	if err != nil || h.x != nil {
+		h.ext().err = err
+	}
 	h.step(&report.Step{At: now, Kind: report.StepOutcome, Outcome: o, Err: err})
 	if o != report.Safe {
 		r.debug(h, "drain ended", slog.Any("outcome", o), slog.Any("error", err))
 	}
 	h.ended = true
-	if h.done != nil {
-		close(h.done)
+	if h.x != nil && h.x.done != nil {
+		close(h.x.done)
 	}
 }
 
@@ -1029,7 +1036,7 @@ func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 	}
 	var notSafe []*Handle
 	for _, h := range pending {
-		if h.report.Outcome == report.Failed {
+		if h.report.outcome == report.Failed {
 			notSafe = append(notSafe, h)
 		}
 	}
