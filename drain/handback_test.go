@@ -217,7 +217,7 @@ func TestDestroyOnlyHandedBack(t *testing.T) {
 
 // An empty poll frees the headroom slot of a destroyed QP's drain WR only
 // if it began strictly after the destroy: one that began at the very
-// instant (a VirtualClock that did not move) may have begun before it,
+// instant (a clock.Virtual that did not move) may have begun before it,
 // while the drain WR could still complete.
 func TestEmptyPollAtDestroyInstant(t *testing.T) {
 	r := eHCARig(t)

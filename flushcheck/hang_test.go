@@ -117,7 +117,7 @@ func TestHungCall(t *testing.T) {
 	}
 }
 
-// A probe blocked where it records no verbs call (drain.QP's own
+// A probe blocked where it records no verbs call (drain.DrainAll's own
 // ibv_modify_qp to ERR here) is hung once it has not returned CallTimeout
 // after its context ended, naming the last call it recorded.
 func TestHungOutsideRecordedCalls(t *testing.T) {
