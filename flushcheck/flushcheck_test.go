@@ -130,24 +130,31 @@ func TestSoftQuirks(t *testing.T) {
 		quirk soft.Quirks
 		want  []string
 		says  string // in what each deviating probe observed
+		// mayPass are probes of want that an adversarial schedule may not
+		// show deviating: the quirk makes the deviation possible, the
+		// schedule's interleaving decides whether it shows.
+		mayPass []string
 	}{
 		// The eHCA bug: the drain WR, and flush-order's barrier, is a send
 		// posted in ERROR.
-		{"SendInErrorNotFlushed", soft.Quirks{SendInErrorNotFlushed: true}, []string{"send-in-error", "flush-before-rts", "drain-wr", "flush-order"}, "never"},
-		{"RecvInErrorNotFlushed", soft.Quirks{RecvInErrorNotFlushed: true}, []string{"recv-in-error"}, "never completed"},
-		{"RecvInErrorFlushDeferred", soft.Quirks{RecvInErrorFlushDeferred: true}, []string{"recv-in-error"}, deferredFlush},
-		{"NoLastWQEReached", soft.Quirks{NoLastWQEReached: true}, []string{"last-wqe-reached", "last-wqe-repeat"}, "no Last WQE Reached"},
-		{"LastWQEReachedTwice", soft.Quirks{LastWQEReachedTwice: true}, []string{"last-wqe-reached", "last-wqe-repeat"}, "Last WQE Reached"},
-		{"LastWQEReachedAgain", soft.Quirks{LastWQEReachedAgain: true}, []string{"last-wqe-repeat"}, "again after a second modify to ERROR (1, "},
-		{"NoResponderErrorEvent", soft.Quirks{NoResponderErrorEvent: true}, []string{"responder-access-error"}, "responder: no async event"},
-		{"DrainNeedsRTS", soft.Quirks{DrainNeedsRTS: true}, []string{"flush-before-rts"}, "never completed"},
+		{"SendInErrorNotFlushed", soft.Quirks{SendInErrorNotFlushed: true}, []string{"send-in-error", "flush-before-rts", "drain-wr", "flush-order"}, "never", nil},
+		{"RecvInErrorNotFlushed", soft.Quirks{RecvInErrorNotFlushed: true}, []string{"recv-in-error"}, "never completed", nil},
+		{"RecvInErrorFlushDeferred", soft.Quirks{RecvInErrorFlushDeferred: true}, []string{"recv-in-error"}, deferredFlush, nil},
+		{"NoLastWQEReached", soft.Quirks{NoLastWQEReached: true}, []string{"last-wqe-reached", "last-wqe-repeat"}, "no Last WQE Reached", nil},
+		{"LastWQEReachedTwice", soft.Quirks{LastWQEReachedTwice: true}, []string{"last-wqe-reached", "last-wqe-repeat"}, "Last WQE Reached", nil},
+		{"LastWQEReachedAgain", soft.Quirks{LastWQEReachedAgain: true}, []string{"last-wqe-repeat"}, "again after a second modify to ERROR (1, ", nil},
+		{"NoResponderErrorEvent", soft.Quirks{NoResponderErrorEvent: true}, []string{"responder-access-error"}, "responder: no async event", nil},
+		{"DrainNeedsRTS", soft.Quirks{DrainNeedsRTS: true}, []string{"flush-before-rts"}, "never completed", nil},
 		// hns: flushes come when the CQ is polled, so one QP's after
 		// another's later completion, and Last WQE Reached with them.
-		{"FlushDeferred", soft.Quirks{FlushDeferred: true}, []string{"last-wqe-reached", "last-wqe-repeat", "flush-order"}, ""},
+		// flush-order shows it only when the later completion is polled
+		// before the deferred flushes are generated, which an adversarial
+		// schedule may order the other way (seeds 173, 175 and 238).
+		{"FlushDeferred", soft.Quirks{FlushDeferred: true}, []string{"last-wqe-reached", "last-wqe-repeat", "flush-order"}, "", []string{"flush-order"}},
 		// Passes: the rule asks only for CQ_ERR; the observation differs.
-		{"CQOverrunKeepsQPs", soft.Quirks{CQOverrunKeepsQPs: true}, nil, ""},
+		{"CQOverrunKeepsQPs", soft.Quirks{CQOverrunKeepsQPs: true}, nil, "", nil},
 		// rxe's SQD: the RNR retry rewinds the send, taken for drained.
-		{"SQDrainedEarly", soft.Quirks{SQDrainedEarly: true}, []string{"sqd"}, "SQ_DRAINED already raised while a send was in progress"},
+		{"SQDrainedEarly", soft.Quirks{SQDrainedEarly: true}, []string{"sqd"}, "SQ_DRAINED already raised while a send was in progress", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dev := openSoft(t, tc.quirk)
@@ -157,7 +164,8 @@ func TestSoftQuirks(t *testing.T) {
 				if r.Outcome != Pass {
 					t.Logf("%s: %s: %s", r.Name, r.Outcome, r.Observed)
 				}
-				if slices.Contains(tc.want, r.Name) {
+				mayPass := devtest.Schedule(t).Seed != 0 && slices.Contains(tc.mayPass, r.Name) && r.Outcome == Pass
+				if slices.Contains(tc.want, r.Name) && !mayPass {
 					want = append(want, r.Name)
 				}
 				if r.Outcome == Deviation && slices.Contains(tc.want, r.Name) && !strings.Contains(r.Observed, tc.says) {
