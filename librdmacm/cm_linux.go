@@ -438,24 +438,22 @@ func orDefault(v uint8, def int) int {
 }
 
 func (i *id) Connect(ctx context.Context, param cm.ConnParam) error {
-	op := "connecting"
-	if err := i.enter(op); err != nil {
-		return err
-	}
-	defer i.mu.RUnlock()
-	if !i.qpOpen.Load() {
-		return fmt.Errorf("%s: the ID has no QP: %w", op, ibv.ErrInvalidArgument)
-	}
-	cp, free := connParam(param)
-	defer free()
-	if rc, err := C.qpd_rdma_connect(i.cid, &cp); rc != 0 {
-		return fmt.Errorf("%s: %w", op, errnoErr(err))
-	}
-	return i.await(ctx, op, cm.EventEstablished)
+	return i.establish(ctx, "connecting", param, func(cid *C.struct_rdma_cm_id, cp *C.struct_rdma_conn_param) (C.int, error) {
+		rc, err := C.qpd_rdma_connect(cid, cp)
+		return rc, err
+	})
 }
 
 func (i *id) Accept(ctx context.Context, param cm.ConnParam) error {
-	const op = "accepting a connection request"
+	return i.establish(ctx, "accepting a connection request", param, func(cid *C.struct_rdma_cm_id, cp *C.struct_rdma_conn_param) (C.int, error) {
+		rc, err := C.qpd_rdma_accept(cid, cp)
+		return rc, err
+	})
+}
+
+// establish makes op, rdma_connect or rdma_accept (call), on the ID's QP
+// with param, and waits for ESTABLISHED.
+func (i *id) establish(ctx context.Context, op string, param cm.ConnParam, call func(*C.struct_rdma_cm_id, *C.struct_rdma_conn_param) (C.int, error)) error {
 	if err := i.enter(op); err != nil {
 		return err
 	}
@@ -465,7 +463,7 @@ func (i *id) Accept(ctx context.Context, param cm.ConnParam) error {
 	}
 	cp, free := connParam(param)
 	defer free()
-	if rc, err := C.qpd_rdma_accept(i.cid, &cp); rc != 0 {
+	if rc, err := call(i.cid, &cp); rc != 0 {
 		return fmt.Errorf("%s: %w", op, errnoErr(err))
 	}
 	return i.await(ctx, op, cm.EventEstablished)
