@@ -49,12 +49,14 @@ func (e *Error) Is(target error) bool {
 // Errno is the errno libibverbs returns for this condition.
 func (e *Error) Errno() syscall.Errno { return e.errno }
 
-// LoadError reports that libibverbs could not be loaded at run time: the
-// library is missing (Symbol empty), or it lacks an entry point the binding
-// calls. It matches ErrNotSupported: the libibverbs implementation is not
-// available here, and the soft device is.
+// LoadError reports that a library a binding opens at run time (libibverbs,
+// librdmacm) could not be loaded: it is missing (Symbol empty), or it lacks
+// an entry point the binding calls. It matches ErrNotSupported: the
+// binding is not available here, and the soft device is.
 type LoadError struct {
-	Library string // "libibverbs.so.1"
+	Name    string // the library, "libibverbs"
+	Package string // what provides it, "libibverbs1 and, for device drivers, ibverbs-providers"
+	Library string // the file opened, "libibverbs.so.1"
 	Symbol  string // the missing entry point with its version, "ibv_create_qp@IBVERBS_1.1"
 	Reason  string // the dynamic loader's message (dlerror)
 }
@@ -62,13 +64,13 @@ type LoadError struct {
 // Error says what is missing and which Debian package provides it.
 func (e *LoadError) Error() string {
 	if e.Symbol != "" {
-		return fmt.Sprintf("libibverbs is too old: %s lacks %s (%s); install a newer libibverbs1", e.Library, e.Symbol, e.Reason)
+		return fmt.Sprintf("%s is too old: %s lacks %s (%s); install a newer %s", e.Name, e.Library, e.Symbol, e.Reason, e.Package)
 	}
-	what := "libibverbs is not installed"
+	what := e.Name + " is not installed"
 	if !strings.Contains(e.Reason, "No such file or directory") {
-		what = "libibverbs cannot be loaded" // there, but not usable: another architecture, a broken file
+		what = e.Name + " cannot be loaded" // there, but not usable: another architecture, a broken file
 	}
-	return fmt.Sprintf("%s: %s (install Debian's libibverbs1 and, for device drivers, ibverbs-providers)", what, e.Reason)
+	return fmt.Sprintf("%s: %s (install Debian's %s)", what, e.Reason, e.Package)
 }
 
 // Unwrap returns ErrNotSupported.

@@ -33,7 +33,7 @@ func loadFrom(lib string) error {
 	defer C.free(unsafe.Pointer(clib))
 	var what, why *C.char
 	if C.qpd_load(clib, &what, &why) != 0 {
-		e := &ibv.LoadError{Library: lib, Reason: C.GoString(why)}
+		e := &ibv.LoadError{Name: "libibverbs", Package: "libibverbs1 and, for device drivers, ibverbs-providers", Library: lib, Reason: C.GoString(why)}
 		if w := C.GoString(what); w != lib {
 			e.Symbol = w
 		}

@@ -41,7 +41,7 @@ func loadFrom(lib string) error {
 	defer C.free(unsafe.Pointer(clib))
 	var what, why *C.char
 	if C.qpd_cm_load(clib, &what, &why) != 0 {
-		e := &cm.LoadError{Library: lib, Reason: C.GoString(why)}
+		e := &cm.LoadError{Name: "librdmacm", Package: "librdmacm1", Library: lib, Reason: C.GoString(why)}
 		if w := C.GoString(what); w != lib {
 			e.Symbol = w
 		}
