@@ -81,8 +81,14 @@ type Result struct {
 }
 
 // Default bounds. A healthy provider flushes in microseconds (rxe under
-// qemu without KVM in milliseconds); 5 s separates "slow" from "never", as
-// the drain package's defaults do.
+// qemu without KVM in milliseconds). No transport timer stands behind a
+// flush or the async event of a state change: rxe raises them from the
+// QP's tasks as soon as those run (rxe_qp.c, rxe_qp_error schedules them),
+// so a wait for them bounds the machine's scheduling, not the device's
+// protocol. The slowest such answer in the rxe records under qemu TCG
+// came 18.8 ms after its cause (CQ_ERR of cq-overrun on 6.1): 2 s is a
+// hundred times that and separates "slow" from "never". Waits behind a
+// transport timer (a retry series, an RNR retry) add the timer's time.
 const (
 	// MinTimeout is the shortest Options.Timeout the probes accept:
 	// several times the slowest answer a healthy device gives outside a
@@ -91,7 +97,7 @@ const (
 	// retry series (peer-gone, rnr-exhausted) allows one Timeout per
 	// retry timer, and 2 s at the least.
 	MinTimeout     = 100 * time.Millisecond
-	DefaultTimeout = 5 * time.Second
+	DefaultTimeout = 2 * time.Second
 	DefaultQuiet   = 500 * time.Millisecond
 	DefaultPort    = 1
 	// MinCallTimeout is the shortest Options.CallTimeout the probes

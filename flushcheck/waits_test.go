@@ -1,0 +1,41 @@
+package flushcheck
+
+import (
+	"context"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/qpdrain/qpdrain/soft"
+)
+
+// TestWaitsFollowTheDevice: a wait for what the device already owes by
+// what came before it (the responder's event once the requester has the
+// NAK's completion, a receive's flush once a send posted behind it is
+// flushed, a send in SQD once the receives are posted and an RNR timer has
+// passed) lasts Quiet past that, not a whole Timeout.
+func TestWaitsFollowTheDevice(t *testing.T) {
+	o := Options{Timeout: time.Second, Quiet: 20 * time.Millisecond}
+	for _, tc := range []struct {
+		probe string
+		quirk soft.Quirks
+		took  string // a regexp whose group is the wait, as observed
+	}{
+		{ProbeRecvInError, soft.Quirks{RecvInErrorNotFlushed: true}, `then (\S+) more after posting a send behind it`},
+		{ProbeSQD, soft.Quirks{}, `sends \[256 SUCCESS\] by (\S+),`},
+		{ProbeResponderAccessError, soft.Quirks{NoResponderErrorEvent: true}, `no async event within (\S+),`},
+	} {
+		t.Run(tc.probe, func(t *testing.T) {
+			dev := openSoft(t, tc.quirk)
+			p, _ := Lookup(tc.probe)
+			r := p.Run(context.Background(), dev, on(dev, o))
+			m := regexp.MustCompile(tc.took).FindStringSubmatch(r.Observed)
+			if m == nil {
+				t.Fatalf("%s: %s, observed %q: want it to match %q", tc.probe, r.Outcome, r.Observed, tc.took)
+			}
+			if d, err := time.ParseDuration(m[1]); err != nil || d >= o.Timeout/2 {
+				t.Errorf("%s waited %s (%v), want about Quiet (%v), far less than Timeout (%v): %q", tc.probe, m[1], err, o.Quiet, o.Timeout, r.Observed)
+			}
+		})
+	}
+}
