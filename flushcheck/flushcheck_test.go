@@ -205,7 +205,7 @@ func TestCQOverrunObserved(t *testing.T) {
 func TestObserved(t *testing.T) {
 	dev := openSoft(t, soft.Quirks{NoLastWQEReached: true, NoResponderErrorEvent: true})
 	for name, want := range map[string]string{
-		"last-wqe-reached":       "no Last WQE Reached within 100ms of ERROR",
+		"last-wqe-reached": "no Last WQE Reached within 100ms of ERROR",
 		// Quiet, not Timeout: the requester's REM_ACCESS_ERR says the
 		// responder found the violation already.
 		"responder-access-error": "requester: REM_ACCESS_ERR; responder: no async event within 20ms, state ERR, 2 of 2 receives flushed",
