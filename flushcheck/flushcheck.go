@@ -145,8 +145,8 @@ type Options struct {
 	// second. CallTimeout and Result.Duration stay wall time.
 	Clock clock.Clock
 	// OnResult, if not nil, is called with each result as Run produces it,
-	// in order (Skipped and NotRun ones too), so that a caller can show
-	// progress; it runs on Run's goroutine.
+	// in the order Run runs the probes (Skipped and NotRun ones too), so
+	// that a caller can show progress; it runs on Run's goroutine.
 	OnResult func(Result)
 }
 
@@ -247,16 +247,19 @@ func Lookup(name string) (Probe, bool) {
 }
 
 // Run runs the probes o selects on dev, one after the other, and returns a
-// result for every probe, in order: those o leaves out are Skipped. A
-// probe that errs does not stop the others; once ctx has ended the
-// remaining probes report Error without running. A probe that hangs
-// (Options.CallTimeout) stops the check: the device may be wedged, so the
-// probes after it are NotRun, and the hung probe's goroutine and objects
-// are left behind (Probe.Run).
+// result for every probe, in the order of Probes: those o leaves out are
+// Skipped. It runs first the probes that end when the device answers, then
+// those that watch a quiet period on any device (quietWatchers), so that
+// Options.OnResult has most results early. A probe that errs does not stop
+// the others; once ctx has ended the remaining probes report Error without
+// running. A probe that hangs (Options.CallTimeout) stops the check: the
+// device may be wedged, so the probes run after it are NotRun, and the hung
+// probe's goroutine and objects are left behind (Probe.Run).
 func Run(ctx context.Context, dev ibv.Context, o Options) []Result {
-	out := make([]Result, 0, len(probes))
+	out := make([]Result, len(probes))
 	hung := ""
-	for _, p := range probes {
+	for _, i := range runOrder {
+		p := probes[i]
 		r := Result{Name: p.Name, Rule: p.Rule}
 		switch why := o.skips(p.Name); {
 		case why != "":
@@ -269,7 +272,7 @@ func Run(ctx context.Context, dev ibv.Context, o Options) []Result {
 		if r.Outcome == Hung {
 			hung = p.Name
 		}
-		out = append(out, r)
+		out[i] = r
 		if o.OnResult != nil {
 			o.OnResult(r)
 		}
@@ -336,6 +339,26 @@ func (p Probe) Run(ctx context.Context, dev ibv.Context, o Options) Result {
 	res.Duration = time.Since(start)
 	return res
 }
+
+// quietWatchers are the probes that watch for something that must not
+// happen for a quiet period (Options.Quiet) or more, even on a device that
+// answers at once: a repeated event, a completion after a destroy or a
+// RESET, an event too early.
+var quietWatchers = []string{ProbeLastWQEReached, ProbeLastWQERepeat, ProbeCQOverrun, ProbeDestroyOutstanding, ProbeResetReuse, ProbeSQD}
+
+// runOrder is the order Run runs the probes in, as indexes into probes:
+// the quiet watchers last, each group in the order of probes.
+var runOrder = func() []int {
+	var first, last []int
+	for i, p := range probes {
+		if slices.Contains(quietWatchers, p.Name) {
+			last = append(last, i)
+		} else {
+			first = append(first, i)
+		}
+	}
+	return append(first, last...)
+}()
 
 // Tally is how many results have each outcome.
 type Tally struct {
