@@ -148,6 +148,25 @@ type Options struct {
 	// in the order Run runs the probes (Skipped and NotRun ones too), so
 	// that a caller can show progress; it runs on Run's goroutine.
 	OnResult func(Result)
+	// OnWait, if not nil, is called once for each wait of a probe on the
+	// wall clock that has lasted LongWait without its answer and may last
+	// longer, so that a caller can show the check is not stuck. It runs on
+	// the probe's goroutine (Probe.Run), never after Probe.Run returned.
+	OnWait func(Wait)
+}
+
+// LongWait is how long a wait lasts before Options.OnWait hears of it.
+const LongWait = time.Second
+
+// Wait is a probe's wait that has lasted LongWait.
+type Wait struct {
+	// Probe is the probe's name.
+	Probe string
+	// For says what the probe waits for ("1 completion", "an async
+	// event").
+	For string
+	// Up is the most the wait lasts: its deadline from its start.
+	Up time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -314,6 +333,7 @@ func (p Probe) Run(ctx context.Context, dev ibv.Context, o Options) Result {
 	pctx, cancel := context.WithTimeoutCause(ctx, o.budget(), fmt.Errorf("probe %s exceeded its budget of %v", p.Name, o.budget()))
 	defer cancel()
 	e := newEnv(pctx, dev, o)
+	e.name = p.Name
 	ended := make(chan probeEnd, 1)
 	go func() {
 		v, err := p.run(e)

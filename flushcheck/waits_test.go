@@ -3,6 +3,7 @@ package flushcheck
 import (
 	"context"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 
@@ -37,5 +38,45 @@ func TestWaitsFollowTheDevice(t *testing.T) {
 				t.Errorf("%s waited %s (%v), want about Quiet (%v), far less than Timeout (%v): %q", tc.probe, m[1], err, o.Quiet, o.Timeout, r.Observed)
 			}
 		})
+	}
+}
+
+// Options.OnWait hears once of each wait on the wall clock that lasts
+// LongWait: for the flush of a receive posted in ERROR that the device
+// never flushes, for a Last WQE Reached it never raises; nothing of waits
+// that end sooner or run on a simulated clock.
+func TestOnWait(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out LongWait in real time")
+	}
+	o := Options{Timeout: LongWait + 300*time.Millisecond, Quiet: 20 * time.Millisecond}
+	var told []Wait
+	o.OnWait = func(w Wait) { told = append(told, w) }
+	for _, tc := range []struct {
+		probe string
+		quirk soft.Quirks
+		real  bool
+		want  []Wait
+	}{
+		{ProbeRecvInError, soft.Quirks{RecvInErrorNotFlushed: true}, true, []Wait{{ProbeRecvInError, "1 completion", o.Timeout}}},
+		{ProbeLastWQEReached, soft.Quirks{NoLastWQEReached: true}, true, []Wait{{ProbeLastWQEReached, "an async event", o.Timeout}}},
+		{ProbeSendInError, soft.Quirks{}, true, nil},
+		{ProbeRecvInError, soft.Quirks{RecvInErrorNotFlushed: true}, false, nil},
+	} {
+		told = nil
+		dev := openSoft(t, tc.quirk)
+		po := o
+		if tc.real {
+			onRealTime(dev)
+		} else {
+			po = on(dev, o)
+		}
+		p, _ := Lookup(tc.probe)
+		if r := p.Run(context.Background(), dev, po); r.Outcome != Pass && r.Outcome != Deviation {
+			t.Fatalf("%s: %s: %v", tc.probe, r.Outcome, r.Err)
+		}
+		if !slices.Equal(told, tc.want) {
+			t.Errorf("%s with %+v (wall clock %v): OnWait heard %+v, want %+v", tc.probe, tc.quirk, tc.real, told, tc.want)
+		}
 	}
 }

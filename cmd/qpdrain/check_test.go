@@ -371,3 +371,29 @@ func TestCheckHung(t *testing.T) {
 		}
 	}
 }
+
+// A wait on the wall clock that lasts flushcheck.LongWait is told on
+// stderr, once, naming the probe and what it waits for; stdout keeps the
+// table or the one JSON document.
+func TestCheckProgress(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out flushcheck.LongWait in real time")
+	}
+	defer func() { openCheck = openCheckDevice }()
+	openCheck = func(o *checkOptions) (ibv.Context, *checkResult, error) {
+		d, err := soft.Open(soft.Config{Quirks: soft.Quirks{RecvInErrorNotFlushed: true}})
+		if err != nil {
+			return nil, nil, err
+		}
+		d.Fabric().SetRealTime(true)
+		return d, &checkResult{device: d.Name(), soft: true}, nil
+	}
+	stdout, stderr, code := runCLI(nil, "check", "--run", "^recv-in-error$", "--timeout", "1200ms", "-j")
+	if want := "check: recv-in-error still waiting for 1 completion (1s so far, at most 1.2s)\n"; stderr != want || code != exitFindings {
+		t.Errorf("exit %d, stderr %q; want %d, the wait told as %q", code, stderr, exitFindings, want)
+	}
+	var doc checkJSON
+	if err := json.Unmarshal([]byte(stdout), &doc); err != nil || doc.Deviations != 1 {
+		t.Errorf("stdout is not the JSON document of one deviation (%v):\n%s", err, stdout)
+	}
+}
