@@ -151,7 +151,8 @@ type Options struct {
 	// OnWait, if not nil, is called once for each wait of a probe on the
 	// wall clock that has lasted LongWait without its answer and may last
 	// longer, so that a caller can show the check is not stuck. It runs on
-	// the probe's goroutine (Probe.Run), never after Probe.Run returned.
+	// the probe's goroutine, which Probe.Run waits for unless it gives the
+	// probe up as Hung; a probe given up tells no wait begun after that.
 	OnWait func(Wait)
 }
 
