@@ -182,6 +182,7 @@ func BenchmarkDrain(b *testing.B) {
 		}{{"batched", n, false}, {"one-at-a-time", 1, true}, {"batched-run", n, true}} {
 			b.Run(fmt.Sprintf("qps=%d/%s", n, mode.name), func(b *testing.B) {
 				drainWRs := 0
+				var cpu cpuMeter
 				for b.Loop() {
 					b.StopTimer()
 					s := setupBench(b, n)
@@ -194,7 +195,9 @@ func BenchmarkDrain(b *testing.B) {
 						drainByRun(b, rp, s.ch, s.qps, mode.headroom, add)
 					} else {
 						b.StartTimer()
+						cpu.start()
 						pollAllDrained(b, rp, s.qps, add)
+						cpu.stop()
 						b.StopTimer()
 					}
 					st := rp.Stats()
@@ -206,6 +209,7 @@ func BenchmarkDrain(b *testing.B) {
 					b.StartTimer()
 				}
 				b.ReportMetric(float64(drainWRs)/float64(b.N), "drainWRs/op")
+				cpu.report(b)
 			})
 		}
 	}
@@ -227,6 +231,7 @@ func BenchmarkPollFloor(b *testing.B) {
 				name, want = "drain-WR", want+n
 			}
 			b.Run(fmt.Sprintf("qps=%d/%s", n, name), func(b *testing.B) {
+				var cpu cpuMeter
 				for b.Loop() {
 					b.StopTimer()
 					s := setupBench(b, n)
@@ -234,6 +239,7 @@ func BenchmarkPollFloor(b *testing.B) {
 					rp := newReaper(b, s.cq, drain.Options{})
 					runtime.GC()
 					b.StartTimer()
+					cpu.start()
 					if withWR {
 						for _, qp := range s.qps {
 							if err := qp.PostSend(send); err != nil {
@@ -242,12 +248,44 @@ func BenchmarkPollFloor(b *testing.B) {
 						}
 					}
 					pollUntil(b, rp, func() bool { return rp.Stats().ForeignWCs >= want })
+					cpu.stop()
 					b.StopTimer()
 					s.close(b)
 					b.StartTimer()
 				}
+				cpu.report(b)
 			})
 		}
+	}
+}
+
+// cpuMeter sums the CPU time of a benchmark's timed part on its own OS
+// thread (threadCPU): on a machine shared with other work the wall time of
+// a case swings with the load, its thread's CPU time much less, so that
+// two cases compared by their cpu-ns/op are compared by their own work.
+// Every call happens on the benchmark's goroutine, which start locks to
+// its thread.
+type cpuMeter struct {
+	sum, began time.Duration
+	n          int
+}
+
+func (m *cpuMeter) start() {
+	runtime.LockOSThread()
+	m.began = threadCPU()
+}
+
+func (m *cpuMeter) stop() {
+	m.sum += threadCPU() - m.began
+	m.n++
+	runtime.UnlockOSThread()
+}
+
+// report adds cpu-ns/op to b's results, unless the platform has no
+// thread CPU time.
+func (m *cpuMeter) report(b *testing.B) {
+	if m.n > 0 && m.sum > 0 {
+		b.ReportMetric(float64(m.sum.Nanoseconds())/float64(m.n), "cpu-ns/op")
 	}
 }
 

@@ -53,7 +53,12 @@
 // A missing completion or event is judged after Options.Timeout (at least
 // MinTimeout), a send a retry series must fail after the series and one
 // Timeout per retry timer (2 s at the least: a loaded host fires each
-// timer late), with the series as the QP's attributes report it; a repeated event after a further Options.Quiet. Before
+// timer late), with the series as the QP's attributes report it; a repeated event after a further Options.Quiet.
+// Where an earlier answer says the device has already acted, the wait is
+// Options.Quiet: the responder's access-error event once the requester has
+// its completion, a receive posted in ERROR once a send posted behind it
+// is flushed, and sqd's sends one RNR NAK timer and Quiet after the peer
+// posts receives. Before
 // posting to a QP it has moved to ERROR a probe lets the device settle for
 // Options.Quiet/5, so that the post does not race the provider's own flush
 // of the QP (rxe on Linux 6.12 flushes a receive posted in that window, and
@@ -64,7 +69,9 @@
 // theirs, so run them on a context no one else reads events from, one
 // probe at a time.
 //
-// The probes, in the order Run runs them:
+// The probes, in the order Run returns them (it runs last those that
+// watch a quiet period on any device: last-wqe-reached, last-wqe-repeat,
+// cq-overrun, destroy-outstanding, reset-reuse and sqd):
 //
 //	flush-outstanding       sends and receives outstanding when the QP enters ERROR flush in order
 //	send-in-error           a send posted in ERROR is flushed (IBM eHCA did not)

@@ -17,9 +17,10 @@ import (
 // env is one probe's run: the device, the objects the probe created (closed
 // in reverse order by close) and bounded waits for completions and events.
 type env struct {
-	ctx context.Context
-	dev ibv.Context
-	o   Options
+	ctx  context.Context
+	dev  ibv.Context
+	o    Options
+	name string // the probe's, for Options.OnWait
 	// clk is Options.Clock, stepped when simulated: every wait runs on it.
 	clk  clock.Clock
 	real bool // clk is the wall clock
@@ -317,6 +318,7 @@ func (e *env) poll(cq ibv.CQ, n int, d time.Duration) ([]ibv.WC, error) {
 	got := make([]ibv.WC, 0, n)
 	batch := make([]ibv.WC, 16)
 	deadline := e.clk.Now().Add(d)
+	tellAt := e.tellAt(deadline)
 	for len(got) < n {
 		var k int
 		err := e.verb("ibv_poll_cq", func() (err error) { k, err = cq.Poll(batch[:min(len(batch), n-len(got))]); return err })
@@ -327,15 +329,47 @@ func (e *env) poll(cq ibv.CQ, n int, d time.Duration) ([]ibv.WC, error) {
 		if k > 0 {
 			continue
 		}
-		left := deadline.Sub(e.clk.Now())
+		now := e.clk.Now()
+		left := deadline.Sub(now)
 		if left <= 0 {
 			break
+		}
+		if !tellAt.IsZero() && !now.Before(tellAt) {
+			tellAt = time.Time{}
+			e.tell(plural(n-len(got), "completion"), d)
 		}
 		if err := e.clk.Sleep(e.ctx, min(pollIdle, left)); err != nil {
 			return got, e.ctxErr(fmt.Sprintf("polling for %d completions", n))
 		}
 	}
 	return got, nil
+}
+
+// tellAt is when Options.OnWait hears of a wait that ends at deadline:
+// LongWait after its start, when the wait is on the wall clock and may
+// last longer; zero for none.
+func (e *env) tellAt(deadline time.Time) time.Time {
+	at := e.clk.Now().Add(LongWait)
+	if e.o.OnWait == nil || !e.real || !at.Before(deadline) {
+		return time.Time{}
+	}
+	return at
+}
+
+// tell calls Options.OnWait for a wait of up to d for what, unless the
+// probe's context has ended (Probe.Run may have returned).
+func (e *env) tell(what string, d time.Duration) {
+	if e.ctx.Err() == nil {
+		e.o.OnWait(Wait{Probe: e.name, For: what, Up: d})
+	}
+}
+
+// plural is "1 completion", "2 completions".
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // event is an async event of one of the probe's objects and when it came.
@@ -350,11 +384,25 @@ type event struct {
 func (e *env) events(d time.Duration, until func(ibv.AsyncEvent) bool) ([]event, error) {
 	var got []event
 	deadline := e.clk.Now().Add(d)
+	tellAt := e.tellAt(deadline)
 	for {
-		ev, err := e.nextEvent(deadline)
+		next := deadline
+		if !tellAt.IsZero() {
+			next = tellAt
+		}
+		ev, err := e.nextEvent(next)
 		if err != nil {
 			if e.ctx.Err() != nil {
 				return got, e.ctxErr("waiting for async events")
+			}
+			if errors.Is(err, context.DeadlineExceeded) && !tellAt.IsZero() {
+				tellAt = time.Time{}
+				what := "async events"
+				if until != nil {
+					what = "an async event"
+				}
+				e.tell(what, d)
+				continue
 			}
 			if errors.Is(err, context.DeadlineExceeded) {
 				return got, nil

@@ -81,8 +81,14 @@ type Result struct {
 }
 
 // Default bounds. A healthy provider flushes in microseconds (rxe under
-// qemu without KVM in milliseconds); 5 s separates "slow" from "never", as
-// the drain package's defaults do.
+// qemu without KVM in milliseconds). No transport timer stands behind a
+// flush or the async event of a state change: rxe raises them from the
+// QP's tasks as soon as those run (rxe_qp.c, rxe_qp_error schedules them),
+// so a wait for them bounds the machine's scheduling, not the device's
+// protocol. The slowest such answer in the rxe records under qemu TCG
+// came 18.8 ms after its cause (CQ_ERR of cq-overrun on 6.1): 2 s is a
+// hundred times that and separates "slow" from "never". Waits behind a
+// transport timer (a retry series, an RNR retry) add the timer's time.
 const (
 	// MinTimeout is the shortest Options.Timeout the probes accept:
 	// several times the slowest answer a healthy device gives outside a
@@ -91,7 +97,7 @@ const (
 	// retry series (peer-gone, rnr-exhausted) allows one Timeout per
 	// retry timer, and 2 s at the least.
 	MinTimeout     = 100 * time.Millisecond
-	DefaultTimeout = 5 * time.Second
+	DefaultTimeout = 2 * time.Second
 	DefaultQuiet   = 500 * time.Millisecond
 	DefaultPort    = 1
 	// MinCallTimeout is the shortest Options.CallTimeout the probes
@@ -139,9 +145,29 @@ type Options struct {
 	// second. CallTimeout and Result.Duration stay wall time.
 	Clock clock.Clock
 	// OnResult, if not nil, is called with each result as Run produces it,
-	// in order (Skipped and NotRun ones too), so that a caller can show
-	// progress; it runs on Run's goroutine.
+	// in the order Run runs the probes (Skipped and NotRun ones too), so
+	// that a caller can show progress; it runs on Run's goroutine.
 	OnResult func(Result)
+	// OnWait, if not nil, is called once for each wait of a probe on the
+	// wall clock that has lasted LongWait without its answer and may last
+	// longer, so that a caller can show the check is not stuck. It runs on
+	// the probe's goroutine, which Probe.Run waits for unless it gives the
+	// probe up as Hung; a probe given up tells no wait begun after that.
+	OnWait func(Wait)
+}
+
+// LongWait is how long a wait lasts before Options.OnWait hears of it.
+const LongWait = time.Second
+
+// Wait is a probe's wait that has lasted LongWait.
+type Wait struct {
+	// Probe is the probe's name.
+	Probe string
+	// For says what the probe waits for ("1 completion", "an async
+	// event").
+	For string
+	// Up is the most the wait lasts: its deadline from its start.
+	Up time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -241,16 +267,19 @@ func Lookup(name string) (Probe, bool) {
 }
 
 // Run runs the probes o selects on dev, one after the other, and returns a
-// result for every probe, in order: those o leaves out are Skipped. A
-// probe that errs does not stop the others; once ctx has ended the
-// remaining probes report Error without running. A probe that hangs
-// (Options.CallTimeout) stops the check: the device may be wedged, so the
-// probes after it are NotRun, and the hung probe's goroutine and objects
-// are left behind (Probe.Run).
+// result for every probe, in the order of Probes: those o leaves out are
+// Skipped. It runs first the probes that end when the device answers, then
+// those that watch a quiet period on any device (quietWatchers), so that
+// Options.OnResult has most results early. A probe that errs does not stop
+// the others; once ctx has ended the remaining probes report Error without
+// running. A probe that hangs (Options.CallTimeout) stops the check: the
+// device may be wedged, so the probes run after it are NotRun, and the hung
+// probe's goroutine and objects are left behind (Probe.Run).
 func Run(ctx context.Context, dev ibv.Context, o Options) []Result {
-	out := make([]Result, 0, len(probes))
+	out := make([]Result, len(probes))
 	hung := ""
-	for _, p := range probes {
+	for _, i := range runOrder {
+		p := probes[i]
 		r := Result{Name: p.Name, Rule: p.Rule}
 		switch why := o.skips(p.Name); {
 		case why != "":
@@ -263,7 +292,7 @@ func Run(ctx context.Context, dev ibv.Context, o Options) []Result {
 		if r.Outcome == Hung {
 			hung = p.Name
 		}
-		out = append(out, r)
+		out[i] = r
 		if o.OnResult != nil {
 			o.OnResult(r)
 		}
@@ -305,6 +334,7 @@ func (p Probe) Run(ctx context.Context, dev ibv.Context, o Options) Result {
 	pctx, cancel := context.WithTimeoutCause(ctx, o.budget(), fmt.Errorf("probe %s exceeded its budget of %v", p.Name, o.budget()))
 	defer cancel()
 	e := newEnv(pctx, dev, o)
+	e.name = p.Name
 	ended := make(chan probeEnd, 1)
 	go func() {
 		v, err := p.run(e)
@@ -330,6 +360,26 @@ func (p Probe) Run(ctx context.Context, dev ibv.Context, o Options) Result {
 	res.Duration = time.Since(start)
 	return res
 }
+
+// quietWatchers are the probes that watch for something that must not
+// happen for a quiet period (Options.Quiet) or more, even on a device that
+// answers at once: a repeated event, a completion after a destroy or a
+// RESET, an event too early.
+var quietWatchers = []string{ProbeLastWQEReached, ProbeLastWQERepeat, ProbeCQOverrun, ProbeDestroyOutstanding, ProbeResetReuse, ProbeSQD}
+
+// runOrder is the order Run runs the probes in, as indexes into probes:
+// the quiet watchers last, each group in the order of probes.
+var runOrder = func() []int {
+	var first, last []int
+	for i, p := range probes {
+		if slices.Contains(quietWatchers, p.Name) {
+			last = append(last, i)
+		} else {
+			first = append(first, i)
+		}
+	}
+	return append(first, last...)
+}()
 
 // Tally is how many results have each outcome.
 type Tally struct {

@@ -189,11 +189,20 @@ func sqd(e *env) (verdict, error) {
 	if err != nil {
 		return verdict{}, err
 	}
+	// The sends wait for the requester's next RNR retry, one RNR NAK timer
+	// of the peer's min_rnr_timer away (IBTA vol. 1 ch. 9.7; rxe_comp.c
+	// arms rnr_nak_timer with it): with the receives posted, a send in
+	// progress completes one timer and a round trip later, so the wait is
+	// the timer and Quiet, not a Timeout of its own.
+	resp, err := e.queryRetry(b, ibv.QPAttrMinRNRTimer)
+	if err != nil {
+		return verdict{}, err
+	}
 	e.mark()
 	if err := e.postRecv(b, recvs(recvBase, 2)); err != nil {
 		return verdict{}, fmt.Errorf("posting receives at the peer: %w", err)
 	}
-	wcs, err := e.poll(a.SendCQ(), 2, e.o.Timeout)
+	wcs, err := e.poll(a.SendCQ(), 2, rnrTimer(resp.MinRNRTimer)+e.o.Quiet)
 	if err != nil {
 		return verdict{}, err
 	}

@@ -62,7 +62,8 @@ func newCheckCmd(opts *globalOptions) *cobra.Command {
 		Short: "Probe whether an RDMA device flushes the way drains need, and how to drain it",
 		Long: "Run the provider flush check on one RDMA device: each probe sets up its own RC QPs (loopback\n" +
 			"on the device), drives them into ERROR and checks one rule of the specification: " + strings.Join(names, ", ") + ".\n" +
-			"Each probe's line is printed as it finishes; the check ends with the drain settings its findings\n" +
+			"Each probe's line is printed as it finishes, the probes that watch a quiet period last; a wait that\n" +
+			"lasts a second is told on stderr. The check ends with the drain settings its findings\n" +
 			"imply (flushcheck.Settings), one reason each.\n" +
 			"Without --device it checks the first device libibverbs lists, or the built-in soft device when\n" +
 			"there is none (and says so); --device soft (or soft0) picks the soft device. --soft-quirk switches\n" +
@@ -88,7 +89,7 @@ func newCheckCmd(opts *globalOptions) *cobra.Command {
 				if !opts.json {
 					r.formatHead(w)
 				}
-			}, each)
+			}, each, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -156,11 +157,13 @@ type checkResult struct {
 var openCheck = openCheckDevice
 
 // runCheck opens the device, calls head once it is open, runs the probes
-// the flags select, calling each (if not nil) as each one finishes, and
-// closes the device, unless a probe hung: a device with a verbs call
-// blocked on it is left open, since closing it would block too, and the
-// process's exit releases it. Its errors carry their exit code.
-func runCheck(ctx context.Context, o *checkOptions, head func(*checkResult), each func(*checkResult, flushcheck.Result)) (*checkResult, error) {
+// the flags select, calling each (if not nil) as each one finishes and
+// telling progress of each wait that lasts flushcheck.LongWait (on stderr,
+// not in the table or the JSON), and closes the device, unless a probe
+// hung: a device with a verbs call blocked on it is left open, since
+// closing it would block too, and the process's exit releases it. Its
+// errors carry their exit code.
+func runCheck(ctx context.Context, o *checkOptions, head func(*checkResult), each func(*checkResult, flushcheck.Result), progress io.Writer) (*checkResult, error) {
 	dev, res, err := openCheck(o)
 	if err != nil {
 		return nil, fmt.Errorf("check: %w", err)
@@ -171,6 +174,9 @@ func runCheck(ctx context.Context, o *checkOptions, head func(*checkResult), eac
 	}
 	po := o.probeOptions()
 	po.Clock = res.clock
+	po.OnWait = func(w flushcheck.Wait) {
+		fmt.Fprintf(progress, "check: %s still waiting for %s (%v so far, at most %v)\n", w.Probe, w.For, flushcheck.LongWait, w.Up)
+	}
 	po.OnResult = func(r flushcheck.Result) {
 		// Interrupted: what did not run is not reported.
 		if each != nil && ctx.Err() == nil {

@@ -1,0 +1,8 @@
+//go:build !linux
+
+package drain_test
+
+import "time"
+
+// threadCPU is not measured here; benchmarks then omit their cpu-ns/op.
+func threadCPU() time.Duration { return 0 }
