@@ -279,3 +279,130 @@ func TestParseErrors(t *testing.T) {
 		t.Errorf("an unknown kind: %+v, %v", recs, err)
 	}
 }
+
+// TestRules holds each rule of the analysis by a synthetic record stream
+// that gives another verdict when that rule is broken.
+func TestRules(t *testing.T) {
+	raises := Options{LastWQE: func(string) (LastWQE, bool) { return LastWQE{Raises: true, Source: "test"}, true }}
+	srqQP := func(s *stream, ptr, qpn string) *stream {
+		return s.at(2, "qp", "ctx=0x10", "qp="+ptr, "qpn="+qpn, "type=2", "scq=0x20", "rcq=0x20", "srq=0x40", "max_send_wr=16", "max_recv_wr=0", "sig_all=0", "ex=0")
+	}
+	for _, tc := range []struct {
+		rule  string
+		s     *stream
+		o     Options
+		want  []Kind
+		check func(t *testing.T, rep *Report)
+	}{
+		{"a send recorded unsignaled on a QP created with sq_sig_all counts as signaled", func() *stream {
+			s := &stream{}
+			s.at(0, "open", "ctx=0x10", "dev=rxe0").at(1, "cq", "ctx=0x10", "cq=0x20", "cqe=16", "ex=0").
+				at(2, "qp", "ctx=0x10", "qp=0x31", "qpn=17", "type=2", "scq=0x20", "rcq=0x20", "srq=0x0", "sig_all=1", "ex=0")
+			return s.at(3, "send", "qp=0x31", "wr=0x1", "op=0", "sig=0", "ok=1").at(3, "send", "qp=0x31", "wr=0x2", "op=0", "sig=0", "ok=1").
+				at(4, "wc", "cq=0x20", "wr=0x1", "st=0", "op=0", "qpn=17").at(4, "wc", "cq=0x20", "wr=0x2", "st=0", "op=0", "qpn=17").
+				at(5, "qpd", "qp=0x31", "ret=0").at(6, "exit")
+		}(), Options{}, nil, nil},
+		{"a flushed completion retires the WR with its wr_id in whichever queue holds it", rcPair().
+			at(10, "recv", "qp=0x32", "wr=0x7", "ok=1").at(10, "send", "qp=0x32", "wr=0x8", "op=0", "sig=1", "ok=1").
+			at(20, "mod", "qp=0x32", "state=6", "ret=0").
+			// the opcodes of flushed completions are garbage (ibv_poll_cq(3)): a send's opcode on the receive, and back
+			at(21, "wc", "cq=0x20", "wr=0x7", "st=5", "op=0", "qpn=18").
+			at(21, "wc", "cq=0x20", "wr=0x8", "st=5", "op=128", "qpn=18").teardown(30), Options{}, nil, nil},
+		{"a successful receive completion of an SRQ QP retires that WR from the SRQ", func() *stream {
+			s := srqPair() // 4 receives on the SRQ, CQ of cqe 16
+			for i := 5; i <= 24; i++ {
+				s.at(20, "srecv", "srq=0x40", fmt.Sprintf("wr=0x%x", 100+i), "ok=1").
+					at(21, "wc", "cq=0x20", fmt.Sprintf("wr=0x%x", 100+i-4), "st=0", "op=128", "qpn=18")
+			}
+			return s.at(30, "ev", "ctx=0x10", "type=16", "qp=0x32", "qpn=18").at(30, "ack", "type=16", "qp=0x32", "qpn=18").
+				at(31, "qpd", "qp=0x32", "ret=0").at(32, "exit")
+		}(), raises, nil, nil},
+		{"RESET clears the QP's ERROR time", rcPair().
+			at(10, "mod", "qp=0x32", "state=6", "ret=0").at(11, "mod", "qp=0x32", "state=0", "ret=0").
+			at(12, "mod", "qp=0x32", "state=1", "ret=0").at(12, "recv", "qp=0x32", "wr=0x5", "ok=1").
+			at(1000, "qpd", "qp=0x32", "ret=0").at(1000, "qpd", "qp=0x31", "ret=0").at(1001, "exit"), Options{},
+			[]Kind{DestroyedWithOutstanding}, func(t *testing.T, rep *Report) {
+				if !strings.Contains(rep.Findings[0].Evidence, "it never entered ERROR") {
+					t.Errorf("evidence %q: the QP left ERROR through RESET", rep.Findings[0].Evidence)
+				}
+			}},
+		{"a WR posted after ibv_destroy_qp returned 0 is not outstanding", rcPair().traffic(10).teardown(20).
+			at(30, "send", "qp=0x31", "wr=0x9", "op=0", "sig=1", "ok=1").at(30, "recv", "qp=0x32", "wr=0x9", "ok=1"), Options{},
+			nil, func(t *testing.T, rep *Report) {
+				if rep.Processes[0].Posted != 2 {
+					t.Errorf("%d WRs posted counted, want 2 (not the 2 posted to destroyed QPs)", rep.Processes[0].Posted)
+				}
+			}},
+		{"exactly cqe WRs outstanding is not over-size", func() *stream {
+			s := rcPair()
+			for i := 1; i <= 16; i++ {
+				s.at(10, "recv", "qp=0x32", fmt.Sprintf("wr=0x%x", i), "ok=1")
+			}
+			for i := 1; i <= 16; i++ {
+				s.at(11, "wc", "cq=0x20", fmt.Sprintf("wr=0x%x", i), "st=0", "op=128", "qpn=18")
+			}
+			return s.teardown(20)
+		}(), Options{}, nil, nil},
+		{"an SRQ QP destroyed before it reached RTR needs no Last WQE Reached", srqQP(func() *stream {
+			s := &stream{}
+			return s.at(0, "open", "ctx=0x10", "dev=rxe0").at(1, "cq", "ctx=0x10", "cq=0x20", "cqe=16", "ex=0").
+				at(1, "srq", "ctx=0x10", "srq=0x40", "max_wr=16")
+		}(), "0x32", "18").at(3, "mod", "qp=0x32", "state=1", "ret=0").at(4, "qpd", "qp=0x32", "ret=0").at(5, "exit"), raises, nil, nil},
+		{"acks match events by object, not by type", srqQP(srqPair(), "0x33", "19").
+			at(11, "ev", "ctx=0x10", "type=16", "qp=0x32", "qpn=18").at(11, "ev", "ctx=0x10", "type=16", "qp=0x33", "qpn=19").
+			at(12, "ack", "type=16", "qp=0x33", "qpn=19").at(12, "ack", "type=16", "qp=0x33", "qpn=19").at(13, "exit"), raises,
+			[]Kind{EventNotAcked}, func(t *testing.T, rep *Report) {
+				if f := rep.Findings[0]; f.Object != "IBV_EVENT_QP_LAST_WQE_REACHED of qpn 18" || f.Count != 1 {
+					t.Errorf("finding about %q (%d), want qpn 18's event, once", f.Object, f.Count)
+				}
+			}},
+		{"a non-flush error completion moves a connected QP to ERROR", rcPair().
+			at(10, "send", "qp=0x31", "wr=0x1", "op=0", "sig=1", "ok=1").
+			at(11, "wc", "cq=0x20", "wr=0x1", "st=12", "op=0", "qpn=17").
+			at(20, "recv", "qp=0x31", "wr=0x2", "ok=1").
+			at(1000, "qpd", "qp=0x31", "ret=0").at(1000, "qpd", "qp=0x32", "ret=0").at(1001, "exit"), Options{},
+			[]Kind{PostedInErrorNotFlushed}, nil},
+		{"an error completion leaves a UD QP as it was", func() *stream {
+			s := &stream{}
+			return s.at(0, "open", "ctx=0x10", "dev=rxe0").at(1, "cq", "ctx=0x10", "cq=0x20", "cqe=16", "ex=0").
+				at(2, "qp", "ctx=0x10", "qp=0x31", "qpn=17", "type=4", "scq=0x20", "rcq=0x20", "srq=0x0", "sig_all=0", "ex=0").
+				at(10, "send", "qp=0x31", "wr=0x1", "op=0", "sig=1", "ok=1").
+				at(11, "wc", "cq=0x20", "wr=0x1", "st=4", "op=0", "qpn=17").
+				at(20, "recv", "qp=0x31", "wr=0x2", "ok=1").at(1000, "qpd", "qp=0x31", "ret=0").at(1001, "exit")
+		}(), Options{}, []Kind{DestroyedWithOutstanding}, nil},
+		{"the devices the trace saw raise Last WQE Reached are not probed again", srqQP(srqPair(), "0x33", "19").
+			at(3, "mod", "qp=0x33", "state=2", "ret=0").at(10, "mod", "qp=0x33", "state=6", "ret=0").
+			at(11, "ev", "ctx=0x10", "type=16", "qp=0x33", "qpn=19").at(11, "ack", "type=16", "qp=0x33", "qpn=19").
+			at(12, "qpd", "qp=0x33", "ret=0").at(12, "qpd", "qp=0x32", "ret=0").at(13, "exit"), Options{},
+			[]Kind{SRQDestroyedBeforeLastWQE}, nil},
+		{"the queues of a CQ made by ibv_create_cq_ex are not judged (its polls are not seen)", func() *stream {
+			s := &stream{}
+			return s.at(0, "open", "ctx=0x10", "dev=rxe0").at(1, "cq", "ctx=0x10", "cq=0x20", "cqe=16", "ex=1").
+				at(2, "qp", "ctx=0x10", "qp=0x31", "qpn=17", "type=2", "scq=0x20", "rcq=0x20", "srq=0x0", "sig_all=0", "ex=0").
+				at(10, "recv", "qp=0x31", "wr=0x2", "ok=1").at(20, "qpd", "qp=0x31", "ret=0").at(21, "exit")
+		}(), Options{}, nil, func(t *testing.T, rep *Report) {
+			if len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "ibv_create_cq_ex") {
+				t.Errorf("notes %q, want the CQ's", rep.Notes)
+			}
+		}},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			z := NewAnalyzer(tc.o)
+			for _, r := range tc.s.records(t) {
+				z.Add(r)
+			}
+			if strings.Contains(tc.rule, "not probed again") {
+				if got := z.NeedsLastWQE(); len(got) != 0 {
+					t.Errorf("NeedsLastWQE = %v: the trace itself showed rxe0 raises it", got)
+				}
+			}
+			rep := z.Report(tc.o.LastWQE)
+			if got := kinds(rep); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("findings %v, want %v:\n%s", got, tc.want, text(t, rep))
+			}
+			if tc.check != nil {
+				tc.check(t, rep)
+			}
+		})
+	}
+}
