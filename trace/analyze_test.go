@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/qpdrain/qpdrain/internal/testing/testmain"
 )
@@ -404,5 +405,150 @@ func TestRules(t *testing.T) {
 				tc.check(t, rep)
 			}
 		})
+	}
+}
+
+// rping: one RC QP whose send and receive queues complete to one CQ, every
+// WR with wr_id 0 (rping's pattern), in loopback with the QP of rcPair.
+func rping() *stream {
+	s := &stream{}
+	return s.at(0, "open", "ctx=0x10", "dev=rxe0").at(1, "cq", "ctx=0x10", "cq=0x20", "cqe=16", "ex=0").
+		at(2, "qp", "ctx=0x10", "qp=0x31", "qpn=17", "type=2", "scq=0x20", "rcq=0x20", "srq=0x0", "sig_all=0", "ex=0").
+		at(3, "mod", "qp=0x31", "state=3", "ret=0")
+}
+
+// TestAmbiguousFlush: a flushed completion whose wr_id both queues hold is
+// attributed only when the counts leave one answer, else its WRs are a
+// note, never a finding against the program's own counts.
+func TestAmbiguousFlush(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		s    *stream
+		want []Kind
+		note string
+	}{
+		{"the send's success after the receive's flush: clean", rping().
+			at(10, "recv", "qp=0x31", "wr=0x0", "ok=1").at(10, "send", "qp=0x31", "wr=0x0", "op=2", "sig=1", "ok=1").
+			at(20, "mod", "qp=0x31", "state=6", "ret=0").
+			at(21, "wc", "cq=0x20", "wr=0x0", "st=5", "op=0", "qpn=17"). // the receive's flush, opcode garbage
+			at(22, "wc", "cq=0x20", "wr=0x0", "st=0", "op=0", "qpn=17"). // the send's success, after it
+			at(30, "qpd", "qp=0x31", "ret=0").at(31, "exit"), nil, ""},
+		{"two flushes for two of four WRs: not judged, a note", rping().
+			at(10, "recv", "qp=0x31", "wr=0x0", "ok=1").at(10, "recv", "qp=0x31", "wr=0x0", "ok=1").
+			at(10, "send", "qp=0x31", "wr=0x0", "op=2", "sig=1", "ok=1").at(10, "send", "qp=0x31", "wr=0x0", "op=2", "sig=1", "ok=1").
+			at(20, "mod", "qp=0x31", "state=6", "ret=0").
+			at(21, "wc", "cq=0x20", "wr=0x0", "st=5", "op=0", "qpn=17").at(21, "wc", "cq=0x20", "wr=0x0", "st=5", "op=0", "qpn=17").
+			at(30, "qpd", "qp=0x31", "ret=0").at(31, "exit"), nil, "qpn 17: flushed completions with wr_id 0x0 came while its send and its receive queue both held"},
+		{"all four flushed: clean", rping().
+			at(10, "recv", "qp=0x31", "wr=0x0", "ok=1").at(10, "recv", "qp=0x31", "wr=0x0", "ok=1").
+			at(10, "send", "qp=0x31", "wr=0x0", "op=2", "sig=1", "ok=1").at(10, "send", "qp=0x31", "wr=0x0", "op=2", "sig=1", "ok=1").
+			at(20, "mod", "qp=0x31", "state=6", "ret=0").
+			at(21, "wc", "cq=0x20", "wr=0x0", "st=5", "op=0", "qpn=17").at(21, "wc", "cq=0x20", "wr=0x0", "st=5", "op=0", "qpn=17").
+			at(21, "wc", "cq=0x20", "wr=0x0", "st=5", "op=0", "qpn=17").at(21, "wc", "cq=0x20", "wr=0x0", "st=5", "op=0", "qpn=17").
+			at(30, "qpd", "qp=0x31", "ret=0").at(31, "exit"), nil, ""},
+		{"another wr_id left outstanding is still judged", rping().
+			at(10, "recv", "qp=0x31", "wr=0x0", "ok=1").at(10, "recv", "qp=0x31", "wr=0x5", "ok=1").
+			at(10, "send", "qp=0x31", "wr=0x0", "op=2", "sig=1", "ok=1").
+			at(20, "mod", "qp=0x31", "state=6", "ret=0").
+			at(21, "wc", "cq=0x20", "wr=0x0", "st=5", "op=0", "qpn=17").
+			at(22, "wc", "cq=0x20", "wr=0x0", "st=0", "op=0", "qpn=17").
+			at(30, "qpd", "qp=0x31", "ret=0").at(31, "exit"), []Kind{DestroyedWithOutstanding}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := Analyze(tc.s.records(t), Options{})
+			if got := kinds(rep); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("findings %v, want %v:\n%s", got, tc.want, text(t, rep))
+			}
+			if tc.want != nil && !strings.Contains(rep.Findings[0].Evidence, "wr_id 0x5") {
+				t.Errorf("evidence %q, want the WR with wr_id 0x5", rep.Findings[0].Evidence)
+			}
+			notes := strings.Join(rep.Notes, "\n")
+			if tc.note == "" && notes != "" || !strings.Contains(notes, tc.note) {
+				t.Errorf("notes %q, want %q", notes, tc.note)
+			}
+		})
+	}
+}
+
+// TestForkAndExit: a child forked after the device was opened acts on its
+// parent's objects; QPs left holding WRs when the last process holding them
+// ends are judged as destroyed then; an exec starts objects of its own.
+func TestForkAndExit(t *testing.T) {
+	at := func(s *stream, ms, pid int, kind string, kv ...string) {
+		fmt.Fprintf(&s.b, "%s t=%d pid=%d tid=%d", kind, int64(ms)*1_000_000+5_000_000_000, pid, pid)
+		for _, x := range kv {
+			s.b.WriteString(" " + x)
+		}
+		s.b.WriteString("\n")
+	}
+	s := rcPair() // pid 100: qpn 17 and 18 on one CQ
+	for i := 1; i <= 4; i++ {
+		s.at(10, "recv", "qp=0x31", fmt.Sprintf("wr=0x%x", i), "ok=1")
+	}
+	for i := 1; i <= 3; i++ {
+		s.at(10, "recv", "qp=0x32", fmt.Sprintf("wr=0x%x", 10+i), "ok=1")
+	}
+	at(s, 20, 200, "fork", "ppid=100")
+	at(s, 21, 200, "qpd", "qp=0x31", "begin=1")
+	at(s, 22, 200, "qpd", "qp=0x31", "ret=0")
+	at(s, 23, 200, "exit")
+	s.at(30, "send", "qp=0x31", "wr=0x9", "op=0", "sig=1", "ok=1") // the parent's post to a QP its child destroyed
+	s.at(50, "exit")
+	// pid 300 forks 301, which execs a program that opens a device of its own
+	at(s, 60, 300, "open", "ctx=0x10", "dev=rxe0")
+	at(s, 60, 300, "cq", "ctx=0x10", "cq=0x20", "cqe=16", "ex=0")
+	at(s, 60, 300, "qp", "ctx=0x10", "qp=0x31", "qpn=40", "type=2", "scq=0x20", "rcq=0x20", "srq=0x0", "sig_all=0", "ex=0")
+	at(s, 60, 300, "recv", "qp=0x31", "wr=0x1", "ok=1")
+	at(s, 61, 301, "fork", "ppid=300")
+	at(s, 62, 301, "start")
+	at(s, 63, 301, "open", "ctx=0x10", "dev=rxe0")
+	at(s, 65, 300, "exit")
+	at(s, 70, 301, "exit")
+	rep := Analyze(s.records(t), Options{})
+	want := []string{
+		"destroyed-with-outstanding pid 200 qpn 17 recv 4 at 22.0 ms: qpn 17 destroyed with 4 WR(s) outstanding on its recv queue (first wr_id 0x1), it never entered ERROR",
+		"destroyed-with-outstanding pid 100 qpn 18 recv 3 at 50.0 ms: qpn 18 was never destroyed: pid 100 exited with 3 WR(s) outstanding on its recv queue (first wr_id 0xb), it never entered ERROR; the kernel destroys the QP",
+		// 301's exec closed its copy of the uverbs file: 300's exit destroys the QP
+		"destroyed-with-outstanding pid 300 qpn 40 recv 1 at 65.0 ms",
+	}
+	if len(rep.Findings) != len(want) {
+		t.Fatalf("%d findings, want %d:\n%s", len(rep.Findings), len(want), text(t, rep))
+	}
+	for i, f := range rep.Findings {
+		got := fmt.Sprintf("%s pid %d %s %s %d at %s: %s", f.Kind, f.PID, f.Object, f.Queue, f.Count, fmtDur(int64(f.At)), f.Evidence)
+		if !strings.HasPrefix(got, want[i]) {
+			t.Errorf("finding %d:\n%s\nwant it to begin\n%s", i, got, want[i])
+		}
+	}
+	var procs []string
+	for _, p := range rep.Processes {
+		procs = append(procs, fmt.Sprintf("%d:%d:%d", p.PID, p.QPs, p.Posted))
+	}
+	if fmt.Sprint(procs) != "[100:2:7 200:0:0 300:1:1 301:0:0]" {
+		t.Errorf("processes (pid:QPs:posted) %v", procs)
+	}
+	// killed: the evidence says so
+	k := rcPair().at(10, "recv", "qp=0x32", "wr=0x1", "ok=1").at(40, "wc", "cq=0x20", "wr=0x77", "st=0", "op=0", "qpn=99")
+	rep = Analyze(k.records(t), Options{})
+	if len(rep.Findings) != 1 || !strings.Contains(rep.Findings[0].Evidence, "pid 100 ended without exiting normally") || rep.Findings[0].At != 40*time.Millisecond {
+		t.Errorf("a process killed with WRs outstanding:\n%s", text(t, rep))
+	}
+}
+
+// TestFindingTimes: each finding is stamped with the record that shows it.
+func TestFindingTimes(t *testing.T) {
+	for _, tc := range []struct {
+		s    *stream
+		kind Kind
+		at   time.Duration
+	}{
+		{rcPair().traffic(10).at(4017, "ev", "ctx=0x10", "type=0", "cq=0x20").at(4018, "ack", "type=0", "cq=0x20").teardown(4100), CQOverrun, 4017 * time.Millisecond},
+		{rcPair().traffic(10).at(4017, "pollerr", "cq=0x20", "ret=-1").teardown(4100), CQOverrun, 4017 * time.Millisecond},
+		{srqPair().at(11, "ev", "ctx=0x10", "type=16", "qp=0x32", "qpn=18").at(20, "exit"), EventNotAcked, 11 * time.Millisecond},
+	} {
+		rep := Analyze(tc.s.records(t), Options{LastWQE: func(string) (LastWQE, bool) { return LastWQE{Raises: true}, true }})
+		if len(rep.Findings) != 1 || rep.Findings[0].Kind != tc.kind || rep.Findings[0].At != tc.at {
+			t.Errorf("want one %s at %v:\n%s", tc.kind, tc.at, text(t, rep))
+		}
 	}
 }

@@ -104,7 +104,14 @@ func TestHostPlanted(t *testing.T) {
 			if got := strings.TrimSpace(strings.Join(kindStrings(rep), " ")); got != want {
 				t.Errorf("findings %q, want %q:\n%s", got, want, text(t, rep))
 			}
-			if len(rep.Processes) != 1 || rep.Processes[0].Devices[0] != "fake0" || !rep.Processes[0].Exited {
+			procs := 1
+			if name == "fork_destroy" {
+				procs = 2 // the child destroys one QP, each pid has its finding
+				if f := rep.Findings; len(f) == 2 && (f[0].PID == f[1].PID || f[0].PID != rep.Processes[1].PID || f[0].Count != 4 || f[1].Count != 3) {
+					t.Errorf("fork_destroy: want the child's destroy of 4 receives, then the parent's exit with 3:\n%s", text(t, rep))
+				}
+			}
+			if len(rep.Processes) != procs || rep.Processes[0].Devices[0] != "fake0" || !rep.Processes[0].Exited {
 				t.Errorf("processes %+v", rep.Processes)
 			}
 		})

@@ -111,6 +111,12 @@ struct qpx_slot {
 static struct qpx_slot qpx_slots[MAX_QPX];
 static struct ibv_qp_ex *(*real_qp_to_qp_ex)(struct ibv_qp *);
 
+/* rec is a record under construction, on the caller's stack. */
+struct rec {
+	char buf[REC_MAX];
+	size_t n;
+};
+
 static void *resolve(const char *name)
 {
 	void *p = dlvsym(RTLD_NEXT, name, IBVERBS_VERSION);
@@ -137,10 +143,27 @@ static void resolve_all(void)
 	real_qp_to_qp_ex = dlsym(RTLD_NEXT, "ibv_qp_to_qp_ex");
 }
 
+static void begin(struct rec *r, const char *kind);
+static void emit(struct rec *r);
+static void put_uint(struct rec *r, const char *key, uint64_t v, int hex);
+
+/* after_fork_child: the child shares its parent's uverbs file and so its
+ * verbs objects (a QP the child destroys is gone for the parent too); its
+ * first record says whose they are. */
 static void after_fork_child(void)
 {
+	int saved = errno;
+
 	cached_pid = getpid();
 	cached_tid = 0;
+	if (__atomic_load_n(&rec_fd, __ATOMIC_ACQUIRE) >= 0) {
+		struct rec r;
+
+		begin(&r, "fork");
+		put_uint(&r, "ppid", (uint64_t)getppid(), 0);
+		emit(&r);
+	}
+	errno = saved;
 }
 
 __attribute__((constructor)) static void shim_init(void)
@@ -175,14 +198,15 @@ static void open_records(void)
 			fd = high;
 		}
 		__atomic_store_n(&rec_fd, fd, __ATOMIC_RELEASE);
+		/* a new program image: exec closed the uverbs files of the one
+		 * before (close-on-exec), its objects are not this one's */
+		struct rec r;
+
+		begin(&r, "start");
+		emit(&r);
 	}
 }
 
-/* rec is a record under construction, on the caller's stack. */
-struct rec {
-	char buf[REC_MAX];
-	size_t n;
-};
 
 static void put_str(struct rec *r, const char *s)
 {
