@@ -38,7 +38,8 @@ func hostRig(t *testing.T, progs ...string) (shim, dir string) {
 	build(t, ctx, "gcc", "-shared", "-fPIC", "-O2", "-Wall", "-o", filepath.Join(fake, "libibverbs.so.1"),
 		"-Wl,-soname,libibverbs.so.1", "-Wl,--version-script=testdata/fakeverbs/fakeverbs.map", "testdata/fakeverbs/fakeverbs.c")
 	for _, p := range progs {
-		build(t, ctx, "gcc", "-O1", "-Wall", "-o", filepath.Join(dir, p), filepath.Join("testdata", "progs", p+".c"), "-libverbs")
+		// --as-needed: a program that dlopen()s libibverbs does not load it at start
+		build(t, ctx, "gcc", "-O1", "-Wall", "-o", filepath.Join(dir, p), filepath.Join("testdata", "progs", p+".c"), "-ldl", "-Wl,--as-needed", "-libverbs")
 	}
 	t.Setenv("LD_LIBRARY_PATH", fake)
 	return shim, dir

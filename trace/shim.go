@@ -81,6 +81,13 @@ func BuildShim(ctx context.Context, dir string) (string, error) {
 	if err := os.WriteFile(src, shimSource, 0o644); err != nil {
 		return "", fmt.Errorf("trace shim cache: %w", err)
 	}
+	// The shim's verbs carry libibverbs' version, so that a lookup of
+	// ibv_open_device@IBVERBS_1.1 (a program linked with libibverbs, or
+	// dlvsym) finds them.
+	vers := strings.TrimSuffix(src, ".c") + ".map"
+	if err := os.WriteFile(vers, []byte("IBVERBS_1.1 {\n\tglobal: ibv_*;\n};\n"), 0o644); err != nil {
+		return "", fmt.Errorf("trace shim cache: %w", err)
+	}
 	tmp, err := os.CreateTemp(dir, ".shim-*.so")
 	if err != nil {
 		return "", fmt.Errorf("trace shim cache: %w", err)
@@ -89,16 +96,38 @@ func BuildShim(ctx context.Context, dir string) (string, error) {
 	defer os.Remove(tmp.Name())
 	// No -libverbs: the shim finds libibverbs behind it (RTLD_NEXT), so the
 	// processes of a traced program that do not use verbs never load it.
-	cmd := exec.CommandContext(ctx, ccPath, "-shared", "-fPIC", "-O2", "-Wall", "-o", tmp.Name(), src, "-ldl", "-lpthread")
+	cmd := exec.CommandContext(ctx, ccPath, "-shared", "-fPIC", "-O2", "-Wall", "-Wl,-soname,"+shimSoname, "-Wl,--version-script="+vers, "-o", tmp.Name(), src, "-ldl", "-lpthread")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("%w: %s: %v\n%s(are libibverbs-dev's headers installed?)", ErrBuild, cc, err, b)
 	}
-	// Renamed into place so that concurrent builds never load a partial file.
+	// The companion the shim gives a program that dlopen()s libibverbs: no
+	// code, the shim then libibverbs as its dependencies (shim.c).
+	helperTmp := strings.TrimSuffix(tmp.Name(), ".so") + "-dl.so"
+	defer os.Remove(helperTmp)
+	cmd = exec.CommandContext(ctx, ccPath, "-shared", "-fPIC", "-o", helperTmp, "-x", "c", os.DevNull, "-x", "none", "-Wl,--no-as-needed", tmp.Name(), "-l:libibverbs.so.1")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("%w: %s (the dlopen companion): %v\n%s(is libibverbs1 installed?)", ErrBuild, cc, err, b)
+	}
+	// Renamed into place, the shim last, so that concurrent builds never
+	// load a partial file and a shim found has its companion.
+	if err := os.Rename(helperTmp, DLHelper(out)); err != nil {
+		return "", fmt.Errorf("trace shim cache: %w", err)
+	}
 	if err := os.Rename(tmp.Name(), out); err != nil {
 		return "", fmt.Errorf("trace shim cache: %w", err)
 	}
 	return out, nil
 }
+
+// shimSoname is the shim's DT_SONAME, by which its dlopen companion names
+// it (so the companion finds the preloaded shim wherever it lies).
+const shimSoname = "qpdrain-trace-shim.so"
+
+// DLHelper is the path of the dlopen companion BuildShim builds next to
+// the shim at shim: the object a program that dlopen()s libibverbs gets
+// instead, so that the verbs it takes with dlsym are the traced ones. Run
+// passes it to the shim when it exists.
+func DLHelper(shim string) string { return strings.TrimSuffix(shim, ".so") + "-dl.so" }
 
 // RunSpec is a program to run traced.
 type RunSpec struct {
@@ -175,6 +204,9 @@ func Run(ctx context.Context, spec RunSpec) (*Result, error) {
 	}
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Env = append(os.Environ(), "LD_PRELOAD="+preload, "QPDRAIN_TRACE_FILE="+recPath)
+	if _, err := os.Stat(DLHelper(shim)); err == nil {
+		cmd.Env = append(cmd.Env, "QPDRAIN_TRACE_DLHELPER="+DLHelper(shim))
+	}
 	if spec.Stdin != nil {
 		cmd.Stdin = spec.Stdin
 	}

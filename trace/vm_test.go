@@ -20,17 +20,18 @@ import (
 // planted are the test programs of testdata/progs and the findings each
 // must produce, exactly (in the order they happen).
 var planted = map[string]string{
-	"fork_destroy":    string(DestroyedWithOutstanding) + " " + string(DestroyedWithOutstanding),
-	"rping_wrid0":     "",
-	"clean":           "",
-	"outstanding":     string(DestroyedWithOutstanding),
-	"srq_lastwqe":     string(SRQDestroyedBeforeLastWQE),
-	"destroyed_wc":    string(CompletionForDestroyedQP),
-	"cq_oversize":     string(CQOverSize),
-	"unacked":         string(EventNotAcked),
-	"posted_in_error": string(PostedInErrorNotFlushed),
-	"qpx_outstanding": string(DestroyedWithOutstanding),
-	"postpoll":        "",
+	"fork_destroy":       string(DestroyedWithOutstanding) + " " + string(DestroyedWithOutstanding),
+	"dlopen_outstanding": string(DestroyedWithOutstanding),
+	"rping_wrid0":        "",
+	"clean":              "",
+	"outstanding":        string(DestroyedWithOutstanding),
+	"srq_lastwqe":        string(SRQDestroyedBeforeLastWQE),
+	"destroyed_wc":       string(CompletionForDestroyedQP),
+	"cq_oversize":        string(CQOverSize),
+	"unacked":            string(EventNotAcked),
+	"posted_in_error":    string(PostedInErrorNotFlushed),
+	"qpx_outstanding":    string(DestroyedWithOutstanding),
+	"postpoll":           "",
 }
 
 // guestScript runs in the guest: each planted program traced, then (unless
@@ -101,13 +102,15 @@ func TestVMTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Rename(shim, filepath.Join(dir, "shim.so")); err != nil {
-		t.Fatal(err)
+	for from, to := range map[string]string{shim: "shim.so", DLHelper(shim): DLHelper("shim.so")} {
+		if err := os.Rename(from, filepath.Join(dir, to)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var names []string
 	for name := range planted {
 		names = append(names, name)
-		build(t, ctx, "gcc", "-O1", "-Wall", "-o", filepath.Join(dir, name), filepath.Join("testdata", "progs", name+".c"), "-libverbs")
+		build(t, ctx, "gcc", "-O1", "-Wall", "-o", filepath.Join(dir, name), filepath.Join("testdata", "progs", name+".c"), "-ldl", "-Wl,--as-needed", "-libverbs")
 	}
 	build(t, ctx, "go", "build", "-o", filepath.Join(dir, "qpdrain"), "github.com/qpdrain/qpdrain/cmd/qpdrain")
 	script := strings.Replace(guestScript, "PLANTED", strings.Join(names, " "), 1)

@@ -117,30 +117,74 @@ struct rec {
 	size_t n;
 };
 
-static void *resolve(const char *name)
+static void *resolve(void *h, const char *name)
 {
-	void *p = dlvsym(RTLD_NEXT, name, IBVERBS_VERSION);
-	return p ? p : dlsym(RTLD_NEXT, name);
+	void *p = dlvsym(h, name, IBVERBS_VERSION);
+	return p ? p : dlsym(h, name);
 }
 
-/* resolve_all finds the exported verbs behind the shim's. It runs at load
- * time and again at the first ibv_open_device when libibverbs was not loaded
- * then (a program that dlopen()s it): every other verb the shim interposes
- * takes an object of an opened context. */
-static void resolve_all(void)
+/* resolve_all finds the exported verbs behind the shim's in h: RTLD_NEXT at
+ * load time (a program linked with libibverbs), or the handle of a
+ * libibverbs the program dlopen()ed (RTLD_LOCAL: not behind the shim). */
+static void resolve_all(void *h)
 {
-	real_open_device = resolve("ibv_open_device");
-	real_close_device = resolve("ibv_close_device");
-	real_create_cq = resolve("ibv_create_cq");
-	real_destroy_cq = resolve("ibv_destroy_cq");
-	real_create_srq = resolve("ibv_create_srq");
-	real_destroy_srq = resolve("ibv_destroy_srq");
-	real_create_qp = resolve("ibv_create_qp");
-	real_modify_qp = resolve("ibv_modify_qp");
-	real_destroy_qp = resolve("ibv_destroy_qp");
-	real_get_async_event = resolve("ibv_get_async_event");
-	real_ack_async_event = resolve("ibv_ack_async_event");
-	real_qp_to_qp_ex = dlsym(RTLD_NEXT, "ibv_qp_to_qp_ex");
+	real_open_device = resolve(h, "ibv_open_device");
+	real_close_device = resolve(h, "ibv_close_device");
+	real_create_cq = resolve(h, "ibv_create_cq");
+	real_destroy_cq = resolve(h, "ibv_destroy_cq");
+	real_create_srq = resolve(h, "ibv_create_srq");
+	real_destroy_srq = resolve(h, "ibv_destroy_srq");
+	real_create_qp = resolve(h, "ibv_create_qp");
+	real_modify_qp = resolve(h, "ibv_modify_qp");
+	real_destroy_qp = resolve(h, "ibv_destroy_qp");
+	real_get_async_event = resolve(h, "ibv_get_async_event");
+	real_ack_async_event = resolve(h, "ibv_ack_async_event");
+	real_qp_to_qp_ex = dlsym(h, "ibv_qp_to_qp_ex");
+}
+
+/* A program that dlopen()s libibverbs and takes the verbs from its handle
+ * with dlsym or dlvsym (NCCL, Python's ctypes, qpdrain's own binding) would
+ * never reach the shim's definitions: a handle's lookup searches that
+ * library and its dependencies only. So dlopen of libibverbs returns instead
+ * the handle of the shim's companion, QPDRAIN_TRACE_DLHELPER: an object with
+ * no code whose dependencies are the shim (by soname), then libibverbs, so
+ * that a lookup on it finds the shim's verbs first and libibverbs' others.
+ * Interposing dlopen rather than dlsym: dlsym(RTLD_NEXT) answers relative to
+ * its caller, which a dlsym wrapper would hide on every glibc; dlopen's
+ * caller only chooses the RUNPATH searched, and other names pass through as
+ * a tail call. */
+static void *(*real_dlopen)(const char *, int);
+static char dl_helper[4096];
+
+static int verbs_library(const char *file)
+{
+	const char *base = file ? strrchr(file, '/') : NULL;
+
+	base = base ? base + 1 : file;
+	return base && !strncmp(base, "libibverbs.so", 13);
+}
+
+static void *open_verbs(const char *file, int mode)
+{
+	void *h = real_dlopen(file, mode), *helper;
+
+	if (!h)
+		return NULL;
+	if (!real_open_device)
+		resolve_all(h);
+	/* h stays open: the shim calls into it for the rest of the process */
+	if (!dl_helper[0] || !(helper = real_dlopen(dl_helper, RTLD_NOW | RTLD_LOCAL)))
+		return h;
+	return helper;
+}
+
+void *dlopen(const char *file, int mode)
+{
+	if (!real_dlopen)
+		real_dlopen = (void *(*)(const char *, int))dlsym(RTLD_NEXT, "dlopen");
+	if (verbs_library(file))
+		return open_verbs(file, mode);
+	return real_dlopen(file, mode);
 }
 
 static void begin(struct rec *r, const char *kind);
@@ -170,8 +214,11 @@ __attribute__((constructor)) static void shim_init(void)
 {
 	int saved = errno;
 	const char *path = getenv("QPDRAIN_TRACE_FILE");
+	const char *helper = getenv("QPDRAIN_TRACE_DLHELPER");
 
-	resolve_all();
+	resolve_all(RTLD_NEXT);
+	if (helper && strlen(helper) < sizeof(dl_helper))
+		strcpy(dl_helper, helper);
 	cached_pid = getpid();
 	pthread_atfork(NULL, NULL, after_fork_child);
 	if (path && strlen(path) < sizeof(rec_path))
@@ -819,7 +866,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *dev)
 	int saved;
 
 	if (!real_open_device)
-		resolve_all();
+		resolve_all(RTLD_NEXT); /* libibverbs loaded since, as another's dependency */
 	if (!real_open_device) {
 		errno = ENOSYS;
 		return NULL;
