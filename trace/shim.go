@@ -96,15 +96,17 @@ func BuildShim(ctx context.Context, dir string) (string, error) {
 	defer os.Remove(tmp.Name())
 	// No -libverbs: the shim finds libibverbs behind it (RTLD_NEXT), so the
 	// processes of a traced program that do not use verbs never load it.
-	cmd := exec.CommandContext(ctx, ccPath, "-shared", "-fPIC", "-O2", "-Wall", "-Wl,-soname,"+shimSoname, "-Wl,--version-script="+vers, "-o", tmp.Name(), src, "-ldl", "-lpthread")
+	cmd := exec.CommandContext(ctx, ccPath, "-shared", "-fPIC", "-O2", "-Wall", "-Wl,-soname,"+filepath.Base(out), "-Wl,--version-script="+vers, "-o", tmp.Name(), src, "-ldl", "-lpthread")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("%w: %s: %v\n%s(are libibverbs-dev's headers installed?)", ErrBuild, cc, err, b)
 	}
 	// The companion the shim gives a program that dlopen()s libibverbs: no
-	// code, the shim then libibverbs as its dependencies (shim.c).
+	// code, the shim then libibverbs as its dependencies (shim.c). It names
+	// the shim by its soname, its file's name: the loader matches that with
+	// the preloaded shim wherever it lies, and ldd finds it next to it.
 	helperTmp := strings.TrimSuffix(tmp.Name(), ".so") + "-dl.so"
 	defer os.Remove(helperTmp)
-	cmd = exec.CommandContext(ctx, ccPath, "-shared", "-fPIC", "-o", helperTmp, "-x", "c", os.DevNull, "-x", "none", "-Wl,--no-as-needed", tmp.Name(), "-l:libibverbs.so.1")
+	cmd = exec.CommandContext(ctx, ccPath, "-shared", "-fPIC", "-o", helperTmp, "-x", "c", os.DevNull, "-x", "none", "-Wl,-rpath,$ORIGIN", "-Wl,--no-as-needed", tmp.Name(), "-l:libibverbs.so.1")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("%w: %s (the dlopen companion): %v\n%s(is libibverbs1 installed?)", ErrBuild, cc, err, b)
 	}
@@ -118,10 +120,6 @@ func BuildShim(ctx context.Context, dir string) (string, error) {
 	}
 	return out, nil
 }
-
-// shimSoname is the shim's DT_SONAME, by which its dlopen companion names
-// it (so the companion finds the preloaded shim wherever it lies).
-const shimSoname = "qpdrain-trace-shim.so"
 
 // DLHelper is the path of the dlopen companion BuildShim builds next to
 // the shim at shim: the object a program that dlopen()s libibverbs gets

@@ -44,7 +44,7 @@ QUICK=QUICKVALUE
 G=${QPDRAIN_TEST_GID_INDEX:-1}
 kinds() { grep -oE '^[a-z-]+  pid' "$1" | cut -d' ' -f1 | sort -u | tr '\n' ' '; }
 for p in PLANTED; do
-	./qpdrain trace --shim ./shim.so --report $p.report -- ./$p > $p.out 2>&1
+	./qpdrain trace --shim ./SHIMNAME --report $p.report -- ./$p > $p.out 2>&1
 	rc=$?
 	echo "@@ $p exit=$rc kinds=$(kinds $p.report)notes=$(grep -c 'which rxe0 does not raise' $p.report)"
 	cat $p.report
@@ -61,7 +61,7 @@ real() {
 	name=$1 port=$2; shift 2
 	command -v "$1" >/dev/null || { echo "@@ $name missing"; return; }
 	pair $port "$@" > $name.plain 2>&1
-	./qpdrain trace -d --shim ./shim.so --report $name.report -- sh -c ". ./pair.sh; pair $((port + 1)) $*" > $name.traced 2>&1
+	./qpdrain trace -d --shim ./SHIMNAME --report $name.report -- sh -c ". ./pair.sh; pair $((port + 1)) $*" > $name.traced 2>&1
 	rc=$?
 	mask $name.plain > $name.a; mask $name.traced > $name.b
 	same=unchanged; cmp -s $name.a $name.b || same=changed
@@ -76,7 +76,7 @@ real ibv_srq_pingpong 18610 ibv_srq_pingpong -d rxe0 -g $G -n 100 -q 4
 real ib_write_bw 18620 ib_write_bw -d rxe0 -x $G -n 200 -s 4096
 for i in 1 2 3; do
 	echo "@@ overhead plain $(./postpoll 3000)"
-	echo "@@ overhead traced $(./qpdrain trace --shim ./shim.so --report /dev/null -- ./postpoll 3000)"
+	echo "@@ overhead traced $(./qpdrain trace --shim ./SHIMNAME --report /dev/null -- ./postpoll 3000)"
 done
 `
 
@@ -102,11 +102,7 @@ func TestVMTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for from, to := range map[string]string{shim: "shim.so", DLHelper(shim): DLHelper("shim.so")} {
-		if err := os.Rename(from, filepath.Join(dir, to)); err != nil {
-			t.Fatal(err)
-		}
-	}
+
 	var names []string
 	for name := range planted {
 		names = append(names, name)
@@ -114,6 +110,7 @@ func TestVMTrace(t *testing.T) {
 	}
 	build(t, ctx, "go", "build", "-o", filepath.Join(dir, "qpdrain"), "github.com/qpdrain/qpdrain/cmd/qpdrain")
 	script := strings.Replace(guestScript, "PLANTED", strings.Join(names, " "), 1)
+	script = strings.ReplaceAll(script, "SHIMNAME", filepath.Base(shim))
 	script = strings.Replace(script, "QUICKVALUE", fmt.Sprint(b2i(testing.Short())), 1)
 	if err := os.WriteFile(filepath.Join(dir, "run.sh"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
