@@ -423,7 +423,7 @@ func (a *analysis) step(p *proc, r Record) {
 		p.allCQs = append(p.allCQs, c)
 		p.sum.CQs++
 		if c.ex {
-			a.notes = append(a.notes, fmt.Sprintf("pid %d: a CQ (0x%x) was created with ibv_create_cq_ex: completions read with ibv_start_poll/ibv_next_poll are not traced, so its QPs' outstanding WRs are not judged", p.pid, c.ptr))
+			a.notes = append(a.notes, fmt.Sprintf("pid %d: a CQ (0x%x) made by ibv_create_cq_ex could not be traced (the provider refused IBV_WC_EX_WITH_QP_NUM, or the shim's table of 1024 such CQs was full): its completions are not seen, so its QPs' outstanding WRs are not judged", p.pid, c.ptr))
 		}
 	case "cqd":
 		if !r.Has("begin") && r.Int("ret") == 0 {

@@ -376,7 +376,7 @@ func TestRules(t *testing.T) {
 			at(11, "ev", "ctx=0x10", "type=16", "qp=0x33", "qpn=19").at(11, "ack", "type=16", "qp=0x33", "qpn=19").
 			at(12, "qpd", "qp=0x33", "ret=0").at(12, "qpd", "qp=0x32", "ret=0").at(13, "exit"), Options{},
 			[]Kind{SRQDestroyedBeforeLastWQE}, nil},
-		{"the queues of a CQ made by ibv_create_cq_ex are not judged (its polls are not seen)", func() *stream {
+		{"the queues of a CQ made by ibv_create_cq_ex whose polls the shim could not take over (ex=1) are not judged", func() *stream {
 			s := &stream{}
 			return s.at(0, "open", "ctx=0x10", "dev=rxe0").at(1, "cq", "ctx=0x10", "cq=0x20", "cqe=16", "ex=1").
 				at(2, "qp", "ctx=0x10", "qp=0x31", "qpn=17", "type=2", "scq=0x20", "rcq=0x20", "srq=0x0", "sig_all=0", "ex=0").

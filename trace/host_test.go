@@ -16,7 +16,7 @@ import (
 // libibverbs.so.1 with one loopback device, for hosts without RDMA) and the
 // named planted programs (linked against the real libibverbs, run against
 // the fake through LD_LIBRARY_PATH).
-func hostRig(t *testing.T, progs ...string) (shim, dir string) {
+func hostRig(t testing.TB, progs ...string) (shim, dir string) {
 	t.Helper()
 	if runtime.GOOS != "linux" {
 		t.Skip("LD_PRELOAD is Linux's")
@@ -47,7 +47,7 @@ func hostRig(t *testing.T, progs ...string) (shim, dir string) {
 
 // runOut runs argv (traced with shim, or not when shim is ""), its stdout to
 // a file, and returns that output and the result.
-func runOut(t *testing.T, shim string, argv ...string) (string, *Result) {
+func runOut(t testing.TB, shim string, argv ...string) (string, *Result) {
 	t.Helper()
 	f, err := os.Create(filepath.Join(t.TempDir(), "stdout"))
 	if err != nil {
@@ -77,7 +77,7 @@ func runOut(t *testing.T, shim string, argv ...string) (string, *Result) {
 func TestHostPlanted(t *testing.T) {
 	var names []string
 	for n := range planted {
-		if !strings.HasPrefix(n, "qpx_") { // the fake has no ibv_qp_ex: rxe in the VM tests it
+		if !strings.HasPrefix(n, "qpx_") && !strings.HasPrefix(n, "cqx_") { // the fake has no ibv_qp_ex nor ibv_cq_ex: rxe in the VM tests them
 			names = append(names, n)
 		}
 	}
@@ -173,5 +173,45 @@ func TestBuildShimErrors(t *testing.T) {
 	}
 	if _, err := Run(context.Background(), RunSpec{Shim: "x", Argv: nil}); err == nil {
 		t.Error("Run without a program succeeded")
+	}
+}
+
+// TestHostKilled: a program that closes every descriptor it did not open
+// and is then killed keeps its records up to the kill, and the WRs it left
+// are judged.
+func TestHostKilled(t *testing.T) {
+	shim, dir := hostRig(t, "killed")
+	_, res := runOut(t, shim, filepath.Join(dir, "killed"))
+	if res.Status != "signal: killed" || res.Lost != 0 {
+		t.Fatalf("status %q, %d records lost", res.Status, res.Lost)
+	}
+	rep := Analyze(res.Records, Options{})
+	if len(rep.Findings) != 1 || rep.Findings[0].Count != 5 || !strings.Contains(rep.Findings[0].Evidence, "ended without exiting normally") {
+		t.Errorf("want the 5 receives judged at the kill:\n%s", text(t, rep))
+	}
+}
+
+// TestHostDlopenRunpath: the shim's dlopen passes other libraries straight
+// through (a tail call), so a program's dlopen still searches the program's
+// own RUNPATH.
+func TestHostDlopenRunpath(t *testing.T) {
+	shim, dir := hostRig(t)
+	ctx := context.Background()
+	sub := filepath.Join(dir, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(dir, "p.c")
+	if err := os.WriteFile(src, []byte(`#include <dlfcn.h>
+#include <stdio.h>
+int main(void) { void *h = dlopen("libqpdfoo.so", RTLD_NOW); puts(h ? "found" : dlerror()); return !h; }
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	build(t, ctx, "gcc", "-shared", "-fPIC", "-o", filepath.Join(sub, "libqpdfoo.so"), "-x", "c", os.DevNull)
+	build(t, ctx, "gcc", "-o", filepath.Join(dir, "p"), src, "-ldl", "-Wl,--enable-new-dtags,-rpath,$ORIGIN/sub")
+	out, res := runOut(t, shim, filepath.Join(dir, "p"))
+	if res.ExitCode != 0 || out != "found\n" {
+		t.Errorf("traced, a library on the program's RUNPATH: %q, %s", out, res.Status)
 	}
 }

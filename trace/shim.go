@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -8,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -154,6 +156,9 @@ type Result struct {
 	// Records are the shim's records of every process of the program
 	// (none when RunSpec.Each took them).
 	Records []Record
+	// Lost counts the records lost: the record file was full, or a
+	// process was killed while it wrote one (at least one each).
+	Lost int
 }
 
 // killAfter is how long a program cancelled by Run's context has between
@@ -167,7 +172,7 @@ const killAfter = 5 * time.Second
 // it (a terminal sends it to both). The program's exit status is its result,
 // not Run's error: errors wrap ErrNotSupported, a start failure (the program
 // not found), or ErrBadRecord when its records cannot be read.
-func Run(ctx context.Context, spec RunSpec) (*Result, error) {
+func Run(ctx context.Context, spec RunSpec) (_ *Result, rerr error) {
 	if runtime.GOOS != "linux" {
 		return nil, fmt.Errorf("%w, not %s", ErrNotSupported, runtime.GOOS)
 	}
@@ -181,20 +186,28 @@ func Run(ctx context.Context, spec RunSpec) (*Result, error) {
 	if _, err := os.Stat(shim); err != nil {
 		return nil, fmt.Errorf("trace: shim: %w", err)
 	}
-	var recf *os.File
+	var keep io.Writer = io.Discard
 	if spec.Records != "" {
-		recf, err = os.OpenFile(spec.Records, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	} else {
-		recf, err = os.CreateTemp("", "qpdrain-trace-*.records")
+		kf, err := os.OpenFile(spec.Records, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("trace: records file: %w", err)
+		}
+		defer kf.Close()
+		bw := bufio.NewWriter(kf)
+		keep = bw
+		defer func() {
+			if err := bw.Flush(); err != nil && rerr == nil {
+				rerr = fmt.Errorf("trace: records file: %w", err)
+			}
+		}()
 	}
+	recf, err := newRecordFile()
 	if err != nil {
 		return nil, fmt.Errorf("trace: records file: %w", err)
 	}
 	recPath := recf.Name()
-	recf.Close()
-	if spec.Records == "" {
-		defer os.Remove(recPath)
-	}
+	defer os.Remove(recPath)
+	defer recf.Close()
 
 	preload := shim
 	if old := os.Getenv("LD_PRELOAD"); old != "" {
@@ -253,16 +266,17 @@ func Run(ctx context.Context, spec RunSpec) (*Result, error) {
 		return nil, fmt.Errorf("trace: waiting for %s: %w", spec.Argv[0], werr)
 	}
 	res := &Result{Status: cmd.ProcessState.String(), ExitCode: cmd.ProcessState.ExitCode()}
-	f, err := os.Open(recPath)
+	rr, err := openRecords(recf)
 	if err != nil {
 		return res, fmt.Errorf("trace: records: %w", err)
 	}
-	defer f.Close()
 	each := spec.Each
 	if each == nil {
 		each = func(r Record) { res.Records = append(res.Records, r) }
 	}
-	if err := Scan(f, each); err != nil {
+	err = Scan(io.TeeReader(rr, keep), each)
+	res.Lost = rr.lost
+	if err != nil {
 		return res, fmt.Errorf("trace: %s's records: %w", strings.Join(spec.Argv, " "), err)
 	}
 	return res, nil

@@ -22,6 +22,7 @@ import (
 var planted = map[string]string{
 	"fork_destroy":       string(DestroyedWithOutstanding) + " " + string(DestroyedWithOutstanding),
 	"dlopen_outstanding": string(DestroyedWithOutstanding),
+	"cqx_destroyed_wc":   string(CompletionForDestroyedQP),
 	"rping_wrid0":        "",
 	"clean":              "",
 	"outstanding":        string(DestroyedWithOutstanding),
@@ -138,7 +139,7 @@ func TestVMTrace(t *testing.T) {
 	checkVMVerdicts(t, out.String(), len(kernels), !testing.Short())
 }
 
-func build(t *testing.T, ctx context.Context, cmd string, args ...string) {
+func build(t testing.TB, ctx context.Context, cmd string, args ...string) {
 	t.Helper()
 	if b, err := exec.CommandContext(ctx, cmd, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %s: %v\n%s", cmd, strings.Join(args, " "), err, b)

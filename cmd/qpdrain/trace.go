@@ -90,6 +90,7 @@ func kindList() string {
 
 func runTrace(ctx context.Context, stdout io.Writer, opts *globalOptions, o *traceOptions, args []string) error {
 	out := traceOutput{}
+	lost := 0
 	z := trace.NewAnalyzer(trace.Options{FlushWait: o.flushWait})
 	if o.from != "" {
 		f, err := os.Open(o.from)
@@ -120,10 +121,13 @@ func runTrace(ctx context.Context, stdout io.Writer, opts *globalOptions, o *tra
 		if err != nil {
 			return withExitCode(exitError, err)
 		}
-		out.Program, out.Status, out.ExitCode = args, res.Status, &res.ExitCode
+		out.Program, out.Status, out.ExitCode, lost = args, res.Status, &res.ExitCode, res.Lost
 		opts.log.WithField("status", res.Status).Debug("traced program ended")
 	}
 	out.Report = z.Report(lastWQEKnowledge(ctx, opts, o.lastWQE, z.NeedsLastWQE()))
+	if lost > 0 {
+		out.Notes = append(out.Notes, fmt.Sprintf("%d record(s) lost (the record file was full, or a process was killed while it wrote one): the verdicts may miss what they showed", lost))
+	}
 	for _, s := range o.accept {
 		k, _ := trace.ParseKind(s) // checked by the flag
 		out.Accept(k)
