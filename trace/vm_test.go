@@ -50,6 +50,10 @@ for p in PLANTED; do
 	echo "@@ $p exit=$rc kinds=$(kinds $p.report)notes=$(grep -c 'which rxe0 does not raise' $p.report)"
 	cat $p.report
 done
+# qpdrain's own binding (package libibverbs: dlopen and dlvsym) traced
+./qpdrain trace --shim ./SHIMNAME --report binding.report -- ./qpdrain check --device rxe0 --run '^flush-outstanding$' > binding.out 2>&1
+echo "@@ binding exit=$? seen=$(grep -oE '[0-9]+ QPs, [0-9]+ CQs, [0-9]+ SRQs, [0-9]+ WRs posted' binding.report | head -1 | tr ' ,' '_.')"
+cat binding.report
 pair() {
 	port=$1; shift
 	"$@" -p "$port" & s=$!
@@ -183,6 +187,12 @@ func checkVMVerdicts(t *testing.T, out string, kernels int, real bool) {
 			if v != fmt.Sprintf("exit=%d kinds=%snotes=0", wantExit, want) {
 				t.Errorf("%s: %s: %q, want exit %d and exactly the findings %q", kernel, name, v, wantExit, want)
 			}
+		}
+		// qpdrain check through its own binding: its QPs and WRs seen
+		if b := got["binding"]; !regexp.MustCompile(`seen=[1-9][0-9]*_QPs._[1-9][0-9]*_CQs._0_SRQs._[1-9][0-9]*_WRs_posted`).MatchString(b) {
+			t.Errorf("%s: qpdrain check traced through its own libibverbs binding: %q, want its QPs, CQs and WRs seen", kernel, b)
+		} else {
+			t.Logf("%s: binding: %s", kernel, b)
 		}
 		realNames := []string{"ibv_rc_pingpong", "ibv_srq_pingpong", "ib_write_bw"}
 		if !real {
