@@ -1,7 +1,9 @@
 package trace
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -118,10 +120,46 @@ type Report struct {
 	// Notes are what the trace cannot judge (paths the shim does not see,
 	// devices whose Last WQE behaviour is unknown, completions of unknown QPs).
 	Notes []string `json:"notes"`
+	// Accepted are the findings of the kinds Accept was given: reported,
+	// and not counted against the program.
+	Accepted []Finding `json:"accepted"`
 }
 
-// Clean reports whether the report has no finding.
+// Clean reports whether the report has no finding (accepted ones aside).
 func (r *Report) Clean() bool { return len(r.Findings) == 0 }
+
+// Accept moves the findings of the given kinds from Findings to Accepted:
+// the kinds a project knows of and has chosen to live with, so that only
+// other kinds fail its runs.
+func (r *Report) Accept(kinds ...Kind) {
+	kept := r.Findings[:0:0]
+	for _, f := range r.Findings {
+		if slices.Contains(kinds, f.Kind) {
+			r.Accepted = append(r.Accepted, f)
+		} else {
+			kept = append(kept, f)
+		}
+	}
+	r.Findings = kept
+}
+
+// ErrUnknownKind is ParseKind's error for a name that is not a finding's kind.
+var ErrUnknownKind = errors.New("not a kind of finding")
+
+// ParseKind returns the kind of finding named s; its error wraps
+// ErrUnknownKind and names the kinds.
+func ParseKind(s string) (Kind, error) {
+	for _, k := range Kinds() {
+		if string(k) == s {
+			return k, nil
+		}
+	}
+	var names []string
+	for _, k := range Kinds() {
+		names = append(names, string(k))
+	}
+	return "", fmt.Errorf("%q is %w: want one of %s", s, ErrUnknownKind, strings.Join(names, ", "))
+}
 
 // Analyzer judges a trace's records as they are read, so that a long trace
 // is never held in memory: Add each record in order, then Report. It is
@@ -143,7 +181,22 @@ func (z *Analyzer) Add(r Record) {
 		a.t0 = r.T
 	}
 	a.n++
+	switch r.Kind {
+	case "fork":
+		// the child's first record: it shares its parent's objects
+		if parent := a.procs[int(r.Uint("ppid"))]; parent != nil {
+			c := a.newProc(r.PID, parent.objects)
+			c.sum.Devices, c.forked = append([]string(nil), parent.sum.Devices...), true
+		}
+	case "start":
+		// a new program image opened a device (exec closed the uverbs
+		// file of the image before it: close-on-exec)
+		if a.procs[r.PID] != nil {
+			a.newProc(r.PID, nil)
+		}
+	}
 	p := a.proc(r.PID)
+	p.records++
 	if r.T > p.end {
 		p.end = r.T
 	}
@@ -180,9 +233,14 @@ func (z *Analyzer) Report(lastWQE func(device string) (LastWQE, bool)) *Report {
 	for _, d := range a.earlySRQ {
 		a.judgeSRQ(d, lastWQE)
 	}
-	for _, pid := range a.order {
-		a.finish(a.procs[pid])
+	for _, set := range a.sets {
+		a.finish(set)
 	}
+	for _, p := range a.order {
+		a.finishProc(p)
+	}
+	// in the order they happened: a forked child's findings among its parent's
+	sort.SliceStable(a.findings, func(i, j int) bool { return a.findings[i].At < a.findings[j].At })
 	return a.report()
 }
 
@@ -223,18 +281,36 @@ type qp struct {
 	errAt       int64 // when it entered ERROR; 0 when not in ERROR
 	lastWQE     bool  // the program got Last WQE Reached for it
 	destroyedAt int64 // 0 while it lives
+	destroyedBy int   // the pid that destroyed it
 	lateWCs     int   // completions polled after the destroy
 	lateFirst   int64
+	// amb counts, by wr_id, the flushed completions that could have come
+	// from the send queue or the receive queue (both complete to their CQ
+	// and held a WR with that wr_id): the opcode of a completion in error
+	// is undefined (ibv_poll_cq(3)), so only the counts at the end decide.
+	amb map[uint64]int
+	// unjudged are the wr_ids amb left undecided: no finding about them.
+	unjudged map[uint64]bool
+}
+
+// recvQueue is where q's receives are: its SRQ's queue or its own.
+func (q *qp) recvQueue() *queue {
+	if q.srq != nil {
+		return &q.srq.q
+	}
+	return &q.rq
 }
 
 type cq struct {
 	ptr, ctx    uint64
+	pid         int // the process that created it
 	cqe         int64
 	ex          bool
 	outstanding int
 	maxOut      int
 	maxAt       int64
 	overrun     string
+	overrunAt   int64
 }
 
 type srq struct {
@@ -243,8 +319,12 @@ type srq struct {
 	bound    bool // some QP uses it: q.cq is that QP's receive CQ, or nil for several
 }
 
-type proc struct {
-	pid       int
+// objects are the verbs objects of one process, shared with the children
+// it forks after opening a device: they inherit its uverbs file, so a
+// child's verbs act on the same kernel objects (a QP the child destroys is
+// gone for the parent too), and the kernel destroys what is left only when
+// the last of them closes the file.
+type objects struct {
 	ctxDev    map[uint64]string
 	qps       map[uint64]*qp // live, by pointer
 	byQPN     map[[2]uint64]*qp
@@ -253,10 +333,19 @@ type proc struct {
 	cqs       map[uint64]*cq
 	allCQs    []*cq
 	srqs      map[uint64]*srq
-	pending   map[string]int // unacknowledged events by "type obj"
-	pendDesc  map[string]string
-	sum       Process
-	end       int64
+	holders   []*proc // the processes sharing them, the creator first
+}
+
+type proc struct {
+	pid int
+	*objects
+	pending  map[string]int // unacknowledged events by "type obj"
+	pendDesc map[string]string
+	pendAt   map[string]int64 // when the first of them came
+	sum      Process
+	end      int64
+	forked   bool // its first record was its fork
+	records  int
 }
 
 type analysis struct {
@@ -265,8 +354,9 @@ type analysis struct {
 	n          int                  // records added
 	ctxDev     map[[2]uint64]string // (pid, ctx) -> device
 	earlySRQ   []earlyDestroy
-	procs      map[int]*proc
-	order      []int
+	procs      map[int]*proc // the current process of each pid
+	order      []*proc       // every process (a pid that exec'd is two), in order
+	sets       []*objects    // every object set, in order
 	notes      []string
 	findings   []Finding
 	raisesSeen map[string]int // device -> a qpn it raised Last WQE Reached for
@@ -289,14 +379,25 @@ func newAnalysis(o Options) *analysis {
 }
 
 func (a *analysis) proc(pid int) *proc {
-	p := a.procs[pid]
-	if p == nil {
-		p = &proc{pid: pid, ctxDev: map[uint64]string{}, qps: map[uint64]*qp{}, byQPN: map[[2]uint64]*qp{},
-			destroyed: map[[2]uint64]*qp{}, cqs: map[uint64]*cq{}, srqs: map[uint64]*srq{},
-			pending: map[string]int{}, pendDesc: map[string]string{}, sum: Process{PID: pid}}
-		a.procs[pid] = p
-		a.order = append(a.order, pid)
+	if p := a.procs[pid]; p != nil {
+		return p
 	}
+	return a.newProc(pid, nil)
+}
+
+// newProc starts the records of pid: a new process, or a new program image
+// in it (exec), with objects of its own, or shared with the process it was
+// forked from.
+func (a *analysis) newProc(pid int, shared *objects) *proc {
+	if shared == nil {
+		shared = &objects{ctxDev: map[uint64]string{}, qps: map[uint64]*qp{}, byQPN: map[[2]uint64]*qp{},
+			destroyed: map[[2]uint64]*qp{}, cqs: map[uint64]*cq{}, srqs: map[uint64]*srq{}}
+		a.sets = append(a.sets, shared)
+	}
+	p := &proc{pid: pid, objects: shared, pending: map[string]int{}, pendDesc: map[string]string{}, pendAt: map[string]int64{}, sum: Process{PID: pid}}
+	shared.holders = append(shared.holders, p)
+	a.procs[pid] = p
+	a.order = append(a.order, p)
 	return p
 }
 
@@ -317,12 +418,12 @@ func (a *analysis) step(p *proc, r Record) {
 			a.notes = append(a.notes, fmt.Sprintf("pid %d: a context on %s was not traced (more than the shim's 64 open contexts)", p.pid, r.Str("dev")))
 		}
 	case "cq":
-		c := &cq{ptr: r.Uint("cq"), ctx: r.Uint("ctx"), cqe: r.Int("cqe"), ex: r.Uint("ex") == 1}
+		c := &cq{ptr: r.Uint("cq"), ctx: r.Uint("ctx"), pid: p.pid, cqe: r.Int("cqe"), ex: r.Uint("ex") == 1}
 		p.cqs[c.ptr] = c
 		p.allCQs = append(p.allCQs, c)
 		p.sum.CQs++
 		if c.ex {
-			a.notes = append(a.notes, fmt.Sprintf("pid %d: a CQ (0x%x) was created with ibv_create_cq_ex: completions read with ibv_start_poll/ibv_next_poll are not traced, so its QPs' outstanding WRs are not judged", p.pid, c.ptr))
+			a.notes = append(a.notes, fmt.Sprintf("pid %d: a CQ (0x%x) made by ibv_create_cq_ex could not be traced (the provider refused IBV_WC_EX_WITH_QP_NUM, or the shim's table of 1024 such CQs was full): its completions are not seen, so its QPs' outstanding WRs are not judged", p.pid, c.ptr))
 		}
 	case "cqd":
 		if !r.Has("begin") && r.Int("ret") == 0 {
@@ -382,11 +483,14 @@ func (a *analysis) step(p *proc, r Record) {
 		a.completion(p, r)
 	case "pollerr":
 		if c := p.cqs[r.Uint("cq")]; c != nil && c.overrun == "" {
-			c.overrun = fmt.Sprintf("ibv_poll_cq returned %d at %s", r.Int("ret"), fmtDur(int64(a.at(r.T))))
+			c.overrun, c.overrunAt = fmt.Sprintf("ibv_poll_cq returned %d at %s", r.Int("ret"), fmtDur(int64(a.at(r.T)))), r.T
 		}
 	case "ev":
 		p.sum.Events++
 		key, desc := eventKey(r)
+		if p.pending[key] == 0 {
+			p.pendAt[key] = r.T
+		}
 		p.pending[key]++
 		p.pendDesc[key] = desc
 		switch t := ibv.EventType(r.Uint("type")); t {
@@ -405,7 +509,7 @@ func (a *analysis) step(p *proc, r Record) {
 			}
 		case ibv.EventCQErr:
 			if c := p.cqs[r.Uint("cq")]; c != nil && c.overrun == "" {
-				c.overrun = fmt.Sprintf("IBV_EVENT_CQ_ERR at %s", fmtDur(int64(a.at(r.T))))
+				c.overrun, c.overrunAt = fmt.Sprintf("IBV_EVENT_CQ_ERR at %s", fmtDur(int64(a.at(r.T)))), r.T
 			}
 		}
 	case "ack":
@@ -534,34 +638,87 @@ func (a *analysis) completion(p *proc, r Record) {
 	if status != ibv.WCSuccess && status != ibv.WCWRFlushErr && q.errAt == 0 && q.typ != ibv.QPTUD {
 		q.errAt = r.T // a completion in error moves a connected QP to ERROR (IBTA vol. 1 §10.3.1)
 	}
+	recvQ := q.recvQueue()
 	var cands []*queue
-	if q.sq.cq == c {
-		cands = append(cands, &q.sq)
-	}
-	recvQ := &q.rq
-	if q.srq != nil {
-		recvQ = &q.srq.q
-	}
-	if q.srq != nil || q.rq.cq == c {
-		cands = append(cands, recvQ)
-	}
-	if status == ibv.WCSuccess {
-		// opcode is valid on success only (ibv_poll_cq(3)).
-		if op&ibv.WCOpcode(128) != 0 {
-			cands = []*queue{recvQ}
-		} else {
-			cands = []*queue{&q.sq}
+	switch {
+	case status == ibv.WCSuccess && op&ibv.WCOpcode(128) != 0:
+		// opcode is valid on success only (ibv_poll_cq(3))
+		cands = []*queue{recvQ}
+	case status == ibv.WCSuccess:
+		cands = []*queue{&q.sq}
+	default:
+		if q.sq.cq == c {
+			cands = append(cands, &q.sq)
+		}
+		if q.srq != nil || q.rq.cq == c {
+			cands = append(cands, recvQ)
 		}
 	}
-	best, bi := (*queue)(nil), -1
+	var found []*queue
+	var at []int
 	for _, cand := range cands {
-		if i := indexOf(cand, id, status == ibv.WCSuccess); i >= 0 && (bi < 0 || i < bi) {
-			best, bi = cand, i
+		if i := indexOf(cand, id, status == ibv.WCSuccess); i >= 0 {
+			found, at = append(found, cand), append(at, i)
 		}
 	}
-	if best != nil {
-		retire(best, bi, !late)
+	switch len(found) {
+	case 1:
+		retire(found[0], at[0], !late)
+	case 2:
+		// both queues hold a WR with this wr_id: which one completed is
+		// decided at the end, by the counts (resolve)
+		if q.amb == nil {
+			q.amb = map[uint64]int{}
+		}
+		q.amb[id]++
+		if !late {
+			c.add(-1, 0)
+		}
 	}
+}
+
+// resolve attributes q's ambiguous flushed completions where the counts
+// allow only one answer: when one queue has no WR left with that wr_id, they
+// were the other queue's; when they are as many as the WRs left with it on
+// both queues, they retire them all. Otherwise the wr_id is unjudged.
+func resolve(q *qp) {
+	ids := make([]uint64, 0, len(q.amb))
+	for id := range q.amb {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	recvQ := q.recvQueue()
+	for _, id := range ids {
+		k, s, r := q.amb[id], count(&q.sq, id), count(recvQ, id)
+		switch {
+		case s == 0 || r == 0 || k >= s+r:
+			for _, qq := range []*queue{&q.sq, recvQ} {
+				for ; k > 0; k-- {
+					i := indexOf(qq, id, false)
+					if i < 0 {
+						break
+					}
+					retire(qq, i, false)
+				}
+			}
+		default:
+			if q.unjudged == nil {
+				q.unjudged = map[uint64]bool{}
+			}
+			q.unjudged[id] = true
+		}
+	}
+	q.amb = nil
+}
+
+func count(q *queue, id uint64) int {
+	n := 0
+	for _, w := range q.wrs {
+		if w.id == id {
+			n++
+		}
+	}
+	return n
 }
 
 func (a *analysis) destroy(p *proc, r Record) {
@@ -569,7 +726,7 @@ func (a *analysis) destroy(p *proc, r Record) {
 	if q == nil || r.Has("begin") || r.Int("ret") != 0 {
 		return
 	}
-	q.destroyedAt = r.T
+	q.destroyedAt, q.destroyedBy = r.T, p.pid
 	delete(p.qps, q.ptr)
 	key := [2]uint64{q.ctx, uint64(q.qpn)}
 	delete(p.byQPN, key)
@@ -607,37 +764,54 @@ func (a *analysis) judgeSRQ(d earlyDestroy, lastWQE func(string) (LastWQE, bool)
 	}
 }
 
-// finish judges what is left when a process's records end.
-func (a *analysis) finish(p *proc) {
-	for _, q := range p.all {
-		end := p.end
-		if q.destroyedAt != 0 {
-			end = q.destroyedAt
+// finish judges a set of objects when the last process holding them has
+// ended: what its QPs and CQs left.
+func (a *analysis) finish(set *objects) {
+	last := set.holders[0] // whose end closed the uverbs file last
+	for _, h := range set.holders[1:] {
+		if h.end > last.end {
+			last = h
 		}
+	}
+	for _, q := range set.all {
+		resolve(q)
 		for _, qq := range []*queue{&q.sq, &q.rq} {
 			if q.ex && qq == &q.sq || qq.cq != nil && qq.cq.ex {
 				continue // completions or posts the shim does not see
 			}
-			a.leftover(p, q, qq, end)
+			a.leftover(q, qq, last)
+		}
+		if len(q.unjudged) > 0 {
+			var ids []string
+			for id := range q.unjudged {
+				ids = append(ids, fmt.Sprintf("0x%x", id))
+			}
+			sort.Strings(ids)
+			a.notes = append(a.notes, fmt.Sprintf("pid %d: qpn %d: flushed completions with wr_id %s came while its send and its receive queue both held WRs with that wr_id, and fewer than those WRs: a completion in error does not say its queue (its opcode is undefined, ibv_poll_cq(3)), so the WRs left with that wr_id are not judged", set.holders[0].pid, q.qpn, strings.Join(ids, ", ")))
 		}
 		if q.lateWCs > 0 {
-			a.add(Finding{Kind: CompletionForDestroyedQP, PID: p.pid, Device: q.dev, Object: fmt.Sprintf("qpn %d", q.qpn), Count: q.lateWCs, At: a.at(q.lateFirst),
+			a.add(Finding{Kind: CompletionForDestroyedQP, PID: q.destroyedBy, Device: q.dev, Object: fmt.Sprintf("qpn %d", q.qpn), Count: q.lateWCs, At: a.at(q.lateFirst),
 				Evidence: fmt.Sprintf("%d completion(s) of qpn %d polled after it was destroyed, the first %v after ibv_destroy_qp", q.lateWCs, q.qpn, fmtDur(q.lateFirst-q.destroyedAt))})
 		}
 	}
-	for _, c := range p.allCQs {
+	for _, c := range set.allCQs {
 		if c.ex {
 			continue
 		}
 		if c.maxOut > int(c.cqe) {
-			a.add(Finding{Kind: CQOverSize, PID: p.pid, Device: p.ctxDev[c.ctx], Object: fmt.Sprintf("cq 0x%x", c.ptr), Count: c.maxOut, At: a.at(c.maxAt),
+			a.add(Finding{Kind: CQOverSize, PID: c.pid, Device: set.ctxDev[c.ctx], Object: fmt.Sprintf("cq 0x%x", c.ptr), Count: c.maxOut, At: a.at(c.maxAt),
 				Evidence: fmt.Sprintf("up to %d WRs outstanding whose completions go to this CQ of cqe %d", c.maxOut, c.cqe)})
 		}
 		if c.overrun != "" {
-			a.add(Finding{Kind: CQOverrun, PID: p.pid, Device: p.ctxDev[c.ctx], Object: fmt.Sprintf("cq 0x%x", c.ptr),
+			a.add(Finding{Kind: CQOverrun, PID: c.pid, Device: set.ctxDev[c.ctx], Object: fmt.Sprintf("cq 0x%x", c.ptr), At: a.at(c.overrunAt),
 				Evidence: fmt.Sprintf("the CQ (cqe %d) overran: %s", c.cqe, c.overrun)})
 		}
 	}
+}
+
+// finishProc judges what a process left of its own: events it did not
+// acknowledge, completions of QPs it never saw.
+func (a *analysis) finishProc(p *proc) {
 	var keys []string
 	for k, n := range p.pending {
 		if n > 0 {
@@ -646,7 +820,7 @@ func (a *analysis) finish(p *proc) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		a.add(Finding{Kind: EventNotAcked, PID: p.pid, Device: strings.Join(p.sum.Devices, ","), Object: p.pendDesc[k], Count: p.pending[k],
+		a.add(Finding{Kind: EventNotAcked, PID: p.pid, Device: strings.Join(p.sum.Devices, ","), Object: p.pendDesc[k], Count: p.pending[k], At: a.at(p.pendAt[k]),
 			Evidence: fmt.Sprintf("%d %s never acknowledged with ibv_ack_async_event before the process ended: destroying its object would block", p.pending[k], p.pendDesc[k])})
 	}
 	if n := a.unknownQPN[p.pid]; n > 0 {
@@ -655,13 +829,21 @@ func (a *analysis) finish(p *proc) {
 }
 
 // leftover judges the WRs still outstanding on one queue at the end of the
-// QP (its destroy, or the end of the process).
-func (a *analysis) leftover(p *proc, q *qp, qq *queue, end int64) {
+// QP: its destroy or, never destroyed, the end of last, the last process
+// holding it (the kernel destroys the QP then, discarding its WRs as
+// ibv_destroy_qp does).
+func (a *analysis) leftover(q *qp, qq *queue, last *proc) {
+	end, pid := q.destroyedAt, q.destroyedBy
+	if end == 0 {
+		end, pid = last.end, last.pid
+	}
 	var stale, other []wr
 	for _, w := range qq.wrs {
-		if w.inError && time.Duration(end-w.postedAt) >= a.o.FlushWait {
+		switch {
+		case q.unjudged[w.id]:
+		case w.inError && time.Duration(end-w.postedAt) >= a.o.FlushWait:
 			stale = append(stale, w)
-		} else {
+		default:
 			other = append(other, w)
 		}
 	}
@@ -671,23 +853,32 @@ func (a *analysis) leftover(p *proc, q *qp, qq *queue, end int64) {
 		if q.destroyedAt != 0 {
 			how = "it was destroyed"
 		}
-		a.add(Finding{Kind: PostedInErrorNotFlushed, PID: p.pid, Device: q.dev, Object: obj, Queue: qq.name, Count: len(stale), At: a.at(stale[0].postedAt),
+		a.add(Finding{Kind: PostedInErrorNotFlushed, PID: pid, Device: q.dev, Object: obj, Queue: qq.name, Count: len(stale), At: a.at(stale[0].postedAt),
 			Evidence: fmt.Sprintf("%d WR(s) posted to the %s queue of qpn %d in ERROR (first wr_id 0x%x, %v after ERROR) had no completion %v later, when %s", len(stale), qq.name, q.qpn, stale[0].id, fmtDur(stale[0].postedAt-q.errAt), fmtDur(end-stale[0].postedAt), how)})
 	}
-	if len(other) > 0 && q.destroyedAt != 0 {
-		when := "it never entered ERROR"
-		if q.errAt != 0 {
-			when = fmt.Sprintf("%v after ERROR", fmtDur(q.destroyedAt-q.errAt))
-		}
-		a.add(Finding{Kind: DestroyedWithOutstanding, PID: p.pid, Device: q.dev, Object: obj, Queue: qq.name, Count: len(other), At: a.at(q.destroyedAt),
-			Evidence: fmt.Sprintf("qpn %d destroyed with %d WR(s) outstanding on its %s queue (first wr_id 0x%x), %s; no completion of them was ever polled", q.qpn, len(other), qq.name, other[0].id, when)})
+	if len(other) == 0 {
+		return
 	}
+	when := "it never entered ERROR"
+	if q.errAt != 0 {
+		when = fmt.Sprintf("%v after ERROR", fmtDur(end-q.errAt))
+	}
+	ev := fmt.Sprintf("qpn %d destroyed with %d WR(s) outstanding on its %s queue (first wr_id 0x%x), %s; no completion of them was ever polled", q.qpn, len(other), qq.name, other[0].id, when)
+	if q.destroyedAt == 0 {
+		how := "exited"
+		if !last.sum.Exited {
+			how = "ended without exiting normally (killed, or _exit)"
+		}
+		ev = fmt.Sprintf("qpn %d was never destroyed: pid %d %s with %d WR(s) outstanding on its %s queue (first wr_id 0x%x), %s; the kernel destroys the QP when the process's last descriptor of the device closes, discarding those WRs as ibv_destroy_qp does", q.qpn, pid, how, len(other), qq.name, other[0].id, when)
+	}
+	a.add(Finding{Kind: DestroyedWithOutstanding, PID: pid, Device: q.dev, Object: obj, Queue: qq.name, Count: len(other), At: a.at(end), Evidence: ev})
 }
 
 func (a *analysis) report() *Report {
 	rep := &Report{Findings: a.findings, Notes: a.notes}
-	for _, pid := range a.order {
-		if p := a.procs[pid]; len(p.sum.Devices) > 0 {
+	for _, p := range a.order {
+		// a forked child that did nothing (exec'd, say) is left out
+		if len(p.sum.Devices) > 0 && (!p.forked || p.records > 1) {
 			rep.Processes = append(rep.Processes, p.sum)
 		}
 	}
@@ -697,6 +888,7 @@ func (a *analysis) report() *Report {
 	if rep.Notes == nil {
 		rep.Notes = []string{}
 	}
+	rep.Accepted = []Finding{}
 	if rep.Processes == nil {
 		rep.Processes = []Process{}
 	}

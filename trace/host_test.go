@@ -16,7 +16,7 @@ import (
 // libibverbs.so.1 with one loopback device, for hosts without RDMA) and the
 // named planted programs (linked against the real libibverbs, run against
 // the fake through LD_LIBRARY_PATH).
-func hostRig(t *testing.T, progs ...string) (shim, dir string) {
+func hostRig(t testing.TB, progs ...string) (shim, dir string) {
 	t.Helper()
 	if runtime.GOOS != "linux" {
 		t.Skip("LD_PRELOAD is Linux's")
@@ -38,7 +38,8 @@ func hostRig(t *testing.T, progs ...string) (shim, dir string) {
 	build(t, ctx, "gcc", "-shared", "-fPIC", "-O2", "-Wall", "-o", filepath.Join(fake, "libibverbs.so.1"),
 		"-Wl,-soname,libibverbs.so.1", "-Wl,--version-script=testdata/fakeverbs/fakeverbs.map", "testdata/fakeverbs/fakeverbs.c")
 	for _, p := range progs {
-		build(t, ctx, "gcc", "-O1", "-Wall", "-o", filepath.Join(dir, p), filepath.Join("testdata", "progs", p+".c"), "-libverbs")
+		// --as-needed: a program that dlopen()s libibverbs does not load it at start
+		build(t, ctx, "gcc", "-O1", "-Wall", "-o", filepath.Join(dir, p), filepath.Join("testdata", "progs", p+".c"), "-ldl", "-Wl,--as-needed", "-libverbs")
 	}
 	t.Setenv("LD_LIBRARY_PATH", fake)
 	return shim, dir
@@ -46,7 +47,7 @@ func hostRig(t *testing.T, progs ...string) (shim, dir string) {
 
 // runOut runs argv (traced with shim, or not when shim is ""), its stdout to
 // a file, and returns that output and the result.
-func runOut(t *testing.T, shim string, argv ...string) (string, *Result) {
+func runOut(t testing.TB, shim string, argv ...string) (string, *Result) {
 	t.Helper()
 	f, err := os.Create(filepath.Join(t.TempDir(), "stdout"))
 	if err != nil {
@@ -76,7 +77,7 @@ func runOut(t *testing.T, shim string, argv ...string) (string, *Result) {
 func TestHostPlanted(t *testing.T) {
 	var names []string
 	for n := range planted {
-		if !strings.HasPrefix(n, "qpx_") { // the fake has no ibv_qp_ex: rxe in the VM tests it
+		if !strings.HasPrefix(n, "qpx_") && !strings.HasPrefix(n, "cqx_") { // the fake has no ibv_qp_ex nor ibv_cq_ex: rxe in the VM tests them
 			names = append(names, n)
 		}
 	}
@@ -104,7 +105,14 @@ func TestHostPlanted(t *testing.T) {
 			if got := strings.TrimSpace(strings.Join(kindStrings(rep), " ")); got != want {
 				t.Errorf("findings %q, want %q:\n%s", got, want, text(t, rep))
 			}
-			if len(rep.Processes) != 1 || rep.Processes[0].Devices[0] != "fake0" || !rep.Processes[0].Exited {
+			procs := 1
+			if name == "fork_destroy" {
+				procs = 2 // the child destroys one QP, each pid has its finding
+				if f := rep.Findings; len(f) == 2 && (f[0].PID == f[1].PID || f[0].PID != rep.Processes[1].PID || f[0].Count != 4 || f[1].Count != 3) {
+					t.Errorf("fork_destroy: want the child's destroy of 4 receives, then the parent's exit with 3:\n%s", text(t, rep))
+				}
+			}
+			if len(rep.Processes) != procs || rep.Processes[0].Devices[0] != "fake0" || !rep.Processes[0].Exited {
 				t.Errorf("processes %+v", rep.Processes)
 			}
 		})
@@ -165,5 +173,45 @@ func TestBuildShimErrors(t *testing.T) {
 	}
 	if _, err := Run(context.Background(), RunSpec{Shim: "x", Argv: nil}); err == nil {
 		t.Error("Run without a program succeeded")
+	}
+}
+
+// TestHostKilled: a program that closes every descriptor it did not open
+// and is then killed keeps its records up to the kill, and the WRs it left
+// are judged.
+func TestHostKilled(t *testing.T) {
+	shim, dir := hostRig(t, "killed")
+	_, res := runOut(t, shim, filepath.Join(dir, "killed"))
+	if res.Status != "signal: killed" || res.Lost != 0 {
+		t.Fatalf("status %q, %d records lost", res.Status, res.Lost)
+	}
+	rep := Analyze(res.Records, Options{})
+	if len(rep.Findings) != 1 || rep.Findings[0].Count != 5 || !strings.Contains(rep.Findings[0].Evidence, "ended without exiting normally") {
+		t.Errorf("want the 5 receives judged at the kill:\n%s", text(t, rep))
+	}
+}
+
+// TestHostDlopenRunpath: the shim's dlopen passes other libraries straight
+// through (a tail call), so a program's dlopen still searches the program's
+// own RUNPATH.
+func TestHostDlopenRunpath(t *testing.T) {
+	shim, dir := hostRig(t)
+	ctx := context.Background()
+	sub := filepath.Join(dir, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(dir, "p.c")
+	if err := os.WriteFile(src, []byte(`#include <dlfcn.h>
+#include <stdio.h>
+int main(void) { void *h = dlopen("libqpdfoo.so", RTLD_NOW); puts(h ? "found" : dlerror()); return !h; }
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	build(t, ctx, "gcc", "-shared", "-fPIC", "-o", filepath.Join(sub, "libqpdfoo.so"), "-x", "c", os.DevNull)
+	build(t, ctx, "gcc", "-o", filepath.Join(dir, "p"), src, "-ldl", "-Wl,--enable-new-dtags,-rpath,$ORIGIN/sub")
+	out, res := runOut(t, shim, filepath.Join(dir, "p"))
+	if res.ExitCode != 0 || out != "found\n" {
+		t.Errorf("traced, a library on the program's RUNPATH: %q, %s", out, res.Status)
 	}
 }

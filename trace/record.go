@@ -12,13 +12,16 @@ import (
 // ErrBadRecord is wrapped by Parse's errors for a line the shim did not write.
 var ErrBadRecord = errors.New("bad trace record")
 
-// Record is one line the shim wrote: "KIND t=NS pid=PID tid=TID KEY=VALUE...",
+// Record is one line the shim wrote: "KIND t=NS pid=PID tid=TID KEY=VALUE..."
+// (NS in hex or decimal),
 // pointers in hex (0x...), counts and enum values in decimal, as libibverbs
 // numbers them. The kinds and their keys:
 //
+//	start                          a program image's first record (a new process, or exec)
+//	fork    ppid                   a child's first record after fork: it shares ppid's objects
 //	open    ctx dev traced         ibv_open_device returned ctx (traced=0: the shim's table was full)
 //	close   ctx ret                ibv_close_device
-//	cq      ctx cq cqe ex          a CQ was created (cqe: the size the provider gave it; ex: ibv_create_cq_ex)
+//	cq      ctx cq cqe ex          a CQ was created (cqe: the size the provider gave it; ex=1: by ibv_create_cq_ex, its polls not traced)
 //	cqd     cq begin | cq ret      ibv_destroy_cq called | returned
 //	srq     ctx srq max_wr         an SRQ was created
 //	srqd    srq begin | srq ret    ibv_destroy_srq called | returned
@@ -139,7 +142,8 @@ func parseLine(s string) (Record, error) {
 		}
 		if i < 3 {
 			// t, pid and tid come first, in that order
-			n, err := strconv.ParseUint(v, 10, 64)
+			// t in hex (0x...) since the shim stopped dividing, decimal before
+			n, err := strconv.ParseUint(v, 0, 64)
 			if want := [3]string{"t", "pid", "tid"}[i]; k != want || err != nil {
 				return Record{}, fmt.Errorf("%q: want %s=NUMBER as field %d, not %q", s, want, i+1, kv)
 			}

@@ -37,6 +37,19 @@ func (r *Report) WriteText(w io.Writer, details bool) error {
 			fmt.Fprintf(&b, "  rule: %s\n", f.Rule)
 		}
 	}
+	if len(r.Accepted) > 0 {
+		n := map[Kind]int{}
+		for _, f := range r.Accepted {
+			n[f.Kind]++
+		}
+		var each []string
+		for _, k := range Kinds() {
+			if n[k] > 0 {
+				each = append(each, fmt.Sprintf("%d %s", n[k], k))
+			}
+		}
+		fmt.Fprintf(&b, "%d finding(s) accepted (--accept), not shown: %s\n", len(r.Accepted), strings.Join(each, ", "))
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "note: %s\n", n)
 	}

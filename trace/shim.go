@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -8,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -81,6 +83,13 @@ func BuildShim(ctx context.Context, dir string) (string, error) {
 	if err := os.WriteFile(src, shimSource, 0o644); err != nil {
 		return "", fmt.Errorf("trace shim cache: %w", err)
 	}
+	// The shim's verbs carry libibverbs' version, so that a lookup of
+	// ibv_open_device@IBVERBS_1.1 (a program linked with libibverbs, or
+	// dlvsym) finds them.
+	vers := strings.TrimSuffix(src, ".c") + ".map"
+	if err := os.WriteFile(vers, []byte("IBVERBS_1.1 {\n\tglobal: ibv_*;\n};\n"), 0o644); err != nil {
+		return "", fmt.Errorf("trace shim cache: %w", err)
+	}
 	tmp, err := os.CreateTemp(dir, ".shim-*.so")
 	if err != nil {
 		return "", fmt.Errorf("trace shim cache: %w", err)
@@ -89,16 +98,36 @@ func BuildShim(ctx context.Context, dir string) (string, error) {
 	defer os.Remove(tmp.Name())
 	// No -libverbs: the shim finds libibverbs behind it (RTLD_NEXT), so the
 	// processes of a traced program that do not use verbs never load it.
-	cmd := exec.CommandContext(ctx, ccPath, "-shared", "-fPIC", "-O2", "-Wall", "-o", tmp.Name(), src, "-ldl", "-lpthread")
+	cmd := exec.CommandContext(ctx, ccPath, "-shared", "-fPIC", "-O2", "-Wall", "-Wl,-soname,"+filepath.Base(out), "-Wl,--version-script="+vers, "-o", tmp.Name(), src, "-ldl", "-lpthread")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("%w: %s: %v\n%s(are libibverbs-dev's headers installed?)", ErrBuild, cc, err, b)
 	}
-	// Renamed into place so that concurrent builds never load a partial file.
+	// The companion the shim gives a program that dlopen()s libibverbs: no
+	// code, the shim then libibverbs as its dependencies (shim.c). It names
+	// the shim by its soname, its file's name: the loader matches that with
+	// the preloaded shim wherever it lies, and ldd finds it next to it.
+	helperTmp := strings.TrimSuffix(tmp.Name(), ".so") + "-dl.so"
+	defer os.Remove(helperTmp)
+	cmd = exec.CommandContext(ctx, ccPath, "-shared", "-fPIC", "-o", helperTmp, "-x", "c", os.DevNull, "-x", "none", "-Wl,-rpath,$ORIGIN", "-Wl,--no-as-needed", tmp.Name(), "-l:libibverbs.so.1")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("%w: %s (the dlopen companion): %v\n%s(is libibverbs1 installed?)", ErrBuild, cc, err, b)
+	}
+	// Renamed into place, the shim last, so that concurrent builds never
+	// load a partial file and a shim found has its companion.
+	if err := os.Rename(helperTmp, DLHelper(out)); err != nil {
+		return "", fmt.Errorf("trace shim cache: %w", err)
+	}
 	if err := os.Rename(tmp.Name(), out); err != nil {
 		return "", fmt.Errorf("trace shim cache: %w", err)
 	}
 	return out, nil
 }
+
+// DLHelper is the path of the dlopen companion BuildShim builds next to
+// the shim at shim: the object a program that dlopen()s libibverbs gets
+// instead, so that the verbs it takes with dlsym are the traced ones. Run
+// passes it to the shim when it exists.
+func DLHelper(shim string) string { return strings.TrimSuffix(shim, ".so") + "-dl.so" }
 
 // RunSpec is a program to run traced.
 type RunSpec struct {
@@ -127,6 +156,9 @@ type Result struct {
 	// Records are the shim's records of every process of the program
 	// (none when RunSpec.Each took them).
 	Records []Record
+	// Lost counts the records lost: the record file was full, or a
+	// process was killed while it wrote one (at least one each).
+	Lost int
 }
 
 // killAfter is how long a program cancelled by Run's context has between
@@ -140,7 +172,7 @@ const killAfter = 5 * time.Second
 // it (a terminal sends it to both). The program's exit status is its result,
 // not Run's error: errors wrap ErrNotSupported, a start failure (the program
 // not found), or ErrBadRecord when its records cannot be read.
-func Run(ctx context.Context, spec RunSpec) (*Result, error) {
+func Run(ctx context.Context, spec RunSpec) (_ *Result, rerr error) {
 	if runtime.GOOS != "linux" {
 		return nil, fmt.Errorf("%w, not %s", ErrNotSupported, runtime.GOOS)
 	}
@@ -154,20 +186,28 @@ func Run(ctx context.Context, spec RunSpec) (*Result, error) {
 	if _, err := os.Stat(shim); err != nil {
 		return nil, fmt.Errorf("trace: shim: %w", err)
 	}
-	var recf *os.File
+	var keep io.Writer = io.Discard
 	if spec.Records != "" {
-		recf, err = os.OpenFile(spec.Records, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	} else {
-		recf, err = os.CreateTemp("", "qpdrain-trace-*.records")
+		kf, err := os.OpenFile(spec.Records, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("trace: records file: %w", err)
+		}
+		defer kf.Close()
+		bw := bufio.NewWriter(kf)
+		keep = bw
+		defer func() {
+			if err := bw.Flush(); err != nil && rerr == nil {
+				rerr = fmt.Errorf("trace: records file: %w", err)
+			}
+		}()
 	}
+	recf, err := newRecordFile()
 	if err != nil {
 		return nil, fmt.Errorf("trace: records file: %w", err)
 	}
 	recPath := recf.Name()
-	recf.Close()
-	if spec.Records == "" {
-		defer os.Remove(recPath)
-	}
+	defer os.Remove(recPath)
+	defer recf.Close()
 
 	preload := shim
 	if old := os.Getenv("LD_PRELOAD"); old != "" {
@@ -175,6 +215,9 @@ func Run(ctx context.Context, spec RunSpec) (*Result, error) {
 	}
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Env = append(os.Environ(), "LD_PRELOAD="+preload, "QPDRAIN_TRACE_FILE="+recPath)
+	if _, err := os.Stat(DLHelper(shim)); err == nil {
+		cmd.Env = append(cmd.Env, "QPDRAIN_TRACE_DLHELPER="+DLHelper(shim))
+	}
 	if spec.Stdin != nil {
 		cmd.Stdin = spec.Stdin
 	}
@@ -223,16 +266,17 @@ func Run(ctx context.Context, spec RunSpec) (*Result, error) {
 		return nil, fmt.Errorf("trace: waiting for %s: %w", spec.Argv[0], werr)
 	}
 	res := &Result{Status: cmd.ProcessState.String(), ExitCode: cmd.ProcessState.ExitCode()}
-	f, err := os.Open(recPath)
+	rr, err := openRecords(recf)
 	if err != nil {
 		return res, fmt.Errorf("trace: records: %w", err)
 	}
-	defer f.Close()
 	each := spec.Each
 	if each == nil {
 		each = func(r Record) { res.Records = append(res.Records, r) }
 	}
-	if err := Scan(f, each); err != nil {
+	err = Scan(io.TeeReader(rr, keep), each)
+	res.Lost = rr.lost
+	if err != nil {
 		return res, fmt.Errorf("trace: %s's records: %w", strings.Join(spec.Argv, " "), err)
 	}
 	return res, nil

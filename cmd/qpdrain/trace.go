@@ -26,6 +26,7 @@ type traceOptions struct {
 	shimCache string
 	lastWQE   string
 	flushWait time.Duration
+	accept    []string
 }
 
 // traceOutput is "qpdrain trace -j"'s document.
@@ -48,6 +49,7 @@ func newTraceCmd(opts *globalOptions) *cobra.Command {
 			"or to --report FILE. --from FILE judges records kept earlier with --records.\n" +
 			"Whether a device raises Last WQE Reached (--last-wqe auto) comes from the trace itself, else from\n" +
 			"the flush check's last-wqe-reached probe, run on that device after the program ends.\n" +
+			"--accept KIND moves the findings of a kind the project has accepted out of the verdict (they are counted).\n" +
 			"Exit status 0 clean, 1 findings, 2 error, 3 no C compiler for the shim or not Linux. See docs/TRACE.md.",
 		Args: func(cmd *cobra.Command, args []string) error {
 			switch {
@@ -70,6 +72,10 @@ func newTraceCmd(opts *globalOptions) *cobra.Command {
 	f.StringVar(&o.shim, "shim", "", "the shim shared object to preload (default: build it with $CC or cc)")
 	f.StringVar(&o.shimCache, "shim-cache", "", "where built shims are kept (default: the user's cache directory, qpdrain/trace)")
 	stringFlag(f, &o.lastWQE, "last-wqe", "auto", "whether the devices raise Last WQE Reached: auto, raises, never", oneOf("auto", "raises", "never"))
+	stringsFlag(f, &o.accept, "accept", nil, "a kind of finding the program is known to have: reported as accepted, not a finding (exit 0 when it is the only kind); repeatable", func(s string) error {
+		_, err := trace.ParseKind(s)
+		return err
+	})
 	durationFlag(f, &o.flushWait, "flush-wait", trace.DefaultFlushWait, "how long a WR posted in ERROR may stay unflushed before it counts as never flushed", positive)
 	return cmd
 }
@@ -84,6 +90,7 @@ func kindList() string {
 
 func runTrace(ctx context.Context, stdout io.Writer, opts *globalOptions, o *traceOptions, args []string) error {
 	out := traceOutput{}
+	lost := 0
 	z := trace.NewAnalyzer(trace.Options{FlushWait: o.flushWait})
 	if o.from != "" {
 		f, err := os.Open(o.from)
@@ -114,10 +121,17 @@ func runTrace(ctx context.Context, stdout io.Writer, opts *globalOptions, o *tra
 		if err != nil {
 			return withExitCode(exitError, err)
 		}
-		out.Program, out.Status, out.ExitCode = args, res.Status, &res.ExitCode
+		out.Program, out.Status, out.ExitCode, lost = args, res.Status, &res.ExitCode, res.Lost
 		opts.log.WithField("status", res.Status).Debug("traced program ended")
 	}
 	out.Report = z.Report(lastWQEKnowledge(ctx, opts, o.lastWQE, z.NeedsLastWQE()))
+	if lost > 0 {
+		out.Notes = append(out.Notes, fmt.Sprintf("%d record(s) lost (the record file was full, or a process was killed while it wrote one): the verdicts may miss what they showed", lost))
+	}
+	for _, s := range o.accept {
+		k, _ := trace.ParseKind(s) // checked by the flag
+		out.Accept(k)
+	}
 	write := func(w io.Writer) error { return writeTrace(w, opts, out) }
 	var err error
 	if o.report != "" {

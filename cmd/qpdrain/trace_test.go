@@ -50,6 +50,16 @@ func TestTraceFrom(t *testing.T) {
 	if err := json.Unmarshal(b, &doc); err != nil || len(doc.Findings) != 0 || len(doc.Notes) != 1 || !strings.Contains(doc.Notes[0], "which rxe0 does not raise (--last-wqe never)") {
 		t.Errorf("--report -j: %v\n%s", err, b)
 	}
+	// an accepted kind: counted, not a finding, exit 0; another kind is still one
+	out, err = runSub("trace", "--last-wqe", "raises", "--accept", "srq-destroyed-before-last-wqe", "--from", rec)
+	if code := exitCode(err); code != exitClean {
+		t.Fatalf("--accept: exit %d (%v), want clean:\n%s", code, err, out)
+	}
+	wantAll(t, "--accept report", out, "\nclean\n1 finding(s) accepted (--accept), not shown: 1 srq-destroyed-before-last-wqe\n")
+	out, err = runSub("trace", "--last-wqe", "raises", "--accept", "cq-overrun", "--from", rec)
+	if code := exitCode(err); code != exitFindings {
+		t.Fatalf("--accept of another kind: exit %d (%v), want findings:\n%s", code, err, out)
+	}
 }
 
 func TestTraceBadArgs(t *testing.T) {
@@ -59,6 +69,7 @@ func TestTraceBadArgs(t *testing.T) {
 		{[]string{"--from", bad, "--", "true"}, exitError, "not both"},
 		{[]string{"--last-wqe", "maybe", "--from", bad}, exitError, `"maybe" for "--last-wqe" flag: want one of auto, raises, never`},
 		{[]string{"--from", bad}, exitError, "bad trace record: line 1"},
+		{[]string{"--accept", "leak", "--from", bad}, exitError, `"leak" is not a kind of finding: want one of destroyed-with-outstanding,`},
 		{[]string{"--from", filepath.Join(t.TempDir(), "none")}, exitError, "no such file"},
 	})
 }

@@ -1,9 +1,8 @@
 /*
  * qpdrain trace shim: preloaded (LD_PRELOAD) into an unchanged program, it
  * records the life of every QP, CQ and SRQ the program creates through
- * libibverbs, one text line per event, to the file named by
- * QPDRAIN_TRACE_FILE (opened O_APPEND, so every record is one atomic write(2)
- * and the processes of a program can share it). qpdrain's trace package
+ * libibverbs, one text line per event, into the file named by
+ * QPDRAIN_TRACE_FILE, mapped shared by every process of the program. qpdrain's trace package
  * parses and judges the records (record.go in the trace package documents the format).
  *
  * ibv_post_send, ibv_post_recv, ibv_post_srq_recv and ibv_poll_cq are static
@@ -19,12 +18,12 @@
  * Safe in an arbitrary program: the wrappers allocate nothing and take no
  * lock (the context table is read with acquire loads, written under a mutex
  * by ibv_open_device/ibv_close_device only), format records on the stack
- * with their own integer formatting and write them with write(2), so they
- * are async-signal-safe as far as the provider's own post/poll are; errno is
+ * with their own integer formatting and copy them into the shared mapping
+ * of the record file (an atomic add reserves the bytes), so they are
+ * async-signal-safe as far as the provider's own post/poll are; errno is
  * preserved; the pid is re-read in the child after fork (pthread_atfork);
- * the record descriptor is opened at the first ibv_open_device, close-on-exec
- * and above the descriptors programs use, and an exec'd program reopens the
- * file by name.
+ * the file is mapped at the first ibv_open_device, no descriptor kept, and
+ * an exec'd program maps it again by name.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -34,6 +33,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,7 +41,7 @@
 #include <infiniband/verbs.h>
 
 #define MAX_CONTEXTS 64
-#define REC_MAX 512 /* well under PIPE_BUF: one write(2) is one record */
+#define REC_MAX 512
 #define IBVERBS_VERSION "IBVERBS_1.1"
 
 /* ctx_slot holds one open context's original ops; ctx is published last
@@ -59,7 +59,24 @@ struct ctx_slot {
 
 static struct ctx_slot slots[MAX_CONTEXTS];
 static pthread_mutex_t slots_mu = PTHREAD_MUTEX_INITIALIZER;
-static int rec_fd = -1;
+/* The record file, made by qpdrain: a header page, then the records. Every
+ * process of the program maps it shared and reserves each record's bytes
+ * with one atomic add on the header's next, so records need no system call,
+ * keep one order across threads and processes, and survive SIGKILL (they
+ * are in the page cache) and a daemon closing every descriptor (no
+ * descriptor is kept). */
+struct rec_header {
+	char magic[8]; /* REC_MAGIC */
+	uint64_t size; /* the file's size */
+	uint64_t next; /* the bytes reserved after the header page */
+	uint64_t lost; /* records that did not fit */
+};
+#define REC_MAGIC "QPDTRC01"
+#define REC_DATA 4096 /* the records start a page in */
+#define REC_CHUNK (1u << 20)
+#define REC_POPULATE_WRITE 23 /* MADV_POPULATE_WRITE, Linux 5.14 */
+static char *rec_map;   /* NULL: no records */
+static uint64_t rec_cap; /* bytes for records */
 static char rec_path[4096]; /* QPDRAIN_TRACE_FILE, copied at load time */
 static int opened; /* a device was opened: the exit record matters */
 static pid_t cached_pid;
@@ -111,44 +128,114 @@ struct qpx_slot {
 static struct qpx_slot qpx_slots[MAX_QPX];
 static struct ibv_qp_ex *(*real_qp_to_qp_ex)(struct ibv_qp *);
 
-static void *resolve(const char *name)
+/* rec is a record under construction, on the caller's stack. */
+struct rec {
+	char buf[REC_MAX];
+	size_t n;
+};
+
+static void *resolve(void *h, const char *name)
 {
-	void *p = dlvsym(RTLD_NEXT, name, IBVERBS_VERSION);
-	return p ? p : dlsym(RTLD_NEXT, name);
+	void *p = dlvsym(h, name, IBVERBS_VERSION);
+	return p ? p : dlsym(h, name);
 }
 
-/* resolve_all finds the exported verbs behind the shim's. It runs at load
- * time and again at the first ibv_open_device when libibverbs was not loaded
- * then (a program that dlopen()s it): every other verb the shim interposes
- * takes an object of an opened context. */
-static void resolve_all(void)
+/* resolve_all finds the exported verbs behind the shim's in h: RTLD_NEXT at
+ * load time (a program linked with libibverbs), or the handle of a
+ * libibverbs the program dlopen()ed (RTLD_LOCAL: not behind the shim). */
+static void resolve_all(void *h)
 {
-	real_open_device = resolve("ibv_open_device");
-	real_close_device = resolve("ibv_close_device");
-	real_create_cq = resolve("ibv_create_cq");
-	real_destroy_cq = resolve("ibv_destroy_cq");
-	real_create_srq = resolve("ibv_create_srq");
-	real_destroy_srq = resolve("ibv_destroy_srq");
-	real_create_qp = resolve("ibv_create_qp");
-	real_modify_qp = resolve("ibv_modify_qp");
-	real_destroy_qp = resolve("ibv_destroy_qp");
-	real_get_async_event = resolve("ibv_get_async_event");
-	real_ack_async_event = resolve("ibv_ack_async_event");
-	real_qp_to_qp_ex = dlsym(RTLD_NEXT, "ibv_qp_to_qp_ex");
+	real_open_device = resolve(h, "ibv_open_device");
+	real_close_device = resolve(h, "ibv_close_device");
+	real_create_cq = resolve(h, "ibv_create_cq");
+	real_destroy_cq = resolve(h, "ibv_destroy_cq");
+	real_create_srq = resolve(h, "ibv_create_srq");
+	real_destroy_srq = resolve(h, "ibv_destroy_srq");
+	real_create_qp = resolve(h, "ibv_create_qp");
+	real_modify_qp = resolve(h, "ibv_modify_qp");
+	real_destroy_qp = resolve(h, "ibv_destroy_qp");
+	real_get_async_event = resolve(h, "ibv_get_async_event");
+	real_ack_async_event = resolve(h, "ibv_ack_async_event");
+	real_qp_to_qp_ex = dlsym(h, "ibv_qp_to_qp_ex");
 }
 
+/* A program that dlopen()s libibverbs and takes the verbs from its handle
+ * with dlsym or dlvsym (NCCL, Python's ctypes, qpdrain's own binding) would
+ * never reach the shim's definitions: a handle's lookup searches that
+ * library and its dependencies only. So dlopen of libibverbs returns instead
+ * the handle of the shim's companion, QPDRAIN_TRACE_DLHELPER: an object with
+ * no code whose dependencies are the shim (by soname), then libibverbs, so
+ * that a lookup on it finds the shim's verbs first and libibverbs' others.
+ * Interposing dlopen rather than dlsym: dlsym(RTLD_NEXT) answers relative to
+ * its caller, which a dlsym wrapper would hide on every glibc; dlopen's
+ * caller only chooses the RUNPATH searched, and other names pass through as
+ * a tail call. */
+static void *(*real_dlopen)(const char *, int);
+static char dl_helper[4096];
+
+static int verbs_library(const char *file)
+{
+	const char *base = file ? strrchr(file, '/') : NULL;
+
+	base = base ? base + 1 : file;
+	return base && !strncmp(base, "libibverbs.so", 13);
+}
+
+static void *open_verbs(const char *file, int mode)
+{
+	void *h = real_dlopen(file, mode), *helper;
+
+	if (!h)
+		return NULL;
+	if (!real_open_device)
+		resolve_all(h);
+	/* h stays open: the shim calls into it for the rest of the process */
+	if (!dl_helper[0] || !(helper = real_dlopen(dl_helper, RTLD_NOW | RTLD_LOCAL)))
+		return h;
+	return helper;
+}
+
+void *dlopen(const char *file, int mode)
+{
+	if (!real_dlopen)
+		real_dlopen = (void *(*)(const char *, int))dlsym(RTLD_NEXT, "dlopen");
+	if (verbs_library(file))
+		return open_verbs(file, mode);
+	return real_dlopen(file, mode);
+}
+
+static void begin(struct rec *r, const char *kind);
+static void emit(struct rec *r);
+static void put_uint(struct rec *r, const char *key, uint64_t v, int hex);
+
+/* after_fork_child: the child shares its parent's uverbs file and so its
+ * verbs objects (a QP the child destroys is gone for the parent too); its
+ * first record says whose they are. */
 static void after_fork_child(void)
 {
+	int saved = errno;
+
 	cached_pid = getpid();
 	cached_tid = 0;
+	if (__atomic_load_n(&rec_map, __ATOMIC_ACQUIRE)) {
+		struct rec r;
+
+		begin(&r, "fork");
+		put_uint(&r, "ppid", (uint64_t)getppid(), 0);
+		emit(&r);
+	}
+	errno = saved;
 }
 
 __attribute__((constructor)) static void shim_init(void)
 {
 	int saved = errno;
 	const char *path = getenv("QPDRAIN_TRACE_FILE");
+	const char *helper = getenv("QPDRAIN_TRACE_DLHELPER");
 
-	resolve_all();
+	resolve_all(RTLD_NEXT);
+	if (helper && strlen(helper) < sizeof(dl_helper))
+		strcpy(dl_helper, helper);
 	cached_pid = getpid();
 	pthread_atfork(NULL, NULL, after_fork_child);
 	if (path && strlen(path) < sizeof(rec_path))
@@ -156,33 +243,39 @@ __attribute__((constructor)) static void shim_init(void)
 	errno = saved;
 }
 
-/* open_records opens the record file the first time a device is opened (under
- * slots_mu), so that processes of the program that use no device get no
- * extra descriptor. */
+/* open_records maps the record file the first time a device is opened
+ * (under slots_mu), so that processes of the program that use no device
+ * map nothing; a forked child inherits the mapping, an exec'd image maps
+ * the file again. */
 static void open_records(void)
 {
+	struct rec_header h;
+	void *m;
 	int fd;
 
-	if (rec_fd >= 0 || !rec_path[0])
+	if (rec_map || !rec_path[0])
 		return;
-	fd = open(rec_path, O_WRONLY | O_APPEND | O_CLOEXEC);
-	if (fd >= 0) {
-		/* above the descriptors programs number themselves */
-		int high = fcntl(fd, F_DUPFD_CLOEXEC, 900);
-
-		if (high >= 0) {
-			close(fd);
-			fd = high;
-		}
-		__atomic_store_n(&rec_fd, fd, __ATOMIC_RELEASE);
+	fd = open(rec_path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	if (pread(fd, &h, sizeof(h), 0) != sizeof(h) || memcmp(h.magic, REC_MAGIC, 8) || h.size <= REC_DATA) {
+		close(fd);
+		return;
 	}
+	m = mmap(NULL, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED)
+		return;
+	rec_cap = h.size - REC_DATA;
+	__atomic_store_n(&rec_map, (char *)m, __ATOMIC_RELEASE);
+	/* a new program image: exec closed the uverbs files of the one
+	 * before (close-on-exec), its objects are not this one's */
+	struct rec r;
+
+	begin(&r, "start");
+	emit(&r);
 }
 
-/* rec is a record under construction, on the caller's stack. */
-struct rec {
-	char buf[REC_MAX];
-	size_t n;
-};
 
 static void put_str(struct rec *r, const char *s)
 {
@@ -198,17 +291,55 @@ static void put_key(struct rec *r, const char *key)
 	put_str(r, "=");
 }
 
+static const uint64_t pow10[20] = {
+	1ull, 10ull, 100ull, 1000ull, 10000ull, 100000ull, 1000000ull, 10000000ull, 100000000ull, 1000000000ull,
+	10000000000ull, 100000000000ull, 1000000000000ull, 10000000000000ull, 100000000000000ull,
+	1000000000000000ull, 10000000000000000ull, 100000000000000000ull, 1000000000000000000ull,
+	10000000000000000000ull,
+};
+
+/* put_digits writes v in base 10 or 16, from its last digit back, its
+ * length known first: the formatting is most of a record's cost, so no
+ * division by a variable (a division instruction a digit), no bounds check
+ * a digit, two decimal digits a step. A number that does not fit is left
+ * out. */
 static void put_digits(struct rec *r, uint64_t v, unsigned base)
 {
-	char tmp[24];
-	int i = 0;
+	static const char two[] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+				  "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+				  "8081828384858687888990919293949596979899";
+	int len = 1;
+	char *p;
 
-	do {
-		tmp[i++] = "0123456789abcdef"[v % base];
-		v /= base;
-	} while (v);
-	while (i > 0 && r->n < REC_MAX - 1)
-		r->buf[r->n++] = tmp[--i];
+	if (base == 16)
+		len = v ? (64 - __builtin_clzll(v) + 3) / 4 : 1;
+	else
+		while (len < 20 && v >= pow10[len])
+			len++;
+	if (r->n + len > REC_MAX - 1)
+		return;
+	p = r->buf + r->n + len;
+	r->n += len;
+	if (base == 16) {
+		do {
+			*--p = "0123456789abcdef"[v & 15];
+			v >>= 4;
+		} while (v);
+		return;
+	}
+	while (v >= 100) {
+		const char *d = &two[(v % 100) * 2];
+
+		*--p = d[1];
+		*--p = d[0];
+		v /= 100;
+	}
+	if (v >= 10) {
+		*--p = two[v * 2 + 1];
+		*--p = two[v * 2];
+	} else {
+		*--p = (char)('0' + v);
+	}
 }
 
 static void put_uint(struct rec *r, const char *key, uint64_t v, int hex)
@@ -239,7 +370,8 @@ static void put_name(struct rec *r, const char *key, const char *s)
 	}
 }
 
-/* begin starts a record: "KIND t=NS pid=PID tid=TID". */
+/* begin starts a record: "KIND t=NS pid=PID tid=TID", NS in hex (no
+ * divisions). */
 static void begin(struct rec *r, const char *kind)
 {
 	struct timespec ts;
@@ -249,22 +381,31 @@ static void begin(struct rec *r, const char *kind)
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	r->n = 0;
 	put_str(r, kind);
-	put_uint(r, "t", (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec, 0);
+	put_uint(r, "t", (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec, 1);
 	put_uint(r, "pid", (uint64_t)cached_pid, 0);
 	put_uint(r, "tid", (uint64_t)cached_tid, 0);
 }
 
 static void emit(struct rec *r)
 {
-	ssize_t w;
-	int fd = __atomic_load_n(&rec_fd, __ATOMIC_ACQUIRE);
+	char *m = __atomic_load_n(&rec_map, __ATOMIC_ACQUIRE);
+	struct rec_header *h = (struct rec_header *)m;
+	uint64_t off;
 
-	if (fd < 0)
+	if (!m)
 		return;
 	r->buf[r->n++] = '\n';
-	do
-		w = write(fd, r->buf, r->n);
-	while (w < 0 && errno == EINTR);
+	off = __atomic_fetch_add(&h->next, r->n, __ATOMIC_RELAXED);
+	if (off + r->n > rec_cap) {
+		__atomic_fetch_add(&h->lost, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	/* The record that enters a chunk faults in the next one, in one
+	 * system call rather than a page fault per page (Linux 5.14; older
+	 * kernels refuse and fault page by page). */
+	if ((off + r->n) / REC_CHUNK != off / REC_CHUNK && (off / REC_CHUNK + 2) * REC_CHUNK <= rec_cap)
+		madvise(m + REC_DATA + (off / REC_CHUNK + 1) * REC_CHUNK, REC_CHUNK, REC_POPULATE_WRITE);
+	memcpy(m + REC_DATA + off, r->buf, r->n);
 }
 
 static struct ctx_slot *find_slot(const struct ibv_context *ctx)
@@ -704,19 +845,145 @@ static struct ibv_qp *wrap_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_i
 	return qp;
 }
 
+/* cqx_slot holds one ibv_cq_ex's original start_poll and next_poll (they
+ * live in each CQ, per provider), open addressed by pointer as qpx_slots
+ * are; the wrappers record each completion they return. */
+#define MAX_CQX 1024
+struct cqx_slot {
+	struct ibv_cq_ex *cq; /* NULL: free; CQX_TOMB: was used */
+	int (*start_poll)(struct ibv_cq_ex *, struct ibv_poll_cq_attr *);
+	int (*next_poll)(struct ibv_cq_ex *);
+};
+#define CQX_TOMB ((struct ibv_cq_ex *)1)
+static struct cqx_slot cqx_slots[MAX_CQX];
+
+static unsigned cqx_hash(const struct ibv_cq_ex *q) { return (unsigned)(((uintptr_t)q >> 4) % MAX_CQX); }
+
+static struct cqx_slot *cqx_find(const struct ibv_cq_ex *q)
+{
+	for (unsigned i = cqx_hash(q), k = 0; k < MAX_CQX; k++, i = (i + 1) % MAX_CQX) {
+		struct ibv_cq_ex *p = __atomic_load_n(&cqx_slots[i].cq, __ATOMIC_ACQUIRE);
+
+		if (p == q)
+			return &cqx_slots[i];
+		if (!p)
+			return NULL;
+	}
+	return NULL;
+}
+
+/* cqx_record records the completion start_poll or next_poll returned (ret
+ * 0), or the poll's failure (ENOENT is an empty CQ, not one). The opcode is
+ * read on success only: it is undefined otherwise (ibv_poll_cq(3)). */
+static void cqx_record(struct ibv_cq_ex *cq, int ret)
+{
+	struct rec r;
+
+	if (ret == ENOENT)
+		return;
+	if (ret) {
+		begin(&r, "pollerr");
+		put_ptr(&r, "cq", cq);
+		put_int(&r, "ret", ret);
+		emit(&r);
+		return;
+	}
+	begin(&r, "wc");
+	put_ptr(&r, "cq", cq);
+	put_uint(&r, "wr", cq->wr_id, 1);
+	put_uint(&r, "st", cq->status, 0);
+	put_uint(&r, "op", cq->status == IBV_WC_SUCCESS ? cq->read_opcode(cq) : 0, 0);
+	put_uint(&r, "qpn", cq->read_qp_num(cq), 0);
+	emit(&r);
+}
+
+static int cqx_start_poll(struct ibv_cq_ex *cq, struct ibv_poll_cq_attr *attr)
+{
+	struct cqx_slot *s = cqx_find(cq);
+	int ret, saved;
+
+	if (!s)
+		return ENODEV;
+	ret = s->start_poll(cq, attr);
+	saved = errno;
+	cqx_record(cq, ret);
+	errno = saved;
+	return ret;
+}
+
+static int cqx_next_poll(struct ibv_cq_ex *cq)
+{
+	struct cqx_slot *s = cqx_find(cq);
+	int ret, saved;
+
+	if (!s)
+		return ENODEV;
+	ret = s->next_poll(cq);
+	saved = errno;
+	cqx_record(cq, ret);
+	errno = saved;
+	return ret;
+}
+
+/* cqx_wrap takes over cq's poll entries; it returns whether it did (the
+ * table may be full). */
+static int cqx_wrap(struct ibv_cq_ex *cq)
+{
+	int done = 0;
+
+	pthread_mutex_lock(&slots_mu);
+	for (unsigned i = cqx_hash(cq), k = 0; k < MAX_CQX && !done; k++, i = (i + 1) % MAX_CQX) {
+		struct cqx_slot *s = &cqx_slots[i];
+
+		if (s->cq && s->cq != CQX_TOMB)
+			continue;
+		s->start_poll = cq->start_poll;
+		s->next_poll = cq->next_poll;
+		__atomic_store_n(&s->cq, cq, __ATOMIC_RELEASE);
+		cq->start_poll = cqx_start_poll;
+		cq->next_poll = cqx_next_poll;
+		done = 1;
+	}
+	pthread_mutex_unlock(&slots_mu);
+	return done;
+}
+
+/* cqx_forget frees cq's slot when it is destroyed. */
+static void cqx_forget(struct ibv_cq *cq)
+{
+	pthread_mutex_lock(&slots_mu);
+	for (unsigned i = 0; i < MAX_CQX; i++)
+		if (cqx_slots[i].cq && cqx_slots[i].cq != CQX_TOMB && ibv_cq_ex_to_cq(cqx_slots[i].cq) == cq)
+			__atomic_store_n(&cqx_slots[i].cq, CQX_TOMB, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&slots_mu);
+}
+
+/* wrap_create_cq_ex asks the provider for the QP number in every completion
+ * (IBV_WC_EX_WITH_QP_NUM, which the trace needs to place it) on top of what
+ * the program asked for, and gives the program its own attributes back; a
+ * provider that refuses is asked again with the program's alone, and that
+ * CQ is not traced (ex=1). */
 static struct ibv_cq_ex *wrap_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr)
 {
 	struct ctx_slot *s = find_slot(ctx);
 	struct ibv_cq_ex *cq;
-	int saved;
+	uint64_t asked = attr->wc_flags;
+	int saved, untraced;
 
 	if (!s) {
 		errno = ENODEV;
 		return NULL;
 	}
+	attr->wc_flags |= IBV_WC_EX_WITH_QP_NUM;
 	cq = s->create_cq_ex(ctx, attr);
+	attr->wc_flags = asked;
+	if (!cq && !(asked & IBV_WC_EX_WITH_QP_NUM))
+		cq = s->create_cq_ex(ctx, attr);
+	else if (cq)
+		asked |= IBV_WC_EX_WITH_QP_NUM;
 	saved = errno;
-	rec_cq("ibv_create_cq_ex", ibv_cq_ex_to_cq(cq), saved, ctx, 1);
+	untraced = !(asked & IBV_WC_EX_WITH_QP_NUM) || !cq || !cq->start_poll || !cq->next_poll || !cq->read_qp_num || !cqx_wrap(cq);
+	rec_cq("ibv_create_cq_ex", ibv_cq_ex_to_cq(cq), saved, ctx, untraced);
 	errno = saved;
 	return cq;
 }
@@ -795,7 +1062,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *dev)
 	int saved;
 
 	if (!real_open_device)
-		resolve_all();
+		resolve_all(RTLD_NEXT); /* libibverbs loaded since, as another's dependency */
 	if (!real_open_device) {
 		errno = ENOSYS;
 		return NULL;
@@ -875,6 +1142,8 @@ int ibv_destroy_cq(struct ibv_cq *cq)
 	rec_destroy("cqd", "cq", cq, 0, 0);
 	ret = real_destroy_cq(cq);
 	saved = errno;
+	if (ret == 0)
+		cqx_forget(cq);
 	rec_destroy("cqd", "cq", cq, 1, ret);
 	errno = saved;
 	return ret;
