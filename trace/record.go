@@ -131,7 +131,7 @@ func Scan(r io.Reader, each func(Record)) error {
 func parseLine(s string) (Record, error) {
 	f := strings.Fields(s)
 	if len(f) < 4 {
-		return Record{}, fmt.Errorf("%q: want KIND t= pid= tid= ...", s)
+		return Record{}, fmt.Errorf("%q: want KIND t= pid= tid= and its fields", s)
 	}
 	rec := Record{Kind: f[0], fields: make([]field, 0, len(f)-4)}
 	var head [3]uint64
