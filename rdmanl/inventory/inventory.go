@@ -36,6 +36,7 @@ type Source interface {
 	PDs(ctx context.Context, dev rdmanl.Device) ([]rdmanl.PD, error)
 	Contexts(ctx context.Context, dev rdmanl.Device) ([]rdmanl.Ctx, error)
 	UverbsChardev(ctx context.Context, dev rdmanl.Device) (rdmanl.Chardev, error)
+	LookupQP(ctx context.Context, q rdmanl.QP) (rdmanl.QP, error)
 }
 
 var _ Source = (*rdmanl.Conn)(nil)
@@ -129,6 +130,13 @@ type Options struct {
 	DevDir string
 	// Progress, when set, is called after each device's QPs are read.
 	Progress func(dev string, qps int)
+	// Previous, when set, is the snapshot before this one: each of its QPs
+	// this one's dump does not list is asked for by number (LookupQP) and
+	// kept when the kernel still has it. A dump resumes each message at a
+	// count of rows, and a QP destroyed meanwhile below that count shifts a
+	// live one out of it (rdmanl.Conn.AppendQPs): without Previous, a host
+	// creating and destroying QPs may have one missing from a snapshot.
+	Previous *Snapshot
 }
 
 // ErrNoDevices means the host (this network namespace) has no RDMA devices.
@@ -179,6 +187,15 @@ func Take(ctx context.Context, src Source, opts Options) (*Snapshot, error) {
 		start := len(raw)
 		if raw, err = src.AppendQPs(ctx, raw, d); err != nil {
 			return nil, err
+		}
+		if opts.Previous != nil {
+			var note string
+			if raw, note, err = confirmMissing(ctx, src, raw, start, d, opts.Previous); err != nil {
+				return nil, err
+			}
+			if note != "" {
+				snap.Notes = append(snap.Notes, note)
+			}
 		}
 		if opts.Progress != nil {
 			opts.Progress(d.Name, len(raw)-start)
@@ -247,6 +264,35 @@ func Take(ctx context.Context, src Source, opts Options) (*Snapshot, error) {
 	}
 	fillWorkloads(snap, opts.Proc)
 	return snap, nil
+}
+
+// confirmMissing appends to raw, whose rows from start are dev's dump, each
+// QP of dev in prev that the dump missed and LookupQP still finds. A
+// kernel that cannot look a QP up leaves the rest unconfirmed, with a note.
+func confirmMissing(ctx context.Context, src Source, raw []rdmanl.QP, start int, dev rdmanl.Device, prev *Snapshot) ([]rdmanl.QP, string, error) {
+	listed := make(map[uint32]bool, len(raw)-start)
+	for i := range raw[start:] {
+		listed[raw[start+i].ID()] = true
+	}
+	for i := range prev.QPs {
+		q := &prev.QPs[i].QP
+		if q.Device != dev.Index || q.DeviceName != dev.Name || listed[q.ID()] {
+			continue
+		}
+		got, err := src.LookupQP(ctx, *q)
+		switch {
+		case err == nil:
+			raw = append(raw, got)
+		case errors.Is(err, rdmanl.ErrNoSuchQP):
+			// destroyed since the last snapshot
+		case unsupportedDump(err):
+			return raw, fmt.Sprintf("%s: the kernel cannot look up a QP by number (RES_QP_GET: %v): "+
+				"a QP missing from a dump that ran while QPs were destroyed may be alive", dev.Name, err), nil
+		default:
+			return raw, "", err
+		}
+	}
+	return raw, "", nil
 }
 
 // tables are a device's PD table, by PDN, and its context table.
