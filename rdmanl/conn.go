@@ -268,13 +268,19 @@ func dedupQPs(qps []QP) []QP {
 	return out
 }
 
-// LookupQP asks the kernel for the QP q names (its device and ID) again
-// (RES_QP_GET with RDMA_NLDEV_ATTR_RES_LQPN, not a dump): its row now,
-// or, when the device no longer has it, an error matching ErrNoSuchQP
-// and syscall.ENOENT. It tells a QP a dump missed from a destroyed one.
+// LookupQP asks the kernel for the QP q names (its device, port and ID)
+// again (RES_QP_GET with RDMA_NLDEV_ATTR_RES_LQPN, not a dump): its row
+// now, or, when the device no longer has it, an error matching
+// ErrNoSuchQP and syscall.ENOENT. It tells a QP a dump missed from a
+// destroyed one. The port goes with the request when q has one: a kernel
+// before 5.11 looks a QP up only on a port and refuses the request
+// without one, as a QP in RESET is, with EINVAL.
 func (c *Conn) LookupQP(ctx context.Context, q QP) (QP, error) {
 	dev := Device{Index: q.Device, Name: q.DeviceName}
 	ae := devAttrs(q.Device)
+	if q.Has&HasPort != 0 {
+		ae.Uint32(attrPortIndex, q.Port)
+	}
 	ae.Uint32(attrResLQPN, q.ID())
 	var got QP
 	err := c.request(ctx, CmdResQPGet, dev.label(), 0, ae, func(m netlink.Message) error {

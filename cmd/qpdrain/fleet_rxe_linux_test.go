@@ -180,7 +180,7 @@ scrape_configs:
 	// scrape without the password must fail, with it succeed.
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	defer client.CloseIdleConnections()
-	waitUp(t, client, "https://"+expAddr+healthPath)
+	waitUp(t, client, "https://"+expAddr+healthPath, 0)
 	resp, err := client.Get("https://" + expAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -189,7 +189,7 @@ scrape_configs:
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("/metrics without the password: %s, want 401", resp.Status)
 	}
-	waitUp(t, &http.Client{Timeout: 5 * time.Second}, base+"/-/ready")
+	waitUp(t, &http.Client{Timeout: 5 * time.Second}, base+"/-/ready", http.StatusOK)
 
 	var events []fleetEvent
 	// await polls the alerts until alert is in state ("" inactive),
@@ -268,15 +268,18 @@ func eventAt(events []fleetEvent, alert, state string) time.Time {
 	return time.Time{}
 }
 
-// waitUp waits, bounded, until url answers (any status).
-func waitUp(t *testing.T, c *http.Client, url string) {
+// waitUp waits, bounded, until url answers want (0: any status).
+func waitUp(t *testing.T, c *http.Client, url string, want int) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		resp, err := c.Get(url)
 		if err == nil {
 			resp.Body.Close()
-			return
+			if want == 0 || resp.StatusCode == want {
+				return
+			}
+			err = fmt.Errorf("%s", resp.Status)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: %v after a minute", url, err)

@@ -267,13 +267,15 @@ func Take(ctx context.Context, src Source, opts Options) (*Snapshot, error) {
 }
 
 // confirmMissing appends to raw, whose rows from start are dev's dump, each
-// QP of dev in prev that the dump missed and LookupQP still finds. A
-// kernel that cannot look a QP up leaves the rest unconfirmed, with a note.
+// QP of dev in prev that the dump missed and LookupQP still finds. A QP the
+// kernel cannot look up stays out, and a note says so (the same note each
+// sample, so that a report over many samples has it once).
 func confirmMissing(ctx context.Context, src Source, raw []rdmanl.QP, start int, dev rdmanl.Device, prev *Snapshot) ([]rdmanl.QP, string, error) {
 	listed := make(map[uint32]bool, len(raw)-start)
 	for i := range raw[start:] {
 		listed[raw[start+i].ID()] = true
 	}
+	var why error
 	for i := range prev.QPs {
 		q := &prev.QPs[i].QP
 		if q.Device != dev.Index || q.DeviceName != dev.Name || listed[q.ID()] {
@@ -286,13 +288,16 @@ func confirmMissing(ctx context.Context, src Source, raw []rdmanl.QP, start int,
 		case errors.Is(err, rdmanl.ErrNoSuchQP):
 			// destroyed since the last snapshot
 		case unsupportedDump(err):
-			return raw, fmt.Sprintf("%s: the kernel cannot look up a QP by number (RES_QP_GET: %v): "+
-				"a QP missing from a dump that ran while QPs were destroyed may be alive", dev.Name, err), nil
+			why = err
 		default:
 			return raw, "", err
 		}
 	}
-	return raw, "", nil
+	if why == nil {
+		return raw, "", nil
+	}
+	return raw, fmt.Sprintf("%s: the kernel could not look up QPs of the last sample that its dump missed (%v): "+
+		"they may be alive, shifted out of a dump that ran while QPs were destroyed", dev.Name, why), nil
 }
 
 // tables are a device's PD table, by PDN, and its context table.

@@ -317,7 +317,7 @@ func TestTakeConfirmUnsupported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(snap.QPs) != 2 || len(snap.Notes) != 1 || !strings.Contains(snap.Notes[0], "cannot look up a QP") {
+	if len(snap.QPs) != 2 || len(snap.Notes) != 1 || !strings.Contains(snap.Notes[0], "could not look up QPs") {
 		t.Errorf("QPs %v notes %q, want the dump's 2 and one note", lqpns(snap), snap.Notes)
 	}
 }
