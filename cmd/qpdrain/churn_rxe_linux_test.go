@@ -345,13 +345,14 @@ func TestLeaksChurnRxe(t *testing.T) {
 		st.miss, st.twice = st.miss+m, st.twice+d
 		return got
 	}
-	// The planted QPs with a port are looked up by number on every kernel;
-	// the one in RESET, without a port, where the kernel allows it.
+	// The planted QPs with a port are looked up by number; the one in
+	// RESET, without a port, cannot be (the host view seeks such a QP in a
+	// second dump).
 	for _, n := range parseQPNs(t, stuck.ready["qpns"]) {
 		key := lookupKey(t, conn, dev, n)
 		q, err := conn.LookupQP(context.Background(), key)
 		t.Logf("LookupQP(%d, %s): %s %v", n, key.State, q.State, err)
-		if err != nil && (key.Has&rdmanl.HasPort != 0 || hasCtxTable(t)) {
+		if err != nil && key.Has&rdmanl.HasPort != 0 {
 			t.Errorf("LookupQP(%d): %v", n, err)
 		}
 	}
@@ -386,7 +387,7 @@ func TestLeaksChurnRxe(t *testing.T) {
 	}
 	for n := range notes {
 		t.Logf("note: %s", n)
-		if hasCtxTable(t) && strings.Contains(n, "could not look up") {
+		if hasCtxTable(t) {
 			t.Errorf("a sample's note: %s", n)
 		}
 	}

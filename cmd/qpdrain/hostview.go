@@ -28,9 +28,14 @@ func openRealHost(opts hostOptions, log io.Writer) (host, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newRealHost(conn, opts, log), nil
+}
+
+// newRealHost is the host conn reads, with one sampler for its samples.
+func newRealHost(conn *rdmanl.Conn, opts hostOptions, log io.Writer) *realHost {
 	return &realHost{conn: conn, opts: opts, log: log, sampler: &leaks.HostSampler{Conn: conn, Options: inventory.Options{
 		Proc: inventory.Proc{Root: opts.proc}, Sys: inventory.Sys{Root: opts.sys}, DevDir: opts.dev,
-	}}}, nil
+	}}}
 }
 
 func (h *realHost) Close() error { return h.conn.Close() }

@@ -131,8 +131,9 @@ type Options struct {
 	// Progress, when set, is called after each device's QPs are read.
 	Progress func(dev string, qps int)
 	// Previous, when set, is the snapshot before this one: each of its QPs
-	// this one's dump does not list is asked for by number (LookupQP) and
-	// kept when the kernel still has it. A dump resumes each message at a
+	// this one's dump does not list is asked for by number (LookupQP), or,
+	// where the kernel cannot look it up (a QP without a port), sought in a
+	// second dump, and kept when the kernel still has it. A dump resumes each message at a
 	// count of rows, and a QP destroyed meanwhile below that count shifts a
 	// live one out of it (rdmanl.Conn.AppendQPs): without Previous, a host
 	// creating and destroying QPs may have one missing from a snapshot.
@@ -189,12 +190,8 @@ func Take(ctx context.Context, src Source, opts Options) (*Snapshot, error) {
 			return nil, err
 		}
 		if opts.Previous != nil {
-			var note string
-			if raw, note, err = confirmMissing(ctx, src, raw, start, d, opts.Previous); err != nil {
+			if raw, err = confirmMissing(ctx, src, raw, start, d, opts.Previous); err != nil {
 				return nil, err
-			}
-			if note != "" {
-				snap.Notes = append(snap.Notes, note)
 			}
 		}
 		if opts.Progress != nil {
@@ -267,18 +264,25 @@ func Take(ctx context.Context, src Source, opts Options) (*Snapshot, error) {
 }
 
 // confirmMissing appends to raw, whose rows from start are dev's dump, each
-// QP of dev in prev that the dump missed and LookupQP still finds. A QP the
-// kernel cannot look up stays out, and a note says so (the same note each
-// sample, so that a report over many samples has it once).
-func confirmMissing(ctx context.Context, src Source, raw []rdmanl.QP, start int, dev rdmanl.Device, prev *Snapshot) ([]rdmanl.QP, string, error) {
+// QP of dev in prev that the dump missed and the kernel still has: looked
+// up by number, or, for a QP the kernel cannot look up, found in a second
+// dump. A QP without a port (in RESET) is such a QP: res_get_common_doit
+// (drivers/infiniband/core/nldev.c) wants a port for a QP, and
+// fill_res_qp_entry refuses one on another port. A QP missing from two
+// dumps is gone: a second shift past the same QP is what would hide it.
+func confirmMissing(ctx context.Context, src Source, raw []rdmanl.QP, start int, dev rdmanl.Device, prev *Snapshot) ([]rdmanl.QP, error) {
 	listed := make(map[uint32]bool, len(raw)-start)
 	for i := range raw[start:] {
 		listed[raw[start+i].ID()] = true
 	}
-	var why error
+	again := map[uint32]bool{} // to find in a second dump
 	for i := range prev.QPs {
 		q := &prev.QPs[i].QP
 		if q.Device != dev.Index || q.DeviceName != dev.Name || listed[q.ID()] {
+			continue
+		}
+		if q.Has&rdmanl.HasPort == 0 {
+			again[q.ID()] = true
 			continue
 		}
 		got, err := src.LookupQP(ctx, *q)
@@ -287,17 +291,25 @@ func confirmMissing(ctx context.Context, src Source, raw []rdmanl.QP, start int,
 			raw = append(raw, got)
 		case errors.Is(err, rdmanl.ErrNoSuchQP):
 			// destroyed since the last snapshot
-		case unsupportedDump(err):
-			why = err
+		case unsupportedDump(err) || errors.Is(err, syscall.EAGAIN):
+			again[q.ID()] = true
 		default:
-			return raw, "", err
+			return raw, err
 		}
 	}
-	if why == nil {
-		return raw, "", nil
+	if len(again) == 0 {
+		return raw, nil
 	}
-	return raw, fmt.Sprintf("%s: the kernel could not look up QPs of the last sample that its dump missed (%v): "+
-		"they may be alive, shifted out of a dump that ran while QPs were destroyed", dev.Name, why), nil
+	second, err := src.AppendQPs(ctx, nil, dev)
+	if err != nil {
+		return raw, err
+	}
+	for _, q := range second {
+		if again[q.ID()] {
+			raw = append(raw, q)
+		}
+	}
+	return raw, nil
 }
 
 // tables are a device's PD table, by PDN, and its context table.
