@@ -120,10 +120,11 @@ func churnHelper(out string) error {
 }
 
 // churnRounds is how many samples TestLeaksChurnRxe takes after the
-// first, each with a dump and rdma's between it and the one before: 15 in
-// the rxe stage (about 20 s under TCG); docs/LEAKS.md's figures took 60,
-// which pass rxe's 131,072 QP numbers once and so see QP numbers reused.
-var churnRounds = flag.Int("qpdrain.churn-rounds", 15, "samples TestLeaksChurnRxe takes after its first")
+// first, each with a dump and rdma's between it and the one before: 8 in
+// the rxe stage (the test takes about 35 s under TCG); docs/LEAKS.md's
+// figures took 60, which pass rxe's 131,072 QP numbers once and so see QP
+// numbers reused.
+var churnRounds = flag.Int("qpdrain.churn-rounds", 8, "samples TestLeaksChurnRxe takes after its first")
 
 // hasCtxTable reports whether the running kernel has the context table
 // (RDMA_NLDEV_CMD_RES_CTX_GET, Linux 5.11): before it, the owner of a QP
