@@ -244,7 +244,7 @@ scrape_configs:
 	}
 
 	// The series over the run, from Prometheus, for the plot.
-	fmt.Printf("@@FLEET start=%d reap=%d exporter_stopped=%d end=%d\n", start.Unix(), reaped.Unix(), stopped.Unix(), end.Unix())
+	fmt.Printf("@@FLEET start=%d reap=%d exporter_stopped=%d end=%d\n", start.UnixMilli(), reaped.UnixMilli(), stopped.UnixMilli(), end.UnixMilli())
 	for _, e := range events {
 		fmt.Printf("@@FLEET event %d %s %s\n", e.at.UnixMilli(), e.alert, e.state)
 	}
@@ -253,7 +253,7 @@ scrape_configs:
 			fmt.Printf("@@FLEET series %s %d %s\n", q, p.at.UnixMilli(), p.v)
 		}
 	}
-	t.Logf("stuck-in-error fired %v after the leak's exporter started, resolved %v after reap; exporter-down fired %v after the stop",
+	t.Logf("stuck-in-error fired %v after Prometheus started, resolved %v after reap; exporter-down fired %v after the stop",
 		eventAt(events, "RDMAQPsStuckInError", "firing").Sub(start).Round(time.Second),
 		eventAt(events, "RDMAQPsStuckInError", "").Sub(reaped).Round(time.Second),
 		eventAt(events, "QpdrainExporterDown", "firing").Sub(stopped).Round(time.Second))
@@ -294,11 +294,13 @@ type point struct {
 	v  string
 }
 
-// queryRange is Prometheus's /api/v1/query_range of q, a second a step,
-// the values of its first series.
+// queryRange is Prometheus's /api/v1/query_range of q, a quarter of a
+// second a step (a point is the last scrape before it: steps of the scrape
+// interval would draw a change up to a second late), the values of its
+// first series.
 func queryRange(t *testing.T, base, q string, from, to time.Time) []point {
 	t.Helper()
-	u := fmt.Sprintf("%s/api/v1/query_range?query=%s&start=%d&end=%d&step=1", base, url.QueryEscape(q), from.Unix(), to.Unix()+1)
+	u := fmt.Sprintf("%s/api/v1/query_range?query=%s&start=%d&end=%d&step=0.25", base, url.QueryEscape(q), from.Unix(), to.Unix()+1)
 	var doc struct {
 		Data struct {
 			Result []struct {

@@ -5,9 +5,9 @@
 // up) over the run, with a line at each alert's change of state and at
 // the reap and the exporter's stop. It writes a PNG to -o.
 //
-// Input lines: "start=S reap=S exporter_stopped=S end=S" (Unix seconds),
-// "event MS ALERT STATE" (Unix milliseconds, STATE empty when resolved),
-// "series QUERY MS VALUE".
+// Input lines: "start=MS reap=MS exporter_stopped=MS end=MS", "event MS
+// ALERT STATE" (STATE empty when resolved), "series QUERY MS VALUE"; MS
+// are Unix milliseconds.
 package main
 
 import (
@@ -62,11 +62,11 @@ func parse(r io.Reader) (*fleetRun, error) {
 		case len(f) == 4 && strings.HasPrefix(f[0], "start="):
 			for i, dst := range []*float64{&rn.start, &rn.reap, &rn.stopped, &rn.end} {
 				_, v, _ := strings.Cut(f[i], "=")
-				n, err := strconv.ParseFloat(v, 64)
+				ms, err := strconv.ParseFloat(v, 64)
 				if err != nil {
 					return nil, fmt.Errorf("%q: %w", sc.Text(), err)
 				}
-				*dst = n
+				*dst = ms / 1000
 			}
 		case len(f) >= 3 && f[0] == "event":
 			ms, err := strconv.ParseFloat(f[1], 64)
@@ -128,10 +128,11 @@ func run(r io.Reader, path string) error {
 	p.Add(plotter.NewGrid())
 	p.Legend.Top, p.Legend.Left = true, false
 	p.Legend.YOffs = -vg.Inch * 2
+	// Prometheus returns a point only where the series exists: a gap of
+	// more than a step (TestFleetPrometheusRxe's are a quarter second) is
+	// the series absent (the exporter down), drawn as a break.
+	const gap = 0.5
 	for k, q := range rn.order {
-		// Prometheus returns a point only where the series exists: a gap
-		// of more than a step is the series absent (no finding, the
-		// exporter down), drawn as a break.
 		var seg plotter.XYs
 		legended := false
 		flush := func() error {
@@ -155,7 +156,7 @@ func run(r io.Reader, path string) error {
 		}
 		for i, pt := range rn.series[q] {
 			pt.X -= rn.start
-			if i > 0 && pt.X-(rn.series[q][i-1].X-rn.start) > 1.5 {
+			if i > 0 && pt.X-(rn.series[q][i-1].X-rn.start) > gap {
 				if err := flush(); err != nil {
 					return err
 				}
@@ -190,7 +191,8 @@ func run(r io.Reader, path string) error {
 		ts := &lab.TextStyle[0]
 		ts.Color, ts.YAlign = color.Gray{0x30}, draw.YTop
 		lab.Offset = vg.Point{X: vg.Points(2)}
-		if x > p.X.Max/2 {
+		// Each label starts at its line, but near the right edge.
+		if x > 0.8*p.X.Max {
 			ts.XAlign = draw.XRight
 			lab.Offset.X = -lab.Offset.X
 		}
