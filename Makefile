@@ -88,6 +88,13 @@ demo: deps
 	.cache/qpdrain churn --quirk send-in-error-not-flushed --max-qp 128 --events 3000 --rows 10 --plot-until 60m --plot .cache/churn-bounded.png --policy bounded
 	@echo "churn plots: .cache/churn-kernel.png (ipoib_cm.c's policy: the eHCA leak), .cache/churn-bounded.png (qpdrain's)"
 
+## demo-fleet: the fleet end to end in a VM (docs/LEAKS.md): a planted leak, the real qpdrain
+## exporter over TLS with basic auth, Debian's Prometheus with the shipped rules, the leak alert
+## pending, firing and resolved after qpdrain reap, the exporter-down alert; the series plotted.
+.PHONY: demo-fleet
+demo-fleet: deps
+	FLEET_PLOT=.cache/fleet.png scripts/rxe/fleet.sh
+
 ## bench: the benchmarks behind docs/BENCH.md.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -20,8 +20,9 @@ const (
 	// Orphaned: user QPs whose creator is gone in every sample; other
 	// processes (the holders) keep their context alive.
 	Orphaned Reason = "orphaned"
-	// Growing: an owner whose QP count rises in every sample while its
-	// ERR count rises too.
+	// Growing: an owner whose QP count rises in every sample while more
+	// and more of its QPs stay in error (QPs in error only for a moment, a
+	// host creating and destroying them by the thousand, do not count).
 	Growing Reason = "growing"
 	// NearLimit: a device's QP count at or above the threshold of its
 	// max_qp, or kernel IPoIB-CM QPs near the non-SRQ connection limit.
@@ -140,6 +141,10 @@ type track struct {
 	errAll  bool // ERR or SQE in every sample it was in
 	orphAll bool // no owner in every sample it was in
 	last    *QP
+	lastAt  int // the last sample it was in
+	// errFrom is the first sample of its run in error up to lastAt, in
+	// every sample from it on; -1 when it was not in error at lastAt.
+	errFrom int
 }
 
 func inError(state string) bool { return state == "ERR" || state == "SQE" }
@@ -216,10 +221,12 @@ func deviceNames(samples []Sample) []string {
 	return names
 }
 
-// ownerCounts are an owner's QPs and QPs in error, one entry per sample.
+// ownerCounts are an owner's QPs and QPs in error, one entry per sample,
+// and settled: in entry i, its QPs in error in sample i and in every later
+// one (by the owner of their last sample).
 type ownerCounts struct {
-	owner      Process
-	qps, inErr []int
+	owner               Process
+	qps, inErr, settled []int
 }
 
 // deviceAnalysis is one device across the samples.
@@ -252,13 +259,20 @@ func newDeviceAnalysis(name string, samples []Sample) *deviceAnalysis {
 			k := qpKey{q.LQPN, q.Type}
 			t := a.tracks[k]
 			if t == nil {
-				t = &track{errAll: true, orphAll: true}
+				t = &track{errAll: true, orphAll: true, lastAt: -1, errFrom: -1}
 				a.tracks[k] = t
 				a.order = append(a.order, k)
 			}
 			if t.seen == i { // present in every sample so far
 				t.seen++
 			}
+			switch {
+			case !inError(q.State):
+				t.errFrom = -1
+			case t.errFrom < 0 || t.lastAt != i-1:
+				t.errFrom = i
+			}
+			t.lastAt = i
 			t.errAll = t.errAll && inError(q.State)
 			// Orphaned needs the creator proven gone, not unknown.
 			t.orphAll = t.orphAll && !q.Kernel() && q.Owner.PID == 0 && !q.OwnerUncertain
@@ -271,7 +285,7 @@ func newDeviceAnalysis(name string, samples []Sample) *deviceAnalysis {
 			}
 			oc := a.owners[q.Owner.PID]
 			if oc == nil {
-				oc = &ownerCounts{owner: q.Owner, qps: make([]int, len(samples)), inErr: make([]int, len(samples))}
+				oc = &ownerCounts{owner: q.Owner, qps: make([]int, len(samples)), inErr: make([]int, len(samples)), settled: make([]int, len(samples))}
 				a.owners[q.Owner.PID] = oc
 			}
 			oc.qps[i]++
@@ -281,6 +295,15 @@ func newDeviceAnalysis(name string, samples []Sample) *deviceAnalysis {
 		}
 		a.ipoibRC = max(a.ipoibRC, ipoib)
 	}
+	for _, t := range a.tracks {
+		q := t.last
+		if t.lastAt != a.n-1 || t.errFrom < 0 || q.Kernel() || a.owners[q.Owner.PID] == nil {
+			continue
+		}
+		for i := t.errFrom; i < a.n; i++ {
+			a.owners[q.Owner.PID].settled[i]++
+		}
+	}
 	return a
 }
 
@@ -289,17 +312,21 @@ func (a *deviceAnalysis) summary(lim Limit) DeviceSummary {
 }
 
 // growing reports whether the owner's QP count rose between every two
-// samples and its ERR count is higher at the end than at the start.
+// samples and more of its QPs stayed in error from the next-to-last sample
+// to the last than from the first: QPs that are in error in the last
+// sample alone may be on their way to ibv_destroy_qp, and counting them
+// made a finding of churn alone.
 func (oc *ownerCounts) growing() bool {
-	if len(oc.qps) < MinGrowingSamples {
+	n := len(oc.qps)
+	if n < MinGrowingSamples {
 		return false
 	}
-	for i := 1; i < len(oc.qps); i++ {
+	for i := 1; i < n; i++ {
 		if oc.qps[i] <= oc.qps[i-1] {
 			return false
 		}
 	}
-	return oc.inErr[len(oc.inErr)-1] > oc.inErr[0]
+	return oc.settled[n-2] > oc.settled[0]
 }
 
 // group collects the QPs of one finding.

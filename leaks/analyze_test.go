@@ -107,6 +107,13 @@ func TestAnalyze(t *testing.T) {
 			}
 			return qps
 		}, Options{}, []string{"growing:100"}},
+		{"churn alone is not growing: more QPs and more in ERR each sample, none of them staying", 4, func(i int) []QP {
+			var qps []QP
+			for j := 0; j <= i; j++ {
+				qps = append(qps, rc(uint32(1000*i+2*j), "ERR", grower), rc(uint32(1000*i+2*j+1), "RTS", grower))
+			}
+			return qps
+		}, Options{}, nil},
 		{"a busy owner creating healthy QPs is not growing", 4, func(i int) []QP {
 			var qps []QP
 			for j := 0; j <= i; j++ {

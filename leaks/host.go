@@ -13,10 +13,14 @@ import (
 
 // HostSampler is the Sampler of a real host: each Sample is an inventory
 // snapshot (inventory.Take) over RDMA netlink, so that metrics.NewExporter
-// and Watch can run outside the CLI.
+// and Watch can run outside the CLI. It keeps its last snapshot, so that
+// a QP the next dump misses while QPs are created and destroyed is looked
+// up by number before it counts as gone (inventory.Options.Previous): use
+// one HostSampler for the samples of a host, from one goroutine at a time.
 type HostSampler struct {
 	Conn    *rdmanl.Conn      // the RDMA netlink socket, which the caller closes
 	Options inventory.Options // where /proc, sysfs and /dev are, which devices
+	last    *inventory.Snapshot
 }
 
 // ErrNoConn is what a HostSampler without a Conn returns, such as one
@@ -27,17 +31,20 @@ var ErrNoConn = errors.New("leaks.HostSampler has no RDMA netlink Conn")
 // Sample takes one snapshot. A host without RDMA devices is an error
 // matching ErrNoRDMA (and inventory.ErrNoDevices); a sampler without a
 // Conn, ErrNoConn; any other failure of inventory.Take is returned as is.
-func (h HostSampler) Sample(ctx context.Context) (Sample, error) {
+func (h *HostSampler) Sample(ctx context.Context) (Sample, error) {
 	if h.Conn == nil {
 		return Sample{}, ErrNoConn
 	}
-	snap, err := inventory.Take(ctx, h.Conn, h.Options)
+	opts := h.Options
+	opts.Previous = h.last
+	snap, err := inventory.Take(ctx, h.Conn, opts)
 	if errors.Is(err, inventory.ErrNoDevices) {
 		return Sample{}, fmt.Errorf("%w: %w", ErrNoRDMA, err)
 	}
 	if err != nil {
 		return Sample{}, err
 	}
+	h.last = snap
 	return FromSnapshot(snap, time.Now()), nil
 }
 

@@ -12,7 +12,7 @@ import (
 // with an error that says so, instead of panicking.
 func TestHostSamplerWithoutConn(t *testing.T) {
 	var conn *rdmanl.Conn // a failed Dial's
-	_, err := HostSampler{Conn: conn}.Sample(context.Background())
+	_, err := (&HostSampler{Conn: conn}).Sample(context.Background())
 	if !errors.Is(err, ErrNoConn) {
 		t.Errorf("Sample without a Conn: %v, want ErrNoConn", err)
 	}

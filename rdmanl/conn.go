@@ -20,6 +20,11 @@ import (
 // leaves the Conn usable.
 var ErrUnusable = errors.New("netlink connection unusable after an interrupted dump")
 
+// ErrNoSuchQP is wrapped by LookupQP's error when the device has no QP
+// of that number (the kernel's ENOENT, which the error wraps too): it was
+// destroyed, or it is not visible in the reader's PID namespace.
+var ErrNoSuchQP = errors.New("no such QP")
+
 // ErrNoReply means the kernel answered a request with no message.
 var ErrNoReply = errors.New("no reply")
 
@@ -220,8 +225,73 @@ func (c *Conn) QPs(ctx context.Context, dev Device) ([]QP, error) {
 }
 
 // AppendQPs is QPs appending to dst, for callers that reuse a slice.
+//
+// A dump of more than one message lists a QP created or destroyed while
+// it runs as the kernel's table had it, and more: each message resumes
+// at a count of rows, not at a QP (res_get_common_dumpit in
+// drivers/infiniband/core/nldev.c), so a QP created below that count
+// shifts a row already sent into the next message, and one destroyed
+// below it shifts the next row out of the dump. AppendQPs drops the row
+// sent twice (keeping the later one); a row shifted out is missing, and
+// only a later dump or LookupQP can tell it from a destroyed QP.
 func (c *Conn) AppendQPs(ctx context.Context, dst []QP, dev Device) ([]QP, error) {
-	return dump(ctx, c, CmdResQPGet, dev.label(), devAttrs(dev.Index), dst, appendQPs)
+	start := len(dst)
+	dst, err := dump(ctx, c, CmdResQPGet, dev.label(), devAttrs(dev.Index), dst, appendQPs)
+	return append(dst[:start], dedupQPs(dst[start:])...), err
+}
+
+// dedupQPs drops from qps, one dump in table (ID) order, every row whose ID
+// an earlier row had, the later row replacing the earlier one. A row sent
+// twice comes right after a message boundary, where the IDs step back: a
+// dump without churn costs one comparison per row.
+func dedupQPs(qps []QP) []QP {
+	out := qps[:0]
+	var top uint32 // the highest ID so far
+	for i := range qps {
+		id := qps[i].ID()
+		if len(out) == 0 || id > top {
+			top = id
+			out = append(out, qps[i])
+			continue
+		}
+		// Rows before the boundary are in ID order: look back while above.
+		j := len(out) - 1
+		for j > 0 && out[j].ID() > id {
+			j--
+		}
+		if out[j].ID() == id {
+			out[j] = qps[i]
+			continue
+		}
+		out = append(out, qps[i])
+	}
+	return out
+}
+
+// LookupQP asks the kernel for the QP q names (its device, port and ID)
+// again (RES_QP_GET with RDMA_NLDEV_ATTR_RES_LQPN, not a dump): its row
+// now, or, when the device no longer has it, an error matching
+// ErrNoSuchQP and syscall.ENOENT. It tells a QP a dump missed from a
+// destroyed one. The port goes with the request when q has one: a kernel
+// before 5.11 looks a QP up only on a port and refuses the request
+// without one, as a QP in RESET is, with EINVAL.
+func (c *Conn) LookupQP(ctx context.Context, q QP) (QP, error) {
+	dev := Device{Index: q.Device, Name: q.DeviceName}
+	ae := devAttrs(q.Device)
+	if q.Has&HasPort != 0 {
+		ae.Uint32(attrPortIndex, q.Port)
+	}
+	ae.Uint32(attrResLQPN, q.ID())
+	var got QP
+	err := c.request(ctx, CmdResQPGet, dev.label(), 0, ae, func(m netlink.Message) error {
+		// The reply is the device's handle and the QP's attributes, not
+		// nested in a table (res_get_common_doit, fill_res_qp_entry).
+		return decodeQP(&got, &got, attrs{b: m.Data}, q.Device, []byte(q.DeviceName))
+	})
+	if errors.Is(err, syscall.ENOENT) {
+		err = fmt.Errorf("%w: %w", ErrNoSuchQP, err)
+	}
+	return got, err
 }
 
 // dump sends the dump request cmd (about device dev, for errors) and

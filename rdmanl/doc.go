@@ -13,7 +13,10 @@
 // RDMA_NLDEV_ATTR_DEV_INDEX fails with EINVAL), in as many messages as it
 // needs, each resuming at a position in the device's table; it sets no
 // NLM_F_DUMP_INTR, so an object destroyed while a dump runs may take a
-// later one's place. Every call is bounded by its context.
+// later one's place, and one created may repeat an earlier one. QP dumps
+// drop the repeat (Conn.AppendQPs); Conn.LookupQP asks for one QP by
+// number, to tell one the dump missed from one destroyed. Every call is
+// bounded by its context.
 //
 // Values are decoded by attribute number; attributes this package does not
 // know are skipped, and an attribute sent twice takes its last value (mlx5

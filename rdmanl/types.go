@@ -104,6 +104,17 @@ type QP struct {
 	Has     Has
 }
 
+// ID is the QP's index in its device's QP table (rdma_restrack_add in
+// drivers/infiniband/core/restrack.c): its number, with the port in the
+// top byte for the SMI and GSI QPs, whose numbers (0, 1) every port
+// repeats. A dump lists QPs in ID order; LookupQP asks for one by it.
+func (q *QP) ID() uint32 {
+	if q.Type == QPTypeSMI || q.Type == QPTypeGSI {
+		return q.LQPN | q.Port<<24
+	}
+	return q.LQPN
+}
+
 // PD is one entry of a device's PD table (RDMA_NLDEV_ATTR_RES_PD_ENTRY).
 type PD struct {
 	Device uint32

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # rxe-test.sh: the project's rxe stage: its Go tests against a real Soft-RoCE device (the kernel's
 # rdma_rxe) inside qemu, once per kernel in RXE_KERNELS, through `qpdrain vm go-test` (the same
-# harness other projects use; docs/VM.md), then qpdrain trace's planted programs, then qpdrain vm's
-# own VM tests (red runs on purpose).
+# harness other projects use; docs/VM.md), then qpdrain trace's planted programs, then the fleet
+# end to end (scripts/rxe/fleet.sh), then qpdrain vm's own VM tests (red runs on purpose).
 # `make test-rxe` runs it; docs/TESTING.md explains it. Settings (environment): RXE_TEST_PKGS and
 # RXE_KERNELS (defaults in scripts/rxe/common.sh), RXE_CACHE, RXE_REFRESH=1, RXE_TIMEOUT,
 # RXE_TEST_ARGS, RXE_GO_TEST_FLAGS, RXE_ADD_CMD; RXE_VM_SELFTEST=0 leaves out qpdrain vm's tests,
@@ -43,6 +43,9 @@ rc=0
 
 echo "== qpdrain trace's planted programs on rxe (docs/TRACE.md)"
 QPDRAIN_VM_TEST=1 QPDRAIN_VM_CACHE=$RXE_CACHE RXE_KERNELS=$RXE_KERNELS go test -short -count=1 -timeout 30m -run '^TestVMTrace$' ./trace
+
+echo "== the fleet end to end on rxe: qpdrain exporter, Prometheus and the alert rules (docs/LEAKS.md)"
+scripts/rxe/fleet.sh
 
 # qpdrain check on each kernel, recorded (make providers-rxe keeps them; docs/PROVIDERS.md)
 [ "${RXE_CHECK_RECORD:-1}" = 0 ] || scripts/rxe/check-record.sh

@@ -18,6 +18,9 @@ type realHost struct {
 	opts hostOptions
 	// log receives what reap's rxe delete waits for.
 	log io.Writer
+	// sampler keeps the last sample's snapshot: a QP the next dump misses
+	// is looked up before it counts as gone.
+	sampler *leaks.HostSampler
 }
 
 func openRealHost(opts hostOptions, log io.Writer) (host, error) {
@@ -25,17 +28,20 @@ func openRealHost(opts hostOptions, log io.Writer) (host, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &realHost{conn: conn, opts: opts, log: log}, nil
+	return newRealHost(conn, opts, log), nil
+}
+
+// newRealHost is the host conn reads, with one sampler for its samples.
+func newRealHost(conn *rdmanl.Conn, opts hostOptions, log io.Writer) *realHost {
+	return &realHost{conn: conn, opts: opts, log: log, sampler: &leaks.HostSampler{Conn: conn, Options: inventory.Options{
+		Proc: inventory.Proc{Root: opts.proc}, Sys: inventory.Sys{Root: opts.sys}, DevDir: opts.dev,
+	}}}
 }
 
 func (h *realHost) Close() error { return h.conn.Close() }
 
 // Sample takes one inventory snapshot as a leaks.Sample.
-func (h *realHost) Sample(ctx context.Context) (leaks.Sample, error) {
-	return leaks.HostSampler{Conn: h.conn, Options: inventory.Options{
-		Proc: inventory.Proc{Root: h.opts.proc}, Sys: inventory.Sys{Root: h.opts.sys}, DevDir: h.opts.dev,
-	}}.Sample(ctx)
-}
+func (h *realHost) Sample(ctx context.Context) (leaks.Sample, error) { return h.sampler.Sample(ctx) }
 
 func (h *realHost) Limits(devices []string) map[string]leaks.Limit { return leaks.MaxQPLimits(devices) }
 

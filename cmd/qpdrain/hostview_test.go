@@ -182,7 +182,7 @@ func TestKernelWithoutContextTable(t *testing.T) {
 	writeFile(t, filepath.Join(proc, "100", "status"), "Name:\tapp\nState:\tS (sleeping)\nTgid:\t100\nPid:\t100\n")
 	writeFile(t, filepath.Join(proc, "100", "comm"), "app\n")
 	opts := hostOptions{proc: proc, sys: proc, dev: proc, timeout: time.Second}
-	h := &realHost{conn: kernel510(t), opts: opts}
+	h := newRealHost(kernel510(t), opts, nil)
 	defer h.Close()
 	samples, err := leaks.Watch(context.Background(), h, 20*time.Millisecond, 10*time.Millisecond, nil)
 	if err != nil {
@@ -195,7 +195,7 @@ func TestKernelWithoutContextTable(t *testing.T) {
 	if !slices.ContainsFunc(r.Notes, func(n string) bool { return strings.Contains(n, "mlx5_0: the kernel has no RES_CTX_GET") }) {
 		t.Errorf("notes %q do not say the kernel has no RES_CTX_GET", r.Notes)
 	}
-	scraped := &realHost{conn: kernel510(t), opts: opts}
+	scraped := newRealHost(kernel510(t), opts, nil)
 	defer scraped.Close()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(metrics.NewExporter(scraped, metrics.ExporterOptions{}))
@@ -218,7 +218,7 @@ func TestKernelWithoutContextTable(t *testing.T) {
 // ib_ipoib's non-SRQ connection limit.
 func TestKernelIPoIBFindings(t *testing.T) {
 	dir := t.TempDir()
-	h := &realHost{conn: ipoibKernel(t), opts: hostOptions{proc: dir, sys: dir, dev: dir, timeout: time.Second}}
+	h := newRealHost(ipoibKernel(t), hostOptions{proc: dir, sys: dir, dev: dir, timeout: time.Second}, nil)
 	defer h.Close()
 	samples, err := leaks.Watch(context.Background(), h, 20*time.Millisecond, 10*time.Millisecond, nil)
 	if err != nil {

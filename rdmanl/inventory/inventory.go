@@ -36,6 +36,7 @@ type Source interface {
 	PDs(ctx context.Context, dev rdmanl.Device) ([]rdmanl.PD, error)
 	Contexts(ctx context.Context, dev rdmanl.Device) ([]rdmanl.Ctx, error)
 	UverbsChardev(ctx context.Context, dev rdmanl.Device) (rdmanl.Chardev, error)
+	LookupQP(ctx context.Context, q rdmanl.QP) (rdmanl.QP, error)
 }
 
 var _ Source = (*rdmanl.Conn)(nil)
@@ -129,6 +130,14 @@ type Options struct {
 	DevDir string
 	// Progress, when set, is called after each device's QPs are read.
 	Progress func(dev string, qps int)
+	// Previous, when set, is the snapshot before this one: each of its QPs
+	// this one's dump does not list is asked for by number (LookupQP), or,
+	// where the kernel cannot look it up (a QP without a port), sought in a
+	// second dump, and kept when the kernel still has it. A dump resumes each message at a
+	// count of rows, and a QP destroyed meanwhile below that count shifts a
+	// live one out of it (rdmanl.Conn.AppendQPs): without Previous, a host
+	// creating and destroying QPs may have one missing from a snapshot.
+	Previous *Snapshot
 }
 
 // ErrNoDevices means the host (this network namespace) has no RDMA devices.
@@ -179,6 +188,11 @@ func Take(ctx context.Context, src Source, opts Options) (*Snapshot, error) {
 		start := len(raw)
 		if raw, err = src.AppendQPs(ctx, raw, d); err != nil {
 			return nil, err
+		}
+		if opts.Previous != nil {
+			if raw, err = confirmMissing(ctx, src, raw, start, d, opts.Previous); err != nil {
+				return nil, err
+			}
 		}
 		if opts.Progress != nil {
 			opts.Progress(d.Name, len(raw)-start)
@@ -247,6 +261,55 @@ func Take(ctx context.Context, src Source, opts Options) (*Snapshot, error) {
 	}
 	fillWorkloads(snap, opts.Proc)
 	return snap, nil
+}
+
+// confirmMissing appends to raw, whose rows from start are dev's dump, each
+// QP of dev in prev that the dump missed and the kernel still has: looked
+// up by number, or, for a QP the kernel cannot look up, found in a second
+// dump. A QP without a port (in RESET) is such a QP: res_get_common_doit
+// (drivers/infiniband/core/nldev.c) wants a port for a QP, and
+// fill_res_qp_entry refuses one on another port. A QP missing from two
+// dumps is gone: a second shift past the same QP is what would hide it.
+func confirmMissing(ctx context.Context, src Source, raw []rdmanl.QP, start int, dev rdmanl.Device, prev *Snapshot) ([]rdmanl.QP, error) {
+	listed := make(map[uint32]bool, len(raw)-start)
+	for i := range raw[start:] {
+		listed[raw[start+i].ID()] = true
+	}
+	again := map[uint32]bool{} // to find in a second dump
+	for i := range prev.QPs {
+		q := &prev.QPs[i].QP
+		if q.Device != dev.Index || q.DeviceName != dev.Name || listed[q.ID()] {
+			continue
+		}
+		if q.Has&rdmanl.HasPort == 0 {
+			again[q.ID()] = true
+			continue
+		}
+		got, err := src.LookupQP(ctx, *q)
+		switch {
+		case err == nil:
+			raw = append(raw, got)
+		case errors.Is(err, rdmanl.ErrNoSuchQP):
+			// destroyed since the last snapshot
+		case unsupportedDump(err) || errors.Is(err, syscall.EAGAIN):
+			again[q.ID()] = true
+		default:
+			return raw, err
+		}
+	}
+	if len(again) == 0 {
+		return raw, nil
+	}
+	second, err := src.AppendQPs(ctx, nil, dev)
+	if err != nil {
+		return raw, err
+	}
+	for _, q := range second {
+		if again[q.ID()] {
+			raw = append(raw, q)
+		}
+	}
+	return raw, nil
 }
 
 // tables are a device's PD table, by PDN, and its context table.

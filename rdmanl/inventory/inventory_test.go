@@ -3,9 +3,11 @@ package inventory
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,6 +25,9 @@ type fakeSource struct {
 	pdCalls int
 	// ctxErr, when set, is the context dump's answer.
 	ctxErr error
+	// hidden are QPs the device has that its dump misses, as one running
+	// while QPs are destroyed does.
+	hidden []rdmanl.QP
 }
 
 func (f *fakeSource) Devices(context.Context) ([]rdmanl.Device, error) { return f.devs, nil }
@@ -43,6 +48,14 @@ func (f *fakeSource) Contexts(context.Context, rdmanl.Device) ([]rdmanl.Ctx, err
 		return nil, f.ctxErr
 	}
 	return f.ctxs, nil
+}
+func (f *fakeSource) LookupQP(_ context.Context, q rdmanl.QP) (rdmanl.QP, error) {
+	for _, have := range append(f.qps, f.hidden...) {
+		if have.Device == q.Device && have.ID() == q.ID() {
+			return have, nil
+		}
+	}
+	return rdmanl.QP{}, fmt.Errorf("%w: %w", rdmanl.ErrNoSuchQP, syscall.ENOENT)
 }
 func (f *fakeSource) UverbsChardev(_ context.Context, d rdmanl.Device) (rdmanl.Chardev, error) {
 	return rdmanl.Chardev{Name: "uverbs" + strconv.Itoa(int(d.Index)-1)}, nil
@@ -234,4 +247,104 @@ func TestSysUverbsDevices(t *testing.T) {
 	if m, err := (Sys{Root: t.TempDir()}).UverbsDevices(); err != nil || len(m) != 0 {
 		t.Errorf("without infiniband_verbs: %v %v, want empty", m, err)
 	}
+}
+
+// lqpns are a snapshot's QP numbers, in its order.
+func lqpns(snap *Snapshot) []uint32 {
+	var out []uint32
+	for _, q := range snap.QPs {
+		out = append(out, q.LQPN)
+	}
+	return out
+}
+
+// A QP of the previous snapshot that a dump missed (one running while QPs
+// are destroyed) is kept when the kernel still has it, and only then; one
+// the kernel has not is gone.
+func TestTakeConfirmsMissingQPs(t *testing.T) {
+	proc, src := ownersFixture(t)
+	for i := range src.qps { // on a port: looked up by number
+		src.qps[i].Port, src.qps[i].Has = 1, src.qps[i].Has|rdmanl.HasPort
+	}
+	prev, err := Take(context.Background(), src, Options{Proc: Proc{Root: proc}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 18 is alive but missing from the dump; 21 was destroyed.
+	var kept []rdmanl.QP
+	for _, q := range src.qps {
+		switch q.LQPN {
+		case 18:
+			src.hidden = append(src.hidden, q)
+		case 21:
+		default:
+			kept = append(kept, q)
+		}
+	}
+	src.qps = kept
+	snap, err := Take(context.Background(), src, Options{Proc: Proc{Root: proc}, Previous: prev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := lqpns(snap), []uint32{1, 17, 19, 20, 22, 18}; !reflect.DeepEqual(got, want) {
+		t.Errorf("QPs with the previous snapshot %v, want %v (18 found by number, 21 gone)", got, want)
+	}
+	for _, q := range snap.QPs {
+		if q.LQPN == 18 && (q.Owner == nil || q.Owner.PID != 100) {
+			t.Errorf("QP 18 found by number: owner %+v, want pid 100 through its PD", q.Owner)
+		}
+	}
+	if len(snap.Notes) != 0 {
+		t.Errorf("notes %q", snap.Notes)
+	}
+	// Without the previous snapshot, the dump is all there is.
+	snap, err = Take(context.Background(), src, Options{Proc: Proc{Root: proc}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lqpns(snap); slices.Contains(got, 18) {
+		t.Errorf("QPs without the previous snapshot %v: 18 was hidden from the dump", got)
+	}
+}
+
+// A QP the kernel cannot look up (one without a port, or a kernel whose
+// RES_QP_GET takes no number) is sought in a second dump, which lists it
+// when it is alive: a dump that misses it twice is what hides it.
+func TestTakeConfirmUnsupported(t *testing.T) {
+	proc, src := ownersFixture(t)
+	prev, err := Take(context.Background(), src, Options{Proc: Proc{Root: proc}, NoHolders: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := src.qps
+	k := &missOnce{noLookup: noLookup{src}, first: all[:2], all: all}
+	snap, err := Take(context.Background(), k, Options{Proc: Proc{Root: proc}, NoHolders: true, Previous: prev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lqpns(snap); len(got) != len(all) || len(snap.Notes) != 0 || k.dumps != 2 {
+		t.Errorf("QPs %v notes %q after %d dumps, want all %d after 2", got, snap.Notes, k.dumps, len(all))
+	}
+}
+
+// missOnce is a kernel whose first dump lists first and every later one all.
+type missOnce struct {
+	noLookup
+	first, all []rdmanl.QP
+	dumps      int
+}
+
+func (m *missOnce) AppendQPs(_ context.Context, dst []rdmanl.QP, _ rdmanl.Device) ([]rdmanl.QP, error) {
+	m.dumps++
+	if m.dumps == 1 {
+		return append(dst, m.first...), nil
+	}
+	return append(dst, m.all...), nil
+}
+
+// noLookup is a kernel whose RES_QP_GET takes no QP number.
+type noLookup struct{ *fakeSource }
+
+func (noLookup) LookupQP(context.Context, rdmanl.QP) (rdmanl.QP, error) {
+	return rdmanl.QP{}, &rdmanl.Error{Command: rdmanl.CmdResQPGet, Err: syscall.EOPNOTSUPP}
 }
