@@ -270,3 +270,38 @@ func TestKVMBroken(t *testing.T) {
 		t.Errorf("an old-format record: %q", got)
 	}
 }
+
+func TestParseProviders(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []Provider
+	}{
+		{"", []Provider{ProviderRXE}},
+		{"siw", []Provider{ProviderSIW}},
+		{"siw,rxe", []Provider{ProviderRXE, ProviderSIW}},
+		{"rxe siw rxe", []Provider{ProviderRXE, ProviderSIW}},
+		{"all", []Provider{ProviderRXE, ProviderSIW}},
+	} {
+		ps, err := ParseProviders(tc.in)
+		if err != nil || !reflect.DeepEqual(ps, tc.want) {
+			t.Errorf("ParseProviders(%q) = %v, %v; want %v", tc.in, ps, err, tc.want)
+		}
+	}
+	for _, in := range []string{"rxe,ib", "RXE", "siw0"} {
+		if _, err := ParseProviders(in); !errors.Is(err, ErrUnknownProvider) {
+			t.Errorf("ParseProviders(%q) = %v, want ErrUnknownProvider", in, err)
+		}
+	}
+	if d := ProviderSIW.Device(); d != "siw0" {
+		t.Errorf("siw's device = %q", d)
+	}
+	// Options with a provider no list gives is refused before anything starts.
+	var out bytes.Buffer
+	o := Options{Cache: t.TempDir(), Stdout: &out, Providers: []Provider{"ib"}}
+	if err := Run(context.Background(), o, RunSpec{Command: []string{"true"}}); !errors.Is(err, ErrBadArgs) || !errors.Is(err, ErrUnknownProvider) {
+		t.Errorf("Run(provider ib) = %v, want ErrBadArgs and ErrUnknownProvider", err)
+	}
+	if out.Len() != 0 {
+		t.Errorf("a bad provider printed %q", out.String())
+	}
+}
