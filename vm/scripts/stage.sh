@@ -80,6 +80,8 @@ for prov in $providers; do
 	if [ "$prov" = siw ]; then
 		command -v rping >/dev/null || rxe_env_die "rping is missing (package rdmacm-utils): siw's smoke test"
 		copy_elf "$(command -v rping)"
+		# glibc dlopens libgcc_s for pthread_exit, which rping's threads call: ldd does not name it
+		copy_elf /usr/lib/x86_64-linux-gnu/libgcc_s.so.1
 	fi
 done
 # A program may open libibverbs at run time (dlopen, as qpdrain does), so ldd does not name it:

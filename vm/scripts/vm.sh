@@ -33,9 +33,10 @@ echo "vm: [1/4] host packages"
 export RXE_PROVIDERS=${RXE_PROVIDERS:-rxe}
 siw=0
 case " $RXE_PROVIDERS " in *" siw "*) siw=1 ;; esac
-# siw.ko's dependencies: libcrc32c (6.12 and older), and crc32c_generic, the "crc32c" its
-# crypto_alloc_shash asks for (none on newer kernels, where siw calls the crc32c library)
-[ "$siw" = 0 ] || export RXE_MODULES_EXTRA="libcrc32c crc32c_generic"
+# siw.ko's dependencies, in load order: crc32c_generic, the "crc32c" that libcrc32c (softdep pre:
+# crc32c) and siw's crypto_alloc_shash ask for, then libcrc32c (6.12 and older); newer kernels have
+# neither (siw calls the crc32c library), and fetch-kernel.sh leaves them out
+[ "$siw" = 0 ] || export RXE_MODULES_EXTRA="crc32c_generic libcrc32c"
 
 echo "vm: [2/4] kernels (cache $RXE_CACHE)"
 kdirs=() kprovs=() kerrs=()
