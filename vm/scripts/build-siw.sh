@@ -16,7 +16,8 @@
 # The module's dependencies (modinfo's depends) must be in KDIR/modules.order: vm.sh asks
 # fetch-kernel.sh for them (RXE_MODULES_EXTRA).
 #
-# Built once per kernel: a warm KDIR/siw touches no network. The packages stay in $RXE_CACHE/debs.
+# Built once per kernel: a warm KDIR/siw touches no network, nor does a build from packages already
+# in $RXE_CACHE/debs, where they stay.
 # On failure the exit status is non-zero and ERRFILE holds one line with the compiler's, apt's or
 # modinfo's own words (the whole log is KDIR/siw.log). RXE_SIW_MAKE_ARGS adds make arguments.
 set -euo pipefail
@@ -30,6 +31,7 @@ kver=$(cat "$kdir/kver")
 out=$kdir/siw
 log=$kdir/siw.log
 : >"$errfile"
+rm -f "$log" # (a fresh file: a cache copied with hard links shares the old one)
 if [ -f "$out/.complete" ] && [ -f "$out/siw.ko" ]; then
 	exit 0
 fi
@@ -49,14 +51,37 @@ upstream=${version%%-*}
 source_pkg=linux-source-$(cut -d. -f1,2 <<<"$upstream")
 release=${suite%-backports}
 rxe_log "siw: $kver: building siw.ko from $source_pkg $version (log $log)"
-rxe_apt "$suite" "$release"
 
-headers=$(rxe_download "linux-headers-$kver" "$version")
+# dl PKG [VERSION]: the package's cached .deb (at VERSION; without one, any cached version), else
+# downloaded (VERSION, else the one $release has) once apt's lists are fetched: packages already
+# in the cache need no network.
+apt_ready=0
+dl() {
+	local p=$1 v=${2:-} d
+	d=$(find "$RXE_CACHE/debs" -maxdepth 1 -name "${p}_*.deb" -print -quit 2>/dev/null || true)
+	if [ -n "$d" ] && { [ -z "$v" ] || [ "$(dpkg-deb -f "$d" Version 2>/dev/null)" = "$v" ]; }; then
+		echo "$d"
+		return
+	fi
+	if [ "$apt_ready" = 0 ]; then
+		rxe_apt "$suite" "$release" >&2
+		apt_ready=1
+	fi
+	if [ -z "$v" ]; then
+		# shellcheck disable=SC2016 # awk's fields
+		v=$(apt-cache madison "$p" | awk -F'|' -v r=" $release/" 'index($3, r) { gsub(/ /, "", $2); print $2; exit }')
+		[ -n "$v" ] || fail "$p: apt knows no version of it in $release (linux-kbuild's tools need it)"
+	fi
+	rxe_download "$p" "$v"
+}
+
+headers=$(dl "linux-headers-$kver" "$version")
 parts=("$headers")
 for p in $(dpkg-deb -f "$headers" Depends | tr ',' '\n' | awk '$1 ~ /^linux-(headers|kbuild)-/ { print $1 }'); do
-	parts+=("$(rxe_download "$p" "$version")")
+	d=$(dl "$p" "$version")
+	parts+=("$d")
 done
-src=$(rxe_download "$source_pkg" "$version")
+src=$(dl "$source_pkg" "$version")
 
 tmp=$kdir/.siw.$$
 rm -rf "$tmp" && mkdir -p "$tmp/root" "$tmp/src"
@@ -82,10 +107,7 @@ if [ ${#wrap[@]} -gt 0 ]; then
 	libs=$(dpkg-deb -f "$kbuild_deb" Depends | tr ',' '\n' | awk '$1 ~ /^lib/ { print $1 }')
 	rxe_log "siw: $kver: ${#wrap[@]} kbuild tools need a newer glibc than the host's $host_glibc: running them with $release's $(tr '\n' ' ' <<<"$libs")"
 	for p in $libs; do
-		# shellcheck disable=SC2016 # awk's fields
-		v=$(apt-cache madison "$p" | awk -F'|' -v r=" $release/" 'index($3, r) { gsub(/ /, "", $2); print $2; exit }')
-		[ -n "$v" ] || fail "$p: apt knows no version of it in $release (linux-kbuild's tools need it)"
-		d=$(rxe_download "$p" "$v")
+		d=$(dl "$p")
 		dpkg -x "$d" "$tmp/libc"
 	done
 	ld=$tmp/libc/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2

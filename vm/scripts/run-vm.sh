@@ -3,7 +3,7 @@
 # RXE_ACCEL=kvm, TCG otherwise), streams
 # the guest's output prefixed by the kernel version, and decides the verdict from the sentinel lines
 # (never from qemu's exit status, which is 0 whatever the guest did). Exits 0 when the guest set up
-# the device of every provider in RXE_KERNEL_PROVIDERS (rxe0, siw0), every smoke test passed, every
+# the device of every provider in RXE_PROVIDERS (rxe0, siw0), every smoke test passed, every
 # PKG (a test package, or "run": the command of qpdrain vm run) reported exit=0 on each device, and
 # the guest powered off by itself. RXE_SIW_ERROR: why siw.ko could not be built for this kernel (a
 # failure of its own; the other providers still run).
@@ -222,7 +222,7 @@ while IFS= read -r l; do fails+=("setup: ${l#setup-fail }"); done < <(grep '^set
 while IFS= read -r l; do
 	fails+=("smoke test ${l#smoke } (the image or the kernel's provider is broken, not qpdrain)")
 done < <(grep '^smoke ' "$run/sentinels" | grep -v ' exit=0$' || true)
-read -ra provs <<<"${RXE_KERNEL_PROVIDERS-rxe}"
+read -ra provs <<<"${RXE_PROVIDERS:-rxe}"
 up=$(grep '^setup-ok' "$run/sentinels" | head -n 1 || true)
 # per device: "dev: smoke a/b, packages x/y, tests ..." (go-test) or "dev: smoke a/b, command exit N"
 percounts=()
