@@ -97,7 +97,7 @@ func TestVMRunPanic(t *testing.T) {
 	if !errors.Is(err, ErrFailed) {
 		t.Fatalf("Run = %v, want ErrFailed", err)
 	}
-	wantOutput(t, out.String(), "the guest kernel panicked (last stage: tests, in run)", "sysrq", "vm: 0 passed, 1 failed")
+	wantOutput(t, out.String(), "the guest kernel panicked (last stage: tests, in run on rxe0)", "sysrq", "vm: 0 passed, 1 failed")
 }
 
 // TestVMRunHang: a command that never ends is killed at the deadline, and
@@ -109,7 +109,7 @@ func TestVMRunHang(t *testing.T) {
 	if !errors.Is(err, ErrFailed) {
 		t.Fatalf("Run = %v, want ErrFailed", err)
 	}
-	wantOutput(t, out.String(), "TIMEOUT: the guest did not power off within 30s (last stage: tests, in run)")
+	wantOutput(t, out.String(), "TIMEOUT: the guest did not power off within 30s (last stage: tests, in run on rxe0)")
 	if d := time.Since(start); d > 5*time.Minute {
 		t.Errorf("the hang took %v to be called", d)
 	}
