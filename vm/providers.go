@@ -15,7 +15,7 @@ type Provider string
 const (
 	// ProviderRXE is Soft-RoCE (rdma_rxe): rxe0 on dummy0, 10.11.12.13.
 	ProviderRXE Provider = "rxe"
-	// ProviderSIW is soft iWARP (siw): siw0 on dummy1, 10.11.13.13. Debian's
+	// ProviderSIW is soft iWARP (siw): siw0 on dummy_siw, 10.11.13.13. Debian's
 	// kernels do not build it: the run builds siw.ko per kernel from that
 	// kernel's Debian source and headers packages (docs/VM.md).
 	ProviderSIW Provider = "siw"
