@@ -126,7 +126,7 @@ The closing line counts the tests of every kernel: N passed, N failed.`,
 func newVMKernelsCmd(opts *globalOptions, o *vmOptions) *cobra.Command {
 	return &cobra.Command{
 		Use:   "kernels",
-		Short: "List the kernel names, what each resolves to in the cache, and the cached kernels",
+		Short: "List the kernel names, what each resolves to in the cache, the cached kernels and their siw.ko",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			vo, err := o.resolve(cmd)
@@ -142,7 +142,7 @@ func newVMKernelsCmd(opts *globalOptions, o *vmOptions) *cobra.Command {
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintf(w, "cache %s\n", vo.Cache)
-			fmt.Fprintln(w, "NAME\tSUITE\tDEFAULT\tRESOLVES TO\tPACKAGE\tCACHED")
+			fmt.Fprintln(w, "NAME\tSUITE\tDEFAULT\tRESOLVES TO\tPACKAGE\tCACHED\tSIW.KO FROM")
 			for _, k := range ks {
 				name, suite, def := k.Name, k.Suite, "no"
 				if name == "" {
@@ -160,7 +160,11 @@ func newVMKernelsCmd(opts *globalOptions, o *vmOptions) *cobra.Command {
 				if pkg == "" {
 					pkg = "-"
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", name, suite, def, version, pkg, cached)
+				siw := k.SIW
+				if siw == "" {
+					siw = "-"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, suite, def, version, pkg, cached, siw)
 			}
 			return w.Flush()
 		},
