@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # rxe-test.sh: the project's rxe stage: its Go tests against a real Soft-RoCE device (the kernel's
 # rdma_rxe) inside qemu, once per kernel in RXE_KERNELS, through `qpdrain vm go-test` (the same
-# harness other projects use; docs/VM.md), then qpdrain trace's planted programs, then the fleet
-# end to end (scripts/rxe/fleet.sh), then qpdrain vm's own VM tests (red runs on purpose).
-# `make test-rxe` runs it; docs/TESTING.md explains it. Settings (environment): RXE_TEST_PKGS and
-# RXE_KERNELS (defaults in scripts/rxe/common.sh), RXE_CACHE, RXE_REFRESH=1, RXE_TIMEOUT,
+# harness other projects use; docs/VM.md), then the packages that pass on soft iWARP on siw0, then
+# qpdrain trace's planted programs, then the fleet end to end (scripts/rxe/fleet.sh), then qpdrain
+# vm's own VM tests (red runs on purpose).
+# `make test-rxe` runs it; docs/TESTING.md explains it. Settings (environment): RXE_TEST_PKGS,
+# RXE_KERNELS, RXE_PROVIDERS, RXE_SIW_TEST_PKGS and RXE_SIW_TEST_RUN (defaults in scripts/rxe/common.sh), RXE_CACHE, RXE_REFRESH=1, RXE_TIMEOUT,
 # RXE_TEST_ARGS, RXE_GO_TEST_FLAGS, RXE_ADD_CMD; RXE_VM_SELFTEST=0 leaves out qpdrain vm's tests,
 # RXE_CHECK_RECORD=0 the check's records (scripts/rxe/check-record.sh).
 #
@@ -37,9 +38,19 @@ mkdir -p .cache
 go build -o .cache/qpdrain ./cmd/qpdrain
 rc=0
 # shellcheck disable=SC2086 # RXE_TEST_PKGS is a list
-.cache/qpdrain vm go-test --cache "$RXE_CACHE" --kernels "$RXE_KERNELS" $RXE_TEST_PKGS || rc=$?
+.cache/qpdrain vm go-test --cache "$RXE_CACHE" --kernels "$RXE_KERNELS" --providers "$RXE_PROVIDERS" $RXE_TEST_PKGS || rc=$?
 [ "$rc" = 3 ] && not_run "qpdrain vm cannot run here (see above)"
 [ "$rc" = 0 ] || exit "$rc"
+
+case ",${RXE_PROVIDERS// /,}," in *,siw,* | *,all,*) ;; *)
+	if [ -n "$RXE_SIW_TEST_PKGS" ]; then
+		echo "== siw step: $RXE_SIW_TEST_PKGS on siw0, tests $RXE_SIW_TEST_RUN"
+		# shellcheck disable=SC2086 # RXE_SIW_TEST_PKGS is a list
+		.cache/qpdrain vm go-test --cache "$RXE_CACHE" --kernels "$RXE_KERNELS" --providers siw $RXE_SIW_TEST_PKGS \
+			-- -test.run "$RXE_SIW_TEST_RUN"
+	fi
+	;;
+esac
 
 echo "== qpdrain trace's planted programs on rxe (docs/TRACE.md)"
 QPDRAIN_VM_TEST=1 QPDRAIN_VM_CACHE=$RXE_CACHE RXE_KERNELS=$RXE_KERNELS go test -short -count=1 -timeout 30m -run '^TestVMTrace$' ./trace

@@ -118,6 +118,9 @@ type CachedKernel struct {
 	Package string `json:"package"`
 	// Dir is the kernel's directory in the cache; empty when not cached.
 	Dir string `json:"dir"`
+	// SIW is the source package and version siw.ko was built from for this
+	// kernel (build-siw.sh), empty when it was not built.
+	SIW string `json:"siw"`
 }
 
 // ListCache reports every name of Kernels with what it resolves to in the
@@ -140,6 +143,7 @@ func ListCache(dir string) ([]CachedKernel, error) {
 			if d := filepath.Join(kdir, c.Version); complete(d) {
 				c.Dir = d
 				c.Package = readLine(filepath.Join(d, "package"))
+				c.SIW = siwBuilt(d)
 				used[c.Version] = true
 			}
 		}
@@ -158,9 +162,18 @@ func ListCache(dir string) ([]CachedKernel, error) {
 	sort.Strings(rest)
 	for _, v := range rest {
 		d := filepath.Join(kdir, v)
-		out = append(out, CachedKernel{Version: v, Dir: d, Package: readLine(filepath.Join(d, "package"))})
+		out = append(out, CachedKernel{Version: v, Dir: d, Package: readLine(filepath.Join(d, "package")), SIW: siwBuilt(d)})
 	}
 	return out, nil
+}
+
+// siwBuilt returns what siw.ko in the kernel directory d was built from,
+// or "" when build-siw.sh did not finish it.
+func siwBuilt(d string) string {
+	if !complete(filepath.Join(d, "siw")) {
+		return ""
+	}
+	return readLine(filepath.Join(d, "siw", "package"))
 }
 
 // complete reports whether fetch-kernel.sh finished the kernel directory d.

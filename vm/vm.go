@@ -31,6 +31,11 @@ var (
 type Options struct {
 	// Kernels is the matrix; empty means DefaultKernels.
 	Kernels []Kernel
+	// Providers are the providers the guest sets up; the payload runs once
+	// per provider, with that provider's device in its environment. Empty
+	// means DefaultProviders; a name not in Providers is an error wrapping
+	// ErrBadArgs.
+	Providers []Provider
 	// Cache is the cache directory; empty means DefaultCacheDir.
 	Cache string
 	// Accel is the accelerator; empty means AccelAuto.
@@ -67,7 +72,8 @@ func DefaultCacheDir() (string, error) {
 
 // GoTest builds the test binaries of pkgs (directories as go test takes
 // them: ./..., ./x) of the Go module holding dir with `go test -c` and runs
-// each in the guest with -test.v and testFlags, on every kernel. The closing
+// each in the guest with -test.v and testFlags, on every kernel, once per
+// provider of o.Providers (the environment names its device, as Run's). The closing
 // line counts the tests of all kernels. It returns nil when every kernel
 // passed, an error wrapping ErrFailed or ErrCannotRun otherwise, or one
 // wrapping ErrBadArgs (before any download or build) for no packages or a
@@ -126,10 +132,11 @@ type RunSpec struct {
 // packages (python3-pyverbs) are built for it.
 const pythonBin = "/usr/bin/python3"
 
-// Run runs spec on every kernel with rxe0 up and QPDRAIN_TEST_DEVICE,
-// QPDRAIN_TEST_GID_INDEX and QPDRAIN_TEST_ADDR in its environment. The
-// command's exit status, output and the kernel's log are carried out; the
-// closing line counts kernels. It returns nil when the command exited 0 on
+// Run runs spec on every kernel, once per provider of o.Providers, with that
+// provider's device up and named in its environment (QPDRAIN_TEST_DEVICE,
+// QPDRAIN_TEST_ADDR, and rxe0's QPDRAIN_TEST_GID_INDEX). The command's exit
+// status, output and the kernel's log are carried out; the closing line
+// counts kernels. It returns nil when the command exited 0 on
 // every kernel, an error wrapping ErrFailed or ErrCannotRun otherwise, or one
 // wrapping ErrBadArgs (before any boot) for a command or file missing on the
 // host, or a payload larger than the guest's memory holds (RXE_MEM, from
@@ -235,6 +242,15 @@ func run(ctx context.Context, o Options, dir string, modeEnv []string, what stri
 	if len(kernels) == 0 {
 		kernels = DefaultKernels()
 	}
+	providers := o.Providers
+	if len(providers) == 0 {
+		providers = DefaultProviders()
+	}
+	for _, p := range providers {
+		if !known(p) {
+			return fmt.Errorf("%w: provider %q: %w", ErrBadArgs, p, ErrUnknownProvider)
+		}
+	}
 	cache := o.Cache
 	if cache == "" {
 		var err error
@@ -264,13 +280,16 @@ func run(ctx context.Context, o Options, dir string, modeEnv []string, what stri
 			accel, why = AccelTCG, "KVM failed to start a guest with this qemu on this host kernel before: "+broken
 		}
 	}
-	var names, suites []string
+	var names, suites, provs []string
 	for _, k := range kernels {
 		names = append(names, k.Name)
 		suites = append(suites, k.Name+"="+k.Suite)
 	}
-	fmt.Fprintf(o.Stdout, "qpdrain vm: qemu %s (%s); kernels %s; cache %s; %s\n",
-		strings.ToUpper(string(accel)), why, strings.Join(names, ", "), cache, what)
+	for _, p := range providers {
+		provs = append(provs, string(p))
+	}
+	fmt.Fprintf(o.Stdout, "qpdrain vm: qemu %s (%s); kernels %s; providers %s; cache %s; %s\n",
+		strings.ToUpper(string(accel)), why, strings.Join(names, ", "), strings.Join(provs, ", "), cache, what)
 
 	if err := os.MkdirAll(cache, 0o755); err != nil {
 		return fmt.Errorf("creating the cache directory: %w", err)
@@ -290,6 +309,7 @@ func run(ctx context.Context, o Options, dir string, modeEnv []string, what stri
 	env = append(env,
 		"RXE_CACHE="+cache,
 		"RXE_SUITES="+strings.Join(suites, " "),
+		"RXE_PROVIDERS="+strings.Join(provs, " "),
 		"RXE_ACCEL="+string(accel),
 		"RXE_ACCEL_AUTO="+boolEnv(auto),
 		// what run-vm.sh watches: a qpdrain killed without a word (SIGKILL)

@@ -93,6 +93,13 @@ func TestListCache(t *testing.T) {
 	mk("6.1.0-57-amd64", "linux-image-6.1.0-57-amd64 6.1.192-3", true)
 	mk("6.1.0-56-amd64", "linux-image-6.1.0-56-amd64 6.1.190-1", true)
 	mk("6.12.95+deb12-amd64", "x", false) // an extraction that did not finish
+	siw := filepath.Join(kd, "6.1.0-57-amd64", "siw")
+	os.MkdirAll(siw, 0o755)
+	os.WriteFile(filepath.Join(siw, "package"), []byte("linux-source-6.1 6.1.192-3\n"), 0o644)
+	os.WriteFile(filepath.Join(siw, ".complete"), nil, 0o644)
+	siwUnfinished := filepath.Join(kd, "6.1.0-56-amd64", "siw")
+	os.MkdirAll(siwUnfinished, 0o755)
+	os.WriteFile(filepath.Join(siwUnfinished, "package"), []byte("linux-source-6.1 6.1.190-1\n"), 0o644)
 	os.WriteFile(filepath.Join(kd, "bookworm.ref"), []byte("6.1.0-57-amd64\n"), 0o644)
 	os.WriteFile(filepath.Join(kd, "bookworm-backports.ref"), []byte("6.12.95+deb12-amd64\n"), 0o644)
 
@@ -104,7 +111,7 @@ func TestListCache(t *testing.T) {
 		t.Fatalf("ListCache: %d entries, want %d names and 1 unnamed kernel: %+v", len(got), len(Kernels), got)
 	}
 	if got[0].Name != "6.1" || got[0].Version != "6.1.0-57-amd64" || got[0].Dir == "" ||
-		got[0].Package != "linux-image-6.1.0-57-amd64 6.1.192-3" {
+		got[0].Package != "linux-image-6.1.0-57-amd64 6.1.192-3" || got[0].SIW != "linux-source-6.1 6.1.192-3" {
 		t.Errorf("6.1: %+v", got[0])
 	}
 	if got[1].Name != "6.12" || got[1].Version != "6.12.95+deb12-amd64" || got[1].Dir != "" {
@@ -113,7 +120,7 @@ func TestListCache(t *testing.T) {
 	if got[2].Name != "newest" || got[2].Version != "" {
 		t.Errorf("newest (never resolved): %+v", got[2])
 	}
-	if u := got[len(Kernels)]; u.Name != "" || u.Version != "6.1.0-56-amd64" {
+	if u := got[len(Kernels)]; u.Name != "" || u.Version != "6.1.0-56-amd64" || u.SIW != "" {
 		t.Errorf("unnamed: %+v", u)
 	}
 	if ks, err := ListCache(filepath.Join(dir, "none")); err != nil || len(ks) != len(Kernels) {
@@ -268,5 +275,40 @@ func TestKVMBroken(t *testing.T) {
 	os.WriteFile(kvmRecordFile(dir), []byte("6.1.0-1 KVM internal error. Suberror: 1\n"), 0o644)
 	if got := kvmBroken(dir, key); got != "" {
 		t.Errorf("an old-format record: %q", got)
+	}
+}
+
+func TestParseProviders(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []Provider
+	}{
+		{"", []Provider{ProviderRXE}},
+		{"siw", []Provider{ProviderSIW}},
+		{"siw,rxe", []Provider{ProviderRXE, ProviderSIW}},
+		{"rxe siw rxe", []Provider{ProviderRXE, ProviderSIW}},
+		{"all", []Provider{ProviderRXE, ProviderSIW}},
+	} {
+		ps, err := ParseProviders(tc.in)
+		if err != nil || !reflect.DeepEqual(ps, tc.want) {
+			t.Errorf("ParseProviders(%q) = %v, %v; want %v", tc.in, ps, err, tc.want)
+		}
+	}
+	for _, in := range []string{"rxe,ib", "RXE", "siw0"} {
+		if _, err := ParseProviders(in); !errors.Is(err, ErrUnknownProvider) {
+			t.Errorf("ParseProviders(%q) = %v, want ErrUnknownProvider", in, err)
+		}
+	}
+	if d := ProviderSIW.Device(); d != "siw0" {
+		t.Errorf("siw's device = %q", d)
+	}
+	// Options with a provider no list gives is refused before anything starts.
+	var out bytes.Buffer
+	o := Options{Cache: t.TempDir(), Stdout: &out, Providers: []Provider{"ib"}}
+	if err := Run(context.Background(), o, RunSpec{Command: []string{"true"}}); !errors.Is(err, ErrBadArgs) || !errors.Is(err, ErrUnknownProvider) {
+		t.Errorf("Run(provider ib) = %v, want ErrBadArgs and ErrUnknownProvider", err)
+	}
+	if out.Len() != 0 {
+		t.Errorf("a bad provider printed %q", out.String())
 	}
 }

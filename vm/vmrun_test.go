@@ -97,7 +97,7 @@ func TestVMRunPanic(t *testing.T) {
 	if !errors.Is(err, ErrFailed) {
 		t.Fatalf("Run = %v, want ErrFailed", err)
 	}
-	wantOutput(t, out.String(), "the guest kernel panicked (last stage: tests, in run)", "sysrq", "vm: 0 passed, 1 failed")
+	wantOutput(t, out.String(), "the guest kernel panicked (last stage: tests, in run on rxe0)", "sysrq", "vm: 0 passed, 1 failed")
 }
 
 // TestVMRunHang: a command that never ends is killed at the deadline, and
@@ -109,7 +109,7 @@ func TestVMRunHang(t *testing.T) {
 	if !errors.Is(err, ErrFailed) {
 		t.Fatalf("Run = %v, want ErrFailed", err)
 	}
-	wantOutput(t, out.String(), "TIMEOUT: the guest did not power off within 30s (last stage: tests, in run)")
+	wantOutput(t, out.String(), "TIMEOUT: the guest did not power off within 30s (last stage: tests, in run on rxe0)")
 	if d := time.Since(start); d > 5*time.Minute {
 		t.Errorf("the hang took %v to be called", d)
 	}
@@ -435,4 +435,103 @@ func qpdrainBinary(t *testing.T) string {
 		t.Fatalf("go build: %v\n%s", err, b)
 	}
 	return bin
+}
+
+// siwCommand checks, in the guest, what a siw run promises a program.
+const siwCommand = `test "$QPDRAIN_TEST_DEVICE" = siw0 && test -z "${QPDRAIN_TEST_GID_INDEX+set}" &&
+grep -q ACTIVE /sys/class/infiniband/siw0/ports/1/state &&
+ibv_devinfo -d siw0 | grep -q 'transport:[[:space:]]*iWARP' && echo "siw0 is iWARP at $QPDRAIN_TEST_ADDR"`
+
+// TestVMSIW: with the siw provider, siw0 is up, ACTIVE and iWARP on every
+// kernel of the matrix ($RXE_KERNELS, else the default kernels), siw.ko
+// built for each, and the program gets siw0's device and address and no
+// GID index.
+func TestVMSIW(t *testing.T) {
+	o, out := vmOptions(t, 0)
+	ks, err := ParseKernels(os.Getenv("RXE_KERNELS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Kernels, o.Providers = ks, []Provider{ProviderSIW}
+	if err := Run(runCtx(t), o, RunSpec{Command: []string{"sh", "-c", siwCommand}}); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	wantOutput(t, out.String(), "providers siw;", "siw0 is iWARP at 10.11.13.13", fmt.Sprintf("vm: %d passed, 0 failed", len(ks)))
+	passed := 0
+	for _, l := range strings.Split(out.String(), "\n") {
+		if strings.HasPrefix(l, "vm PASS [") && strings.Contains(l, "] siw0: smoke 2/2, command exit 0;") {
+			passed++
+		}
+	}
+	// each kernel's line, then again in the summary
+	if passed != 2*len(ks) {
+		t.Errorf("%d verdict lines say siw0 passed its smoke tests and the command, want %d", passed, 2*len(ks))
+	}
+}
+
+// TestVMSIWCannotBuild: a kernel whose siw.ko cannot be built fails with one
+// line in the words of what failed, and rxe0 still runs on it. Without
+// network (an unreachable mirror) and no packages cached: apt's words; with
+// the packages cached (no network needed) and a build that breaks
+// (RXE_SIW_MAKE_ARGS): the compiler's. Each runs on a copy of the cache
+// (hard links) without siw.ko.
+func TestVMSIWCannotBuild(t *testing.T) {
+	o, _ := vmOptions(t, 0)
+	k := o.Kernels[0]
+	cache, err := DefaultCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the kernel, siw.ko and its packages in the cache
+	ver := readLine(filepath.Join(cache, "kernels", k.Suite+".ref"))
+	if ver == "" || !complete(filepath.Join(cache, "kernels", ver, "siw")) {
+		o, _ := vmOptions(t, 0)
+		o.Providers = []Provider{ProviderSIW}
+		if err := Run(runCtx(t), o, RunSpec{Command: []string{"/bin/true"}}); err != nil {
+			t.Fatalf("building siw.ko in %s: %v", cache, err)
+		}
+		ver = readLine(filepath.Join(cache, "kernels", k.Suite+".ref"))
+	}
+	for _, tc := range []struct {
+		name  string
+		debs  bool
+		env   []string
+		words string
+	}{
+		{"no network", false, nil, "apt-get update failed (no network?): E: Failed to fetch http://127.0.0.1:9/debian/"},
+		{"compiler", true, []string{"RXE_SIW_MAKE_ARGS=KCFLAGS=-include/nonexistent/qpdrain-break.h"},
+			"make failed: <command-line>: fatal error: /nonexistent/qpdrain-break.h: No such file or directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, out := vmOptions(t, 0)
+			o.Cache = t.TempDir()
+			o.Providers = []Provider{ProviderRXE, ProviderSIW}
+			o.Env = append([]string{"RXE_APT_MIRROR=http://127.0.0.1:9/debian"}, tc.env...)
+			copies := [][2]string{{filepath.Join(cache, "kernels", ver), filepath.Join(o.Cache, "kernels")}}
+			if tc.debs {
+				copies = append(copies, [2]string{filepath.Join(cache, "debs"), o.Cache})
+			}
+			for _, c := range copies {
+				if err := os.MkdirAll(c[1], 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if b, err := exec.Command("cp", "-al", c[0], c[1]).CombinedOutput(); err != nil {
+					t.Fatalf("cp -al %s %s: %v\n%s", c[0], c[1], err, b)
+				}
+			}
+			kd := filepath.Join(o.Cache, "kernels", ver)
+			if err := os.RemoveAll(filepath.Join(kd, "siw")); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(o.Cache, "kernels", k.Suite+".ref"), []byte(ver+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			err := Run(runCtx(t), o, RunSpec{Command: []string{"/bin/true"}})
+			if !errors.Is(err, ErrFailed) {
+				t.Fatalf("Run = %v, want ErrFailed", err)
+			}
+			wantOutput(t, out.String(), "siw.ko for "+ver+" could not be built: "+tc.words,
+				"siw0 left out, the other providers run", "rxe0: smoke 3/3, command exit 0; siw0: not built;", "vm: 0 passed, 1 failed")
+		})
+	}
 }

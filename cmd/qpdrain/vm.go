@@ -18,20 +18,24 @@ func init() { subcommands = append(subcommands, newVMCmd) }
 type vmOptions struct {
 	kernels kernelList
 	// envErr is why $RXE_KERNELS, the default of --kernels, is no list.
-	envErr  error
-	cache   string
-	accel   vm.Accel
-	kvmDev  string
-	timeout time.Duration
+	envErr    error
+	providers providerList
+	// provEnvErr is why $RXE_PROVIDERS, the default of --providers, is no list.
+	provEnvErr error
+	cache      string
+	accel      vm.Accel
+	kvmDev     string
+	timeout    time.Duration
 }
 
 func newVMCmd(opts *globalOptions) *cobra.Command {
 	o := &vmOptions{}
 	cmd := &cobra.Command{
 		Use:   "vm",
-		Short: "Run programs or Go tests on real Soft-RoCE (rdma_rxe) in qemu, on a matrix of Debian kernels",
+		Short: "Run programs or Go tests on real Soft-RoCE (rdma_rxe) and soft iWARP (siw) in qemu, on a matrix of Debian kernels",
 		Long: `Boot Debian's kernels (never installed on the host) in qemu with rxe0 up on a dummy netdev
-and run a command or a Go module's tests inside, once per kernel, with one verdict. KVM when
+(--providers siw: siw0 on a second one, its module built from the kernel's Debian source) and run
+a command or a Go module's tests inside, once per kernel and provider, with one verdict. KVM when
 /dev/kvm is usable, TCG otherwise. A run fails on a non-zero exit, a failed test, a guest panic,
 Oops or BUG, or a hang (the deadline, naming the last stage). Kernels are downloaded through a
 private apt configuration into the cache and pinned there once resolved; a warm cache touches no
@@ -47,6 +51,9 @@ cannot run it (packages missing and not root, no network for a cold cache).`,
 	var def kernelList
 	def, o.envErr = parseKernelList(os.Getenv("RXE_KERNELS"))
 	wordFlag(pf, &o.kernels, "kernels", def, "kernels, comma-separated: 6.1, 6.12, newest, 5.10 (not in the default), default, all (default $RXE_KERNELS, else 6.1,6.12,newest)", parseKernelList)
+	var defProv providerList
+	defProv, o.provEnvErr = parseProviderList(os.Getenv("RXE_PROVIDERS"))
+	wordFlag(pf, &o.providers, "providers", defProv, "providers, comma-separated: rxe (rxe0), siw (siw0, its module built per kernel), all; the payload runs once per provider (default $RXE_PROVIDERS, else rxe)", parseProviderList)
 	pf.StringVar(&o.cache, "cache", "", "cache directory (default $QPDRAIN_VM_CACHE, else the user's cache dir/qpdrain/vm)")
 	wordFlag(pf, &o.accel, "accel", vm.AccelAuto, "qemu accelerator: auto (KVM when it starts the guest, else TCG), kvm or tcg", vm.ParseAccel)
 	pf.StringVar(&o.kvmDev, "kvm-device", "", "the KVM device auto probes (default $QPDRAIN_VM_KVM_DEVICE, else /dev/kvm; a missing path means no KVM)")
@@ -60,9 +67,10 @@ func newVMRunCmd(o *vmOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run [--kernels LIST] [--files PATH...] [--python] -- CMD [ARGS...]",
 		Short: "Run a command in the guest, with rxe0 up, on each kernel",
-		Long: `Run CMD in the guest on each kernel, with rxe0 up and in its environment
-QPDRAIN_TEST_DEVICE=rxe0, QPDRAIN_TEST_GID_INDEX (rxe0's RoCE v2 GID of QPDRAIN_TEST_ADDR) and
-QPDRAIN_TEST_ADDR=10.11.12.13. CMD and every --files path are copied from the host at their own
+		Long: `Run CMD in the guest on each kernel, once per provider, with its device up and in its
+environment: rxe, QPDRAIN_TEST_DEVICE=rxe0, QPDRAIN_TEST_GID_INDEX (rxe0's RoCE v2 GID of
+QPDRAIN_TEST_ADDR) and QPDRAIN_TEST_ADDR=10.11.12.13; siw, QPDRAIN_TEST_DEVICE=siw0 and
+QPDRAIN_TEST_ADDR=10.11.13.13 (iWARP has no GID index to pick). CMD and every --files path are copied from the host at their own
 paths, with every library ldd names; CMD runs in the current directory's path. Its exit status,
 output and the kernel log are carried out. The closing line counts kernels: N passed, N failed.
 A payload the guest's memory (RXE_MEM, 1024 MiB) cannot hold is refused before anything starts,
@@ -94,7 +102,7 @@ func newVMGoTestCmd(o *vmOptions) *cobra.Command {
 		Long: `Build the test binaries of PKGS (directories as go test takes them: ./..., ./pkg) of the
 Go module in the current directory with go test -c ($RXE_GO_TEST_FLAGS adds flags, e.g. -race),
 and run each in the guest in a copy of its package directory with -test.v and TESTFLAGS (in the
-binary's spelling: -test.run=^TestX), QPDRAIN_TEST_DEVICE=rxe0 and QPDRAIN_TEST_GID_INDEX set.
+binary's spelling: -test.run=^TestX), once per provider with its environment (see vm run).
 The closing line counts the tests of every kernel: N passed, N failed.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -118,7 +126,7 @@ The closing line counts the tests of every kernel: N passed, N failed.`,
 func newVMKernelsCmd(opts *globalOptions, o *vmOptions) *cobra.Command {
 	return &cobra.Command{
 		Use:   "kernels",
-		Short: "List the kernel names, what each resolves to in the cache, and the cached kernels",
+		Short: "List the kernel names, what each resolves to in the cache, the cached kernels and their siw.ko",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			vo, err := o.resolve(cmd)
@@ -134,7 +142,7 @@ func newVMKernelsCmd(opts *globalOptions, o *vmOptions) *cobra.Command {
 			}
 			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintf(w, "cache %s\n", vo.Cache)
-			fmt.Fprintln(w, "NAME\tSUITE\tDEFAULT\tRESOLVES TO\tPACKAGE\tCACHED")
+			fmt.Fprintln(w, "NAME\tSUITE\tDEFAULT\tRESOLVES TO\tPACKAGE\tCACHED\tSIW.KO FROM")
 			for _, k := range ks {
 				name, suite, def := k.Name, k.Suite, "no"
 				if name == "" {
@@ -152,7 +160,11 @@ func newVMKernelsCmd(opts *globalOptions, o *vmOptions) *cobra.Command {
 				if pkg == "" {
 					pkg = "-"
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", name, suite, def, version, pkg, cached)
+				siw := k.SIW
+				if siw == "" {
+					siw = "-"
+				}
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, suite, def, version, pkg, cached, siw)
 			}
 			return w.Flush()
 		},
@@ -174,11 +186,30 @@ func parseKernelList(s string) (kernelList, error) {
 	return kernelList{s, ks}, err
 }
 
-// resolve turns the flags into vm.Options; a bad $RXE_KERNELS, the one
-// default the flags cannot check when they are read, exits 2.
+// providerList is a --providers value: the list as given, and the providers
+// vm.ParseProviders resolves it to.
+type providerList struct {
+	names string
+	ps    []vm.Provider
+}
+
+// String is the list as given, the flag's default.
+func (l providerList) String() string { return l.names }
+
+func parseProviderList(s string) (providerList, error) {
+	ps, err := vm.ParseProviders(s)
+	return providerList{s, ps}, err
+}
+
+// resolve turns the flags into vm.Options; a bad $RXE_KERNELS or
+// $RXE_PROVIDERS, the defaults the flags cannot check when they are read,
+// exits 2.
 func (o *vmOptions) resolve(cmd *cobra.Command) (vm.Options, error) {
 	if o.envErr != nil && !cmd.Flags().Changed("kernels") {
 		return vm.Options{}, withExitCode(exitError, fmt.Errorf("$RXE_KERNELS: %w", o.envErr))
+	}
+	if o.provEnvErr != nil && !cmd.Flags().Changed("providers") {
+		return vm.Options{}, withExitCode(exitError, fmt.Errorf("$RXE_PROVIDERS: %w", o.provEnvErr))
 	}
 	cache := o.cache
 	if cache == "" {
@@ -187,7 +218,7 @@ func (o *vmOptions) resolve(cmd *cobra.Command) (vm.Options, error) {
 			return vm.Options{}, withExitCode(exitError, err)
 		}
 	}
-	return vm.Options{Kernels: o.kernels.ks, Cache: cache, Accel: o.accel, KVMDevice: o.kvmDev, Timeout: o.timeout, Stdout: cmd.OutOrStdout()}, nil
+	return vm.Options{Kernels: o.kernels.ks, Providers: o.providers.ps, Cache: cache, Accel: o.accel, KVMDevice: o.kvmDev, Timeout: o.timeout, Stdout: cmd.OutOrStdout()}, nil
 }
 
 // vmVerdict maps a run's error to qpdrain's exit codes: 1 a failed verdict

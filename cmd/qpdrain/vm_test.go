@@ -65,7 +65,18 @@ func TestVMBadArgs(t *testing.T) {
 		{[]string{"run", "--timeout", "-5s", "--", "true"}, exitError, `"-5s" for "--timeout" flag`},
 		{[]string{"go-test", "--timeout", "500ms", "./..."}, exitError, `"500ms" for "--timeout" flag`},
 		{[]string{"bogus"}, exitError, `unknown command "bogus"`},
+		{[]string{"run", "--providers", "rxe,ib", "--", "true"}, exitError, `"rxe,ib" for "--providers" flag: provider "ib": unknown provider`},
 	})
+}
+
+// TestVMProvidersEnv: $RXE_PROVIDERS is --providers' default, refused naming
+// the variable when it is no list, unless --providers replaces it.
+func TestVMProvidersEnv(t *testing.T) {
+	t.Setenv("RXE_PROVIDERS", "rxe,roce")
+	wantRefused(t, []string{"vm", "--cache", "DIR"}, []badInput{{[]string{"kernels"}, exitError, `$RXE_PROVIDERS: provider "roce": unknown provider`}})
+	if out, err := runVMCmd(t.TempDir(), nil, "kernels", "--providers", "siw"); err != nil {
+		t.Errorf("vm kernels --providers siw with RXE_PROVIDERS=rxe,roce: %v\n%s", err, out)
+	}
 }
 
 // TestVMKernelsEnv: $RXE_KERNELS is --kernels' default, refused naming

@@ -27,7 +27,7 @@ log=$RXE_ROOT/.cache/check-record.log
 echo "== qpdrain check on rxe0, recorded per kernel into $out"
 # The check's exit status 1 (the device deviates) or 4 (a call hung) is a finding, not a failure.
 read -ra args <<<"${RXE_CHECK_ARGS:-}"
-vmrun=(.cache/qpdrain vm run --cache "$RXE_CACHE" --kernels "$RXE_KERNELS" --files "$RXE_ROOT/.cache/qpdrain")
+vmrun=(.cache/qpdrain vm run --cache "$RXE_CACHE" --kernels "$RXE_KERNELS" --providers rxe --files "$RXE_ROOT/.cache/qpdrain")
 if [ "${RXE_CHECK_EACH:-0}" = 1 ]; then
 	# The probes, in the check's order, from a run on the soft device (milliseconds), or RXE_CHECK_PROBES.
 	read -ra probes <<<"${RXE_CHECK_PROBES:-}"

@@ -29,7 +29,7 @@ log=$RXE_ROOT/.cache/pyverbs/vm.log
 rc=0
 # The GID index is the guest's: the shell expands it there.
 # shellcheck disable=SC2016
-.cache/qpdrain vm run --cache "$RXE_CACHE" --kernels "$RXE_KERNELS" --timeout "${RXE_TIMEOUT:-1500}s" \
+.cache/qpdrain vm run --cache "$RXE_CACHE" --kernels "$RXE_KERNELS" --providers rxe --timeout "${RXE_TIMEOUT:-1500}s" \
 	--python --files /usr/lib/python3/dist-packages/pyverbs --files "$suite" -- \
 	sh -c 'exec python3 "$0"/run_tests.py --dev rxe0 --gid "$QPDRAIN_TEST_GID_INDEX" -v "$@"' "$suite" ${PYVERBS_ARGS:-} | tee "$log" || rc=$?
 

@@ -8,12 +8,8 @@
 # Everything is cached under $RXE_CACHE; once a suite is resolved a run touches no network.
 # RXE_REFRESH=1 resolves the suite again (apt-get update) and fetches a newer kernel if there is one.
 #
-# apt runs with a private configuration under $RXE_CACHE/apt (sources, lists, archives, an empty
-# dpkg status): the host's apt sources, lists and pins are never changed, no root is needed, and
-# the host's own `apt-get upgrade` never sees the backports suite. The mirror is the one the host's
-# apt already uses for $RXE_DIST (apt-get indextargets), else deb.debian.org (a host that is not
-# Debian, such as a CI runner); RXE_APT_MIRROR overrides it. A suite outside $RXE_DIST's family is
-# added to the sources from the same mirror.
+# apt runs with the private configuration of lib.sh's rxe_apt (never the host's); a suite outside
+# $RXE_DIST's family is added to its sources from the same mirror.
 set -euo pipefail
 # shellcheck source=vm/scripts/lib.sh disable=SC1091
 . "$(dirname "$0")/lib.sh"
@@ -23,9 +19,10 @@ suite=${1:?usage: fetch-kernel.sh SUITE}
 # not a declared dependency of rdma_rxe (it asks the crypto API for "crc32" at run time), but
 # without it `rdma link add` fails. Newer kernels have no such module (rdma_rxe calls the crc32
 # library directly): a missing optional module is left out.
-optional=" ${RXE_MODULES_OPTIONAL:-crc32_generic} "
+optional=" ${RXE_MODULES_OPTIONAL:-crc32_generic} ${RXE_MODULES_EXTRA:-} "
 # rdma_ucm (with rdma_cm, ib_cm, iw_cm) serves programs that connect through librdmacm.
-read -ra modules <<<"${RXE_MODULES:-crc32_generic udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe dummy rdma_ucm}"
+# RXE_MODULES_EXTRA: more modules, each optional (siw's: build-siw.sh checks what siw.ko needs).
+read -ra modules <<<"${RXE_MODULES:-crc32_generic udp_tunnel ip6_udp_tunnel ib_core ib_uverbs rdma_rxe dummy rdma_ucm} ${RXE_MODULES_EXTRA:-}"
 
 kernels=$RXE_CACHE/kernels
 ref=$kernels/$suite.ref
@@ -95,55 +92,8 @@ if [ "${RXE_REFRESH:-0}" != 1 ] && [ -f "$ref" ] && [ -f "$kernels/$(cat "$ref")
 fi
 
 if [ -z "$deb" ]; then
-# --- private apt configuration ---------------------------------------------------------------
+rxe_apt "$suite"
 apt=$RXE_CACHE/apt
-mkdir -p "$apt/lists/partial" "$apt/archives/partial" "$apt/empty.d"
-: >"$apt/status"
-keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-[ -r "$keyring" ] || rxe_env_die "$keyring missing (package debian-archive-keyring)"
-{
-	# The host's Debian sites for $RXE_DIST, -updates and -security, plus -backports.
-	# shellcheck disable=SC2016 # apt's own $(FIELD) syntax
-	apt-get indextargets --format '$(SITE) $(RELEASE)' 'Created-By: Packages' 2>/dev/null |
-		awk -v d="$RXE_DIST" '$2 == d || $2 == d "-updates" || $2 == d "-security"' | sort -u
-} >"$apt/sites"
-main_site=${RXE_APT_MIRROR:-$(awk -v d="$RXE_DIST" '$2 == d { print $1; exit }' "$apt/sites")}
-if [ -z "$main_site" ]; then
-	main_site=http://deb.debian.org/debian
-	rxe_log "the host's apt has no $RXE_DIST source: using $main_site (RXE_APT_MIRROR overrides it)"
-	echo "http://deb.debian.org/debian-security $RXE_DIST-security" >"$apt/sites"
-fi
-{
-	if [ -n "${RXE_APT_MIRROR:-}" ] || ! grep -q " $RXE_DIST\$" "$apt/sites"; then
-		echo "$main_site $RXE_DIST"
-		echo "$main_site $RXE_DIST-updates"
-		awk '$2 ~ /-security$/' "$apt/sites"
-	else
-		cat "$apt/sites"
-	fi
-	echo "$main_site $RXE_DIST-backports"
-	case $suite in "$RXE_DIST" | "$RXE_DIST"-*) ;; *) echo "$main_site $suite" ;; esac
-} | awk -v k="$keyring" '{ printf "deb [signed-by=%s] %s %s main\n", k, $1, $2 }' >"$apt/sources.list"
-cat >"$apt/apt.conf" <<EOF
-Dir::Etc::SourceList "$apt/sources.list";
-Dir::Etc::SourceParts "$apt/empty.d";
-Dir::Etc::Parts "$apt/empty.d";
-Dir::Etc::Preferences "$apt/empty.d/none";
-Dir::Etc::PreferencesParts "$apt/empty.d";
-Dir::State::Lists "$apt/lists";
-Dir::State::status "$apt/status";
-Dir::Cache "$apt";
-Dir::Cache::archives "$apt/archives";
-APT::Sandbox::User "$(id -un)";
-Acquire::Languages "none";
-Acquire::IndexTargets::deb::DEP-11::DefaultEnabled "false";
-Acquire::IndexTargets::deb::DEP-11-icons::DefaultEnabled "false";
-Acquire::IndexTargets::deb::DEP-11-icons-small::DefaultEnabled "false";
-EOF
-export APT_CONFIG=$apt/apt.conf
-
-rxe_log "$suite: apt-get update (private lists in $apt)"
-apt-get update -qq --error-on=any >"$apt/update.log" 2>&1 || { cat "$apt/update.log" >&2; rxe_env_die "apt-get update failed (no network?)"; }
 
 # Which kernel: the dependency of the metapackage linux-image-amd64 in that suite. Backports are
 # NotAutomatic, so the stock policy already picks $RXE_DIST (+updates, +security) for the base
@@ -158,27 +108,10 @@ version=$(apt-cache "${opts[@]}" show --no-all-versions "$pkg" | awk '$1 == "Ver
 rxe_log "$suite: kernel package $pkg $version"
 
 # --- download ----------------------------------------------------------------------------------
-# download PKG: the cached .deb of PKG at $version, downloaded when missing
-download() {
-	local p=$1 d part
-	d=$(find "$debs" -maxdepth 1 -name "${p}_*.deb" -print -quit)
-	if [ -z "$d" ] || ! dpkg-deb --info "$d" >/dev/null 2>&1 ||
-		[ "$(dpkg-deb -f "$d" Version)" != "$version" ]; then
-		part=$debs/.partial.$$
-		rm -rf "$part" && mkdir -p "$part"
-		rxe_log "$suite: downloading $p $version"
-		(cd "$part" && apt-get download -qq "$p=$version") || { rm -rf "$part"; rxe_env_die "apt-get download $p failed"; }
-		rm -f "$debs/${p}"_*.deb
-		mv "$part"/*.deb "$debs/"
-		rmdir "$part"
-		d=$(find "$debs" -maxdepth 1 -name "${p}_*.deb" -print -quit)
-	fi
-	echo "$d"
-}
-deb=$(download "$pkg")
+deb=$(rxe_download "$pkg" "$version")
 # Debian's newer kernels (trixie-backports' 7.x) split the image package: it holds no kernel and
 # depends on linux-binary-KVER (vmlinuz) and linux-modules-KVER of the same version.
-for p in $(split_parts "$deb"); do download "$p" >/dev/null; done
+for p in $(split_parts "$deb"); do rxe_download "$p" "$version" >/dev/null; done
 
 # The lists (~120 MB with apt's caches) are only needed to resolve a suite again: drop them.
 rm -rf "$apt/lists" "$apt"/*.bin

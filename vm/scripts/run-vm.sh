@@ -3,8 +3,10 @@
 # RXE_ACCEL=kvm, TCG otherwise), streams
 # the guest's output prefixed by the kernel version, and decides the verdict from the sentinel lines
 # (never from qemu's exit status, which is 0 whatever the guest did). Exits 0 when the guest set up
-# rxe0, every smoke test passed, every PKG (a test package, or "run": the command of qpdrain vm run)
-# reported exit=0 and the guest powered off by itself.
+# the device of every provider in RXE_PROVIDERS (rxe0, siw0), every smoke test passed, every
+# PKG (a test package, or "run": the command of qpdrain vm run) reported exit=0 on each device, and
+# the guest powered off by itself. RXE_SIW_ERROR: why siw.ko could not be built for this kernel (a
+# failure of its own; the other providers still run).
 # Needs RXE_TOKEN (the one baked into INITRD). RXE_TIMEOUT: seconds before qemu is killed (480).
 # RXE_MEM: the guest's memory in MiB (1024; at least 256): 100,000 rxe QPs need about 4096.
 # RXE_OWNER_PID: the qpdrain process; the VM is stopped within a second or two once it is gone.
@@ -56,15 +58,16 @@ show() {
 		case $w in
 		stage) echo "$tag == ${rest#stage } ($(rxe_since "$t0")s)" ;;
 		device) echo "$tag ${rest#device }" ;;
-		setup-ok) echo "$tag rxe0 is up" ;;
+		setup-ok) echo "$tag up:$(for p in ${rest#setup-ok}; do printf ' %s0' "$p"; done)" ;;
 		setup-fail) echo "$tag SETUP FAILED: ${rest#setup-fail }" ;;
 		smoke-fail) echo "$tag SMOKE FAILED: ${rest#smoke-fail }" ;;
 		smoke)
 			case $rest in *" exit=0") echo "$tag smoke ${rest#smoke }: ok" ;;
 			*) echo "$tag smoke ${rest#smoke }: FAILED" ;; esac ;;
 		pkg-start)
-			case $rest in "pkg-start run") echo "$tag == command" ;;
-			*) echo "$tag == go test ${rest#pkg-start }" ;; esac ;;
+			key=${rest#pkg-start }
+			case $key in run@*) echo "$tag == command on ${key#run@}" ;;
+			*) echo "$tag == go test ${key%@*} on ${key##*@}" ;; esac ;;
 		pkg) echo "$tag ${rest#pkg }" ;;
 		klog | done) ;;
 		*) echo "$tag $rest" ;;
@@ -169,7 +172,7 @@ fails=()
 # (grep finds nothing when the guest never reached /init: that is a verdict, not an error)
 sent() { { grep -F "$mark" "$run/result.txt" || true; } | sed "s/^.*$mark//; s/ uptime=[0-9.]*\$//"; }
 sent >"$run/sentinels"
-last_stage=$(awk '$1 == "stage" { s = $2 } $1 == "pkg-start" { s = "tests, in " $2 } $1 == "pkg" { s = "tests" }
+last_stage=$(awk '$1 == "stage" { s = $2 } $1 == "pkg-start" { u = $2; sub(/@/, " on ", u); s = "tests, in " u } $1 == "pkg" { s = "tests" }
 	END { print s ? s : "boot" }' "$run/sentinels")
 # Under KVM, no sentinel line at all means qemu never started the guest's /init: KVM's failure,
 # whatever qemu said (an exit, an abort such as status 134 "failed to set MSR", a pause, a hang).
@@ -214,27 +217,58 @@ if grep -q 'Kernel panic' "$run/console.txt"; then
 elif ! grep -qx 'done' "$run/sentinels" && [ "$qrc" = 0 ]; then
 	fails+=("the guest stopped without finishing (last stage: $last_stage)")
 fi
+[ -z "${RXE_SIW_ERROR:-}" ] || fails+=("siw: $RXE_SIW_ERROR")
 while IFS= read -r l; do fails+=("setup: ${l#setup-fail }"); done < <(grep '^setup-fail' "$run/sentinels" || true)
-smoke_ok=$(grep -c '^smoke .* exit=0$' "$run/sentinels" || true)
 while IFS= read -r l; do
-	fails+=("smoke test ${l#smoke } (the image or the kernel's rxe is broken, not qpdrain)")
+	fails+=("smoke test ${l#smoke } (the image or the kernel's provider is broken, not qpdrain)")
 done < <(grep '^smoke ' "$run/sentinels" | grep -v ' exit=0$' || true)
-pkg_ok=0
-for p in "${pkgs[@]}"; do
-	r=$(grep "^pkg $p exit=" "$run/sentinels" | tail -n 1 || true)
-	if [ -z "$r" ]; then
-		grep -q '^setup-ok' "$run/sentinels" && grep -q '^smoke .* exit=0$' "$run/sentinels" &&
-			fails+=("$p: no result (test binary missing or the guest died in it)")
-	elif [ "${r##*exit=}" = 0 ]; then
-		pkg_ok=$((pkg_ok + 1))
-	elif [ "$p" = run ] && [ "${r##*exit=}" = 127 ]; then
-		fails+=("the command was not found in the guest (exit 127)")
-	elif [ "$p" = run ]; then
-		fails+=("the command exited with status ${r##*exit=}")
-	elif [ "${r##*exit=}" = 127 ]; then
-		fails+=("$p: test binary missing in the guest")
+read -ra provs <<<"${RXE_PROVIDERS:-rxe}"
+up=$(grep '^setup-ok' "$run/sentinels" | head -n 1 || true)
+# per device: "dev: smoke a/b, packages x/y, tests ..." (go-test) or "dev: smoke a/b, command exit N"
+percounts=()
+# the top-level test results of each device, from the pkg-start sentinel before them
+# shellcheck disable=SC2016 # awk's program
+tcounts=$(awk -v m="$mark" 'index($0, m) && index($0, " pkg-start ") { u = substr($0, index($0, " pkg-start ") + 11); sub(/ .*/, "", u); sub(/.*@/, "", u); cur = u }
+	/^--- PASS/ { p[cur]++ } /^--- FAIL/ { f[cur]++ } /^--- SKIP/ { k[cur]++ }
+	END { for (d in p) seen[d]; for (d in f) seen[d]; for (d in k) seen[d]; for (d in seen) print d, p[d] + 0, f[d] + 0, k[d] + 0 }' "$run/result.txt")
+for prov in "${provs[@]}"; do
+	dev=${prov}0
+	if [ "$prov" = siw ] && [ -n "${RXE_SIW_ERROR:-}" ]; then
+		percounts+=("$dev: not built")
+		continue
+	fi
+	if ! grep -qw "$prov" <<<"${up#setup-ok}"; then
+		percounts+=("$dev: not up")
+		continue
+	fi
+	s_all=$(grep -c "^smoke $dev:" "$run/sentinels" || true)
+	s_ok=$(grep -c "^smoke $dev:.* exit=0\$" "$run/sentinels" || true)
+	ready=1
+	[ "$s_all" = "$s_ok" ] && [ "$s_all" != 0 ] || ready=0
+	pkg_ok=0
+	for p in "${pkgs[@]}"; do
+		r=$(grep "^pkg $p@$dev exit=" "$run/sentinels" | tail -n 1 || true)
+		if [ -z "$r" ]; then
+			[ "$ready" = 0 ] || fails+=("$dev: $p: no result (test binary missing or the guest died in it)")
+		elif [ "${r##*exit=}" = 0 ]; then
+			pkg_ok=$((pkg_ok + 1))
+		elif [ "$p" = run ] && [ "${r##*exit=}" = 127 ]; then
+			fails+=("$dev: the command was not found in the guest (exit 127)")
+		elif [ "$p" = run ]; then
+			fails+=("$dev: the command exited with status ${r##*exit=}")
+		elif [ "${r##*exit=}" = 127 ]; then
+			fails+=("$dev: $p: test binary missing in the guest")
+		else
+			fails+=("$dev: $p: go test failed (exit ${r##*exit=})")
+		fi
+	done
+	if [ "${pkgs[*]}" = run ]; then
+		r=$(grep "^pkg run@$dev exit=" "$run/sentinels" | tail -n 1 || true)
+		if [ -n "$r" ]; then r="exit ${r##*exit=}"; else r="no result"; fi
+		percounts+=("$dev: smoke $s_ok/$s_all, command $r")
 	else
-		fails+=("$p: go test failed (exit ${r##*exit=})")
+		read -r _ np nf ns < <(awk -v d="$dev" '$1 == d' <<<"$tcounts"; echo "$dev 0 0 0") || true
+		percounts+=("$dev: smoke $s_ok/$s_all, packages $pkg_ok/${#pkgs[@]}, tests $np passed $nf failed $ns skipped")
 	fi
 done
 klog=$(grep '^klog ' "$run/sentinels" | sed 's/^klog //' || true)
@@ -271,16 +305,8 @@ span() { # span FROM TO: seconds between two stamps (FROM "t0": qemu start)
 	[ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { printf "%.1fs", b - a }' || echo "-"
 }
 times="first test $(span t0 tests), boot $(span t0 init), setup $(span init setup-ok), smoke $(span setup-ok tests), tests $(span tests 'done')"
-npass=$(grep -c '^--- PASS' "$run/result.txt" || true)
-nfail=$(grep -c '^--- FAIL' "$run/result.txt" || true)
-nskip=$(grep -c '^--- SKIP' "$run/result.txt" || true)
-if [ "${pkgs[*]}" = run ]; then
-	r=$(grep '^pkg run exit=' "$run/sentinels" | tail -n 1 || true)
-	if [ -n "$r" ]; then r="exit ${r##*exit=}"; else r="no result"; fi
-	counts="smoke $smoke_ok/3, command $r, kernel warnings $warns"
-else
-	counts="smoke $smoke_ok/3, packages $pkg_ok/${#pkgs[@]}, tests $npass passed $nfail failed $nskip skipped, kernel warnings $warns"
-fi
+counts=$(printf '%s; ' "${percounts[@]}")
+counts="${counts}kernel warnings $warns"
 if [ ${#fails[@]} -eq 0 ]; then
 	verdict=PASS
 else

@@ -7,7 +7,8 @@
 # its own path; the libraries of every ELF file among them) and, with RXE_PYTHON=1, the host's
 # /usr/bin/python3 and its standard library. The guest's settings come from the environment:
 # RXE_TOKEN (required), RXE_MODE, RXE_CMD, RXE_CWD, RXE_TEST_TIMEOUT, RXE_TEST_ARGS,
-# RXE_SMOKE_TIMEOUT, RXE_ACTIVE_TIMEOUT, RXE_ADD_CMD (how /init creates rxe0).
+# RXE_SMOKE_TIMEOUT, RXE_ACTIVE_TIMEOUT, RXE_ADD_CMD (how /init creates rxe0), RXE_PROVIDERS (rxe,
+# siw or both, space-separated).
 set -euo pipefail
 # shellcheck source=vm/scripts/lib.sh disable=SC1091
 . "$(dirname "$0")/lib.sh"
@@ -67,11 +68,22 @@ copy_tree() {
 	done < <(find "$p" -type f -print0)
 }
 
-provider=$(find /usr/lib/x86_64-linux-gnu/libibverbs -name 'librxe-rdmav*.so' -print -quit 2>/dev/null || true)
-[ -n "$provider" ] || rxe_env_die "the rxe provider librxe-rdmav*.so is missing (package ibverbs-providers)"
-copy_elf /usr/sbin/ip /usr/bin/rdma /usr/bin/ibv_devinfo /usr/bin/ibv_rc_pingpong \
-	/usr/bin/ibv_srq_pingpong "$provider"
-cp /etc/libibverbs.d/rxe.driver etc/libibverbs.d/
+# RXE_PROVIDERS: the kernel providers the guest sets up (rxe, siw); each needs rdma-core's user
+# space provider (the host's: a library and its .driver file); siw's smoke test is rping.
+providers=${RXE_PROVIDERS:-rxe}
+copy_elf /usr/sbin/ip /usr/bin/rdma /usr/bin/ibv_devinfo /usr/bin/ibv_rc_pingpong /usr/bin/ibv_srq_pingpong
+for prov in $providers; do
+	lib=$(find /usr/lib/x86_64-linux-gnu/libibverbs -name "lib$prov-rdmav*.so" -print -quit 2>/dev/null || true)
+	[ -n "$lib" ] || rxe_env_die "the $prov provider lib$prov-rdmav*.so is missing (package ibverbs-providers)"
+	copy_elf "$lib"
+	cp "/etc/libibverbs.d/$prov.driver" etc/libibverbs.d/
+	if [ "$prov" = siw ]; then
+		command -v rping >/dev/null || rxe_env_die "rping is missing (package rdmacm-utils): siw's smoke test"
+		copy_elf "$(command -v rping)"
+		# glibc dlopens libgcc_s for pthread_exit, which rping's threads call: ldd does not name it
+		copy_elf /usr/lib/x86_64-linux-gnu/libgcc_s.so.1
+	fi
+done
 # A program may open libibverbs at run time (dlopen, as qpdrain does), so ldd does not name it:
 # copy it, and what it links (libnl), explicitly.
 copy_elf /usr/lib/x86_64-linux-gnu/libibverbs.so.1
@@ -148,6 +160,7 @@ q() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
 	echo "SMOKE_TIMEOUT=$(q "${RXE_SMOKE_TIMEOUT:-60}")"
 	echo "ACTIVE_TIMEOUT=$(q "${RXE_ACTIVE_TIMEOUT:-20}")"
 	echo "ADD_CMD=$(q "$add_cmd")"
+	echo "PROVIDERS=$(q "$providers")"
 } >etc/qpdrain-rxe/config
 
 find . -print0 | LC_ALL=C sort -z | cpio --null --reproducible --quiet -o -H newc -R 0:0 >"$out.cpio"

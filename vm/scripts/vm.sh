@@ -14,6 +14,9 @@
 #   RXE_CMD         run: the command line, shell-quoted; RXE_FILES: files and directories to copy,
 #                   one absolute path a line; RXE_CWD: the guest's working directory; RXE_PYTHON=1
 #   RXE_QPDRAIN_BIN the running qpdrain binary (copied in when RXE_ADD_CMD starts with qpdrain)
+#   RXE_PROVIDERS   the providers, space-separated: rxe (rxe0), siw (siw0, its module built per
+#                   kernel by build-siw.sh); the payload runs once per provider. A kernel whose
+#                   siw.ko cannot be built fails with build-siw.sh's one line, and its rxe still runs
 # and passes on RXE_TIMEOUT, RXE_MEM, RXE_TEST_ARGS, RXE_GO_TEST_FLAGS, RXE_ADD_CMD, RXE_REFRESH, RXE_DIST.
 #
 # Exit status: 0 when every kernel passed; 1 when anything failed; 3 when it cannot run here
@@ -27,13 +30,37 @@ start=$(rxe_now)
 echo "vm: [1/4] host packages"
 "$here/deps.sh"
 
+export RXE_PROVIDERS=${RXE_PROVIDERS:-rxe}
+siw=0
+case " $RXE_PROVIDERS " in *" siw "*) siw=1 ;; esac
+# siw.ko's dependencies, in load order: crc32c_generic, the "crc32c" that libcrc32c (softdep pre:
+# crc32c) and siw's crypto_alloc_shash ask for, then libcrc32c (6.12 and older); newer kernels have
+# neither (siw calls the crc32c library), and fetch-kernel.sh leaves them out
+[ "$siw" = 0 ] || export RXE_MODULES_EXTRA="crc32c_generic libcrc32c"
+
 echo "vm: [2/4] kernels (cache $RXE_CACHE)"
-kdirs=()
+kdirs=() kprovs=() kerrs=()
 for ns in $RXE_SUITES; do
 	name=${ns%%=*} suite=${ns#*=}
 	kd=$("$here/fetch-kernel.sh" "$suite")
 	kdirs+=("$kd")
 	echo "vm:   $name ($suite): $(cat "$kd/package") -> $(cat "$kd/kver")"
+	provs=$RXE_PROVIDERS err=
+	if [ "$siw" = 1 ]; then
+		t=$(rxe_now)
+		errfile=$(mktemp)
+		if "$here/build-siw.sh" "$kd" "$suite" "$errfile"; then
+			echo "vm:   $name: siw.ko from $(cat "$kd/siw/package") ready in $(rxe_since "$t")s"
+		else
+			err="siw.ko for $(cat "$kd/kver") could not be built: $(cat "$errfile")"
+			[ -s "$errfile" ] || err="${err}build-siw.sh failed (see above)"
+			echo "vm:   $name: $err; siw0 left out, the other providers run"
+			provs=$(tr ' ' '\n' <<<"$RXE_PROVIDERS" | grep -vx siw | tr '\n' ' ' | sed 's/ *$//')
+		fi
+		rm -f "$errfile"
+	fi
+	kprovs+=("$provs")
+	kerrs+=("$err")
 done
 echo "vm:   kernels ready in $(rxe_since "$start")s"
 
@@ -75,10 +102,12 @@ boot() {
 echo "vm: [4/4] one VM per kernel"
 failed=0
 summaries=()
-for kd in "${kdirs[@]}"; do
+for i in "${!kdirs[@]}"; do
+	kd=${kdirs[$i]}
 	kver=$(cat "$kd/kver")
 	rd=$run/$kver
 	mkdir -p "$rd"
+	export RXE_KERNEL_PROVIDERS=${kprovs[$i]} RXE_SIW_ERROR=${kerrs[$i]}
 	"$here/build-initrd.sh" "$kd" "$payload.cpio" "$rd/initrd"
 	rc=0
 	boot "$kd" "$rd" || rc=$?
@@ -103,9 +132,10 @@ npass=0 nfail=0 kpass=0 kfail=0
 for s in "${summaries[@]}"; do
 	echo "$s"
 	case $s in "vm PASS"*) kpass=$((kpass + 1)) ;; *) kfail=$((kfail + 1)) ;; esac
-	if [[ $s =~ tests\ ([0-9]+)\ passed\ ([0-9]+)\ failed ]]; then
-		npass=$((npass + BASH_REMATCH[1])) nfail=$((nfail + BASH_REMATCH[2]))
-	fi
+	# one count per provider
+	while read -r p f; do
+		npass=$((npass + p)) nfail=$((nfail + f))
+	done < <(grep -oE 'tests [0-9]+ passed [0-9]+ failed' <<<"$s" | awk '{ print $2, $4 }')
 done
 # A listed package not in the tree (yet) is an error line, not a failure: branches add packages.
 if [ -f "$run/tests/skipped" ]; then
