@@ -24,11 +24,9 @@ func newLoopback(t *testing.T) *loopback {
 	ctx := Open(t)
 	pd := NewPD(t, ctx)
 	l := &loopback{ctx: ctx, pd: pd}
-	l.a = NewRC(t, pd, RCConfig{})
-	l.b = NewRC(t, pd, RCConfig{})
+	l.a, l.b = Pair(t, pd, RCConfig{}, RCConfig{})
 	l.mra = Buffer(t, pd, 4096, AllAccess)
 	l.mrb = Buffer(t, pd, 4096, AllAccess)
-	Connect(t, ctx, l.a, l.b)
 	return l
 }
 
