@@ -391,7 +391,7 @@ func (r *checkResult) formatTail(w io.Writer, details bool) error {
 		fmt.Fprintf(w, "  skipped (--run, --skip): %s\n", strings.Join(skipped, ", "))
 	}
 	if len(na) > 0 {
-		fmt.Fprintf(w, "  not applicable to this device's transport (%s), each line says why: %s\n", r.transport, strings.Join(na, ", "))
+		fmt.Fprintf(w, "  not applicable (%s transport, QPs connected %s), each line says why: %s\n", r.transport, r.connection(), strings.Join(na, ", "))
 	}
 	fmt.Fprintf(w, "drain settings for %s (flushcheck.Settings):\n", r.device)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
