@@ -148,24 +148,29 @@ func (c *CM) Pair(ctx context.Context, pd ibv.PD, attrA, attrB ibv.QPInitAttr, r
 		return fail(err)
 	}
 	param := cm.ConnParam{RetryCount: rt.RetryCnt, RNRRetryCount: rt.RNRRetry}
+	// Both sides wait for each other; the first to fail (a rejection, an
+	// accept that cannot create B) ends the other's wait at once.
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	connected := make(chan error, 1)
-	go func() { connected <- active.Connect(cctx, param) }()
-	err = c.accept(ctx, p, pd, attrB, param)
-	if err != nil {
-		cancel()
+	done := make(chan error, 2)
+	go func() { done <- active.Connect(cctx, param) }()
+	go func() { done <- c.accept(cctx, p, pd, attrB, param) }()
+	var errs []error
+	for range 2 {
+		if err := <-done; err != nil {
+			errs = append(errs, err)
+			cancel()
+		}
 	}
-	if cerr := <-connected; err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fail(err)
+	if len(errs) > 0 {
+		return fail(errs[0])
 	}
 	return p, nil
 }
 
 // accept takes the listener's next request, creates B on it and accepts.
+// It sets p.B and adds the request's ID to p.ids, which Pair reads once it
+// returned.
 func (c *CM) accept(ctx context.Context, p *Pair, pd ibv.PD, attr ibv.QPInitAttr, param cm.ConnParam) error {
 	req, err := c.listener.GetRequest(ctx)
 	if err != nil {

@@ -122,3 +122,24 @@ func TestPairIB(t *testing.T) {
 		objs.Add(p)
 	}
 }
+
+// TestPairFails: a pair whose passive QP cannot be created fails at once,
+// with the reason, and leaves nothing open (the device's close, the
+// test's leak check, would fail otherwise).
+func TestPairFails(t *testing.T) {
+	_, pd, cq, c, _ := pairOn(t, ibv.TransportIWARP)
+	bad := rcAttr(cq)
+	bad.Type = ibv.QPTUD
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Pair(ctx, pd, rcAttr(cq), bad, rcsetup.DefaultRetry); !errors.Is(err, ibv.ErrInvalidArgument) || ctx.Err() != nil {
+		t.Fatalf("Pair with a UD QP: %v (context: %v), want ErrInvalidArgument at once", err, ctx.Err())
+	}
+	p, err := c.Pair(ctx, pd, rcAttr(cq), rcAttr(cq), rcsetup.DefaultRetry)
+	if err != nil {
+		t.Fatalf("a pair after a failed one: %v", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
