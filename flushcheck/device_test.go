@@ -15,11 +15,20 @@ import (
 // a deviation must say: rxe flushes each QP from its own tasks, so on 6.12
 // one QP's flushes reached the CQ after another QP's later completion in
 // 1 of 5 runs (never in 5 runs on 6.1; both allowed, docs/PROVIDERS.md).
-func mayDeviate() map[string]string {
-	if devtest.CurrentProvider() == devtest.ProviderRXE {
-		return map[string]string{"flush-order": "a barrier on one QP does not cover another's flushes here"}
+//
+// Through the RDMA CM rxe's QPs get min_rnr_timer 0 (655.36 ms, the CM sets
+// none) instead of rcsetup's 12: sqd's send is not retried within the
+// probe's quiet period, so SQ_DRAINED may or may not come early (on 6.12
+// it passed through the CM and deviated by hand).
+func mayDeviate(cm bool) map[string]string {
+	if devtest.CurrentProvider() != devtest.ProviderRXE {
+		return nil
 	}
-	return nil
+	m := map[string]string{"flush-order": "a barrier on one QP does not cover another's flushes here"}
+	if cm {
+		m["sqd"] = "SQ_DRAINED already raised while a send was in progress"
+	}
+	return m
 }
 
 // expectedDeviations maps each probe the test device is known to fail to
@@ -111,6 +120,10 @@ func TestDevice(t *testing.T) {
 	drainWithSettings(t, dev, rec, false)
 	got := deviating(t, results)
 	want, known := expectedDeviations()
+	may := mayDeviate(!byHand)
+	for name := range may {
+		delete(want, name)
+	}
 	if !known {
 		t.Logf("no recorded expectations for %s (%s): deviations %v", devtest.DeviceName(), devtest.CurrentProvider(), got)
 		return
@@ -126,8 +139,8 @@ func TestDevice(t *testing.T) {
 			t.Errorf("%s on %s (%s, Linux %d.%d): %s, want the recorded deviation (%q)", r.Name, devtest.DeviceName(), devtest.CurrentProvider(), major, minor, r.Outcome, says)
 		case deviates && !strings.Contains(r.Observed, says):
 			t.Errorf("%s on %s (Linux %d.%d) observed %q, want it to say %q", r.Name, devtest.DeviceName(), major, minor, r.Observed, says)
-		case !deviates && r.Outcome == Deviation && mayDeviate()[r.Name] != "":
-			if says := mayDeviate()[r.Name]; !strings.Contains(r.Observed, says) {
+		case !deviates && r.Outcome == Deviation && may[r.Name] != "":
+			if says := may[r.Name]; !strings.Contains(r.Observed, says) {
 				t.Errorf("%s on %s (Linux %d.%d) observed %q, want it to say %q", r.Name, devtest.DeviceName(), major, minor, r.Observed, says)
 			}
 		case !deviates && r.Outcome != Pass && !allowed(t, r):
