@@ -6,7 +6,10 @@
 //
 // The environment variable QPDRAIN_TEST_DEVICE names the device. Unset or
 // "soft", the tests run on a fresh soft device (package soft);
-// "soft:adversarial", on soft devices with adversarial schedules (Schedule).
+// "soft:adversarial", on soft devices with adversarial schedules (Schedule);
+// "soft:iwarp", on the soft device with siw's rules (DeviceIWARP), its
+// pairs connected through the soft RDMA CM. QPDRAIN_TEST_CM=1 connects the
+// pairs through the RDMA CM on any device (Pair, Connector).
 // Set to a libibverbs device name ("rxe0"), they run on that device, and a
 // test that cannot open it fails: a missing device must never turn a suite
 // green.
