@@ -64,13 +64,15 @@ test-rxe:
 test-pyverbs:
 	@scripts/rxe/pyverbs.sh
 
-## providers: record `qpdrain check --device soft -j` and render docs/PROVIDERS.md's check tables
+## providers: record `qpdrain check --device soft -j` (and soft:iwarp) and render docs/PROVIDERS.md's check tables
 ## from testdata/providers (internal/providers; its test fails when they disagree).
 ## providers-rxe: record the check on rxe0 per kernel of the matrix first (a VM run).
 .PHONY: providers providers-rxe
 providers:
 	$(GO) run ./cmd/qpdrain check --device soft -j > testdata/providers/soft.json.new
 	mv testdata/providers/soft.json.new testdata/providers/soft.json
+	$(GO) run ./cmd/qpdrain check --device soft:iwarp -j > testdata/providers/soft-iwarp.json.new || [ $$? = 1 ]
+	mv testdata/providers/soft-iwarp.json.new testdata/providers/soft-iwarp.json
 	$(GO) run ./internal/providers render
 providers-rxe:
 	RXE_CHECK_REPLACE=1 scripts/rxe/check-record.sh testdata/providers

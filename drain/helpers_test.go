@@ -132,8 +132,8 @@ func openSoft(t testing.TB, cfg soft.Config) *soft.Device {
 
 var qpCap = ibv.QPCap{MaxSendWR: 32, MaxRecvWR: 32, MaxSendSGE: 1, MaxRecvSGE: 1}
 
-// newQP creates a QP on the rig's CQ, from the SRQ if srq, in RESET.
-func (r *rig) newQP(srq bool) ibv.QP {
+// qpConfig sizes a QP on the rig's CQ, from the SRQ if srq.
+func (r *rig) qpConfig(srq bool) devtest.RCConfig {
 	cfg := devtest.RCConfig{SendCQ: r.cq, Cap: qpCap}
 	if r.sendWR != 0 {
 		cfg.Cap.MaxSendWR = r.sendWR
@@ -141,8 +141,11 @@ func (r *rig) newQP(srq bool) ibv.QP {
 	if srq {
 		cfg.SRQ = r.srq
 	}
-	return devtest.NewRC(r.t, r.pd, cfg)
+	return cfg
 }
+
+// newQP creates a QP on the rig's CQ, from the SRQ if srq, in RESET.
+func (r *rig) newQP(srq bool) ibv.QP { return devtest.NewRC(r.t, r.pd, r.qpConfig(srq)) }
 
 // pair creates a QP to drain and a peer, connected in RTS.
 func (r *rig) pair(srq bool) ibv.QP {
@@ -154,10 +157,7 @@ func (r *rig) pair(srq bool) ibv.QP {
 // pairAndPeer is pair, returning the peer too.
 func (r *rig) pairAndPeer(srq bool) (qp, peer ibv.QP) {
 	r.t.Helper()
-	qp = r.newQP(srq)
-	peer = devtest.NewRC(r.t, r.pd, devtest.RCConfig{SendCQ: r.peerCQ, Cap: qpCap})
-	devtest.Connect(r.t, r.dev, qp, peer)
-	return qp, peer
+	return devtest.Pair(r.t, r.pd, r.qpConfig(srq), devtest.RCConfig{SendCQ: r.peerCQ, Cap: qpCap})
 }
 
 // pairs creates n pairs.

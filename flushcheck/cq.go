@@ -21,11 +21,8 @@ func cqOverrun(e *env) (verdict, error) {
 	}
 	size := cq.CQE()
 	n := size + 2
-	a, err := e.rcOn(pd, nil, cq, n)
+	a, _, err := e.connectPair(pd, rcAttr(cq, nil, n), rcsetup.DefaultRetry)
 	if err != nil {
-		return verdict{}, err
-	}
-	if _, err := e.peer(pd, a, rcsetup.DefaultRetry); err != nil {
 		return verdict{}, err
 	}
 	local, err := e.buffer(pd, 64, ibv.AccessLocalWrite)
@@ -82,18 +79,15 @@ func flushOrder(e *env) (verdict, error) {
 		if err != nil {
 			return verdict{}, err
 		}
-		qa, err := e.rcOn(pd, nil, cq, 16)
+		qa, _, err := e.connectPair(pd, rcAttr(cq, nil, 16), rcsetup.DefaultRetry)
 		if err != nil {
 			return verdict{}, err
 		}
-		qb, err := e.rcOn(pd, nil, cq, 16)
+		qb, _, err := e.connectPair(pd, rcAttr(cq, nil, 16), rcsetup.DefaultRetry)
 		if err != nil {
 			return verdict{}, err
 		}
 		for _, q := range []ibv.QP{qa, qb} {
-			if _, err := e.peer(pd, q, rcsetup.DefaultRetry); err != nil {
-				return verdict{}, err
-			}
 			if err := e.postRecv(q, recvs(recvBase, n)); err != nil {
 				return verdict{}, fmt.Errorf("posting receives: %w", err)
 			}

@@ -24,6 +24,9 @@ type env struct {
 	// clk is Options.Clock, stepped when simulated: every wait runs on it.
 	clk  clock.Clock
 	real bool // clk is the wall clock
+	// iwarp: the device is iWARP (rcsetup.NeedsCM), where no send waits
+	// on an RNR: the probes hold receives outstanding instead.
+	iwarp bool
 	// t0 is what the probe's times are relative to: the moment the QP
 	// entered ERROR, or the request that caused an error was posted.
 	t0 time.Time
@@ -39,7 +42,7 @@ type env struct {
 // newEnv starts a probe's run on dev with o (defaults applied), marked
 // now.
 func newEnv(ctx context.Context, dev ibv.Context, o Options) *env {
-	e := &env{ctx: ctx, dev: dev, o: o, clk: o.Clock}
+	e := &env{ctx: ctx, dev: dev, o: o, clk: o.Clock, iwarp: rcsetup.NeedsCM(dev)}
 	if _, e.real = o.Clock.(clock.Real); !e.real {
 		e.clk = stepped{o.Clock}
 	}
@@ -104,27 +107,15 @@ func (e *env) srq(pd ibv.PD) (ibv.SRQ, error) {
 	return srq, nil
 }
 
-// rc creates an RC QP in RESET with a CQ of its own for sends and
-// receives, taking its receives from srq when srq is not nil.
-func (e *env) rc(pd ibv.PD, srq ibv.SRQ) (ibv.QP, error) {
+// rc creates an RC QP in RESET, to be connected by hand, with a CQ of its
+// own for sends and receives.
+func (e *env) rc(pd ibv.PD) (ibv.QP, error) {
 	cq, err := e.cq(64)
 	if err != nil {
 		return nil, err
 	}
-	return e.rcOn(pd, srq, cq, 16)
-}
-
-// rcOn creates an RC QP in RESET that completes its sends and receives on
-// cq, with room for maxSend sends.
-func (e *env) rcOn(pd ibv.PD, srq ibv.SRQ, cq ibv.CQ, maxSend int) (ibv.QP, error) {
 	var qp ibv.QP
-	if err := e.verb("ibv_create_qp", func() (err error) {
-		qp, err = pd.CreateQP(ibv.QPInitAttr{
-			SendCQ: cq, RecvCQ: cq, SRQ: srq, Type: ibv.QPTRC,
-			Cap: ibv.QPCap{MaxSendWR: uint32(maxSend), MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1},
-		})
-		return err
-	}); err != nil {
+	if err := e.verb("ibv_create_qp", func() (err error) { qp, err = pd.CreateQP(rcAttr(cq, nil, 16)); return err }); err != nil {
 		return nil, fmt.Errorf("creating an RC QP: %w", err)
 	}
 	e.own(fmt.Sprintf("ibv_destroy_qp on QP %d", qp.Num()), qp)
@@ -132,8 +123,16 @@ func (e *env) rcOn(pd ibv.PD, srq ibv.SRQ, cq ibv.CQ, maxSend int) (ibv.QP, erro
 	return qp, nil
 }
 
+// rcAttr is the init attributes of an RC QP that completes its sends and
+// receives on cq, takes its receives from srq when not nil, and has room
+// for maxSend sends.
+func rcAttr(cq ibv.CQ, srq ibv.SRQ, maxSend int) ibv.QPInitAttr {
+	return ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, SRQ: srq, Type: ibv.QPTRC,
+		Cap: ibv.QPCap{MaxSendWR: uint32(maxSend), MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}
+}
+
 // connect brings a and b, two RC QPs in RESET, to RTS connected to each
-// other with the retry attributes rt.
+// other by hand with the retry attributes rt (reset-reuse's second life).
 func (e *env) connect(a, b ibv.QP, rt rcsetup.Retry) error {
 	r, err := e.loopback()
 	if err != nil {
@@ -143,17 +142,34 @@ func (e *env) connect(a, b ibv.QP, rt rcsetup.Retry) error {
 	return e.verb(fmt.Sprintf("ibv_modify_qp on QP %d and QP %d to RTS (rcsetup)", a.Num(), b.Num()), func() error { return r.Connect(a, b) })
 }
 
-// peer creates an RC QP on pd and connects q, an RC QP in RESET, to it
-// with the retry attributes rt (both RTS); it returns the new QP.
-func (e *env) peer(pd ibv.PD, q ibv.QP, rt rcsetup.Retry) (ibv.QP, error) {
-	p, err := e.rc(pd, nil)
+// connectPair creates an RC QP with attrA on pd and a peer with a CQ of
+// its own, connected to each other (RTS) with the retry attributes rt:
+// through Options.Connector, or by hand over the loopback route.
+func (e *env) connectPair(pd ibv.PD, attrA ibv.QPInitAttr, rt rcsetup.Retry) (a, b ibv.QP, err error) {
+	cq, err := e.cq(64)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if err := e.connect(q, p, rt); err != nil {
-		return nil, err
+	var conn rcsetup.Connector = e.o.Connector
+	if conn == nil {
+		if conn, err = e.loopback(); err != nil {
+			return nil, nil, err
+		}
 	}
-	return p, nil
+	var p *rcsetup.Pair
+	if err := e.verb("creating and connecting an RC QP pair (rcsetup)", func() (err error) {
+		p, err = conn.Pair(e.ctx, pd, attrA, rcAttr(cq, nil, 16), rt)
+		return err
+	}); err != nil {
+		return nil, nil, err
+	}
+	// The pair closes what connected it (the CM IDs) after its QPs.
+	e.own("closing the QP pair (rdma_destroy_id when through the CM)", p)
+	for _, qp := range []ibv.QP{p.A, p.B} {
+		e.own(fmt.Sprintf("ibv_destroy_qp on QP %d", qp.Num()), qp)
+		e.qps = append(e.qps, qp)
+	}
+	return p.A, p.B, nil
 }
 
 // pair creates two RC QPs, the first taking its receives from srq when not
@@ -164,13 +180,11 @@ func (e *env) pair(pd ibv.PD, srq ibv.SRQ) (a, b ibv.QP, err error) {
 
 // pairWith is pair with the retry attributes rt.
 func (e *env) pairWith(pd ibv.PD, srq ibv.SRQ, rt rcsetup.Retry) (a, b ibv.QP, err error) {
-	if a, err = e.rc(pd, srq); err != nil {
+	cq, err := e.cq(64)
+	if err != nil {
 		return nil, nil, err
 	}
-	if b, err = e.peer(pd, a, rt); err != nil {
-		return nil, nil, err
-	}
-	return a, b, nil
+	return e.connectPair(pd, rcAttr(cq, srq, 16), rt)
 }
 
 // connected allocates a PD and creates two RC QPs on it connected to each

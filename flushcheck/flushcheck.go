@@ -10,6 +10,7 @@ import (
 
 	"github.com/qpdrain/qpdrain/clock"
 	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/rcsetup"
 )
 
 // Outcome is a probe's verdict.
@@ -32,12 +33,18 @@ const (
 	Skipped
 	// NotRun: an earlier probe hung, so Run did not run this one.
 	NotRun
+	// NotApplicable: the rule the probe checks does not exist on the
+	// device's transport, or the probe's setup cannot be made on it (an
+	// iWARP device has no RNR, no retry_cnt of its own); Result.Observed
+	// says why, with the source. It is a finding about the transport,
+	// neither a pass nor a failure to check.
+	NotApplicable
 )
 
-var outcomeNames = [...]string{"pass", "deviation", "error", "hung", "skipped", "not-run"}
+var outcomeNames = [...]string{"pass", "deviation", "error", "hung", "skipped", "not-run", "not-applicable"}
 
 // String names the outcome ("pass", "deviation", "error", "hung",
-// "skipped", "not-run").
+// "skipped", "not-run", "not-applicable").
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) {
 		return outcomeNames[o]
@@ -57,7 +64,7 @@ func (o *Outcome) UnmarshalText(text []byte) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("unknown outcome %q, want pass, deviation, error, hung, skipped or not-run", text)
+	return fmt.Errorf("unknown outcome %q, want pass, deviation, error, hung, skipped, not-run or not-applicable", text)
 }
 
 // verdict reports whether the probe ran to a verdict: passed or deviated.
@@ -114,6 +121,15 @@ const (
 type Options struct {
 	// Port is the device port the probes' QPs use (default 1).
 	Port uint8
+	// Connector, when not nil, connects the probes' QP pairs (an
+	// *rcsetup.CM: through the RDMA CM, as applications connect, on the
+	// CM's own context of the device, which must be the device Run is
+	// given). Nil connects them by hand over the loopback route of Port
+	// (rcsetup.Loopback), which an iWARP device refuses: on one (the
+	// device's transport is IBV_TRANSPORT_IWARP, rcsetup.NeedsCM) the
+	// probes that need a connected pair report Error without a
+	// Connector.
+	Connector rcsetup.Connector
 	// Timeout bounds each wait for a completion or event the rule says
 	// must come (default DefaultTimeout, at least MinTimeout: a probe run
 	// with less reports Error), once per retry timer for a send a retry
@@ -236,7 +252,26 @@ type Probe struct {
 	Name string
 	// Rule is the specification rule the probe checks, with its source.
 	Rule string
-	run  func(e *env) (verdict, error)
+	// NotOnIWARP, when not empty, is why the probe does not apply to an
+	// iWARP device, with its source: Run reports it NotApplicable there.
+	NotOnIWARP string
+	// NeedsManual, when not empty, is why the probe needs QPs connected
+	// by hand: with a Connector that is not an rcsetup.Route (the RDMA
+	// CM) it is NotApplicable, for that reason.
+	NeedsManual string
+	run         func(e *env) (verdict, error)
+}
+
+// notApplicable says why p does not apply to dev connected as o says, or
+// "" when it does.
+func (p Probe) notApplicable(dev ibv.Context, o Options) string {
+	if p.NotOnIWARP != "" && rcsetup.NeedsCM(dev) {
+		return "not applicable to iWARP: " + p.NotOnIWARP
+	}
+	if _, manual := o.Connector.(rcsetup.Route); p.NeedsManual != "" && o.Connector != nil && !manual {
+		return "not applicable through the RDMA CM: " + p.NeedsManual
+	}
+	return ""
 }
 
 // verdict is what a probe that ran to the end concluded.
@@ -329,6 +364,10 @@ func (p Probe) Run(ctx context.Context, dev ibv.Context, o Options) Result {
 	case o.CallTimeout < MinCallTimeout:
 		return fail(fmt.Errorf("not run: call timeout %v is below the minimum %v: %w", o.CallTimeout, MinCallTimeout, ErrTimeoutTooShort))
 	}
+	if why := p.notApplicable(dev, o); why != "" {
+		res.Outcome, res.Observed, res.Duration = NotApplicable, why, time.Since(start)
+		return res
+	}
 	// Cancelled on return: a probe given up as hung stops at its next wait
 	// if its call ever returns.
 	pctx, cancel := context.WithTimeoutCause(ctx, o.budget(), fmt.Errorf("probe %s exceeded its budget of %v", p.Name, o.budget()))
@@ -383,7 +422,7 @@ var runOrder = func() []int {
 
 // Tally is how many results have each outcome.
 type Tally struct {
-	Pass, Deviations, Errors, Hung, Skipped, NotRun int
+	Pass, Deviations, Errors, Hung, Skipped, NotRun, NotApplicable int
 }
 
 // Count returns how many results have each outcome; one that is no
@@ -402,6 +441,8 @@ func Count(results []Result) Tally {
 			t.Skipped++
 		case NotRun:
 			t.NotRun++
+		case NotApplicable:
+			t.NotApplicable++
 		default:
 			t.Errors++
 		}

@@ -109,14 +109,16 @@ var probes = []Probe{
 		run:  cqOverrun,
 	},
 	{
-		Name: ProbePeerGone,
-		Rule: "IBTA vol. 1 ch. 9.7 (transport timer, retry_cnt; ibv_modify_qp(3) timeout and retry_cnt): a send no one answers completes RETRY_EXC_ERR after retry_cnt + 1 local ACK timeouts of 4.096 µs × 2^timeout, the sends behind it WR_FLUSH_ERR, the QP in ERROR",
-		run:  peerGone,
+		Name:       ProbePeerGone,
+		Rule:       "IBTA vol. 1 ch. 9.7 (transport timer, retry_cnt; ibv_modify_qp(3) timeout and retry_cnt): a send no one answers completes RETRY_EXC_ERR after retry_cnt + 1 local ACK timeouts of 4.096 µs × 2^timeout, the sends behind it WR_FLUSH_ERR, the QP in ERROR",
+		run:        peerGone,
+		NotOnIWARP: "retry_cnt and the local ACK timeout are InfiniBand transport attributes; iWARP's RDMAP (RFC 5040) and DDP (RFC 5041) run over MPA on TCP (RFC 5044), whose retransmission replaces them, and siw takes only the state and access flags of ibv_modify_qp (siw_verbs_modify_qp in the kernel's drivers/infiniband/sw/siw/siw_verbs.c)",
 	},
 	{
-		Name: ProbeRNRExhausted,
-		Rule: "IBTA vol. 1 ch. 9.7 (RNR NAK, rnr_retry; ibv_modify_qp(3)): a send the responder has no receive for completes RNR_RETRY_EXC_ERR after rnr_retry RNR NAK timers when rnr_retry is finite, the sends behind it WR_FLUSH_ERR, the QP in ERROR",
-		run:  rnrExhausted,
+		Name:       ProbeRNRExhausted,
+		Rule:       "IBTA vol. 1 ch. 9.7 (RNR NAK, rnr_retry; ibv_modify_qp(3)): a send the responder has no receive for completes RNR_RETRY_EXC_ERR after rnr_retry RNR NAK timers when rnr_retry is finite, the sends behind it WR_FLUSH_ERR, the QP in ERROR",
+		run:        rnrExhausted,
+		NotOnIWARP: "iWARP has no RNR NAK and no rnr_retry: a SEND that finds no receive posted is a DDP error, Untagged Buffer \"Invalid MSN - no buffer available\" (RFC 5041), which terminates the connection (siw_proc_send in the kernel's drivers/infiniband/sw/siw/siw_qp_rx.c: DDP_ECODE_UT_INVALID_MSN_NOBUF)",
 	},
 	{
 		Name: ProbeDestroyOutstanding,
@@ -124,9 +126,11 @@ var probes = []Probe{
 		run:  destroyOutstanding,
 	},
 	{
-		Name: ProbeResetReuse,
-		Rule: "IBTA vol. 1 §10.3.1 (RESET empties the work queues without completions; a QP in RESET can be taken through INIT, RTR, RTS again): no completion of the QP's old life after RESET, and the reused QP works",
-		run:  resetReuse,
+		Name:        ProbeResetReuse,
+		Rule:        "IBTA vol. 1 §10.3.1 (RESET empties the work queues without completions; a QP in RESET can be taken through INIT, RTR, RTS again): no completion of the QP's old life after RESET, and the reused QP works",
+		run:         resetReuse,
+		NeedsManual: "the QP is connected again by hand after RESET, and a QP the RDMA CM created connects once, through its own CM ID (rdma_create_qp, rdma_connect)",
+		NotOnIWARP:  "the QP is connected again by hand after RESET, and an iWARP QP reaches RTS only through the connection manager (siw_qp_nextstate_from_idle in the kernel's drivers/infiniband/sw/siw/siw_qp.c refuses RTS without the connection's socket)",
 	},
 	{
 		Name: ProbeFlushOrder,
@@ -134,9 +138,10 @@ var probes = []Probe{
 		run:  flushOrder,
 	},
 	{
-		Name: ProbeSQD,
-		Rule: "ibv_get_async_event(3) (IBV_EVENT_SQ_DRAINED: the send queue was drained of outstanding messages in progress), IBTA vol. 1 §10.3.1 (SQD): SQ_DRAINED is raised only once no message is in progress",
-		run:  sqd,
+		Name:       ProbeSQD,
+		Rule:       "ibv_get_async_event(3) (IBV_EVENT_SQ_DRAINED: the send queue was drained of outstanding messages in progress), IBTA vol. 1 §10.3.1 (SQD): SQ_DRAINED is raised only once no message is in progress",
+		run:        sqd,
+		NotOnIWARP: "siw maps SQD to its CLOSING state (ib_qp_state_to_siw_qp_state in the kernel's drivers/infiniband/sw/siw/siw_verbs.c), which closes the connection (siw_qp_nextstate_from_rts in siw_qp.c), and raises SQ_DRAINED from siw_sq_flush, when it flushed WRs; the probe's RNR-waiting sends do not exist on iWARP either (rnr-exhausted)",
 	},
 }
 
@@ -145,18 +150,22 @@ var probes = []Probe{
 // ERROR.
 func flushOutstanding(e *env) (verdict, error) {
 	const n = 3
-	_, a, _, err := e.outstanding(n, n)
+	nSend := n
+	if e.iwarp {
+		nSend = 0 // no RNR holds a send outstanding (rnr-exhausted)
+	}
+	_, a, _, err := e.outstanding(n, nSend)
 	if err != nil {
 		return verdict{}, err
 	}
-	early, err := e.poll(a.SendCQ(), 2*n, 0)
+	early, err := e.poll(a.SendCQ(), n+nSend, 0)
 	if err != nil {
 		return verdict{}, err
 	}
 	if err := e.toError(a); err != nil {
 		return verdict{}, err
 	}
-	wcs, err := e.poll(a.SendCQ(), 2*n-len(early), e.o.Timeout)
+	wcs, err := e.poll(a.SendCQ(), n+nSend-len(early), e.o.Timeout)
 	if err != nil {
 		return verdict{}, err
 	}
@@ -169,10 +178,10 @@ func flushOutstanding(e *env) (verdict, error) {
 			sent = append(sent, wc)
 		}
 	}
-	okS, whyS := checkFlushed("sends", ids(sendBase, n), sent, a.Num())
+	okS, whyS := checkFlushed("sends", ids(sendBase, nSend), sent, a.Num())
 	okR, whyR := checkFlushed("receives", ids(recvBase, n), recvd, a.Num())
 	if okS && okR {
-		return pass("%d outstanding sends and %d receives completed with WR_FLUSH_ERR in post order within %v of ERROR", n, n, e.since()), nil
+		return pass("%d outstanding sends and %d receives completed with WR_FLUSH_ERR in post order within %v of ERROR", nSend, n, e.since()), nil
 	}
 	var why []string
 	for _, w := range []string{whyS, whyR} {
@@ -290,11 +299,11 @@ func flushBeforeRTS(e *env) (verdict, error) {
 	if err != nil {
 		return verdict{}, err
 	}
-	a, err := e.rc(pd, nil)
+	a, err := e.rc(pd)
 	if err != nil {
 		return verdict{}, err
 	}
-	b, err := e.rc(pd, nil)
+	b, err := e.rc(pd)
 	if err != nil {
 		return verdict{}, err
 	}
@@ -302,14 +311,21 @@ func flushBeforeRTS(e *env) (verdict, error) {
 	if err != nil {
 		return verdict{}, err
 	}
-	if err := e.verb(fmt.Sprintf("ibv_modify_qp on QP %d to RTR (rcsetup)", a.Num()), func() error { return r.Bring(a, b.Num(), ibv.QPSRTR) }); err != nil {
+	// An iWARP QP goes no further than INIT by hand: siw leaves a QP
+	// moved to RTR in IDLE (siw_qp_nextstate_from_idle in the kernel's
+	// drivers/infiniband/sw/siw/siw_qp.c), so it is taken from INIT.
+	from := ibv.QPSRTR
+	if e.iwarp {
+		from = ibv.QPSInit
+	}
+	if err := e.verb(fmt.Sprintf("ibv_modify_qp on QP %d to %s (rcsetup)", a.Num(), from), func() error { return r.Bring(a, b.Num(), from) }); err != nil {
 		return verdict{}, err
 	}
 	if err := e.toError(a); err != nil {
 		return verdict{}, err
 	}
 	v, err := postOneInError(e, a, true)
-	v.observed = "QP moved RTR -> ERROR, never in RTS: " + v.observed
+	v.observed = fmt.Sprintf("QP moved %s -> ERROR, never in RTS: %s", from, v.observed)
 	return v, err
 }
 

@@ -7,6 +7,12 @@ import "context"
 type Context interface {
 	// Name is the device name ("rxe0", "mlx5_0", "soft0").
 	Name() string
+	// Info is the device as libibverbs lists it (struct ibv_device: name,
+	// node GUID, node type, transport). Its transport tells an iWARP
+	// device (IBV_TRANSPORT_IWARP, node type IBV_NODE_RNIC), whose RC QPs
+	// connect only through the RDMA CM, from an InfiniBand or RoCE one.
+	// It needs no verbs call and works after Close.
+	Info() DeviceInfo
 	// QueryDevice returns the device's attributes and limits
 	// (ibv_query_device). It fails with ErrClosed after Close.
 	QueryDevice() (DeviceAttr, error)

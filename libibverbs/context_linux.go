@@ -135,6 +135,12 @@ type verbsContext struct {
 
 func (c *verbsContext) Name() string { return c.name }
 
+func (c *verbsContext) Info() ibv.DeviceInfo {
+	d := c.ctx.device
+	return ibv.DeviceInfo{Name: c.name, GUID: uint64(C.qpd_device_guid(d)),
+		NodeType: ibv.NodeType(d.node_type), Transport: ibv.TransportType(d.transport_type)}
+}
+
 func (c *verbsContext) QueryDevice() (ibv.DeviceAttr, error) {
 	if err := c.life.enter(); err != nil {
 		return ibv.DeviceAttr{}, err

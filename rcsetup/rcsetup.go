@@ -1,12 +1,14 @@
-// Package rcsetup connects RC queue pairs of any ibv device, the way
-// rc_pingpong does, so callers need not write RESET -> INIT -> RTR -> RTS
-// themselves. Loopback finds the route from a port to itself (the port's
+// Package rcsetup connects RC queue pairs of any ibv device: by hand, the
+// way rc_pingpong does, so callers need not write RESET -> INIT -> RTR ->
+// RTS themselves, or through the RDMA CM (CM), the way applications do and
+// the only way an iWARP device connects (NeedsCM). A Connector (a Route,
+// or a CM from ListenCM) creates connected pairs. Loopback finds the route from a port to itself (the port's
 // LID, or a GRH with a RoCE v2 GID from the GID table when the link layer
 // is Ethernet) and Route.Connect joins two QPs over it. For a peer on
 // another port or host, fill a Route with the address vector that reaches
 // it (its LID, or its GID in a GRH) and Bring each side's QP towards the
-// other's QP number. It speaks only the ibv API; the device tests
-// (internal/testing/devtest) and the provider flush check (flushcheck) use it.
+// other's QP number. The device tests (internal/testing/devtest) and the
+// provider flush check (flushcheck) use it.
 package rcsetup
 
 import (

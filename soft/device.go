@@ -22,6 +22,12 @@ type Config struct {
 	Limits Limits
 	// Quirks switch on documented deviations of real providers; all off by default.
 	Quirks Quirks
+	// Transport is the device's personality: ibv.TransportIB (the zero
+	// value: InfiniBand rules, a CA) or ibv.TransportIWARP (siw's rules,
+	// an RNIC: QPs connect only through the RDMA CM, no Last WQE Reached;
+	// the package documentation, "iWARP"). Any other is
+	// ibv.ErrInvalidArgument.
+	Transport ibv.TransportType
 	// SRQPrefetch is how many receive WQEs an SRQ-attached RC QP takes ahead
 	// from its SRQ once in RTR: the soft device's model of WQEs "taken but
 	// not yet completed". 0 takes none ahead.
@@ -158,6 +164,7 @@ type Device struct {
 	lid    uint16
 	limits Limits
 	quirks Quirks
+	iwarp  bool // Config.Transport is ibv.TransportIWARP
 	pref   int
 	trace  func(TraceEntry)
 	rec    *objtrace.Record
@@ -197,6 +204,15 @@ func Open(cfg Config) (*Device, error) {
 	if err := cfg.Limits.check(); err != nil {
 		return nil, fmt.Errorf("opening soft device %s: %w", cfg.Name, err)
 	}
+	if cfg.Transport != ibv.TransportIB && cfg.Transport != ibv.TransportIWARP {
+		return nil, fmt.Errorf("opening soft device %s: transport %s, want InfiniBand or iWARP: %w", cfg.Name, cfg.Transport, ibv.ErrInvalidArgument)
+	}
+	iwarp := cfg.Transport == ibv.TransportIWARP
+	if iwarp {
+		// siw raises IB_EVENT_QP_LAST_WQE_REACHED nowhere (package
+		// documentation, "iWARP").
+		cfg.Quirks.NoLastWQEReached = true
+	}
 	fab := cfg.Fabric
 	if fab == nil {
 		fab = NewFabric()
@@ -206,6 +222,7 @@ func Open(cfg Config) (*Device, error) {
 		name:    cfg.Name,
 		limits:  cfg.Limits.withDefaults(),
 		quirks:  cfg.Quirks,
+		iwarp:   iwarp,
 		pref:    cfg.SRQPrefetch,
 		trace:   cfg.Trace,
 		done:    make(chan struct{}),
@@ -236,6 +253,16 @@ func Open(cfg Config) (*Device, error) {
 
 // Name is the device name.
 func (d *Device) Name() string { return d.name }
+
+// Info is the device as libibverbs would list it: a CA on the InfiniBand
+// transport, or an RNIC on iWARP (Config.Transport).
+func (d *Device) Info() ibv.DeviceInfo {
+	info := ibv.DeviceInfo{Name: d.name, GUID: d.guid(), NodeType: ibv.NodeCA, Transport: ibv.TransportIB}
+	if d.iwarp {
+		info.NodeType, info.Transport = ibv.NodeRNIC, ibv.TransportIWARP
+	}
+	return info
+}
 
 // Fabric is the fabric the device is on, whose clock its timers run on.
 func (d *Device) Fabric() *Fabric { return d.fab }

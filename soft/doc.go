@@ -228,6 +228,38 @@
 // its consumer waits, and deferring work wakes the waiters: the schedule
 // never strands a caller.
 //
+// # iWARP
+//
+// Config.Transport ibv.TransportIWARP gives the device the rules of the
+// kernel's iWARP provider siw (drivers/infiniband/sw/siw), each from its
+// source as read in torvalds/linux (siw_qp.c at commit 1260ed777985,
+// after siw moved to the crc32c library; siw_verbs.c at 03c601927b67; the
+// checks below are the same in the versions before, with
+// siw_qp_enable_crc, such as Debian's 6.1):
+//
+//   - Info reports node type RNIC and transport iWARP (siw_get_port_immutable:
+//     RDMA_CORE_PORT_IWARP), which rcsetup.NeedsCM reads.
+//   - A QP reaches RTS only through the connection manager (QP.ModifyByCM,
+//     which package softcm calls): siw_verbs_modify_qp takes only the state
+//     and access flags of ibv_modify_qp, maps RESET and INIT to its IDLE
+//     (ib_qp_state_to_siw_qp_state), and siw_qp_nextstate_from_idle refuses
+//     RTS without the connection's socket (SIW_QP_ATTR_LLP_HANDLE), which
+//     only the iWARP CM passes: Modify to RTS fails with
+//     ibv.ErrInvalidArgument (siw's -EINVAL). Modify to RTR succeeds and
+//     changes nothing: siw_qp_nextstate_from_idle has no transition to RTR.
+//   - No Last WQE Reached: siw raises IB_EVENT_QP_LAST_WQE_REACHED nowhere
+//     (its events are SQ_DRAINED from siw_sq_flush, SRQ_LIMIT_REACHED,
+//     CQ_ERR, QP_FATAL and the access and request errors), so Open sets
+//     Quirks.NoLastWQEReached.
+//
+// Not modelled (flushcheck's probes do not reach it on iWARP): a SEND that
+// finds no receive terminates the connection on siw (siw_proc_send:
+// DDP_ECODE_UT_INVALID_MSN_NOBUF, RFC 5041's "Invalid MSN - no buffer
+// available") where the soft device still waits on an RNR; SQD is siw's
+// CLOSING, which closes the connection; rdma_disconnect moves an iWARP QP
+// to SQD, not ERROR; and siw_query_qp fills no qp_state, so ibv_query_qp's
+// state on siw is not the QP's (the soft device reports its state).
+//
 // # Quirks
 //
 // Quirks reproduce real providers' deviations, each off by default:

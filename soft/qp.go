@@ -520,7 +520,26 @@ func (q *QP) checkValues(a *ibv.QPAttr, mask ibv.QPAttrMask) error {
 // invalid transition returns an error wrapping ibv.ErrInvalidArgument and
 // changes nothing. Moving to RESET empties every queue without completions;
 // moving to ERR flushes them (see the package documentation).
+//
+// On an iWARP device (Config.Transport) a QP reaches RTS only through the
+// connection manager (ModifyByCM), as on siw, whose siw_qp_modify takes a
+// QP from IDLE (RESET and INIT) to RTS only with the connection's socket
+// (SIW_QP_ATTR_LLP_HANDLE), which ibv_modify_qp cannot pass: Modify to RTS
+// from another state fails with ibv.ErrInvalidArgument (siw's -EINVAL),
+// and Modify to RTR returns nil and changes nothing (siw has no transition
+// from IDLE to RTR: siw_qp_nextstate_from_idle leaves the QP as it is).
 func (q *QP) Modify(attr ibv.QPAttr, mask ibv.QPAttrMask) error {
+	return q.modify(attr, mask, false)
+}
+
+// ModifyByCM is Modify as the connection manager calls it (softcm): on an
+// iWARP device, the one way to RTR and RTS. On an InfiniBand device it is
+// Modify.
+func (q *QP) ModifyByCM(attr ibv.QPAttr, mask ibv.QPAttrMask) error {
+	return q.modify(attr, mask, true)
+}
+
+func (q *QP) modify(attr ibv.QPAttr, mask ibv.QPAttrMask, byCM bool) error {
 	q.dev.fab.mu.Lock()
 	defer q.dev.fab.mu.Unlock()
 	if q.closed {
@@ -530,6 +549,14 @@ func (q *QP) Modify(attr ibv.QPAttr, mask ibv.QPAttrMask) error {
 	cur, next := q.state, q.state
 	if mask&ibv.QPAttrState != 0 {
 		next = attr.State
+	}
+	if q.dev.iwarp && !byCM && next != cur {
+		switch next {
+		case ibv.QPSRTR:
+			return nil
+		case ibv.QPSRTS:
+			return fmt.Errorf("modifying QP %d from %s to RTS: an iWARP QP is connected only through the connection manager: %w", q.num, cur, ibv.ErrInvalidArgument)
+		}
 	}
 	if err := checkTransition(cur, next, mask); err != nil {
 		return fmt.Errorf("modifying QP %d from %s to %s: %w", q.num, cur, next, err)

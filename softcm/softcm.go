@@ -560,11 +560,20 @@ func toRTS(qp ibv.QP, peer *id, own, theirs cm.ConnParam) error {
 				ibv.QPAttrMaxQPRdAtomic},
 	}
 	for _, s := range steps {
-		if err := qp.Modify(s.attr, s.mask); err != nil {
+		if err := modifyByCM(qp, s.attr, s.mask); err != nil {
 			return fmt.Errorf("moving QP %d to %s: %w", qp.Num(), s.attr.State, err)
 		}
 	}
 	return nil
+}
+
+// modifyByCM modifies qp as the CM does: on a soft device through
+// soft.QP.ModifyByCM, the one way an iWARP QP reaches RTR and RTS.
+func modifyByCM(qp ibv.QP, attr ibv.QPAttr, mask ibv.QPAttrMask) error {
+	if sq, ok := qp.(*soft.QP); ok {
+		return sq.ModifyByCM(attr, mask)
+	}
+	return qp.Modify(attr, mask)
 }
 
 func orDefault(v, def uint8) uint8 {

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
@@ -17,6 +19,7 @@ import (
 	"github.com/qpdrain/qpdrain/drain"
 	"github.com/qpdrain/qpdrain/flushcheck"
 	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/rcsetup"
 	"github.com/qpdrain/qpdrain/soft"
 )
 
@@ -24,8 +27,13 @@ func init() { subcommands = append(subcommands, newCheckCmd) }
 
 // checkOptions are the flags of "qpdrain check".
 type checkOptions struct {
-	device      string
-	quirks      softQuirks
+	device string
+	quirks softQuirks
+	// cm connects the probes' pairs through the RDMA CM where by hand
+	// would do (an iWARP device always connects through it); cmAddr is
+	// the address it listens on, zero for the device's netdev's.
+	cm          bool
+	cmAddr      netip.Addr
 	timeout     time.Duration
 	callTimeout time.Duration
 	// run and skip select probes by name (flushcheck.Options.Run, Skip).
@@ -69,6 +77,11 @@ func newCheckCmd(opts *globalOptions) *cobra.Command {
 			"there is none (and says so); --device soft (or soft0) picks the soft device. --soft-quirk switches\n" +
 			"on a provider bug of the soft device, to see what the check reports for it; quirks: " + strings.Join(soft.QuirkNames(), ", ") + ".\n" +
 			"--run and --skip select probes by name, as go test's -run and -skip do; the others are listed as skipped.\n" +
+			"The probes' QP pairs connect by hand (RESET, INIT, RTR, RTS over the port's loopback route), or through\n" +
+			"the RDMA CM as applications connect (librdmacm; the soft device's own CM for soft): always on an iWARP\n" +
+			"device (--device soft:iwarp is the soft device with siw's rules), elsewhere with --cm. The CM listens on\n" +
+			"--cm-addr, by default the IP address of the device's netdev (rdma link). A probe whose rule does not\n" +
+			"exist on iWARP (RNR, retry_cnt, SQD) says so, with its source: not-applicable, neither pass nor error.\n" +
 			"A verbs call that does not return within --call-timeout (a provider stuck in the kernel) ends the\n" +
 			"check: its probe is reported hung, naming the call, the probes after it are not run (the device may\n" +
 			"be wedged: see the kernel log), and the device is left open for the process's exit to release.\n" +
@@ -108,6 +121,21 @@ func newCheckCmd(opts *globalOptions) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&o.device, "device", "", `RDMA device to check (default: the first one libibverbs lists, else "soft", the built-in soft device)`)
 	quirkFlag(f, &o.quirks, "soft-quirk")
+	f.BoolVar(&o.cm, "cm", false, "connect the probes' QPs through the RDMA CM (always on an iWARP device)")
+	f.Var(&checkedValue[netip.Addr]{p: &o.cmAddr, typ: "address", worded: true, check: func(netip.Addr) error { return nil },
+		parse: func(s string) (netip.Addr, error) {
+			a, err := netip.ParseAddr(s)
+			if err != nil {
+				return a, errors.New("not an IP address")
+			}
+			return a, nil
+		},
+		format: func(a netip.Addr) string {
+			if !a.IsValid() {
+				return ""
+			}
+			return a.String()
+		}}, "cm-addr", "IP address the RDMA CM listens on for the probes' connections; implies --cm (default: the device's netdev's)")
 	durationFlag(f, &o.timeout, "timeout", flushcheck.DefaultTimeout, fmt.Sprintf("how long each probe waits for a completion or event the specification says must come (at least %v; a retry series gets one per retry timer after its own time, 2s at the least)", flushcheck.MinTimeout),
 		atLeastDuration(flushcheck.MinTimeout))
 	durationFlag(f, &o.callTimeout, "call-timeout", flushcheck.DefaultCallTimeout, fmt.Sprintf("how long one verbs call may take before its probe is reported hung and the check ends, exit status 4 (at least %v)", flushcheck.MinCallTimeout),
@@ -144,6 +172,11 @@ func probeFlag(f *pflag.FlagSet, p **regexp.Regexp, name, usage string) {
 type checkResult struct {
 	device string
 	soft   bool
+	// transport is the device's (ibv.DeviceInfo.Transport).
+	transport ibv.TransportType
+	// cm, when not nil, connects the probes' pairs through the RDMA CM
+	// and closes the device (runCheck closes it instead of the device).
+	cm     *checkCM
 	note   string // why the soft device was chosen, if it was not asked for
 	quirks []string
 	opts   checkOptions // the flags: the inputs that shaped the results
@@ -177,6 +210,10 @@ func runCheck(ctx context.Context, o *checkOptions, head func(*checkResult), eac
 	po.OnWait = func(w flushcheck.Wait) {
 		fmt.Fprintf(progress, "check: %s still waiting for %s (%v so far, at most %v)\n", w.Probe, w.For, flushcheck.LongWait, w.Up)
 	}
+	closeDev := dev.Close
+	if res.cm != nil {
+		po.Connector, closeDev = res.cm.conn, res.cm.close
+	}
 	po.OnResult = func(r flushcheck.Result) {
 		// Interrupted: what did not run is not reported.
 		if each != nil && ctx.Err() == nil {
@@ -185,7 +222,7 @@ func runCheck(ctx context.Context, o *checkOptions, head func(*checkResult), eac
 	}
 	res.results = flushcheck.Run(ctx, dev, po)
 	if flushcheck.Count(res.results).Hung == 0 {
-		if err := dev.Close(); err != nil {
+		if err := closeDev(); err != nil {
 			return nil, withExitCode(exitError, fmt.Errorf("check: closing %s: %w", res.device, err))
 		}
 	}
@@ -207,13 +244,29 @@ func openCheckDevice(o *checkOptions) (ibv.Context, *checkResult, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	res := &checkResult{device: dev.Name(), soft: dev.soft != nil, note: dev.note, quirks: o.quirks.names}
+	res := &checkResult{device: dev.Name(), soft: dev.soft != nil, note: dev.note, quirks: o.quirks.names, transport: dev.Info().Transport}
 	if dev.soft != nil {
 		// The soft device's retry and RNR timers run on its fabric's
 		// clock: waits on it take no real time.
 		res.clock = dev.soft.Fabric()
 	}
-	return dev.Context, res, nil
+	if !o.cm && !o.cmAddr.IsValid() && !rcsetup.NeedsCM(dev) {
+		return dev.Context, res, nil
+	}
+	if dev.soft != nil {
+		if res.cm, err = softCM(dev); err != nil {
+			return nil, nil, errors.Join(err, dev.Close())
+		}
+		return dev.Context, res, nil
+	}
+	// librdmacm opens the device itself: the probes run on its context.
+	if err := dev.Close(); err != nil {
+		return nil, nil, fmt.Errorf("closing %s: %w", res.device, err)
+	}
+	if res.cm, err = verbsCM(context.Background(), res.device, o.cmAddr); err != nil {
+		return nil, nil, err
+	}
+	return res.cm.conn.Context(), res, nil
 }
 
 // checkVerdict turns the results into the exit status: a hang first, then
@@ -233,6 +286,15 @@ func checkVerdict(results []flushcheck.Result) error {
 	return nil
 }
 
+// connection says how the probes' QPs are connected: "by hand" or
+// "through the RDMA CM on ADDR:PORT".
+func (r *checkResult) connection() string {
+	if r.cm == nil {
+		return "by hand"
+	}
+	return "through the RDMA CM on " + r.cm.conn.Addr().String()
+}
+
 func (r *checkResult) header() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "device %s", r.device)
@@ -243,6 +305,9 @@ func (r *checkResult) header() string {
 		}
 		b.WriteString(")")
 		fmt.Fprintf(&b, "; soft quirks: %s", quirkList(r.quirks))
+	}
+	if r.transport != ibv.TransportIB || r.cm != nil {
+		fmt.Fprintf(&b, "; transport %s, QPs connected %s", r.transport, r.connection())
 	}
 	fmt.Fprintf(&b, "; timeout %v per wait, %v per verbs call", r.opts.timeout, r.opts.callTimeout)
 	if sel := r.opts.selection(); sel != "" {
@@ -264,12 +329,21 @@ var probeWidth = func() int {
 // probe has run.
 func (r *checkResult) formatHead(w io.Writer) {
 	fmt.Fprintln(w, r.header())
-	fmt.Fprintf(w, "%-*s  %-9s  %9s  %s\n", probeWidth, "probe", "outcome", "time", "observed")
+	fmt.Fprintf(w, "%-*s  %-*s  %9s  %s\n", probeWidth, "probe", r.outcomeWidth(), "outcome", "time", "observed")
+}
+
+// outcomeWidth is the width of the outcome column: "deviation", or
+// "not-applicable" where a probe may be (iWARP, the RDMA CM).
+func (r *checkResult) outcomeWidth() int {
+	if r.transport == ibv.TransportIWARP || r.cm != nil {
+		return len(flushcheck.NotApplicable.String())
+	}
+	return len(flushcheck.Deviation.String())
 }
 
 // formatProbe prints one probe's line of the table.
 func (r *checkResult) formatProbe(w io.Writer, res flushcheck.Result) {
-	fmt.Fprintf(w, "%-*s  %-9s  %9v  %s\n", probeWidth, res.Name, res.Outcome, roundProbe(res.Duration), res.Observed)
+	fmt.Fprintf(w, "%-*s  %-*s  %9v  %s\n", probeWidth, res.Name, r.outcomeWidth(), res.Outcome, roundProbe(res.Duration), res.Observed)
 }
 
 // roundProbe rounds a probe's duration for the table.
@@ -289,14 +363,14 @@ func (r *checkResult) formatTail(w io.Writer, details bool) error {
 	for _, n := range []struct {
 		n    int
 		what string
-	}{{c.Hung, "hung"}, {c.NotRun, "not run"}, {c.Skipped, "skipped"}} {
+	}{{c.NotApplicable, "not applicable"}, {c.Hung, "hung"}, {c.NotRun, "not run"}, {c.Skipped, "skipped"}} {
 		if n.n > 0 {
 			fmt.Fprintf(w, ", %d %s", n.n, n.what)
 		}
 	}
 	fmt.Fprintln(w)
 	var hung string
-	var notRun, skipped []string
+	var notRun, skipped, na []string
 	for _, res := range r.results {
 		switch {
 		case res.Outcome == flushcheck.Deviation:
@@ -310,6 +384,8 @@ func (r *checkResult) formatTail(w io.Writer, details bool) error {
 			notRun = append(notRun, res.Name)
 		case res.Outcome == flushcheck.Skipped:
 			skipped = append(skipped, res.Name)
+		case res.Outcome == flushcheck.NotApplicable:
+			na = append(na, res.Name)
 		case details:
 			fmt.Fprintf(w, "  %s checks %s\n", res.Name, res.Rule)
 		}
@@ -319,6 +395,9 @@ func (r *checkResult) formatTail(w io.Writer, details bool) error {
 	}
 	if len(skipped) > 0 {
 		fmt.Fprintf(w, "  skipped (--run, --skip): %s\n", strings.Join(skipped, ", "))
+	}
+	if len(na) > 0 {
+		fmt.Fprintf(w, "  not applicable (%s transport, QPs connected %s), each line says why: %s\n", r.transport, r.connection(), strings.Join(na, ", "))
 	}
 	fmt.Fprintf(w, "drain settings for %s (flushcheck.Settings):\n", r.device)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -340,12 +419,18 @@ type checkProbeJSON struct {
 // checkJSON is the -j output; ifname is the RDMA device's name, as in
 // iproute2's rdma tool.
 type checkJSON struct {
-	Device        string   `json:"ifname"`
-	Soft          bool     `json:"soft"`
-	Note          string   `json:"note,omitempty"`
-	Quirks        []string `json:"soft_quirks"`
-	TimeoutNS     int64    `json:"timeout_ns"`
-	CallTimeoutNS int64    `json:"call_timeout_ns"`
+	Device string   `json:"ifname"`
+	Soft   bool     `json:"soft"`
+	Note   string   `json:"note,omitempty"`
+	Quirks []string `json:"soft_quirks"`
+	// Transport is the device's, as ibv_devinfo prints it ("iWARP");
+	// Connection how the probes' QPs were connected: "by hand" or
+	// "rdma_cm", on CMAddr.
+	Transport     string `json:"transport"`
+	Connection    string `json:"connection"`
+	CMAddr        string `json:"cm_addr,omitempty"`
+	TimeoutNS     int64  `json:"timeout_ns"`
+	CallTimeoutNS int64  `json:"call_timeout_ns"`
 	// Run and Skip are --run and --skip, "" when not given.
 	Run        string           `json:"run"`
 	Skip       string           `json:"skip"`
@@ -356,6 +441,9 @@ type checkJSON struct {
 	Hung       int              `json:"hung"`
 	NotRun     int              `json:"not_run"`
 	Skipped    int              `json:"skipped"`
+	// NotApplicable counts the probes whose rule the device's transport
+	// does not have.
+	NotApplicable int `json:"not_applicable"`
 	// DrainOptions are the drain.Options the findings imply, Settings
 	// each choice with its reason.
 	DrainOptions drainOptionsJSON `json:"drain_options"`
@@ -384,7 +472,10 @@ type settingJSON struct {
 
 func (r *checkResult) jsonView() checkJSON {
 	out := checkJSON{Device: r.device, Soft: r.soft, Note: r.note, Quirks: r.quirks, TimeoutNS: r.opts.timeout.Nanoseconds(),
-		CallTimeoutNS: r.opts.callTimeout.Nanoseconds(), Probes: []checkProbeJSON{}}
+		CallTimeoutNS: r.opts.callTimeout.Nanoseconds(), Probes: []checkProbeJSON{}, Transport: r.transport.String(), Connection: "by hand"}
+	if r.cm != nil {
+		out.Connection, out.CMAddr = "rdma_cm", r.cm.conn.Addr().String()
+	}
 	if r.opts.run != nil {
 		out.Run = r.opts.run.String()
 	}
@@ -399,7 +490,7 @@ func (r *checkResult) jsonView() checkJSON {
 			Observed: res.Observed, DurationNS: res.Duration.Nanoseconds()})
 	}
 	c := flushcheck.Count(r.results)
-	out.Pass, out.Deviations, out.Errors, out.Hung, out.NotRun, out.Skipped = c.Pass, c.Deviations, c.Errors, c.Hung, c.NotRun, c.Skipped
+	out.Pass, out.Deviations, out.Errors, out.Hung, out.NotRun, out.Skipped, out.NotApplicable = c.Pass, c.Deviations, c.Errors, c.Hung, c.NotRun, c.Skipped, c.NotApplicable
 	rec := flushcheck.Settings(r.results)
 	do := rec.Options
 	out.DrainOptions = drainOptionsJSON{MaxBatch: do.MaxBatch, Policy: do.Policy, LastWQETimeoutNS: do.LastWQETimeout.Nanoseconds(),

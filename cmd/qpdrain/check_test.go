@@ -397,3 +397,45 @@ func TestCheckProgress(t *testing.T) {
 		t.Errorf("stdout is not the JSON document of one deviation (%v):\n%s", err, stdout)
 	}
 }
+
+// TestCheckSoftIWARP: --device soft:iwarp checks the soft device with
+// siw's rules through its RDMA CM: every probe reaches a verdict or says
+// why it does not apply to iWARP, never "could not check"; the JSON says
+// how the QPs were connected.
+func TestCheckSoftIWARP(t *testing.T) {
+	stdout, stderr, code := runCLI(nil, "check", "--device", "soft:iwarp", "-j")
+	if code != exitFindings {
+		t.Fatalf("exit %d, want %d (no Last WQE Reached)\n%s%s", code, exitFindings, stdout, stderr)
+	}
+	var doc checkJSON
+	if err := json.Unmarshal([]byte(stdout), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Transport != "iWARP" || doc.Connection != "rdma_cm" || doc.CMAddr == "" {
+		t.Errorf("transport %q, connection %q on %q, want iWARP, rdma_cm on an address", doc.Transport, doc.Connection, doc.CMAddr)
+	}
+	if doc.Errors != 0 || doc.NotApplicable != 4 || doc.Pass+doc.Deviations+doc.NotApplicable != len(flushcheck.Probes()) {
+		t.Errorf("%d pass, %d deviations, %d errors, %d not applicable", doc.Pass, doc.Deviations, doc.Errors, doc.NotApplicable)
+	}
+	for _, p := range doc.Probes {
+		if p.Outcome == flushcheck.NotApplicable && !strings.Contains(p.Observed, "siw") {
+			t.Errorf("%s: not applicable without siw's source: %q", p.Name, p.Observed)
+		}
+	}
+}
+
+// TestCheckSoftCM: --cm connects the soft device's QPs through its RDMA CM;
+// on InfiniBand every probe passes but reset-reuse, which reconnects a QP
+// by hand and says so.
+func TestCheckSoftCM(t *testing.T) {
+	out, err := runSub("check", "--device", "soft", "--cm", "--timeout", "100ms")
+	if code := exitCode(err); code != exitClean {
+		t.Fatalf("exit %d (%v)\n%s", code, err, out)
+	}
+	if !strings.Contains(firstLine(out), "transport InfiniBand, QPs connected through the RDMA CM on 192.0.2.1:") {
+		t.Errorf("header %q", firstLine(out))
+	}
+	if !strings.Contains(out, "15 probes: 14 pass, 0 deviations, 0 errors, 1 not applicable") {
+		t.Errorf("summary missing:\n%s", out)
+	}
+}

@@ -59,6 +59,7 @@ func TestContractBadInputs(t *testing.T) {
 		{[]string{"check", "--timeout", "0"}, exitError, `"0" for "--timeout" flag: want at least 100ms`},
 		{[]string{"check", "--timeout", "99ms"}, exitError, "want at least 100ms"},
 		{[]string{"check", "--soft-quirk", "nope"}, exitError, `unknown quirk "nope"`},
+		{[]string{"check", "--cm-addr", "nope"}, exitError, `"nope" for "--cm-addr" flag: not an IP address`},
 		{[]string{"check", "--device", "nope"}, exitUnsupported, `no such RDMA device "nope" here`},
 		{[]string{"check", "--device", "nope", "-j"}, exitUnsupported, `no such RDMA device "nope" here`},
 		{[]string{"check", "--run", "["}, exitError, `invalid argument "[" for "--run" flag: error parsing regexp: missing closing ]`},

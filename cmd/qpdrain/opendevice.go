@@ -15,18 +15,24 @@ import (
 // softDeviceName selects the built-in soft device with --device, as does
 // softDefaultName, the name it is opened with and prints (soft.Config.Name's
 // default).
+// softIWARPName picks it with siw's rules (soft.Config.Transport iWARP),
+// spelled as the device tests' soft:adversarial.
 const (
 	softDeviceName  = "soft"
 	softDefaultName = "soft0"
+	softIWARPName   = "soft:iwarp"
 )
 
 // isSoftDevice reports whether name picks the built-in soft device: "soft",
-// or the name it prints for itself.
-func isSoftDevice(name string) bool { return name == softDeviceName || name == softDefaultName }
+// "soft:iwarp", or the name it prints for itself.
+func isSoftDevice(name string) bool {
+	return name == softDeviceName || name == softDefaultName || name == softIWARPName
+}
 
 // deviceChoice is what a command's flags say about the device it runs on.
 type deviceChoice struct {
-	// name is --device: "soft" or "soft0" for the built-in soft device,
+	// name is --device: "soft" or "soft0" for the built-in soft device
+	// ("soft:iwarp" with siw's rules),
 	// any other name for a libibverbs device, "" for the first device
 	// libibverbs lists, or the soft device when there is none.
 	name string
@@ -74,6 +80,9 @@ func openDevice(c deviceChoice) (*openedDevice, error) {
 		}
 	}
 	if isSoftDevice(name) {
+		if name == softIWARPName {
+			c.soft.Transport = ibv.TransportIWARP
+		}
 		dev, err := soft.Open(c.soft)
 		if err != nil {
 			return nil, fmt.Errorf("opening the soft device: %w", err)

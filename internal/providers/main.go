@@ -1,6 +1,7 @@
 // Command providers keeps docs/PROVIDERS.md's tables of `qpdrain check`
 // true to the check's own runs: the JSON of `qpdrain check -j` recorded per
-// device (testdata/providers/soft.json, rxe-<kernel>.json) is the source,
+// device (testdata/providers/soft.json, soft-iwarp.json, rxe-<kernel>.json)
+// is the source,
 // and the tables between the doc's marker comments are rendered from it.
 //
 //	go run ./internal/providers record -out DIR [-replace] < vm-output
@@ -228,7 +229,13 @@ func ParseVMOutput(r io.Reader) (map[string][]byte, error) {
 }
 
 // counts are the check's JSON keys that count the probes of each outcome.
-var counts = map[string]string{"pass": "pass", "deviation": "deviations", "error": "errors", "hung": "hung", "not-run": "not_run", "skipped": "skipped", Locked: "locked"}
+var counts = map[string]string{"pass": "pass", "deviation": "deviations", "error": "errors", "hung": "hung", "not-run": "not_run", "skipped": "skipped",
+	NotApplicable: "not_applicable", Locked: "locked"}
+
+// NotApplicable is the outcome of a probe whose rule the device's
+// transport does not have (flushcheck.NotApplicable): shown as such, not
+// as a finding.
+const NotApplicable = "not-applicable"
 
 // mergeRuns merges runs of one probe each into one record: the first
 // complete run's, each probe's entry taken from the run that ran it. A run
@@ -356,14 +363,23 @@ func WriteRecords(dir string, recs map[string][]byte, replace bool) ([]string, e
 	return written, nil
 }
 
-// loadColumns reads DIR/soft.json and DIR/rxe-*.json: the soft device
-// first, then the kernels in release order.
+// softIWARP is the record of the soft device with siw's rules
+// (`qpdrain check --device soft:iwarp -j`), a column of its own when
+// present.
+const softIWARP = "soft-iwarp.json"
+
+// loadColumns reads DIR/soft.json, DIR/soft-iwarp.json when present, and
+// DIR/rxe-*.json: the soft device first, then the kernels in release order.
 func loadColumns(dir string) ([]column, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "rxe-*.json"))
 	if err != nil {
 		return nil, err
 	}
-	files = append([]string{filepath.Join(dir, "soft.json")}, files...)
+	first := []string{filepath.Join(dir, "soft.json")}
+	if _, err := os.Stat(filepath.Join(dir, softIWARP)); err == nil {
+		first = append(first, filepath.Join(dir, softIWARP))
+	}
+	files = append(first, files...)
 	var cols []column
 	for _, f := range files {
 		b, err := os.ReadFile(f)
@@ -375,6 +391,9 @@ func loadColumns(dir string) ([]column, error) {
 			return nil, fmt.Errorf("%s: %w", f, err)
 		}
 		c := column{header: "Soft device", rec: rec}
+		if filepath.Base(f) == softIWARP {
+			c.header = "Soft device, iWARP (siw's rules, through its RDMA CM)"
+		}
 		if kernel, ok := strings.CutPrefix(strings.TrimSuffix(filepath.Base(f), ".json"), "rxe-"); ok {
 			c.header, c.kernel = "rxe, `"+kernel+"`", releaseNumbers(kernel)
 			if k, ok := offMatrix(kernel); ok {
@@ -383,7 +402,7 @@ func loadColumns(dir string) ([]column, error) {
 		}
 		cols = append(cols, c)
 	}
-	slices.SortStableFunc(cols[1:], func(a, b column) int { return slices.Compare(a.kernel, b.kernel) })
+	slices.SortStableFunc(cols[len(first):], func(a, b column) int { return slices.Compare(a.kernel, b.kernel) })
 	return cols, nil
 }
 
@@ -452,8 +471,9 @@ func table(cols []column, head string, names func(Record) []string, row func(str
 }
 
 // probeTable renders one row per probe (in the records' order) and
-// one column per record: the outcome, bold when it is not a pass, and what
-// the probe observed.
+// one column per record: the outcome, bold when it is a finding (not a
+// pass, nor not-applicable, which is in italics), and what the probe
+// observed (for not-applicable, why, with its source).
 func probeTable(cols []column) string {
 	return table(cols, "Probe", func(r Record) (ns []string) {
 		for _, p := range r.Probes {
@@ -467,7 +487,11 @@ func probeCell(rec Record, name string) string {
 	for _, p := range rec.Probes {
 		if p.Name == name {
 			outcome := p.Outcome
-			if outcome != "pass" {
+			switch outcome {
+			case "pass":
+			case NotApplicable:
+				outcome = "_" + outcome + "_"
+			default:
 				outcome = "**" + outcome + "**"
 			}
 			return outcome + ": " + cell(p.Observed)

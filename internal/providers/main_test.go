@@ -196,6 +196,11 @@ func TestWriteRecordsAndRender(t *testing.T) {
 		t.Errorf("written %v, in the directory %v: want the 4 kernels, 6.0's record replaced", written, files)
 	}
 
+	iwarp := strings.Replace(soft, `"outcome": "pass"`, `"outcome": "not-applicable"`, 1)
+	if err := os.WriteFile(filepath.Join(dir, "soft-iwarp.json"), []byte(iwarp), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
 	doc := []byte("# x\n<!-- providers:probes begin -->\nold\n<!-- providers:probes end -->\ntext\n" +
 		"<!-- providers:settings begin -->\n<!-- providers:settings end -->\n")
 	out, err := RenderDoc(doc, dir)
@@ -205,9 +210,9 @@ func TestWriteRecordsAndRender(t *testing.T) {
 	s := string(out)
 	for _, want := range []string{
 		// In release order, not the files' (6.12 sorts before 6.9 as text).
-		"| Probe | Soft device | rxe, `6.1.0-57-amd64` | rxe, `6.9.0-1-amd64` | rxe, `6.12.95+deb12-amd64` | rxe, `7.3.4+deb13-amd64` |\n",
-		"| `recv-in-error` | pass: never completed \\| not even later | **deviation**: never completed \\| not even later |",
-		"| Policy | `quarantine` | `quarantine` |",
+		"| Probe | Soft device | Soft device, iWARP (siw's rules, through its RDMA CM) | rxe, `6.1.0-57-amd64` | rxe, `6.9.0-1-amd64` | rxe, `6.12.95+deb12-amd64` | rxe, `7.3.4+deb13-amd64` |\n",
+		"| `recv-in-error` | pass: never completed \\| not even later | _not-applicable_: never completed \\| not even later | **deviation**: never completed \\| not even later |",
+		"| Policy | `quarantine` | `quarantine` | `quarantine` |",
 		"<!-- providers:probes end -->\ntext\n",
 	} {
 		if !strings.Contains(s, want) {

@@ -23,7 +23,7 @@ import (
 
 // EnvAddr names the IP address of the test device's netdev, which a real
 // test device needs.
-const EnvAddr = "QPDRAIN_TEST_ADDR"
+const EnvAddr = devtest.EnvAddr
 
 // softAddr is the soft device's address.
 var softAddr = netip.MustParseAddr("10.11.12.13")

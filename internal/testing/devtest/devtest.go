@@ -6,7 +6,10 @@
 //
 // The environment variable QPDRAIN_TEST_DEVICE names the device. Unset or
 // "soft", the tests run on a fresh soft device (package soft);
-// "soft:adversarial", on soft devices with adversarial schedules (Schedule).
+// "soft:adversarial", on soft devices with adversarial schedules (Schedule);
+// "soft:iwarp", on the soft device with siw's rules (DeviceIWARP), its
+// pairs connected through the soft RDMA CM. QPDRAIN_TEST_CM=1 connects the
+// pairs through the RDMA CM on any device (Pair, Connector).
 // Set to a libibverbs device name ("rxe0"), they run on that device, and a
 // test that cannot open it fails: a missing device must never turn a suite
 // green.
@@ -66,7 +69,7 @@ func DeviceName() string {
 // ProviderOf says which implementation DeviceName is.
 func ProviderOf(name string) Provider {
 	switch {
-	case name == string(ProviderSoft), name == DeviceAdversarial:
+	case name == string(ProviderSoft), name == DeviceAdversarial, name == DeviceIWARP:
 		return ProviderSoft
 	case strings.HasPrefix(name, "rxe"):
 		return ProviderRXE
@@ -85,12 +88,19 @@ func CurrentProvider() Provider { return ProviderOf(DeviceName()) }
 func Open(t testing.TB) ibv.Context {
 	t.Helper()
 	name := DeviceName()
+	cfg := soft.Config{Schedule: Schedule(t)}
+	if name == DeviceIWARP {
+		cfg.Transport = ibv.TransportIWARP
+	}
+	if throughCM(name) {
+		return openCM(t, name, cfg)
+	}
 	var (
 		ctx ibv.Context
 		err error
 	)
 	if ProviderOf(name) == ProviderSoft {
-		ctx, err = soft.Open(soft.Config{Schedule: Schedule(t)})
+		ctx, err = soft.Open(cfg)
 	} else {
 		ctx, err = ibv.Open(name)
 	}
@@ -178,8 +188,9 @@ func NewCQ(t testing.TB, ctx ibv.Context, cqe int) ibv.CQ {
 	return cq
 }
 
-// NewRC creates an RC QP in RESET, closed when the test ends.
-func NewRC(t testing.TB, pd ibv.PD, cfg RCConfig) ibv.QP {
+// rcInit is the init attributes of an RC QP sized by cfg, its defaults
+// applied (a new CQ, closed when the test ends).
+func rcInit(t testing.TB, pd ibv.PD, cfg RCConfig) ibv.QPInitAttr {
 	t.Helper()
 	if cfg.SendCQ == nil {
 		cfg.SendCQ = NewCQ(t, pd.Context(), 64)
@@ -190,13 +201,13 @@ func NewRC(t testing.TB, pd ibv.PD, cfg RCConfig) ibv.QP {
 	if cfg.Cap == (ibv.QPCap{}) {
 		cfg.Cap = ibv.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 2, MaxRecvSGE: 2}
 	}
-	qp, err := pd.CreateQP(ibv.QPInitAttr{
-		SendCQ: cfg.SendCQ,
-		RecvCQ: cfg.RecvCQ,
-		SRQ:    cfg.SRQ,
-		Cap:    cfg.Cap,
-		Type:   ibv.QPTRC,
-	})
+	return ibv.QPInitAttr{SendCQ: cfg.SendCQ, RecvCQ: cfg.RecvCQ, SRQ: cfg.SRQ, Cap: cfg.Cap, Type: ibv.QPTRC}
+}
+
+// NewRC creates an RC QP in RESET, closed when the test ends.
+func NewRC(t testing.TB, pd ibv.PD, cfg RCConfig) ibv.QP {
+	t.Helper()
+	qp, err := pd.CreateQP(rcInit(t, pd, cfg))
 	if err != nil {
 		t.Fatalf("creating RC QP: %v", err)
 	}
@@ -227,9 +238,11 @@ func Address(t testing.TB, ctx ibv.Context) ibv.AHAttr {
 }
 
 // Connect moves a and b, two RC QPs of one device in RESET, to RTS connected
-// to each other.
+// to each other by hand; on a device that connects through the RDMA CM it
+// skips the test (ByHand): create such pairs with Pair.
 func Connect(t testing.TB, ctx ibv.Context, a, b ibv.QP) {
 	t.Helper()
+	ByHand(t, ctx, "connects QPs it created itself by hand")
 	if err := Route(t, ctx).Connect(a, b); err != nil {
 		t.Fatal(err)
 	}

@@ -24,11 +24,9 @@ func newLoopback(t *testing.T) *loopback {
 	ctx := Open(t)
 	pd := NewPD(t, ctx)
 	l := &loopback{ctx: ctx, pd: pd}
-	l.a = NewRC(t, pd, RCConfig{})
-	l.b = NewRC(t, pd, RCConfig{})
+	l.a, l.b = Pair(t, pd, RCConfig{}, RCConfig{})
 	l.mra = Buffer(t, pd, 4096, AllAccess)
 	l.mrb = Buffer(t, pd, 4096, AllAccess)
-	Connect(t, ctx, l.a, l.b)
 	return l
 }
 
@@ -115,21 +113,15 @@ func TestSendInline(t *testing.T) {
 	pd := NewPD(t, ctx)
 	cq := NewCQ(t, ctx, 16)
 	inline := ibv.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}
-	a, err := pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: inline, Type: ibv.QPTRC})
-	if err != nil {
-		t.Fatal(err)
-	}
-	Close(t, a)
+	a, b := Pair(t, pd, RCConfig{SendCQ: cq, Cap: inline}, RCConfig{})
 	_, init, err := a.Query(ibv.QPAttrCap)
 	if err != nil || init.Cap.MaxInlineData < inline.MaxInlineData {
 		t.Fatalf("QP created with %d bytes inline: Query gives cap %+v, %v", inline.MaxInlineData, init.Cap, err)
 	}
 	granted := int(init.Cap.MaxInlineData)
 	t.Logf("asked for %+v, granted %+v", inline, init.Cap)
-	b := NewRC(t, pd, RCConfig{})
 	mra := Buffer(t, pd, 4096, AllAccess)
 	mrb := Buffer(t, pd, 4096, AllAccess)
-	Connect(t, ctx, a, b)
 	copy(mra.Buf(), "inline!")
 	postRecv(t, b, ibv.RecvWR{ID: 11, SGL: sge(mrb, 0, 64)}, ibv.RecvWR{ID: 12, SGL: sge(mrb, 64, 64)})
 	noKey := []ibv.SGE{{Addr: mra.Addr(), Length: 7, LKey: 0}} // inline data needs no lkey
@@ -165,17 +157,10 @@ func TestInlineReadAtomic(t *testing.T) {
 			ctx := Open(t)
 			pd := NewPD(t, ctx)
 			cq := NewCQ(t, ctx, 16)
-			a, err := pd.CreateQP(ibv.QPInitAttr{SendCQ: cq, RecvCQ: cq, Type: ibv.QPTRC,
-				Cap: ibv.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			Close(t, a)
-			b := NewRC(t, pd, RCConfig{})
+			a, _ := Pair(t, pd, RCConfig{SendCQ: cq, Cap: ibv.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}}, RCConfig{})
 			mra := Buffer(t, pd, 4096, AllAccess)
 			mrb := Buffer(t, pd, 4096, AllAccess)
-			Connect(t, ctx, a, b)
-			err = a.PostSend([]ibv.SendWR{{ID: 5, Opcode: op, Flags: ibv.SendSignaled | ibv.SendInline,
+			err := a.PostSend([]ibv.SendWR{{ID: 5, Opcode: op, Flags: ibv.SendSignaled | ibv.SendInline,
 				SGL: sge(mra, 0, 8), RemoteAddr: mrb.Addr(), RKey: mrb.RKey()}})
 			if CurrentProvider() == ProviderRXE {
 				if err != nil {

@@ -1,0 +1,138 @@
+package flushcheck
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/testing/devtest"
+	"github.com/qpdrain/qpdrain/rcsetup"
+	"github.com/qpdrain/qpdrain/soft"
+	"github.com/qpdrain/qpdrain/softcm"
+)
+
+// openIWARP opens a soft device with siw's personality and a CM connector
+// on it (softcm), closed when the test ends (the connector last).
+func openIWARP(t *testing.T) (*soft.Device, *rcsetup.CM) {
+	t.Helper()
+	dev, err := soft.Open(soft.Config{Transport: ibv.TransportIWARP, Schedule: devtest.Schedule(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := dev.Close(); err != nil {
+			t.Errorf("closing the device after the probes: %v", err)
+		}
+	})
+	n := softcm.NewNetwork()
+	addr := netip.MustParseAddr("192.0.2.1")
+	if err := n.Attach(dev, addr); err != nil {
+		t.Fatal(err)
+	}
+	c, err := rcsetup.ListenCM(n, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("closing the CM connector: %v", err)
+		}
+	})
+	return dev, c
+}
+
+// iwarpNotApplicable are the probes that do not apply to iWARP.
+var iwarpNotApplicable = []string{ProbePeerGone, ProbeRNRExhausted, ProbeResetReuse, ProbeSQD}
+
+// iwarpDeviations are what siw's rules make deviate: no Last WQE Reached
+// (siw raises IB_EVENT_QP_LAST_WQE_REACHED nowhere).
+var iwarpDeviations = []string{ProbeLastWQEReached, ProbeLastWQERepeat}
+
+// TestIWARP: on the soft device's iWARP personality, connected through
+// the soft RDMA CM, every probe runs to a verdict or is not applicable
+// with its reason and source; none is an error ("could not check").
+func TestIWARP(t *testing.T) {
+	devtest.Explore(t, func(t *testing.T) {
+		dev, c := openIWARP(t)
+		o := on(dev, quick)
+		o.Connector = c
+		results := Run(context.Background(), dev, o)
+		var na, dev2 []string
+		for _, r := range results {
+			t.Logf("%-22s %-14s %s", r.Name, r.Outcome, r.Observed)
+			switch r.Outcome {
+			case NotApplicable:
+				na = append(na, r.Name)
+				if !strings.HasPrefix(r.Observed, "not applicable to iWARP: ") || !strings.Contains(r.Observed, "drivers/infiniband/sw/siw") {
+					t.Errorf("%s: not applicable for %q, want a reason with siw's source", r.Name, r.Observed)
+				}
+			case Deviation:
+				if !allowed(t, r) {
+					dev2 = append(dev2, r.Name)
+				}
+			case Pass:
+			default:
+				t.Errorf("probe %s: %s, want a verdict or not applicable: %s", r.Name, r.Outcome, r.Observed)
+			}
+		}
+		if !slices.Equal(na, iwarpNotApplicable) {
+			t.Errorf("not applicable: %v, want %v", na, iwarpNotApplicable)
+		}
+		if !slices.Equal(dev2, iwarpDeviations) {
+			t.Errorf("deviations: %v, want %v", dev2, iwarpDeviations)
+		}
+		if got := Count(results).NotApplicable; got != len(iwarpNotApplicable) {
+			t.Errorf("Count: %d not applicable, want %d", got, len(iwarpNotApplicable))
+		}
+	})
+}
+
+// TestIWARPNeedsCM: connected by hand, an iWARP device refuses RTS, so
+// every probe that needs a connected pair cannot check: the error names
+// the refused modify.
+func TestIWARPNeedsCM(t *testing.T) {
+	dev, _ := openIWARP(t)
+	for _, r := range Run(context.Background(), dev, on(dev, quick)) {
+		if r.Name != ProbeFlushOutstanding {
+			continue
+		}
+		if r.Outcome != Error || !strings.Contains(r.Observed, "only through the connection manager") {
+			t.Errorf("%s by hand on iWARP: %s %q, want an error refusing RTS", r.Name, r.Outcome, r.Observed)
+		}
+	}
+}
+
+// TestCMOnInfiniBand: on the InfiniBand personality connected through the
+// RDMA CM every probe passes but reset-reuse, which needs QPs connected by
+// hand and says so.
+func TestCMOnInfiniBand(t *testing.T) {
+	dev := openSoft(t, soft.Quirks{})
+	n := softcm.NewNetwork()
+	addr := netip.MustParseAddr("192.0.2.2")
+	if err := n.Attach(dev.(*soft.Device), addr); err != nil {
+		t.Fatal(err)
+	}
+	c, err := rcsetup.ListenCM(n, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	o := on(dev, quick)
+	o.Connector = c
+	for _, r := range Run(context.Background(), dev, o) {
+		want := Pass
+		if r.Name == ProbeResetReuse {
+			want = NotApplicable
+		}
+		if r.Outcome != want && !allowed(t, r) {
+			t.Errorf("%s through the CM: %s %q, want %s", r.Name, r.Outcome, r.Observed, want)
+		}
+	}
+}
