@@ -32,13 +32,28 @@ not_run() {
 	exit 0
 }
 
+# timed NAME CMD...: runs CMD, adding "NAME Ns" (its status when not 0) to the times the stage prints
+# at its end, however it ends, so that a run says what each step cost (docs/TESTING.md)
+times=()
+timed() {
+	local name=$1 t0=$SECONDS rc=0
+	shift
+	"$@" || rc=$?
+	times+=("$name $((SECONDS - t0))s$([ "$rc" = 0 ] || echo " (exit $rc)")")
+	return "$rc"
+}
+report_times() {
+	[ "${#times[@]}" = 0 ] || printf 'rxe stage times: %s\n' "$(IFS=';'; echo "${times[*]}" | sed 's/;/; /g')"
+}
+trap report_times EXIT
+
 cd "$RXE_ROOT"
 echo "== rxe stage: kernels ($RXE_KERNELS), packages ($RXE_TEST_PKGS)"
 mkdir -p .cache
 go build -o .cache/qpdrain ./cmd/qpdrain
 rc=0
 # shellcheck disable=SC2086 # RXE_TEST_PKGS is a list
-.cache/qpdrain vm go-test --cache "$RXE_CACHE" --kernels "$RXE_KERNELS" --providers "$RXE_PROVIDERS" $RXE_TEST_PKGS || rc=$?
+timed "device tests" .cache/qpdrain vm go-test --cache "$RXE_CACHE" --kernels "$RXE_KERNELS" --providers "$RXE_PROVIDERS" $RXE_TEST_PKGS || rc=$?
 [ "$rc" = 3 ] && not_run "qpdrain vm cannot run here (see above)"
 [ "$rc" = 0 ] || exit "$rc"
 
@@ -46,25 +61,25 @@ case ",${RXE_PROVIDERS// /,}," in *,siw,* | *,all,*) ;; *)
 	if [ -n "$RXE_SIW_TEST_PKGS" ]; then
 		echo "== siw step: $RXE_SIW_TEST_PKGS on siw0, tests $RXE_SIW_TEST_RUN"
 		# shellcheck disable=SC2086 # RXE_SIW_TEST_PKGS is a list
-		.cache/qpdrain vm go-test --cache "$RXE_CACHE" --kernels "$RXE_KERNELS" --providers siw $RXE_SIW_TEST_PKGS \
+		timed "siw step" .cache/qpdrain vm go-test --cache "$RXE_CACHE" --kernels "$RXE_KERNELS" --providers siw $RXE_SIW_TEST_PKGS \
 			-- -test.run "$RXE_SIW_TEST_RUN"
 	fi
 	;;
 esac
 
 echo "== qpdrain trace's planted programs on rxe (docs/TRACE.md)"
-QPDRAIN_VM_TEST=1 QPDRAIN_VM_CACHE=$RXE_CACHE RXE_KERNELS=$RXE_KERNELS go test -short -count=1 -timeout 30m -run '^TestVMTrace$' ./trace
+QPDRAIN_VM_TEST=1 QPDRAIN_VM_CACHE=$RXE_CACHE RXE_KERNELS=$RXE_KERNELS timed trace go test -short -count=1 -timeout 30m -run '^TestVMTrace$' ./trace
 
 echo "== the fleet end to end on rxe: qpdrain exporter, Prometheus and the alert rules (docs/LEAKS.md)"
-scripts/rxe/fleet.sh
+timed fleet scripts/rxe/fleet.sh
 
 # qpdrain check on each kernel, recorded (make providers-rxe keeps them; docs/PROVIDERS.md)
-[ "${RXE_CHECK_RECORD:-1}" = 0 ] || scripts/rxe/check-record.sh
+[ "${RXE_CHECK_RECORD:-1}" = 0 ] || timed "check records" scripts/rxe/check-record.sh
 
 if [ "${RXE_VM_SELFTEST:-1}" != 0 ]; then
 	# -v: each test's time, and the KVM fallback lines of TestVMKVMFallback (a fake qemu that fails
 	# under KVM); TestVMStopKillsQEMU signals the binary built above.
 	echo "== qpdrain vm's own tests (red runs on purpose)"
 	QPDRAIN_VM_TEST=1 QPDRAIN_VM_CACHE=$RXE_CACHE QPDRAIN_VM_BIN=$RXE_ROOT/.cache/qpdrain \
-		go test -count=1 -v -timeout 30m -run '^TestVM' ./vm
+		timed "vm's own tests" go test -count=1 -v -timeout 30m -run '^TestVM' ./vm
 fi
