@@ -2,11 +2,18 @@ package ipoibcm
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/qpdrain/qpdrain/drain"
 	"github.com/qpdrain/qpdrain/drain/report"
+	"github.com/qpdrain/qpdrain/flushcheck"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 	"github.com/qpdrain/qpdrain/soft"
@@ -170,4 +177,37 @@ func testNeverFlushes(t *testing.T, open func(*testing.T) ibv.Context, lastWQE b
 		t.Logf("%d of %d QPs reaped on their %d flushed receives each, no drain WR, in %v",
 			r.m.Stats().Reaped, neverFlushConns, r.m.Config().RecvQueueSize, time.Since(start).Round(time.Millisecond))
 	})
+}
+
+// The settings TestProviderNeverFlushes applies are the ones
+// flushcheck.Settings derives from 5.10's record
+// (testdata/providers/rxe-5.10.json): keep stalled QPs (Policy
+// quarantine), and count receives back instead of a receive drain WR
+// (CountRecvs). Skipped where the record is not at hand (in the VM, which
+// copies only the package's directory).
+func TestNeverFlushesSettings(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "testdata", "providers", "rxe-5.10.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		t.Skipf("5.10's record is not here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		Probes []struct {
+			Name    string             `json:"name"`
+			Outcome flushcheck.Outcome `json:"outcome"`
+		} `json:"probes"`
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatalf("decoding 5.10's record: %v", err)
+	}
+	results := make([]flushcheck.Result, 0, len(rec.Probes))
+	for _, p := range rec.Probes {
+		results = append(results, flushcheck.Result{Name: p.Name, Outcome: p.Outcome})
+	}
+	got := flushcheck.Settings(results)
+	if got.Options.Policy != drain.Quarantine || !got.CountRecvs {
+		t.Errorf("5.10's settings: Policy %v, CountRecvs %v; want quarantine and CountRecvs, as TestProviderNeverFlushes applies", got.Options.Policy, got.CountRecvs)
+	}
 }
