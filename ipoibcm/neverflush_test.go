@@ -54,8 +54,8 @@ func (r *rig) settle(conns []*Conn, window time.Duration, done ...ListID) {
 // 5.10, as IBM eHCA in the 2008 ofa-general thread; docs/PROVIDERS.md),
 // and on every other device what it does instead. No send is posted in
 // RTS (5.10's rxe can spin inside ibv_post_send there) and no probe that
-// locks 5.10 up is run: the only sends are drain WRs, posted in ERROR,
-// after Last WQE Reached, which 5.10 never raises. Every wait is bounded: the Manager's timers run on the
+// locks 5.10 up is run: the only sends are drain WRs, posted in ERROR
+// (5.10 takes them and never completes them: send-in-error). Every wait is bounded: the Manager's timers run on the
 // rig's virtual clock, the device's answers get a window of real time.
 //
 //   - kernel: ipoib_cm.c's own policy keeps every SRQ QP without Last WQE
@@ -72,26 +72,30 @@ func (r *rig) settle(conns []*Conn, window time.Duration, done ...ListID) {
 //     connection whose receives are counted back (ipoib_cm.c without an
 //     SRQ): their flushes on entering ERROR are the proof (flush-outstanding
 //     passes on 5.10), so every QP is reaped, proven, with no drain WR.
+//   - drain-wr: where a drain WR is posted, a send posted in ERROR, 5.10
+//     never completes it: see testDrainWRNeverFlushed.
 //
 // It runs on the test device, expecting what that device's kernel does,
 // and on a soft device with 5.10's quirks, so that the 5.10 outcome is
 // checked on every machine.
 func TestProviderNeverFlushes(t *testing.T) {
 	t.Run("device", func(t *testing.T) {
-		lastWQE := lastWQEReached()
-		t.Logf("device %s, kernel %v: Last WQE Reached %v", devtest.DeviceName(), devtest.Kernel(), lastWQE)
-		testNeverFlushes(t, func(*testing.T) ibv.Context { return nil }, lastWQE)
+		lastWQE, sendFlushed := lastWQEReached(), sendInErrorFlushed()
+		t.Logf("device %s, kernel %v: Last WQE Reached %v, a send posted in ERROR completes %v",
+			devtest.DeviceName(), devtest.Kernel(), lastWQE, sendFlushed)
+		testNeverFlushes(t, func(*testing.T) ibv.Context { return nil }, lastWQE, sendFlushed)
 	})
 	t.Run("soft-5.10", func(t *testing.T) {
 		q := soft.Quirks{SendInErrorNotFlushed: true, NoLastWQEReached: true}
-		testNeverFlushes(t, func(t *testing.T) ibv.Context { return softDevice(t, q) }, false)
+		testNeverFlushes(t, func(t *testing.T) ibv.Context { return softDevice(t, q) }, false, false)
 	})
 }
 
 // testNeverFlushes runs TestProviderNeverFlushes's three parts on the
 // devices open returns (nil: the test device), which raise Last WQE
-// Reached as lastWQE says.
-func testNeverFlushes(t *testing.T, open func(*testing.T) ibv.Context, lastWQE bool) {
+// Reached and complete a send posted in ERROR as lastWQE and sendFlushed
+// say.
+func testNeverFlushes(t *testing.T, open func(*testing.T) ibv.Context, lastWQE, sendFlushed bool) {
 	t.Run("kernel", func(t *testing.T) {
 		start := time.Now()
 		r := newRig(t, open(t), Config{})
@@ -177,6 +181,81 @@ func testNeverFlushes(t *testing.T, open func(*testing.T) ibv.Context, lastWQE b
 		t.Logf("%d of %d QPs reaped on their %d flushed receives each, no drain WR, in %v",
 			r.m.Stats().Reaped, neverFlushConns, r.m.Config().RecvQueueSize, time.Since(start).Round(time.Millisecond))
 	})
+
+	t.Run("drain-wr", func(t *testing.T) {
+		testDrainWRNeverFlushed(t, open(t), sendFlushed)
+	})
+}
+
+// testDrainWRNeverFlushed drains receive QPs with their own receive
+// queues, as IPoIB-CM's without an SRQ, through drain.DrainAll with the
+// quarantine policy, half stating NoSends (an RX QP posts none) and half
+// not, whose send queue then needs a drain WR: a send posted in ERROR,
+// which a provider that never flushes one (sendFlushed false: 5.10) never
+// completes. Those are quarantined at DrainTimeout, with the stall as the
+// reason; the QPs that need no drain WR are proven by their counted
+// receives and safe on every device.
+func testDrainWRNeverFlushed(t *testing.T, dev ibv.Context, sendFlushed bool) {
+	if dev == nil {
+		dev = devtest.Open(t)
+	}
+	pd := devtest.NewPD(t, dev)
+	mr := devtest.Buffer(t, pd, 4096, ibv.AccessLocalWrite)
+	cq, peerCQ := devtest.NewCQ(t, dev, 256), devtest.NewCQ(t, dev, 256)
+	const recvs = 2
+	qps := make([]ibv.QP, neverFlushConns)
+	for i := range qps {
+		qps[i] = devtest.NewRC(t, pd, devtest.RCConfig{SendCQ: cq, RecvCQ: cq})
+		devtest.Connect(t, dev, qps[i], devtest.NewRC(t, pd, devtest.RCConfig{SendCQ: peerCQ, RecvCQ: peerCQ}))
+		for j := range recvs {
+			wr := ibv.RecvWR{ID: recvTag | uint64(j), SGL: []ibv.SGE{{Addr: mr.Addr() + uint64(j*64), Length: 64, LKey: mr.LKey()}}}
+			if err := qps[i].PostRecv([]ibv.RecvWR{wr}); err != nil {
+				t.Fatalf("posting a receive: %v", err)
+			}
+		}
+	}
+	opts := drain.Options{Policy: drain.Quarantine, LastWQETimeout: time.Second, DrainTimeout: time.Second,
+		Queue: func(wc ibv.WC) report.Queue {
+			if wc.ID&recvTag != 0 {
+				return report.QueueRecv
+			}
+			return report.QueueUnknown
+		}}
+	if d, ok := dev.(*soft.Device); ok {
+		opts.Clock = d.Fabric()
+	}
+	half := neverFlushConns / 2
+	ctx, cancel := context.WithTimeout(context.Background(), devtest.Timeout)
+	defer cancel()
+	for _, tc := range []struct {
+		name    string
+		qps     []ibv.QP
+		noSends bool
+	}{{"no-sends", qps[:half], true}, {"send-drain-wr", qps[half:], false}} {
+		start := time.Now()
+		reps, err := drain.DrainAll(ctx, tc.qps, drain.AddOptions{NoSends: tc.noSends, CountRecvs: true, Recvs: recvs}, opts, drain.Feed{})
+		safe := tc.noSends || sendFlushed
+		if safe != (err == nil) {
+			t.Errorf("%s: DrainAll: %v; want safe %v", tc.name, err, safe)
+		}
+		if !safe && !errors.Is(err, drain.ErrQuarantined) {
+			t.Errorf("%s: DrainAll: %v; want ErrQuarantined", tc.name, err)
+		}
+		for _, rep := range reps {
+			if !safe && (rep.Outcome != report.Quarantined || rep.Stall == nil) {
+				t.Errorf("%s: qpn %d: outcome %v, stall %v; want quarantined with its reason", tc.name, rep.QPNum, rep.Outcome, rep.Stall)
+			}
+		}
+		t.Logf("%s: %d QPs, safe %v, in %v; %v", tc.name, len(tc.qps), err == nil, time.Since(start).Round(time.Millisecond), reps[0].Stall)
+	}
+}
+
+// sendInErrorFlushed reports whether the test device completes a send
+// posted in ERROR: every device but rxe before 6.1 (send-in-error and
+// drain-wr deviate in testdata/providers/rxe-5.10.json and pass in the
+// 6.1.192, 6.12.95 and 7.3.4 records; 5.11-6.0 not run).
+func sendInErrorFlushed() bool {
+	return devtest.CurrentProvider() != devtest.ProviderRXE || !devtest.Kernel().Before(devtest.KernelRelease{Major: 6, Minor: 1})
 }
 
 // The settings TestProviderNeverFlushes applies are the ones
