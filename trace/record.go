@@ -17,7 +17,7 @@ var ErrBadRecord = errors.New("bad trace record")
 // pointers in hex (0x...), counts and enum values in decimal, as libibverbs
 // numbers them. The kinds and their keys:
 //
-//	start                          a program image's first record (a new process, or exec)
+//	start   [exe]                  a program image's first record (a new process, or exec); exe its executable
 //	fork    ppid                   a child's first record after fork: it shares ppid's objects
 //	open    ctx dev traced         ibv_open_device returned ctx (traced=0: the shim's table was full)
 //	close   ctx ret                ibv_close_device

@@ -206,6 +206,7 @@ void *dlopen(const char *file, int mode)
 
 static void begin(struct rec *r, const char *kind);
 static void emit(struct rec *r);
+static void put_name(struct rec *r, const char *key, const char *s, int max);
 static void put_uint(struct rec *r, const char *key, uint64_t v, int hex);
 
 /* after_fork_child: the child shares its parent's uverbs file and so its
@@ -269,10 +270,16 @@ static void open_records(void)
 	rec_cap = h.size - REC_DATA;
 	__atomic_store_n(&rec_map, (char *)m, __ATOMIC_RELEASE);
 	/* a new program image: exec closed the uverbs files of the one
-	 * before (close-on-exec), its objects are not this one's */
+	 * before (close-on-exec), its objects are not this one's; its
+	 * executable is what a suppression's program= matches */
 	struct rec r;
+	char exe[384];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 
+	exe[n > 0 ? n : 0] = 0;
 	begin(&r, "start");
+	if (n > 0)
+		put_name(&r, "exe", exe, 384);
 	emit(&r);
 }
 
@@ -360,11 +367,12 @@ static void put_int(struct rec *r, const char *key, int64_t v)
 
 static void put_ptr(struct rec *r, const char *key, const void *p) { put_uint(r, key, (uint64_t)(uintptr_t)p, 1); }
 
-/* put_name writes " key=NAME", NAME cut to the characters a record can hold. */
-static void put_name(struct rec *r, const char *key, const char *s)
+/* put_name writes " key=NAME", NAME cut to max characters and to what a
+ * record can hold, blanks and '=' replaced so that the line still parses. */
+static void put_name(struct rec *r, const char *key, const char *s, int max)
 {
 	put_key(r, key);
-	for (int i = 0; s && s[i] && i < 64 && r->n < REC_MAX - 1; i++) {
+	for (int i = 0; s && s[i] && i < max && r->n < REC_MAX - 1; i++) {
 		char c = s[i];
 		r->buf[r->n++] = (c > ' ' && c < 127 && c != '=') ? c : '_';
 	}
@@ -421,7 +429,7 @@ static void rec_fail(const char *verb, int err)
 	struct rec r;
 
 	begin(&r, "fail");
-	put_name(&r, "verb", verb);
+	put_name(&r, "verb", verb, 64);
 	put_int(&r, "errno", err);
 	emit(&r);
 }
@@ -1077,7 +1085,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *dev)
 
 		begin(&r, "open");
 		put_ptr(&r, "ctx", ctx);
-		put_name(&r, "dev", dev->name);
+		put_name(&r, "dev", dev->name, 64);
 		put_uint(&r, "traced", traced, 0);
 		emit(&r);
 	}
