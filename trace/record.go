@@ -12,8 +12,9 @@ import (
 // ErrBadRecord is wrapped by Parse's errors for a line the shim did not write.
 var ErrBadRecord = errors.New("bad trace record")
 
-// Record is one line the shim wrote: "KIND t=NS pid=PID tid=TID KEY=VALUE..."
-// (NS in hex or decimal),
+// Record is one record of the shim, as text: "KIND t=NS pid=PID tid=TID
+// KEY=VALUE..." (NS in hex or decimal); the shim writes them binary and Run
+// decodes them into these lines, which --records keeps and Parse reads;
 // pointers in hex (0x...), counts and enum values in decimal, as libibverbs
 // numbers them. The kinds and their keys:
 //
