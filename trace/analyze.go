@@ -542,7 +542,7 @@ func (a *analysis) create(p *proc, r Record) {
 	p.all = append(p.all, q)
 	p.sum.QPs++
 	if q.ex {
-		a.notes = append(a.notes, fmt.Sprintf("pid %d: qpn %d uses ibv_qp_ex send operations the shim does not take over (bind_mw, send_tso, atomic_write, or its table of 1024 such QPs was full): its send queue is not judged", p.pid, q.qpn))
+		a.notes = append(a.notes, fmt.Sprintf("pid %d: qpn %d uses ibv_qp_ex send operations the shim does not take over (newer than ATOMIC_WRITE and FLUSH, or its table of 1024 such QPs was full): its send queue is not judged", p.pid, q.qpn))
 	}
 }
 

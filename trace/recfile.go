@@ -139,9 +139,9 @@ func openRecords(f *os.File) (*recordReader, error) {
 }
 
 // tscClock converts the shim's TSC times to CLOCK_MONOTONIC: a line
-// through the first and the last pair the records carry (both clocks run
-// from the invariant TSC; the kernel slews CLOCK_MONOTONIC by NTP's few
-// parts per million at most).
+// through the first and the last pair the records carry (the shim reads the
+// TSC only where the kernel's clocksource is the TSC, so CLOCK_MONOTONIC
+// runs from it, slewed by NTP's few parts per million at most).
 type tscClock struct {
 	n         int
 	tsc0, ns0 uint64
@@ -168,7 +168,7 @@ func (c *tscClock) add(w []uint64) {
 func (c *tscClock) ns(tsc uint64) uint64 {
 	rate := 1.0 // one pair: no rate to be had; the shim writes two as it maps the file
 	if c.tsc1 > c.tsc0 {
-		rate = float64(c.ns1-c.ns0) / float64(c.tsc1-c.tsc0)
+		rate = float64(int64(c.ns1-c.ns0)) / float64(c.tsc1-c.tsc0)
 	}
 	return uint64(int64(c.ns0) + int64(float64(int64(tsc-c.tsc0))*rate))
 }

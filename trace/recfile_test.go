@@ -104,7 +104,7 @@ func TestRecordReader(t *testing.T) {
 	data = append(data, odd...)
 	data = append(data, encode(t, "open", 6, false, 9, 10, "ctx", 0x10, "dev", "rx e=0\xff", "traced", 1)...)
 	data = append(data, encode(t, "exit", 7, false, 3, 3)[8:]...) // the last copy cut short
-	rr := recordFile(t, data, 2)                                     // 2 that did not fit
+	rr := recordFile(t, data, 2)                                  // 2 that did not fit
 	recs, err := Parse(rr)
 	if err != nil {
 		t.Fatal(err)

@@ -32,6 +32,7 @@ var planted = map[string]string{
 	"unacked":            string(EventNotAcked),
 	"posted_in_error":    string(PostedInErrorNotFlushed),
 	"qpx_outstanding":    string(DestroyedWithOutstanding),
+	"qpx_bind_mw":        string(DestroyedWithOutstanding),
 	"postpoll":           "",
 }
 

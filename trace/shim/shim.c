@@ -40,7 +40,6 @@
 
 #include <infiniband/verbs.h>
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <x86intrin.h>
 #endif
 
@@ -119,6 +118,10 @@ struct qpx_slot {
 	void (*wr_atomic_cmp_swp)(struct ibv_qp_ex *, uint32_t, uint64_t, uint64_t, uint64_t);
 	void (*wr_atomic_fetch_add)(struct ibv_qp_ex *, uint32_t, uint64_t, uint64_t);
 	void (*wr_local_inv)(struct ibv_qp_ex *, uint32_t);
+	void (*wr_bind_mw)(struct ibv_qp_ex *, struct ibv_mw *, uint32_t, const struct ibv_mw_bind_info *);
+	void (*wr_send_tso)(struct ibv_qp_ex *, void *, uint16_t, uint16_t);
+	void (*wr_atomic_write)(struct ibv_qp_ex *, uint32_t, uint64_t, const void *);
+	void (*wr_flush)(struct ibv_qp_ex *, uint32_t, uint64_t, size_t, uint8_t, uint8_t);
 	int n;
 	int overflow;
 	struct {
@@ -238,11 +241,12 @@ void *dlopen(const char *file, int mode)
 	return real_dlopen(file, mode);
 }
 
-/* use_tsc: the time of a record is the TSC (invariant: it runs at one rate
- * on every CPU, in every power state, CPUID 80000007H EDX bit 8), read in
- * a few ns where clock_gettime costs 20-50; the cold records carry
- * CLOCK_MONOTONIC beside it, so the decoder converts. Elsewhere, or on
- * other architectures, clock_gettime. */
+/* use_tsc: the time of a record is the TSC, read in a few ns where
+ * clock_gettime costs 20-50, when the kernel's own clock is the TSC (its
+ * clocksource is "tsc": it found the TSC invariant and in step on every CPU,
+ * and CLOCK_MONOTONIC is then a linear function of it); the cold records
+ * carry CLOCK_MONOTONIC beside it, so the decoder converts. Elsewhere (a
+ * guest whose CPUs' TSCs differ, other architectures) clock_gettime. */
 static int use_tsc;
 
 static uint64_t mono_ns(void)
@@ -256,9 +260,15 @@ static uint64_t mono_ns(void)
 #if defined(__x86_64__)
 static void detect_tsc(void)
 {
-	unsigned a, b, c, d;
+	char cs[16] = "";
+	int fd = open("/sys/devices/system/clocksource/clocksource0/current_clocksource", O_RDONLY | O_CLOEXEC);
 
-	use_tsc = __get_cpuid(0x80000007, &a, &b, &c, &d) && (d & (1u << 8));
+	if (fd >= 0) {
+		if (read(fd, cs, sizeof(cs) - 1) < 0)
+			cs[0] = 0;
+		close(fd);
+	}
+	use_tsc = !strcmp(cs, "tsc\n");
 }
 static inline uint64_t rec_time(void) { return use_tsc ? __rdtsc() : mono_ns(); }
 #else
@@ -297,7 +307,6 @@ __attribute__((constructor)) static void shim_init(void)
 	const char *helper = getenv("QPDRAIN_TRACE_DLHELPER");
 
 	resolve_all(RTLD_NEXT);
-	detect_tsc();
 	if (helper && strlen(helper) < sizeof(dl_helper))
 		strcpy(dl_helper, helper);
 	cached_pid = getpid();
@@ -331,6 +340,7 @@ static void open_records(void)
 	if (m == MAP_FAILED)
 		return;
 	rec_cap = h.size - REC_DATA;
+	detect_tsc();
 	__atomic_store_n(&rec_map, (char *)m, __ATOMIC_RELEASE);
 	/* a new program image: exec closed the uverbs files of the one
 	 * before (close-on-exec), its objects are not this one's; its
@@ -775,15 +785,57 @@ static void qpx_local_inv(struct ibv_qp_ex *q, uint32_t rkey)
 		s->wr_local_inv(q, rkey);
 }
 
-/* qpx_wrap takes over q's builders when the shim knows every one the
- * provider set (bind_mw, send_tso, atomic_write and newer ones are not
- * wrapped: a QP whose send_ops_flags ask for them stays untraced). It
- * returns whether it did. */
+static void qpx_bind_mw(struct ibv_qp_ex *q, struct ibv_mw *mw, uint32_t rkey, const struct ibv_mw_bind_info *info)
+{
+	struct qpx_slot *s = qpx_note(q, IBV_WR_BIND_MW);
+	if (s)
+		s->wr_bind_mw(q, mw, rkey, info);
+}
+
+static void qpx_send_tso(struct ibv_qp_ex *q, void *hdr, uint16_t hdr_sz, uint16_t mss)
+{
+	struct qpx_slot *s = qpx_note(q, IBV_WR_TSO);
+	if (s)
+		s->wr_send_tso(q, hdr, hdr_sz, mss);
+}
+
+/* ATOMIC_WRITE and FLUSH (rdma-core 44 and later) are named by number and
+ * reached past wr_abort, where struct ibv_qp_ex grew them (it only grows at
+ * its end), so that the shim builds against older headers too; a provider
+ * that accepts their send_ops_flags has them. */
+#define QPX_WITH_FLUSH (1ull << 11)
+#define QPX_WITH_ATOMIC_WRITE (1ull << 12)
+#define QPX_WR_FLUSH 14
+#define QPX_WR_ATOMIC_WRITE 15
+struct qpx_tail {
+	void (*wr_atomic_write)(struct ibv_qp_ex *, uint32_t, uint64_t, const void *);
+	void (*wr_flush)(struct ibv_qp_ex *, uint32_t, uint64_t, size_t, uint8_t, uint8_t);
+};
+static struct qpx_tail *qpx_tail(struct ibv_qp_ex *q) { return (struct qpx_tail *)(&q->wr_abort + 1); }
+
+static void qpx_atomic_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr, const void *buf)
+{
+	struct qpx_slot *s = qpx_note(q, QPX_WR_ATOMIC_WRITE);
+	if (s)
+		s->wr_atomic_write(q, rkey, addr, buf);
+}
+
+static void qpx_flush(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr, size_t len, uint8_t type, uint8_t level)
+{
+	struct qpx_slot *s = qpx_note(q, QPX_WR_FLUSH);
+	if (s)
+		s->wr_flush(q, rkey, addr, len, type, level);
+}
+
+/* qpx_wrap takes over q's builders when the shim knows every operation
+ * its send_ops_flags ask for (one newer than ATOMIC_WRITE leaves the QP
+ * untraced, and named in a note). It returns whether it did. */
 static int qpx_wrap(struct ibv_qp_ex *q, uint64_t ops)
 {
 	const uint64_t known = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
 			       IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-			       IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
+			       IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV |
+			       IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_TSO | QPX_WITH_FLUSH | QPX_WITH_ATOMIC_WRITE;
 	int done = 0;
 
 	if (!q || (ops & ~known))
@@ -806,6 +858,10 @@ static int qpx_wrap(struct ibv_qp_ex *q, uint64_t ops)
 		s->wr_atomic_cmp_swp = q->wr_atomic_cmp_swp;
 		s->wr_atomic_fetch_add = q->wr_atomic_fetch_add;
 		s->wr_local_inv = q->wr_local_inv;
+		s->wr_bind_mw = q->wr_bind_mw;
+		s->wr_send_tso = q->wr_send_tso;
+		s->wr_atomic_write = ops & QPX_WITH_ATOMIC_WRITE ? qpx_tail(q)->wr_atomic_write : NULL;
+		s->wr_flush = ops & QPX_WITH_FLUSH ? qpx_tail(q)->wr_flush : NULL;
 		s->n = 0;
 		__atomic_store_n(&s->qpx, q, __ATOMIC_RELEASE);
 #define WRAP(f, w) do { if (q->f) q->f = w; } while (0)
@@ -821,6 +877,12 @@ static int qpx_wrap(struct ibv_qp_ex *q, uint64_t ops)
 		WRAP(wr_atomic_cmp_swp, qpx_atomic_cmp_swp);
 		WRAP(wr_atomic_fetch_add, qpx_atomic_fetch_add);
 		WRAP(wr_local_inv, qpx_local_inv);
+		WRAP(wr_bind_mw, qpx_bind_mw);
+		WRAP(wr_send_tso, qpx_send_tso);
+		if (s->wr_atomic_write)
+			qpx_tail(q)->wr_atomic_write = qpx_atomic_write;
+		if (s->wr_flush)
+			qpx_tail(q)->wr_flush = qpx_flush;
 #undef WRAP
 		done = 1;
 	}
