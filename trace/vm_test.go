@@ -136,6 +136,11 @@ func TestVMTrace(t *testing.T) {
 	for _, prog := range []struct{ name, pkg string }{{"ib_write_bw", "perftest"}, {"rping", "rdmacm-utils"}} {
 		if p, err := exec.LookPath(prog.name); err == nil && !testing.Short() {
 			files = append(files, p)
+			if prog.name == "rping" {
+				// its pthread_exit dlopen()s libgcc_s, which ldd does not name
+				libgcc, _ := filepath.Glob("/usr/lib/*-linux-gnu/libgcc_s.so.1")
+				files = append(files, libgcc...)
+			}
 		} else if !testing.Short() {
 			t.Logf("no %s on the host (Debian package %s): it is not traced", prog.name, prog.pkg)
 		}
