@@ -4,6 +4,8 @@ set -euo pipefail
 pkgs=(gcc libc6-dev pkg-config libibverbs-dev)
 # librdmacm's header (rdma/rdma_cma.h) for package librdmacm, which opens the library at run time.
 pkgs+=(librdmacm-dev)
+# rping (rdmacm-utils), traced on rxe by the trace package's VM test.
+pkgs+=(rdmacm-utils)
 # promtool (package prometheus) checks the metrics qpdrain leaks and qpdrain exporter write.
 pkgs+=(prometheus)
 missing=()

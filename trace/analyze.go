@@ -3,7 +3,6 @@ package trace
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -58,6 +57,9 @@ func Kinds() []Kind {
 type Finding struct {
 	Kind Kind `json:"kind"`
 	PID  int  `json:"pid"`
+	// Program is the executable of the process (from the shim's start
+	// record; empty in records of older shims).
+	Program string `json:"program,omitempty"`
 	// Device is the device the object's context was opened on.
 	Device string `json:"device"`
 	// Object names the QP ("qpn 17"), CQ ("cq 0x...") or event.
@@ -70,6 +72,9 @@ type Finding struct {
 	At       time.Duration `json:"at_ns"`
 	Evidence string        `json:"evidence"`
 	Rule     string        `json:"rule"`
+	// SuppressedBy is the suppressions file line ("FILE:LINE") that
+	// matched it, in Report.Suppressed.
+	SuppressedBy string `json:"suppressed_by,omitempty"`
 }
 
 // LastWQE says whether a device raises Last WQE Reached, as the flush check
@@ -101,7 +106,9 @@ const DefaultFlushWait = 250 * time.Millisecond
 
 // Process sums up what one traced process did.
 type Process struct {
-	PID     int      `json:"pid"`
+	PID int `json:"pid"`
+	// Program is its executable, when the shim recorded it.
+	Program string   `json:"program,omitempty"`
 	Devices []string `json:"devices"`
 	QPs     int      `json:"qps"`
 	CQs     int      `json:"cqs"`
@@ -120,28 +127,13 @@ type Report struct {
 	// Notes are what the trace cannot judge (paths the shim does not see,
 	// devices whose Last WQE behaviour is unknown, completions of unknown QPs).
 	Notes []string `json:"notes"`
-	// Accepted are the findings of the kinds Accept was given: reported,
-	// and not counted against the program.
-	Accepted []Finding `json:"accepted"`
+	// Suppressed are the findings Suppress moved out of Findings: counted
+	// in the report, not against the program.
+	Suppressed []Finding `json:"suppressed"`
 }
 
-// Clean reports whether the report has no finding (accepted ones aside).
+// Clean reports whether the report has no finding (suppressed ones aside).
 func (r *Report) Clean() bool { return len(r.Findings) == 0 }
-
-// Accept moves the findings of the given kinds from Findings to Accepted:
-// the kinds a project knows of and has chosen to live with, so that only
-// other kinds fail its runs.
-func (r *Report) Accept(kinds ...Kind) {
-	kept := r.Findings[:0:0]
-	for _, f := range r.Findings {
-		if slices.Contains(kinds, f.Kind) {
-			r.Accepted = append(r.Accepted, f)
-		} else {
-			kept = append(kept, f)
-		}
-	}
-	r.Findings = kept
-}
 
 // ErrUnknownKind is ParseKind's error for a name that is not a finding's kind.
 var ErrUnknownKind = errors.New("not a kind of finding")
@@ -187,6 +179,7 @@ func (z *Analyzer) Add(r Record) {
 		if parent := a.procs[int(r.Uint("ppid"))]; parent != nil {
 			c := a.newProc(r.PID, parent.objects)
 			c.sum.Devices, c.forked = append([]string(nil), parent.sum.Devices...), true
+			c.sum.Program = parent.sum.Program
 		}
 	case "start":
 		// a new program image opened a device (exec closed the uverbs
@@ -194,6 +187,7 @@ func (z *Analyzer) Add(r Record) {
 		if a.procs[r.PID] != nil {
 			a.newProc(r.PID, nil)
 		}
+		a.proc(r.PID).sum.Program = r.Str("exe")
 	}
 	p := a.proc(r.PID)
 	p.records++
@@ -281,7 +275,7 @@ type qp struct {
 	errAt       int64 // when it entered ERROR; 0 when not in ERROR
 	lastWQE     bool  // the program got Last WQE Reached for it
 	destroyedAt int64 // 0 while it lives
-	destroyedBy int   // the pid that destroyed it
+	destroyedBy *proc // the process that destroyed it
 	lateWCs     int   // completions polled after the destroy
 	lateFirst   int64
 	// amb counts, by wr_id, the flushed completions that could have come
@@ -303,7 +297,7 @@ func (q *qp) recvQueue() *queue {
 
 type cq struct {
 	ptr, ctx    uint64
-	pid         int // the process that created it
+	creator     *proc
 	cqe         int64
 	ex          bool
 	outstanding int
@@ -403,8 +397,9 @@ func (a *analysis) newProc(pid int, shared *objects) *proc {
 
 func (a *analysis) at(t int64) time.Duration { return time.Duration(t - a.t0) }
 
-func (a *analysis) add(f Finding) {
-	f.Rule = rules[f.Kind]
+// add records f, a finding in process p.
+func (a *analysis) add(p *proc, f Finding) {
+	f.PID, f.Program, f.Rule = p.pid, p.sum.Program, rules[f.Kind]
 	a.findings = append(a.findings, f)
 }
 
@@ -418,7 +413,7 @@ func (a *analysis) step(p *proc, r Record) {
 			a.notes = append(a.notes, fmt.Sprintf("pid %d: a context on %s was not traced (more than the shim's 64 open contexts)", p.pid, r.Str("dev")))
 		}
 	case "cq":
-		c := &cq{ptr: r.Uint("cq"), ctx: r.Uint("ctx"), pid: p.pid, cqe: r.Int("cqe"), ex: r.Uint("ex") == 1}
+		c := &cq{ptr: r.Uint("cq"), ctx: r.Uint("ctx"), creator: p, cqe: r.Int("cqe"), ex: r.Uint("ex") == 1}
 		p.cqs[c.ptr] = c
 		p.allCQs = append(p.allCQs, c)
 		p.sum.CQs++
@@ -547,7 +542,7 @@ func (a *analysis) create(p *proc, r Record) {
 	p.all = append(p.all, q)
 	p.sum.QPs++
 	if q.ex {
-		a.notes = append(a.notes, fmt.Sprintf("pid %d: qpn %d uses ibv_qp_ex send operations the shim does not take over (bind_mw, send_tso, atomic_write, or its table of 1024 such QPs was full): its send queue is not judged", p.pid, q.qpn))
+		a.notes = append(a.notes, fmt.Sprintf("pid %d: qpn %d uses ibv_qp_ex send operations the shim does not take over (newer than ATOMIC_WRITE and FLUSH, or its table of 1024 such QPs was full): its send queue is not judged", p.pid, q.qpn))
 	}
 }
 
@@ -726,7 +721,7 @@ func (a *analysis) destroy(p *proc, r Record) {
 	if q == nil || r.Has("begin") || r.Int("ret") != 0 {
 		return
 	}
-	q.destroyedAt, q.destroyedBy = r.T, p.pid
+	q.destroyedAt, q.destroyedBy = r.T, p
 	delete(p.qps, q.ptr)
 	key := [2]uint64{q.ctx, uint64(q.qpn)}
 	delete(p.byQPN, key)
@@ -759,7 +754,7 @@ func (a *analysis) judgeSRQ(d earlyDestroy, lastWQE func(string) (LastWQE, bool)
 		if q.errAt != 0 {
 			ev = fmt.Sprintf("was destroyed %v after ERROR,", fmtDur(d.at-q.errAt))
 		}
-		a.add(Finding{Kind: SRQDestroyedBeforeLastWQE, PID: p.pid, Device: q.dev, Object: fmt.Sprintf("qpn %d", q.qpn), Queue: "srq", At: a.at(d.at),
+		a.add(p, Finding{Kind: SRQDestroyedBeforeLastWQE, Device: q.dev, Object: fmt.Sprintf("qpn %d", q.qpn), Queue: "srq", At: a.at(d.at),
 			Evidence: fmt.Sprintf("qpn %d (on SRQ 0x%x) %s before the program got IBV_EVENT_QP_LAST_WQE_REACHED for it; %s raises it (%s)", q.qpn, q.srq.ptr, ev, q.dev, know.Source)})
 	}
 }
@@ -790,7 +785,7 @@ func (a *analysis) finish(set *objects) {
 			a.notes = append(a.notes, fmt.Sprintf("pid %d: qpn %d: flushed completions with wr_id %s came while its send and its receive queue both held WRs with that wr_id, and fewer than those WRs: a completion in error does not say its queue (its opcode is undefined, ibv_poll_cq(3)), so the WRs left with that wr_id are not judged", set.holders[0].pid, q.qpn, strings.Join(ids, ", ")))
 		}
 		if q.lateWCs > 0 {
-			a.add(Finding{Kind: CompletionForDestroyedQP, PID: q.destroyedBy, Device: q.dev, Object: fmt.Sprintf("qpn %d", q.qpn), Count: q.lateWCs, At: a.at(q.lateFirst),
+			a.add(q.destroyedBy, Finding{Kind: CompletionForDestroyedQP, Device: q.dev, Object: fmt.Sprintf("qpn %d", q.qpn), Count: q.lateWCs, At: a.at(q.lateFirst),
 				Evidence: fmt.Sprintf("%d completion(s) of qpn %d polled after it was destroyed, the first %v after ibv_destroy_qp", q.lateWCs, q.qpn, fmtDur(q.lateFirst-q.destroyedAt))})
 		}
 	}
@@ -799,11 +794,11 @@ func (a *analysis) finish(set *objects) {
 			continue
 		}
 		if c.maxOut > int(c.cqe) {
-			a.add(Finding{Kind: CQOverSize, PID: c.pid, Device: set.ctxDev[c.ctx], Object: fmt.Sprintf("cq 0x%x", c.ptr), Count: c.maxOut, At: a.at(c.maxAt),
+			a.add(c.creator, Finding{Kind: CQOverSize, Device: set.ctxDev[c.ctx], Object: fmt.Sprintf("cq 0x%x", c.ptr), Count: c.maxOut, At: a.at(c.maxAt),
 				Evidence: fmt.Sprintf("up to %d WRs outstanding whose completions go to this CQ of cqe %d", c.maxOut, c.cqe)})
 		}
 		if c.overrun != "" {
-			a.add(Finding{Kind: CQOverrun, PID: c.pid, Device: set.ctxDev[c.ctx], Object: fmt.Sprintf("cq 0x%x", c.ptr), At: a.at(c.overrunAt),
+			a.add(c.creator, Finding{Kind: CQOverrun, Device: set.ctxDev[c.ctx], Object: fmt.Sprintf("cq 0x%x", c.ptr), At: a.at(c.overrunAt),
 				Evidence: fmt.Sprintf("the CQ (cqe %d) overran: %s", c.cqe, c.overrun)})
 		}
 	}
@@ -820,7 +815,7 @@ func (a *analysis) finishProc(p *proc) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		a.add(Finding{Kind: EventNotAcked, PID: p.pid, Device: strings.Join(p.sum.Devices, ","), Object: p.pendDesc[k], Count: p.pending[k], At: a.at(p.pendAt[k]),
+		a.add(p, Finding{Kind: EventNotAcked, Device: strings.Join(p.sum.Devices, ","), Object: p.pendDesc[k], Count: p.pending[k], At: a.at(p.pendAt[k]),
 			Evidence: fmt.Sprintf("%d %s never acknowledged with ibv_ack_async_event before the process ended: destroying its object would block", p.pending[k], p.pendDesc[k])})
 	}
 	if n := a.unknownQPN[p.pid]; n > 0 {
@@ -833,9 +828,9 @@ func (a *analysis) finishProc(p *proc) {
 // holding it (the kernel destroys the QP then, discarding its WRs as
 // ibv_destroy_qp does).
 func (a *analysis) leftover(q *qp, qq *queue, last *proc) {
-	end, pid := q.destroyedAt, q.destroyedBy
+	end, p := q.destroyedAt, q.destroyedBy
 	if end == 0 {
-		end, pid = last.end, last.pid
+		end, p = last.end, last
 	}
 	var stale, other []wr
 	for _, w := range qq.wrs {
@@ -853,7 +848,7 @@ func (a *analysis) leftover(q *qp, qq *queue, last *proc) {
 		if q.destroyedAt != 0 {
 			how = "it was destroyed"
 		}
-		a.add(Finding{Kind: PostedInErrorNotFlushed, PID: pid, Device: q.dev, Object: obj, Queue: qq.name, Count: len(stale), At: a.at(stale[0].postedAt),
+		a.add(p, Finding{Kind: PostedInErrorNotFlushed, Device: q.dev, Object: obj, Queue: qq.name, Count: len(stale), At: a.at(stale[0].postedAt),
 			Evidence: fmt.Sprintf("%d WR(s) posted to the %s queue of qpn %d in ERROR (first wr_id 0x%x, %v after ERROR) had no completion %v later, when %s", len(stale), qq.name, q.qpn, stale[0].id, fmtDur(stale[0].postedAt-q.errAt), fmtDur(end-stale[0].postedAt), how)})
 	}
 	if len(other) == 0 {
@@ -869,9 +864,9 @@ func (a *analysis) leftover(q *qp, qq *queue, last *proc) {
 		if !last.sum.Exited {
 			how = "ended without exiting normally (killed, or _exit)"
 		}
-		ev = fmt.Sprintf("qpn %d was never destroyed: pid %d %s with %d WR(s) outstanding on its %s queue (first wr_id 0x%x), %s; the kernel destroys the QP when the process's last descriptor of the device closes, discarding those WRs as ibv_destroy_qp does", q.qpn, pid, how, len(other), qq.name, other[0].id, when)
+		ev = fmt.Sprintf("qpn %d was never destroyed: pid %d %s with %d WR(s) outstanding on its %s queue (first wr_id 0x%x), %s; the kernel destroys the QP when the process's last descriptor of the device closes, discarding those WRs as ibv_destroy_qp does", q.qpn, p.pid, how, len(other), qq.name, other[0].id, when)
 	}
-	a.add(Finding{Kind: DestroyedWithOutstanding, PID: pid, Device: q.dev, Object: obj, Queue: qq.name, Count: len(other), At: a.at(end), Evidence: ev})
+	a.add(p, Finding{Kind: DestroyedWithOutstanding, Device: q.dev, Object: obj, Queue: qq.name, Count: len(other), At: a.at(end), Evidence: ev})
 }
 
 func (a *analysis) report() *Report {
@@ -888,7 +883,7 @@ func (a *analysis) report() *Report {
 	if rep.Notes == nil {
 		rep.Notes = []string{}
 	}
-	rep.Accepted = []Finding{}
+	rep.Suppressed = []Finding{}
 	if rep.Processes == nil {
 		rep.Processes = []Process{}
 	}

@@ -11,12 +11,11 @@
 // its size or overrunning, async events never acknowledged, and WRs posted in
 // ERROR that were never flushed.
 //
-// The ibv_qp_ex send path (ibv_wr_start, ibv_wr_*, ibv_wr_complete) keeps
-// its function pointers in each QP: the shim takes over those of the send
-// operations it knows, per QP. What it does not see: the ibv_cq_ex poll path
-// (ibv_start_poll, ibv_next_poll) and the ibv_qp_ex operations it does not
-// know; objects using them are named in the report's notes and their queues
+// The ibv_qp_ex send path (ibv_wr_start, ibv_wr_*, ibv_wr_complete) and the
+// ibv_cq_ex poll path (ibv_start_poll, ibv_next_poll) keep their function
+// pointers in each QP and CQ: the shim takes those over, per object. A
+// program that dlopen()s libibverbs gets the shim's verbs from its handle
+// too. What the shim cannot follow (an ibv_qp_ex operation newer than it
+// knows, a full table) is named in the report's notes and its queues are
 // not judged.
-// A program that looks libibverbs's symbols up in a dlopen() handle of its
-// own bypasses the interposed verbs.
 package trace

@@ -112,7 +112,7 @@ func TestHostPlanted(t *testing.T) {
 					t.Errorf("fork_destroy: want the child's destroy of 4 receives, then the parent's exit with 3:\n%s", text(t, rep))
 				}
 			}
-			if len(rep.Processes) != procs || rep.Processes[0].Devices[0] != "fake0" || !rep.Processes[0].Exited {
+			if len(rep.Processes) != procs || rep.Processes[0].Devices[0] != "fake0" || !rep.Processes[0].Exited || rep.Processes[0].Program != argv[0] {
 				t.Errorf("processes %+v", rep.Processes)
 			}
 		})

@@ -12,12 +12,13 @@ import (
 // ErrBadRecord is wrapped by Parse's errors for a line the shim did not write.
 var ErrBadRecord = errors.New("bad trace record")
 
-// Record is one line the shim wrote: "KIND t=NS pid=PID tid=TID KEY=VALUE..."
-// (NS in hex or decimal),
+// Record is one record of the shim, as text: "KIND t=NS pid=PID tid=TID
+// KEY=VALUE..." (NS in hex or decimal); the shim writes them binary and Run
+// decodes them into these lines, which --records keeps and Parse reads;
 // pointers in hex (0x...), counts and enum values in decimal, as libibverbs
 // numbers them. The kinds and their keys:
 //
-//	start                          a program image's first record (a new process, or exec)
+//	start   [exe]                  a program image's first record (a new process, or exec); exe its executable
 //	fork    ppid                   a child's first record after fork: it shares ppid's objects
 //	open    ctx dev traced         ibv_open_device returned ctx (traced=0: the shim's table was full)
 //	close   ctx ret                ibv_close_device

@@ -3,6 +3,7 @@ package trace
 import (
 	"fmt"
 	"io"
+	"path"
 	"strings"
 )
 
@@ -19,8 +20,12 @@ func (r *Report) WriteText(w io.Writer, details bool) error {
 		if p.Exited {
 			end = "exited"
 		}
-		fmt.Fprintf(&b, "pid %d on %s: %d QPs, %d CQs, %d SRQs, %d WRs posted, %d completions polled, %d async events; %s\n",
-			p.PID, strings.Join(p.Devices, ","), p.QPs, p.CQs, p.SRQs, p.Posted, p.Polled, p.Events, end)
+		prog := ""
+		if p.Program != "" {
+			prog = " (" + path.Base(p.Program) + ")"
+		}
+		fmt.Fprintf(&b, "pid %d%s on %s: %d QPs, %d CQs, %d SRQs, %d WRs posted, %d completions polled, %d async events; %s\n",
+			p.PID, prog, strings.Join(p.Devices, ","), p.QPs, p.CQs, p.SRQs, p.Posted, p.Polled, p.Events, end)
 	}
 	if r.Clean() {
 		b.WriteString("clean\n")
@@ -37,18 +42,23 @@ func (r *Report) WriteText(w io.Writer, details bool) error {
 			fmt.Fprintf(&b, "  rule: %s\n", f.Rule)
 		}
 	}
-	if len(r.Accepted) > 0 {
-		n := map[Kind]int{}
-		for _, f := range r.Accepted {
-			n[f.Kind]++
+	if len(r.Suppressed) > 0 {
+		// counted by the line that suppressed them, in its first finding's order
+		var lines []string
+		n := map[string]int{}
+		kind := map[string]Kind{}
+		for _, f := range r.Suppressed {
+			if n[f.SuppressedBy] == 0 {
+				lines = append(lines, f.SuppressedBy)
+			}
+			n[f.SuppressedBy]++
+			kind[f.SuppressedBy] = f.Kind
 		}
 		var each []string
-		for _, k := range Kinds() {
-			if n[k] > 0 {
-				each = append(each, fmt.Sprintf("%d %s", n[k], k))
-			}
+		for _, l := range lines {
+			each = append(each, fmt.Sprintf("%d %s (%s)", n[l], kind[l], l))
 		}
-		fmt.Fprintf(&b, "%d finding(s) accepted (--accept), not shown: %s\n", len(r.Accepted), strings.Join(each, ", "))
+		fmt.Fprintf(&b, "%d finding(s) suppressed, not shown: %s\n", len(r.Suppressed), strings.Join(each, ", "))
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "note: %s\n", n)

@@ -457,7 +457,23 @@ func writableDir(dir string) error {
 // writeFileAtomic writes path through write: into a temporary file in the
 // same directory, synced, then renamed over path, so that path is either
 // the old file or the whole new one, never a truncated one (a full disk).
+// A path that exists and is not a regular file (/dev/null, a FIFO) is
+// written in place: a rename would replace it (as root, /dev/null itself).
 func writeFileAtomic(path string, write func(io.Writer) error) (err error) {
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() && !st.IsDir() {
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			return fmt.Errorf("writing %s: %w", path, err)
+		}
+		if err := write(f); err != nil {
+			f.Close()
+			return fmt.Errorf("writing %s: %w", path, err)
+		}
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("writing %s: %w", path, err)
+		}
+		return nil
+	}
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)

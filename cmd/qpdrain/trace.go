@@ -26,7 +26,8 @@ type traceOptions struct {
 	shimCache string
 	lastWQE   string
 	flushWait time.Duration
-	accept    []string
+	supps     []string
+	errorExit int
 }
 
 // traceOutput is "qpdrain trace -j"'s document.
@@ -49,8 +50,10 @@ func newTraceCmd(opts *globalOptions) *cobra.Command {
 			"or to --report FILE. --from FILE judges records kept earlier with --records.\n" +
 			"Whether a device raises Last WQE Reached (--last-wqe auto) comes from the trace itself, else from\n" +
 			"the flush check's last-wqe-reached probe, run on that device after the program ends.\n" +
-			"--accept KIND moves the findings of a kind the project has accepted out of the verdict (they are counted).\n" +
-			"Exit status 0 clean, 1 findings, 2 error, 3 no C compiler for the shim or not Linux. See docs/TRACE.md.",
+			"--suppressions FILE names the findings a project has accepted (a kind, and the program, device or queue\n" +
+			"it applies to, one a line): they are counted, not shown, and leave the verdict clean.\n" +
+			"Exit status 0 clean, 1 findings (--error-exitcode), 2 error, 3 no C compiler for the shim or not Linux.\n" +
+			"See docs/TRACE.md.",
 		Args: func(cmd *cobra.Command, args []string) error {
 			switch {
 			case len(args) == 0 && o.from == "":
@@ -72,9 +75,12 @@ func newTraceCmd(opts *globalOptions) *cobra.Command {
 	f.StringVar(&o.shim, "shim", "", "the shim shared object to preload (default: build it with $CC or cc)")
 	f.StringVar(&o.shimCache, "shim-cache", "", "where built shims are kept (default: the user's cache directory, qpdrain/trace)")
 	stringFlag(f, &o.lastWQE, "last-wqe", "auto", "whether the devices raise Last WQE Reached: auto, raises, never", oneOf("auto", "raises", "never"))
-	stringsFlag(f, &o.accept, "accept", nil, "a kind of finding the program is known to have: reported as accepted, not a finding (exit 0 when it is the only kind); repeatable", func(s string) error {
-		_, err := trace.ParseKind(s)
-		return err
+	stringsFlag(f, &o.supps, "suppressions", nil, "a file of findings to suppress, one a line: KIND [program=GLOB] [device=GLOB] [queue=send|recv|srq]; repeatable", func(string) error { return nil })
+	intFlag(f, &o.errorExit, "error-exitcode", exitFindings, "the exit status when findings remain after the suppressions (0: findings never fail the run)", func(n int) error {
+		if n < 0 || n > 125 || n == exitError || n == exitUnsupported {
+			return fmt.Errorf("want 0 to 125, not %d or %d (an error, no shim)", exitError, exitUnsupported)
+		}
+		return nil
 	})
 	durationFlag(f, &o.flushWait, "flush-wait", trace.DefaultFlushWait, "how long a WR posted in ERROR may stay unflushed before it counts as never flushed", positive)
 	return cmd
@@ -89,6 +95,14 @@ func kindList() string {
 }
 
 func runTrace(ctx context.Context, stdout io.Writer, opts *globalOptions, o *traceOptions, args []string) error {
+	var sups []trace.Suppression
+	for _, name := range o.supps {
+		s, err := readSuppressions(name)
+		if err != nil {
+			return withExitCode(exitError, fmt.Errorf("trace: %w", err))
+		}
+		sups = append(sups, s...)
+	}
 	out := traceOutput{}
 	lost := 0
 	z := trace.NewAnalyzer(trace.Options{FlushWait: o.flushWait})
@@ -128,10 +142,7 @@ func runTrace(ctx context.Context, stdout io.Writer, opts *globalOptions, o *tra
 	if lost > 0 {
 		out.Notes = append(out.Notes, fmt.Sprintf("%d record(s) lost (the record file was full, or a process was killed while it wrote one): the verdicts may miss what they showed", lost))
 	}
-	for _, s := range o.accept {
-		k, _ := trace.ParseKind(s) // checked by the flag
-		out.Accept(k)
-	}
+	out.Suppress(sups)
 	write := func(w io.Writer) error { return writeTrace(w, opts, out) }
 	var err error
 	if o.report != "" {
@@ -142,10 +153,21 @@ func runTrace(ctx context.Context, stdout io.Writer, opts *globalOptions, o *tra
 	if err != nil {
 		return withExitCode(exitError, fmt.Errorf("trace: writing the report: %w", err))
 	}
-	if !out.Clean() {
-		return withExitCode(exitFindings, fmt.Errorf("%d findings", len(out.Findings)))
+	if !out.Clean() && o.errorExit != exitClean {
+		return withExitCode(o.errorExit, fmt.Errorf("trace: %d finding(s) not suppressed (--error-exitcode %d)", len(out.Findings), o.errorExit))
 	}
 	return nil
+}
+
+// readSuppressions reads one --suppressions file; its errors name the file
+// (and the line).
+func readSuppressions(name string) ([]trace.Suppression, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return trace.ParseSuppressions(f, name)
 }
 
 func writeTrace(w io.Writer, opts *globalOptions, out traceOutput) error {

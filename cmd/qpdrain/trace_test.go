@@ -50,26 +50,47 @@ func TestTraceFrom(t *testing.T) {
 	if err := json.Unmarshal(b, &doc); err != nil || len(doc.Findings) != 0 || len(doc.Notes) != 1 || !strings.Contains(doc.Notes[0], "which rxe0 does not raise (--last-wqe never)") {
 		t.Errorf("--report -j: %v\n%s", err, b)
 	}
-	// an accepted kind: counted, not a finding, exit 0; another kind is still one
-	out, err = runSub("trace", "--last-wqe", "raises", "--accept", "srq-destroyed-before-last-wqe", "--from", rec)
+	// a suppressed kind: counted, not a finding, exit 0; a line that does
+	// not match (another kind, another queue) leaves it a finding
+	supp := writeFile(t, filepath.Join(dir, "ok.supp"), "# accepted\n\ncq-overrun\nsrq-destroyed-before-last-wqe queue=srq device=rxe*\n")
+	out, err = runSub("trace", "--last-wqe", "raises", "--suppressions", supp, "--from", rec)
 	if code := exitCode(err); code != exitClean {
-		t.Fatalf("--accept: exit %d (%v), want clean:\n%s", code, err, out)
+		t.Fatalf("--suppressions: exit %d (%v), want clean:\n%s", code, err, out)
 	}
-	wantAll(t, "--accept report", out, "\nclean\n1 finding(s) accepted (--accept), not shown: 1 srq-destroyed-before-last-wqe\n")
-	out, err = runSub("trace", "--last-wqe", "raises", "--accept", "cq-overrun", "--from", rec)
-	if code := exitCode(err); code != exitFindings {
-		t.Fatalf("--accept of another kind: exit %d (%v), want findings:\n%s", code, err, out)
+	wantAll(t, "--suppressions report", out, "\nclean\n1 finding(s) suppressed, not shown: 1 srq-destroyed-before-last-wqe ("+supp+":4)\n")
+	other := writeFile(t, filepath.Join(dir, "other.supp"), "cq-overrun\nsrq-destroyed-before-last-wqe queue=recv\n")
+	out, err = runSub("trace", "--last-wqe", "raises", "--suppressions", other, "--from", rec)
+	if code := exitCode(err); code != exitFindings || strings.Contains(out, "suppressed") {
+		t.Fatalf("--suppressions not matching: exit %d (%v), want findings, none suppressed:\n%s", code, err, out)
+	}
+	// --error-exitcode: the status findings give, 0 for never
+	for _, tc := range []struct {
+		arg  string
+		want int
+	}{{"0", exitClean}, {"7", 7}, {"1", exitFindings}} {
+		_, err = runSub("trace", "--last-wqe", "raises", "--error-exitcode", tc.arg, "--from", rec)
+		if code := exitCode(err); code != tc.want {
+			t.Errorf("--error-exitcode %s: exit %d (%v), want %d", tc.arg, code, err, tc.want)
+		}
 	}
 }
 
 func TestTraceBadArgs(t *testing.T) {
 	bad := writeFile(t, filepath.Join(t.TempDir(), "bad.rec"), "open t=1 pid=1\n")
+	// the suppressions are read before anything runs: their error, not the records'
+	badSupp := writeFile(t, filepath.Join(t.TempDir(), "kind.supp"), "# ok so far\ncq-overrun program=ib_*\nleak\n")
+	badKey := writeFile(t, filepath.Join(t.TempDir(), "key.supp"), "cq-overrun qpn=7\n")
+	badGlob := writeFile(t, filepath.Join(t.TempDir(), "glob.supp"), "cq-overrun program=[x\n")
 	wantRefused(t, []string{"trace"}, []badInput{
 		{nil, exitError, "give a program to run (after --) or --from FILE"},
 		{[]string{"--from", bad, "--", "true"}, exitError, "not both"},
 		{[]string{"--last-wqe", "maybe", "--from", bad}, exitError, `"maybe" for "--last-wqe" flag: want one of auto, raises, never`},
 		{[]string{"--from", bad}, exitError, "bad trace record: line 1"},
-		{[]string{"--accept", "leak", "--from", bad}, exitError, `"leak" is not a kind of finding: want one of destroyed-with-outstanding,`},
+		{[]string{"--suppressions", badSupp, "--from", bad}, exitError, badSupp + `:3: "leak" is not a kind of finding: want one of destroyed-with-outstanding,`},
+		{[]string{"--suppressions", badKey, "--from", bad}, exitError, badKey + `:1: bad suppression: "qpn=7": want program=, device= or queue= after the kind`},
+		{[]string{"--suppressions", badGlob, "--from", bad}, exitError, badGlob + `:1: bad suppression: program="[x": syntax error in pattern`},
+		{[]string{"--suppressions", filepath.Join(t.TempDir(), "none.supp"), "--from", bad}, exitError, "none.supp: no such file"},
+		{[]string{"--error-exitcode", "2", "--from", bad}, exitError, `"2" for "--error-exitcode" flag: want 0 to 125, not 2 or 3`},
 		{[]string{"--from", filepath.Join(t.TempDir(), "none")}, exitError, "no such file"},
 	})
 }

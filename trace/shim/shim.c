@@ -1,9 +1,9 @@
 /*
  * qpdrain trace shim: preloaded (LD_PRELOAD) into an unchanged program, it
  * records the life of every QP, CQ and SRQ the program creates through
- * libibverbs, one text line per event, into the file named by
+ * libibverbs, one binary record per event, into the file named by
  * QPDRAIN_TRACE_FILE, mapped shared by every process of the program. qpdrain's trace package
- * parses and judges the records (record.go in the trace package documents the format).
+ * decodes them into text (recfile.go), parses and judges them (record.go documents the fields).
  *
  * ibv_post_send, ibv_post_recv, ibv_post_srq_recv and ibv_poll_cq are static
  * inline in <infiniband/verbs.h>: they call through the ibv_context_ops table
@@ -17,9 +17,9 @@
  *
  * Safe in an arbitrary program: the wrappers allocate nothing and take no
  * lock (the context table is read with acquire loads, written under a mutex
- * by ibv_open_device/ibv_close_device only), format records on the stack
- * with their own integer formatting and copy them into the shared mapping
- * of the record file (an atomic add reserves the bytes), so they are
+ * by ibv_open_device/ibv_close_device only), build binary records on the
+ * stack (no formatting) and copy them into the shared mapping of the record
+ * file (an atomic add reserves the bytes), so they are
  * async-signal-safe as far as the provider's own post/poll are; errno is
  * preserved; the pid is re-read in the child after fork (pthread_atfork);
  * the file is mapped at the first ibv_open_device, no descriptor kept, and
@@ -39,9 +39,11 @@
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
 
 #define MAX_CONTEXTS 64
-#define REC_MAX 512
 #define IBVERBS_VERSION "IBVERBS_1.1"
 
 /* ctx_slot holds one open context's original ops; ctx is published last
@@ -71,7 +73,7 @@ struct rec_header {
 	uint64_t next; /* the bytes reserved after the header page */
 	uint64_t lost; /* records that did not fit */
 };
-#define REC_MAGIC "QPDTRC01"
+#define REC_MAGIC "QPDTRC02"
 #define REC_DATA 4096 /* the records start a page in */
 #define REC_CHUNK (1u << 20)
 #define REC_POPULATE_WRITE 23 /* MADV_POPULATE_WRITE, Linux 5.14 */
@@ -116,6 +118,10 @@ struct qpx_slot {
 	void (*wr_atomic_cmp_swp)(struct ibv_qp_ex *, uint32_t, uint64_t, uint64_t, uint64_t);
 	void (*wr_atomic_fetch_add)(struct ibv_qp_ex *, uint32_t, uint64_t, uint64_t);
 	void (*wr_local_inv)(struct ibv_qp_ex *, uint32_t);
+	void (*wr_bind_mw)(struct ibv_qp_ex *, struct ibv_mw *, uint32_t, const struct ibv_mw_bind_info *);
+	void (*wr_send_tso)(struct ibv_qp_ex *, void *, uint16_t, uint16_t);
+	void (*wr_atomic_write)(struct ibv_qp_ex *, uint32_t, uint64_t, const void *);
+	void (*wr_flush)(struct ibv_qp_ex *, uint32_t, uint64_t, size_t, uint8_t, uint8_t);
 	int n;
 	int overflow;
 	struct {
@@ -128,12 +134,43 @@ struct qpx_slot {
 static struct qpx_slot qpx_slots[MAX_QPX];
 static struct ibv_qp_ex *(*real_qp_to_qp_ex)(struct ibv_qp *);
 
-/* rec is a record under construction, on the caller's stack. */
-struct rec {
-	char buf[REC_MAX];
-	size_t n;
-};
+/* The records are binary, decoded by qpdrain (recfile.go reads these two
+ * tables from this source, so the names are written once): a kind, then
+ * KEY=VALUE fields, as record.go documents them. A key's format is how the
+ * decoder prints it: HEX, DEC, INT (signed) or STR (the record's one string,
+ * its bytes after the values). "ns" is CLOCK_MONOTONIC beside a TSC time, for
+ * the decoder's conversion; "clock" records carry only that. The kinds
+ * written on the post and poll path come first: they take no ns. */
+#define REC_KINDS(X) X(send) X(recv) X(srecv) X(wc) X(start) X(fork) X(open) X(close) X(cq) X(cqd) X(srq) X(srqd) \
+	X(qp) X(mod) X(qpd) X(pollerr) X(ev) X(ack) X(qpxlost) X(fail) X(exit) X(clock)
+#define REC_KEYS(X) X(ctx, HEX) X(qp, HEX) X(cq, HEX) X(srq, HEX) X(scq, HEX) X(rcq, HEX) X(wr, HEX) X(ret, INT) \
+	X(cqe, INT) X(errno, INT) X(dev, STR) X(verb, STR) X(exe, STR) X(traced, DEC) X(ex, DEC) X(begin, DEC) \
+	X(max_wr, DEC) X(qpn, DEC) X(type, DEC) X(max_send_wr, DEC) X(max_recv_wr, DEC) X(sig_all, DEC) \
+	X(state, DEC) X(op, DEC) X(sig, DEC) X(ok, DEC) X(st, DEC) X(port, DEC) X(ppid, DEC) X(ns, DEC)
+#define KIND_ENUM(n) KIND_##n,
+#define KEY_ENUM(n, f) KEY_##n,
+enum rec_kind { REC_KINDS(KIND_ENUM) };
+enum rec_key { REC_KEYS(KEY_ENUM) };
 
+/* rec is a record under construction, on the caller's stack, in the
+ * record file's layout (8-byte words, little-endian on the hosts that
+ * have libibverbs):
+ *   w[0] header: byte 0 REC_MARK, 1 kind, 2 words in all, 3 values; 4-7 tid
+ *   w[1] the time: TSC ticks (w[2] bit 32) or CLOCK_MONOTONIC ns
+ *   w[2] pid (bits 0-31), flags (32-39), string length (40-55), check (56-63)
+ *   w[3], w[4] the values' keys, a byte each
+ *   w[5...] the values, then the string's bytes
+ * The header is stored last (release): a record whose header is there is
+ * whole; check (the values' bytes folded by xor) rejects what a process
+ * killed mid-copy left that would look like a header. */
+#define REC_MARK 0xb5
+#define REC_VALS 16
+#define REC_TSC (1ull << 32)
+struct rec {
+	uint64_t w[5 + REC_VALS];
+	const char *str;
+	unsigned slen;
+};
 static void *resolve(void *h, const char *name)
 {
 	void *p = dlvsym(h, name, IBVERBS_VERSION);
@@ -204,9 +241,45 @@ void *dlopen(const char *file, int mode)
 	return real_dlopen(file, mode);
 }
 
-static void begin(struct rec *r, const char *kind);
+/* use_tsc: the time of a record is the TSC, read in a few ns where
+ * clock_gettime costs 20-50, when the kernel's own clock is the TSC (its
+ * clocksource is "tsc": it found the TSC invariant and in step on every CPU,
+ * and CLOCK_MONOTONIC is then a linear function of it); the cold records
+ * carry CLOCK_MONOTONIC beside it, so the decoder converts. Elsewhere (a
+ * guest whose CPUs' TSCs differ, other architectures) clock_gettime. */
+static int use_tsc;
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+#if defined(__x86_64__)
+static void detect_tsc(void)
+{
+	char cs[16] = "";
+	int fd = open("/sys/devices/system/clocksource/clocksource0/current_clocksource", O_RDONLY | O_CLOEXEC);
+
+	if (fd >= 0) {
+		if (read(fd, cs, sizeof(cs) - 1) < 0)
+			cs[0] = 0;
+		close(fd);
+	}
+	use_tsc = !strcmp(cs, "tsc\n");
+}
+static inline uint64_t rec_time(void) { return use_tsc ? __rdtsc() : mono_ns(); }
+#else
+static void detect_tsc(void) {}
+static inline uint64_t rec_time(void) { return mono_ns(); }
+#endif
+
+static inline void begin(struct rec *r, enum rec_kind kind);
 static void emit(struct rec *r);
-static void put_uint(struct rec *r, const char *key, uint64_t v, int hex);
+static void put_name(struct rec *r, enum rec_key key, const char *s, unsigned max);
+static inline void put_uint(struct rec *r, enum rec_key key, uint64_t v);
 
 /* after_fork_child: the child shares its parent's uverbs file and so its
  * verbs objects (a QP the child destroys is gone for the parent too); its
@@ -220,8 +293,8 @@ static void after_fork_child(void)
 	if (__atomic_load_n(&rec_map, __ATOMIC_ACQUIRE)) {
 		struct rec r;
 
-		begin(&r, "fork");
-		put_uint(&r, "ppid", (uint64_t)getppid(), 0);
+		begin(&r, KIND_fork);
+		put_uint(&r, KEY_ppid, (uint64_t)getppid());
 		emit(&r);
 	}
 	errno = saved;
@@ -267,145 +340,103 @@ static void open_records(void)
 	if (m == MAP_FAILED)
 		return;
 	rec_cap = h.size - REC_DATA;
+	detect_tsc();
 	__atomic_store_n(&rec_map, (char *)m, __ATOMIC_RELEASE);
 	/* a new program image: exec closed the uverbs files of the one
-	 * before (close-on-exec), its objects are not this one's */
+	 * before (close-on-exec), its objects are not this one's; its
+	 * executable is what a suppression's program= matches */
 	struct rec r;
+	char exe[384];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 
-	begin(&r, "start");
+	exe[n > 0 ? n : 0] = 0;
+	begin(&r, KIND_start);
+	if (n > 0)
+		put_name(&r, KEY_exe, exe, 384);
 	emit(&r);
 }
 
 
-static void put_str(struct rec *r, const char *s)
+static inline void put_uint(struct rec *r, enum rec_key key, uint64_t v)
 {
-	while (*s && r->n < REC_MAX - 1)
-		r->buf[r->n++] = *s++;
-}
+	unsigned n = (unsigned)(r->w[0] >> 24) & 0xff;
 
-/* put_key writes " key=" and put_digits v in base 10 or 16. */
-static void put_key(struct rec *r, const char *key)
-{
-	put_str(r, " ");
-	put_str(r, key);
-	put_str(r, "=");
-}
-
-static const uint64_t pow10[20] = {
-	1ull, 10ull, 100ull, 1000ull, 10000ull, 100000ull, 1000000ull, 10000000ull, 100000000ull, 1000000000ull,
-	10000000000ull, 100000000000ull, 1000000000000ull, 10000000000000ull, 100000000000000ull,
-	1000000000000000ull, 10000000000000000ull, 100000000000000000ull, 1000000000000000000ull,
-	10000000000000000000ull,
-};
-
-/* put_digits writes v in base 10 or 16, from its last digit back, its
- * length known first: the formatting is most of a record's cost, so no
- * division by a variable (a division instruction a digit), no bounds check
- * a digit, two decimal digits a step. A number that does not fit is left
- * out. */
-static void put_digits(struct rec *r, uint64_t v, unsigned base)
-{
-	static const char two[] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
-				  "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
-				  "8081828384858687888990919293949596979899";
-	int len = 1;
-	char *p;
-
-	if (base == 16)
-		len = v ? (64 - __builtin_clzll(v) + 3) / 4 : 1;
-	else
-		while (len < 20 && v >= pow10[len])
-			len++;
-	if (r->n + len > REC_MAX - 1)
+	if (n >= REC_VALS)
 		return;
-	p = r->buf + r->n + len;
-	r->n += len;
-	if (base == 16) {
-		do {
-			*--p = "0123456789abcdef"[v & 15];
-			v >>= 4;
-		} while (v);
-		return;
-	}
-	while (v >= 100) {
-		const char *d = &two[(v % 100) * 2];
-
-		*--p = d[1];
-		*--p = d[0];
-		v /= 100;
-	}
-	if (v >= 10) {
-		*--p = two[v * 2 + 1];
-		*--p = two[v * 2];
-	} else {
-		*--p = (char)('0' + v);
-	}
+	((uint8_t *)&r->w[3])[n] = (uint8_t)key;
+	r->w[5 + n] = v;
+	r->w[0] += 1u << 24;
 }
 
-static void put_uint(struct rec *r, const char *key, uint64_t v, int hex)
+static inline void put_int(struct rec *r, enum rec_key key, int64_t v) { put_uint(r, key, (uint64_t)v); }
+static inline void put_ptr(struct rec *r, enum rec_key key, const void *p) { put_uint(r, key, (uint64_t)(uintptr_t)p); }
+
+/* put_name adds the record's string, cut to max bytes (the decoder makes
+ * it printable). */
+static void put_name(struct rec *r, enum rec_key key, const char *s, unsigned max)
 {
-	put_key(r, key);
-	if (hex)
-		put_str(r, "0x");
-	put_digits(r, v, hex ? 16 : 10);
+	size_t n = s ? strnlen(s, max) : 0;
+
+	r->str = s;
+	r->slen = (unsigned)n;
+	put_uint(r, key, n);
 }
 
-static void put_int(struct rec *r, const char *key, int64_t v)
+/* begin starts a record of kind; the cold kinds (after wc) also take
+ * CLOCK_MONOTONIC when the time is the TSC. */
+static inline void begin(struct rec *r, enum rec_kind kind)
 {
-	put_key(r, key);
-	if (v < 0)
-		put_str(r, "-");
-	put_digits(r, v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v, 10);
-}
-
-static void put_ptr(struct rec *r, const char *key, const void *p) { put_uint(r, key, (uint64_t)(uintptr_t)p, 1); }
-
-/* put_name writes " key=NAME", NAME cut to the characters a record can hold. */
-static void put_name(struct rec *r, const char *key, const char *s)
-{
-	put_key(r, key);
-	for (int i = 0; s && s[i] && i < 64 && r->n < REC_MAX - 1; i++) {
-		char c = s[i];
-		r->buf[r->n++] = (c > ' ' && c < 127 && c != '=') ? c : '_';
-	}
-}
-
-/* begin starts a record: "KIND t=NS pid=PID tid=TID", NS in hex (no
- * divisions). */
-static void begin(struct rec *r, const char *kind)
-{
-	struct timespec ts;
-
 	if (!cached_tid)
 		cached_tid = (pid_t)syscall(SYS_gettid);
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	r->n = 0;
-	put_str(r, kind);
-	put_uint(r, "t", (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec, 1);
-	put_uint(r, "pid", (uint64_t)cached_pid, 0);
-	put_uint(r, "tid", (uint64_t)cached_tid, 0);
+	r->w[0] = (uint64_t)kind << 8 | (uint64_t)(uint32_t)cached_tid << 32;
+	r->w[1] = rec_time();
+	r->w[2] = (uint32_t)cached_pid | (use_tsc ? REC_TSC : 0);
+	r->w[3] = r->w[4] = 0;
+	r->slen = 0;
+	if (use_tsc && kind > KIND_wc)
+		put_uint(r, KEY_ns, mono_ns());
 }
 
 static void emit(struct rec *r)
 {
 	char *m = __atomic_load_n(&rec_map, __ATOMIC_ACQUIRE);
 	struct rec_header *h = (struct rec_header *)m;
-	uint64_t off;
+	unsigned nv = (unsigned)(r->w[0] >> 24) & 0xff, words = 5 + nv + (r->slen + 7) / 8;
+	uint64_t off, x = 0, *dst;
 
 	if (!m)
 		return;
-	r->buf[r->n++] = '\n';
-	off = __atomic_fetch_add(&h->next, r->n, __ATOMIC_RELAXED);
-	if (off + r->n > rec_cap) {
+	off = __atomic_fetch_add(&h->next, (uint64_t)words * 8, __ATOMIC_RELAXED);
+	if (off + words * 8 > rec_cap) {
 		__atomic_fetch_add(&h->lost, 1, __ATOMIC_RELAXED);
 		return;
 	}
 	/* The record that enters a chunk faults in the next one, in one
 	 * system call rather than a page fault per page (Linux 5.14; older
-	 * kernels refuse and fault page by page). */
-	if ((off + r->n) / REC_CHUNK != off / REC_CHUNK && (off / REC_CHUNK + 2) * REC_CHUNK <= rec_cap)
+	 * kernels refuse and fault page by page), and gives the decoder a
+	 * TSC/CLOCK_MONOTONIC pair. */
+	if ((off + words * 8) / REC_CHUNK != off / REC_CHUNK && (off / REC_CHUNK + 2) * REC_CHUNK <= rec_cap) {
 		madvise(m + REC_DATA + (off / REC_CHUNK + 1) * REC_CHUNK, REC_CHUNK, REC_POPULATE_WRITE);
-	memcpy(m + REC_DATA + off, r->buf, r->n);
+		if (use_tsc) {
+			struct rec c;
+
+			begin(&c, KIND_clock);
+			emit(&c);
+		}
+	}
+	for (unsigned i = 0; i < nv; i++)
+		x ^= r->w[5 + i];
+	x ^= r->w[1] ^ r->w[3] ^ r->w[4];
+	x ^= x >> 32;
+	x ^= x >> 16;
+	x ^= x >> 8;
+	r->w[0] |= (uint64_t)REC_MARK | (uint64_t)words << 16;
+	r->w[2] |= (uint64_t)r->slen << 40 | (x & 0xff) << 56;
+	dst = (uint64_t *)(m + REC_DATA + off);
+	memcpy(dst + 1, &r->w[1], (4 + nv) * 8);
+	if (r->slen)
+		memcpy(dst + 5 + nv, r->str, r->slen); /* the file's zeros pad it */
+	__atomic_store_n(dst, r->w[0], __ATOMIC_RELEASE);
 }
 
 static struct ctx_slot *find_slot(const struct ibv_context *ctx)
@@ -420,9 +451,9 @@ static void rec_fail(const char *verb, int err)
 {
 	struct rec r;
 
-	begin(&r, "fail");
-	put_name(&r, "verb", verb);
-	put_int(&r, "errno", err);
+	begin(&r, KIND_fail);
+	put_name(&r, KEY_verb, verb, 64);
+	put_int(&r, KEY_errno, err);
 	emit(&r);
 }
 
@@ -436,18 +467,18 @@ static void rec_qp(const char *verb, struct ibv_qp *qp, int err, struct ibv_cont
 		rec_fail(verb, err);
 		return;
 	}
-	begin(&r, "qp");
-	put_ptr(&r, "ctx", ctx);
-	put_ptr(&r, "qp", qp);
-	put_uint(&r, "qpn", qp->qp_num, 0);
-	put_uint(&r, "type", qp->qp_type, 0);
-	put_ptr(&r, "scq", qp->send_cq);
-	put_ptr(&r, "rcq", qp->recv_cq);
-	put_ptr(&r, "srq", qp->srq);
-	put_uint(&r, "max_send_wr", cap->max_send_wr, 0);
-	put_uint(&r, "max_recv_wr", cap->max_recv_wr, 0);
-	put_uint(&r, "sig_all", sig_all != 0, 0);
-	put_uint(&r, "ex", ex != 0, 0);
+	begin(&r, KIND_qp);
+	put_ptr(&r, KEY_ctx, ctx);
+	put_ptr(&r, KEY_qp, qp);
+	put_uint(&r, KEY_qpn, qp->qp_num);
+	put_uint(&r, KEY_type, qp->qp_type);
+	put_ptr(&r, KEY_scq, qp->send_cq);
+	put_ptr(&r, KEY_rcq, qp->recv_cq);
+	put_ptr(&r, KEY_srq, qp->srq);
+	put_uint(&r, KEY_max_send_wr, cap->max_send_wr);
+	put_uint(&r, KEY_max_recv_wr, cap->max_recv_wr);
+	put_uint(&r, KEY_sig_all, sig_all != 0);
+	put_uint(&r, KEY_ex, ex != 0);
 	emit(&r);
 }
 
@@ -459,11 +490,11 @@ static void rec_cq(const char *verb, struct ibv_cq *cq, int err, struct ibv_cont
 		rec_fail(verb, err);
 		return;
 	}
-	begin(&r, "cq");
-	put_ptr(&r, "ctx", ctx);
-	put_ptr(&r, "cq", cq);
-	put_int(&r, "cqe", cq->cqe);
-	put_uint(&r, "ex", ex != 0, 0);
+	begin(&r, KIND_cq);
+	put_ptr(&r, KEY_ctx, ctx);
+	put_ptr(&r, KEY_cq, cq);
+	put_int(&r, KEY_cqe, cq->cqe);
+	put_uint(&r, KEY_ex, ex != 0);
 	emit(&r);
 }
 
@@ -475,10 +506,10 @@ static void rec_srq(const char *verb, struct ibv_srq *srq, int err, struct ibv_c
 		rec_fail(verb, err);
 		return;
 	}
-	begin(&r, "srq");
-	put_ptr(&r, "ctx", ctx);
-	put_ptr(&r, "srq", srq);
-	put_uint(&r, "max_wr", max_wr, 0);
+	begin(&r, KIND_srq);
+	put_ptr(&r, KEY_ctx, ctx);
+	put_ptr(&r, KEY_srq, srq);
+	put_uint(&r, KEY_max_wr, max_wr);
 	emit(&r);
 }
 
@@ -500,14 +531,14 @@ static int wrap_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 		struct rec r;
 		int posted = !(ret && (w == badl || !badl)); /* no bad_wr: take the first as failed */
 
-		begin(&r, "send");
-		put_ptr(&r, "qp", qp);
-		put_uint(&r, "wr", w->wr_id, 1);
-		put_uint(&r, "op", w->opcode, 0);
-		put_uint(&r, "sig", (w->send_flags & IBV_SEND_SIGNALED) != 0, 0);
-		put_uint(&r, "ok", posted, 0);
+		begin(&r, KIND_send);
+		put_ptr(&r, KEY_qp, qp);
+		put_uint(&r, KEY_wr, w->wr_id);
+		put_uint(&r, KEY_op, w->opcode);
+		put_uint(&r, KEY_sig, (w->send_flags & IBV_SEND_SIGNALED) != 0);
+		put_uint(&r, KEY_ok, posted);
 		if (!posted)
-			put_int(&r, "ret", ret);
+			put_int(&r, KEY_ret, ret);
 		emit(&r);
 		if (!posted)
 			break; /* bad_wr and the WRs after it were not posted */
@@ -516,7 +547,7 @@ static int wrap_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 	return ret;
 }
 
-static void rec_recv_chain(const char *kind, const char *key, const void *obj, struct ibv_recv_wr *wr, struct ibv_recv_wr *badl, int ret)
+static void rec_recv_chain(enum rec_kind kind, enum rec_key key, const void *obj, struct ibv_recv_wr *wr, struct ibv_recv_wr *badl, int ret)
 {
 	for (struct ibv_recv_wr *w = wr; w; w = w->next) {
 		struct rec r;
@@ -524,10 +555,10 @@ static void rec_recv_chain(const char *kind, const char *key, const void *obj, s
 
 		begin(&r, kind);
 		put_ptr(&r, key, obj);
-		put_uint(&r, "wr", w->wr_id, 1);
-		put_uint(&r, "ok", posted, 0);
+		put_uint(&r, KEY_wr, w->wr_id);
+		put_uint(&r, KEY_ok, posted);
 		if (!posted)
-			put_int(&r, "ret", ret);
+			put_int(&r, KEY_ret, ret);
 		emit(&r);
 		if (!posted)
 			break;
@@ -546,7 +577,7 @@ static int wrap_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_
 	saved = errno;
 	if (bad)
 		*bad = badl;
-	rec_recv_chain("recv", "qp", qp, wr, badl, ret);
+	rec_recv_chain(KIND_recv, KEY_qp, qp, wr, badl, ret);
 	errno = saved;
 	return ret;
 }
@@ -563,7 +594,7 @@ static int wrap_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struc
 	saved = errno;
 	if (bad)
 		*bad = badl;
-	rec_recv_chain("srecv", "srq", srq, wr, badl, ret);
+	rec_recv_chain(KIND_srecv, KEY_srq, srq, wr, badl, ret);
 	errno = saved;
 	return ret;
 }
@@ -580,20 +611,20 @@ static int wrap_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc)
 	if (n < 0) {
 		struct rec r;
 
-		begin(&r, "pollerr");
-		put_ptr(&r, "cq", cq);
-		put_int(&r, "ret", n);
+		begin(&r, KIND_pollerr);
+		put_ptr(&r, KEY_cq, cq);
+		put_int(&r, KEY_ret, n);
 		emit(&r);
 	}
 	for (int i = 0; i < n; i++) {
 		struct rec r;
 
-		begin(&r, "wc");
-		put_ptr(&r, "cq", cq);
-		put_uint(&r, "wr", wc[i].wr_id, 1);
-		put_uint(&r, "st", wc[i].status, 0);
-		put_uint(&r, "op", wc[i].opcode, 0);
-		put_uint(&r, "qpn", wc[i].qp_num, 0);
+		begin(&r, KIND_wc);
+		put_ptr(&r, KEY_cq, cq);
+		put_uint(&r, KEY_wr, wc[i].wr_id);
+		put_uint(&r, KEY_st, wc[i].status);
+		put_uint(&r, KEY_op, wc[i].opcode);
+		put_uint(&r, KEY_qpn, wc[i].qp_num);
 		emit(&r);
 	}
 	errno = saved;
@@ -667,14 +698,14 @@ static int qpx_complete(struct ibv_qp_ex *q)
 	for (int i = 0; i < s->n; i++) {
 		struct rec r;
 
-		begin(&r, "send");
-		put_ptr(&r, "qp", &q->qp_base);
-		put_uint(&r, "wr", s->batch[i].id, 1);
-		put_uint(&r, "op", s->batch[i].op, 0);
-		put_uint(&r, "sig", s->batch[i].sig, 0);
-		put_uint(&r, "ok", ret == 0, 0);
+		begin(&r, KIND_send);
+		put_ptr(&r, KEY_qp, &q->qp_base);
+		put_uint(&r, KEY_wr, s->batch[i].id);
+		put_uint(&r, KEY_op, s->batch[i].op);
+		put_uint(&r, KEY_sig, s->batch[i].sig);
+		put_uint(&r, KEY_ok, ret == 0);
 		if (ret)
-			put_int(&r, "ret", ret);
+			put_int(&r, KEY_ret, ret);
 		emit(&r);
 		if (ret)
 			break;
@@ -682,8 +713,8 @@ static int qpx_complete(struct ibv_qp_ex *q)
 	if (s->overflow) {
 		struct rec r;
 
-		begin(&r, "qpxlost");
-		put_ptr(&r, "qp", &q->qp_base);
+		begin(&r, KIND_qpxlost);
+		put_ptr(&r, KEY_qp, &q->qp_base);
 		emit(&r);
 	}
 	s->n = 0;
@@ -754,15 +785,57 @@ static void qpx_local_inv(struct ibv_qp_ex *q, uint32_t rkey)
 		s->wr_local_inv(q, rkey);
 }
 
-/* qpx_wrap takes over q's builders when the shim knows every one the
- * provider set (bind_mw, send_tso, atomic_write and newer ones are not
- * wrapped: a QP whose send_ops_flags ask for them stays untraced). It
- * returns whether it did. */
+static void qpx_bind_mw(struct ibv_qp_ex *q, struct ibv_mw *mw, uint32_t rkey, const struct ibv_mw_bind_info *info)
+{
+	struct qpx_slot *s = qpx_note(q, IBV_WR_BIND_MW);
+	if (s)
+		s->wr_bind_mw(q, mw, rkey, info);
+}
+
+static void qpx_send_tso(struct ibv_qp_ex *q, void *hdr, uint16_t hdr_sz, uint16_t mss)
+{
+	struct qpx_slot *s = qpx_note(q, IBV_WR_TSO);
+	if (s)
+		s->wr_send_tso(q, hdr, hdr_sz, mss);
+}
+
+/* ATOMIC_WRITE and FLUSH (rdma-core 44 and later) are named by number and
+ * reached past wr_abort, where struct ibv_qp_ex grew them (it only grows at
+ * its end), so that the shim builds against older headers too; a provider
+ * that accepts their send_ops_flags has them. */
+#define QPX_WITH_FLUSH (1ull << 11)
+#define QPX_WITH_ATOMIC_WRITE (1ull << 12)
+#define QPX_WR_FLUSH 14
+#define QPX_WR_ATOMIC_WRITE 15
+struct qpx_tail {
+	void (*wr_atomic_write)(struct ibv_qp_ex *, uint32_t, uint64_t, const void *);
+	void (*wr_flush)(struct ibv_qp_ex *, uint32_t, uint64_t, size_t, uint8_t, uint8_t);
+};
+static struct qpx_tail *qpx_tail(struct ibv_qp_ex *q) { return (struct qpx_tail *)(&q->wr_abort + 1); }
+
+static void qpx_atomic_write(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr, const void *buf)
+{
+	struct qpx_slot *s = qpx_note(q, QPX_WR_ATOMIC_WRITE);
+	if (s)
+		s->wr_atomic_write(q, rkey, addr, buf);
+}
+
+static void qpx_flush(struct ibv_qp_ex *q, uint32_t rkey, uint64_t addr, size_t len, uint8_t type, uint8_t level)
+{
+	struct qpx_slot *s = qpx_note(q, QPX_WR_FLUSH);
+	if (s)
+		s->wr_flush(q, rkey, addr, len, type, level);
+}
+
+/* qpx_wrap takes over q's builders when the shim knows every operation
+ * its send_ops_flags ask for (one newer than ATOMIC_WRITE leaves the QP
+ * untraced, and named in a note). It returns whether it did. */
 static int qpx_wrap(struct ibv_qp_ex *q, uint64_t ops)
 {
 	const uint64_t known = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
 			       IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-			       IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
+			       IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV |
+			       IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_TSO | QPX_WITH_FLUSH | QPX_WITH_ATOMIC_WRITE;
 	int done = 0;
 
 	if (!q || (ops & ~known))
@@ -785,6 +858,10 @@ static int qpx_wrap(struct ibv_qp_ex *q, uint64_t ops)
 		s->wr_atomic_cmp_swp = q->wr_atomic_cmp_swp;
 		s->wr_atomic_fetch_add = q->wr_atomic_fetch_add;
 		s->wr_local_inv = q->wr_local_inv;
+		s->wr_bind_mw = q->wr_bind_mw;
+		s->wr_send_tso = q->wr_send_tso;
+		s->wr_atomic_write = ops & QPX_WITH_ATOMIC_WRITE ? qpx_tail(q)->wr_atomic_write : NULL;
+		s->wr_flush = ops & QPX_WITH_FLUSH ? qpx_tail(q)->wr_flush : NULL;
 		s->n = 0;
 		__atomic_store_n(&s->qpx, q, __ATOMIC_RELEASE);
 #define WRAP(f, w) do { if (q->f) q->f = w; } while (0)
@@ -800,6 +877,12 @@ static int qpx_wrap(struct ibv_qp_ex *q, uint64_t ops)
 		WRAP(wr_atomic_cmp_swp, qpx_atomic_cmp_swp);
 		WRAP(wr_atomic_fetch_add, qpx_atomic_fetch_add);
 		WRAP(wr_local_inv, qpx_local_inv);
+		WRAP(wr_bind_mw, qpx_bind_mw);
+		WRAP(wr_send_tso, qpx_send_tso);
+		if (s->wr_atomic_write)
+			qpx_tail(q)->wr_atomic_write = qpx_atomic_write;
+		if (s->wr_flush)
+			qpx_tail(q)->wr_flush = qpx_flush;
 #undef WRAP
 		done = 1;
 	}
@@ -882,18 +965,18 @@ static void cqx_record(struct ibv_cq_ex *cq, int ret)
 	if (ret == ENOENT)
 		return;
 	if (ret) {
-		begin(&r, "pollerr");
-		put_ptr(&r, "cq", cq);
-		put_int(&r, "ret", ret);
+		begin(&r, KIND_pollerr);
+		put_ptr(&r, KEY_cq, cq);
+		put_int(&r, KEY_ret, ret);
 		emit(&r);
 		return;
 	}
-	begin(&r, "wc");
-	put_ptr(&r, "cq", cq);
-	put_uint(&r, "wr", cq->wr_id, 1);
-	put_uint(&r, "st", cq->status, 0);
-	put_uint(&r, "op", cq->status == IBV_WC_SUCCESS ? cq->read_opcode(cq) : 0, 0);
-	put_uint(&r, "qpn", cq->read_qp_num(cq), 0);
+	begin(&r, KIND_wc);
+	put_ptr(&r, KEY_cq, cq);
+	put_uint(&r, KEY_wr, cq->wr_id);
+	put_uint(&r, KEY_st, cq->status);
+	put_uint(&r, KEY_op, cq->status == IBV_WC_SUCCESS ? cq->read_opcode(cq) : 0);
+	put_uint(&r, KEY_qpn, cq->read_qp_num(cq));
 	emit(&r);
 }
 
@@ -1075,10 +1158,10 @@ struct ibv_context *ibv_open_device(struct ibv_device *dev)
 
 		__atomic_store_n(&opened, 1, __ATOMIC_RELAXED);
 
-		begin(&r, "open");
-		put_ptr(&r, "ctx", ctx);
-		put_name(&r, "dev", dev->name);
-		put_uint(&r, "traced", traced, 0);
+		begin(&r, KIND_open);
+		put_ptr(&r, KEY_ctx, ctx);
+		put_name(&r, KEY_dev, dev->name, 64);
+		put_uint(&r, KEY_traced, traced);
 		emit(&r);
 	}
 	errno = saved;
@@ -1101,9 +1184,9 @@ int ibv_close_device(struct ibv_context *ctx)
 			pthread_mutex_unlock(&slots_mu);
 		}
 	}
-	begin(&r, "close");
-	put_ptr(&r, "ctx", ctx);
-	put_int(&r, "ret", ret);
+	begin(&r, KIND_close);
+	put_ptr(&r, KEY_ctx, ctx);
+	put_int(&r, KEY_ret, ret);
 	emit(&r);
 	errno = saved;
 	return ret;
@@ -1122,16 +1205,16 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
 /* rec_destroy writes "KIND t= pid= tid= KEY=OBJ [ret=RET]"; a destroy is
  * recorded before it is called too ("begin"), so one that blocks (a QP with
  * unacknowledged events) shows. */
-static void rec_destroy(const char *kind, const char *key, const void *obj, int phase_end, int ret)
+static void rec_destroy(enum rec_kind kind, enum rec_key key, const void *obj, int phase_end, int ret)
 {
 	struct rec r;
 
 	begin(&r, kind);
 	put_ptr(&r, key, obj);
 	if (phase_end)
-		put_int(&r, "ret", ret);
+		put_int(&r, KEY_ret, ret);
 	else
-		put_str(&r, " begin=1");
+		put_uint(&r, KEY_begin, 1);
 	emit(&r);
 }
 
@@ -1139,12 +1222,12 @@ int ibv_destroy_cq(struct ibv_cq *cq)
 {
 	int ret, saved;
 
-	rec_destroy("cqd", "cq", cq, 0, 0);
+	rec_destroy(KIND_cqd, KEY_cq, cq, 0, 0);
 	ret = real_destroy_cq(cq);
 	saved = errno;
 	if (ret == 0)
 		cqx_forget(cq);
-	rec_destroy("cqd", "cq", cq, 1, ret);
+	rec_destroy(KIND_cqd, KEY_cq, cq, 1, ret);
 	errno = saved;
 	return ret;
 }
@@ -1163,10 +1246,10 @@ int ibv_destroy_srq(struct ibv_srq *srq)
 {
 	int ret, saved;
 
-	rec_destroy("srqd", "srq", srq, 0, 0);
+	rec_destroy(KIND_srqd, KEY_srq, srq, 0, 0);
 	ret = real_destroy_srq(srq);
 	saved = errno;
-	rec_destroy("srqd", "srq", srq, 1, ret);
+	rec_destroy(KIND_srqd, KEY_srq, srq, 1, ret);
 	errno = saved;
 	return ret;
 }
@@ -1189,10 +1272,10 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 	if (mask & IBV_QP_STATE) {
 		struct rec r;
 
-		begin(&r, "mod");
-		put_ptr(&r, "qp", qp);
-		put_uint(&r, "state", attr->qp_state, 0);
-		put_int(&r, "ret", ret);
+		begin(&r, KIND_mod);
+		put_ptr(&r, KEY_qp, qp);
+		put_uint(&r, KEY_state, attr->qp_state);
+		put_int(&r, KEY_ret, ret);
 		emit(&r);
 	}
 	errno = saved;
@@ -1203,31 +1286,31 @@ int ibv_destroy_qp(struct ibv_qp *qp)
 {
 	int ret, saved;
 
-	rec_destroy("qpd", "qp", qp, 0, 0);
+	rec_destroy(KIND_qpd, KEY_qp, qp, 0, 0);
 	ret = real_destroy_qp(qp);
 	saved = errno;
 	if (ret == 0)
 		qpx_forget(qp);
-	rec_destroy("qpd", "qp", qp, 1, ret);
+	rec_destroy(KIND_qpd, KEY_qp, qp, 1, ret);
 	errno = saved;
 	return ret;
 }
 
 /* rec_event writes an async event's record: its type and the object it names. */
-static void rec_event(const char *kind, struct ibv_context *ctx, const struct ibv_async_event *ev)
+static void rec_event(enum rec_kind kind, struct ibv_context *ctx, const struct ibv_async_event *ev)
 {
 	struct rec r;
 
 	begin(&r, kind);
-	put_ptr(&r, "ctx", ctx);
-	put_uint(&r, "type", ev->event_type, 0);
+	put_ptr(&r, KEY_ctx, ctx);
+	put_uint(&r, KEY_type, ev->event_type);
 	switch (ev->event_type) {
 	case IBV_EVENT_CQ_ERR:
-		put_ptr(&r, "cq", ev->element.cq);
+		put_ptr(&r, KEY_cq, ev->element.cq);
 		break;
 	case IBV_EVENT_SRQ_ERR:
 	case IBV_EVENT_SRQ_LIMIT_REACHED:
-		put_ptr(&r, "srq", ev->element.srq);
+		put_ptr(&r, KEY_srq, ev->element.srq);
 		break;
 	case IBV_EVENT_PORT_ACTIVE:
 	case IBV_EVENT_PORT_ERR:
@@ -1236,7 +1319,7 @@ static void rec_event(const char *kind, struct ibv_context *ctx, const struct ib
 	case IBV_EVENT_SM_CHANGE:
 	case IBV_EVENT_CLIENT_REREGISTER:
 	case IBV_EVENT_GID_CHANGE:
-		put_uint(&r, "port", (uint64_t)ev->element.port_num, 0);
+		put_uint(&r, KEY_port, (uint64_t)ev->element.port_num);
 		break;
 	case IBV_EVENT_QP_FATAL:
 	case IBV_EVENT_QP_REQ_ERR:
@@ -1246,9 +1329,9 @@ static void rec_event(const char *kind, struct ibv_context *ctx, const struct ib
 	case IBV_EVENT_PATH_MIG:
 	case IBV_EVENT_PATH_MIG_ERR:
 	case IBV_EVENT_QP_LAST_WQE_REACHED:
-		put_ptr(&r, "qp", ev->element.qp);
+		put_ptr(&r, KEY_qp, ev->element.qp);
 		if (ev->element.qp)
-			put_uint(&r, "qpn", ev->element.qp->qp_num, 0);
+			put_uint(&r, KEY_qpn, ev->element.qp->qp_num);
 		break;
 	default: /* IBV_EVENT_DEVICE_FATAL, IBV_EVENT_WQ_FATAL (a WQ, not traced) and newer kinds: the type only */
 		break;
@@ -1262,7 +1345,7 @@ int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
 	int saved = errno;
 
 	if (ret == 0)
-		rec_event("ev", ctx, ev);
+		rec_event(KIND_ev, ctx, ev);
 	errno = saved;
 	return ret;
 }
@@ -1273,7 +1356,7 @@ void ibv_ack_async_event(struct ibv_async_event *ev)
 
 	/* recorded first: the event's object may be freed as soon as it is acknowledged */
 	saved = errno;
-	rec_event("ack", NULL, ev);
+	rec_event(KIND_ack, NULL, ev);
 	errno = saved;
 	real_ack_async_event(ev);
 }
@@ -1285,7 +1368,7 @@ __attribute__((destructor)) static void shim_fini(void)
 
 	if (!__atomic_load_n(&opened, __ATOMIC_RELAXED))
 		return;
-	begin(&r, "exit");
+	begin(&r, KIND_exit);
 	emit(&r);
 	errno = saved;
 }
