@@ -67,8 +67,14 @@ func TestDisconnectDrain(t *testing.T) {
 			}
 			WaitEvent(t, client, cm.EventDisconnected)
 
-			// The client states the state the CM moved its QP to; the
-			// server lets the drain query it. Both are valid.
+			// rdma_disconnect left the QPs in ERR on IB and RoCE, in SQD on
+			// iWARP (librdmacm's ucma_modify_qp_sqd), where siw takes no
+			// receive: the client moves its QP to ERR itself and says so;
+			// the server lets the drain query its QP and move it. Both
+			// are valid on either transport.
+			if err := cep.QP.Modify(ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState); err != nil {
+				t.Fatalf("moving the client's QP to ERR: %v", err)
+			}
 			drainDisconnected(t, "client", client, cep, drain.AddOptions{StateKnown: true, State: ibv.QPSErr}, []uint64{200, 201})
 			// The SRQ's receives stay in the SRQ: the QP held none.
 			var srvRecvs []uint64
