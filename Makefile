@@ -42,11 +42,14 @@ deploy-check:
 	@echo "== deploy/: go vet, go test"
 	cd deploy && $(GO) vet ./... && $(GO) test -count=1 ./...
 
-## unit-adversarial: the device tests again on adversarial soft devices, one seed per test (devtest).
+## unit-adversarial: the device tests again on adversarial soft devices, one seed per test (devtest),
+## then devtest's and the RDMA CM's tests on soft:iwarp.
 .PHONY: unit-adversarial soak
 unit-adversarial:
 	@echo "== go test -race, QPDRAIN_TEST_DEVICE=soft:adversarial"
 	QPDRAIN_TEST_DEVICE=soft:adversarial $(GO) test -race -count=1 ./internal/testing/devtest ./internal/testing/cmtest ./drain ./flushcheck ./cmd/qpdrain ./ipoibcm ./ipoibcm/churn
+	@echo "== go test -race, QPDRAIN_TEST_DEVICE=soft:iwarp (siw's rules, through softcm)"
+	QPDRAIN_TEST_DEVICE=soft:iwarp $(GO) test -race -count=1 ./internal/testing/devtest ./internal/testing/cmtest
 
 ## soak: many adversarial seeds of the drain and flush-check bodies, bounded in time (SOAK_SEEDS, SOAK_TIME).
 soak:

@@ -83,9 +83,12 @@ type ID interface {
 	// created, to the listener at the resolved address (rdma_connect) and
 	// waits for RDMA_CM_EVENT_ESTABLISHED; its QP is then in RTS. No
 	// listener there is ErrRejected (the peer's CM rejects the request:
-	// IB reject reason 8, invalid service ID; on iWARP the TCP connection
-	// is refused) and no answer ErrUnreachable; on a rejection the QP
-	// moves to ERROR.
+	// IB reject reason 8, invalid service ID) and no answer
+	// ErrUnreachable; on a rejection the QP moves to ERROR. On iWARP the
+	// TCP connection is refused: siw connects its socket inside
+	// rdma_connect (siw_connect), so Connect fails at once with an error
+	// matching syscall.ECONNREFUSED (as ErrRejected does too), the QP
+	// left as it was.
 	Connect(ctx context.Context, param ConnParam) error
 	// Disconnect moves the ID's QP to ERROR (SQD on iWARP) and tells the
 	// peer (rdma_disconnect). The peer sees RDMA_CM_EVENT_DISCONNECTED,

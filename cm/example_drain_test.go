@@ -16,8 +16,8 @@ import (
 
 // Tear a connection down as applications do (rping, SPDK, Ceph), then
 // drain each side's QP with drain.DrainAll before destroying it: the
-// client's Disconnect moves its QP to ERROR; the server gets
-// DISCONNECTED and disconnects in turn, which moves its own. DrainAll
+// client's Disconnect moves its QP to ERROR (SQD on iWARP); the server
+// gets DISCONNECTED and disconnects in turn, which moves its own. DrainAll
 // hands every flushed receive to the caller (Feed.OnWC) and calls a QP
 // safe only once a drain WR on each of its queues has completed behind
 // what it held. The QP is then destroyed, through its ID
@@ -69,11 +69,11 @@ func Example_drain() {
 	check(clientID.Connect(ctx, cm.ConnParam{}))
 	client, server := side{clientID, c}, <-accepted
 
-	check(client.id.Disconnect()) // rdma_disconnect: the client's QP is in ERROR
+	check(client.id.Disconnect()) // rdma_disconnect: the client's QP is in ERROR (iWARP: SQD)
 	e, err := server.id.NextEvent(ctx)
 	check(err)
 	fmt.Println("server:", e)
-	check(server.id.Disconnect()) // the answer: the server's QP is in ERROR
+	check(server.id.Disconnect()) // the answer: the server's QP is in ERROR (iWARP: SQD)
 	e, err = client.id.NextEvent(ctx)
 	check(err)
 	fmt.Println("client:", e)
@@ -82,8 +82,10 @@ func Example_drain() {
 		name string
 		side
 	}{{"client", client}, {"server", server}} {
-		// The CM moved the QP to ERROR: say so, or let DrainAll query it.
-		add := drain.AddOptions{StateKnown: true, State: ibv.QPSErr}
+		// Let DrainAll query the state and move the QP to ERROR: the CM
+		// left it in ERROR on IB and RoCE (librdmacm's rdma_disconnect)
+		// but in SQD on iWARP, where siw takes no receive drain WR.
+		var add drain.AddOptions
 		f := drain.Feed{OnWC: func(wc ibv.WC) { fmt.Printf("%s: wr_id %d %s\n", s.name, wc.ID, wc.Status) }}
 		reps, err := drain.DrainAll(ctx, []ibv.QP{s.ep.qp}, add, drain.Options{}, f)
 		rep := reps[0]

@@ -90,7 +90,17 @@ func errnoErr(errno syscall.Errno, sentinels ...error) error {
 
 // rcErr is errnoErr for the functions that return an errno as their result.
 func rcErr(rc C.int, sentinels ...error) error {
-	return errnoErr(syscall.Errno(rc), sentinels...)
+	return errnoErr(rcErrno(int(rc)), sentinels...)
+}
+
+// rcErrno is the errno of rc, a verb's result. libibverbs' verbs return
+// errno's value, but some providers' post verbs return it negated
+// (rdma-core's libsiw: -EINVAL), which names the same errno.
+func rcErrno(rc int) syscall.Errno {
+	if rc < 0 {
+		rc = -rc
+	}
+	return syscall.Errno(rc)
 }
 
 // rcCheck is nil when rc, the errno result of a verb without one to keep,

@@ -30,6 +30,11 @@ func TestErrnoErr(t *testing.T) {
 			t.Errorf("errnoErr(%v, %v) = %v, want %v matching the errno", tc.errno, tc.sentinels, err, tc.want)
 		}
 	}
+	for rc, want := range map[int]syscall.Errno{22: syscall.EINVAL, -22: syscall.EINVAL, -1: syscall.EPERM} {
+		if got := rcErrno(rc); got != want {
+			t.Errorf("rcErrno(%d) = %v, want %v", rc, got, want)
+		}
+	}
 	if err := cErr(syscall.Errno(0)); !errors.Is(err, syscall.EIO) {
 		t.Errorf("cErr(0) = %v, want EIO", err)
 	}

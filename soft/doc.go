@@ -179,7 +179,7 @@
 // so does hns), while rxe does not (rxe_qp_reset empties the queues and
 // leaves the CQs alone); a QP is reusable after ERR -> RESET. Sends may
 // be posted in RTS, SQD (they wait) and ERR; receives in any state but
-// RESET. RC QPs never enter SQE.
+// RESET (on an iWARP device, not in SQD either). RC QPs never enter SQE.
 //
 // # Adversarial schedules
 //
@@ -256,9 +256,12 @@
 // finds no receive terminates the connection on siw (siw_proc_send:
 // DDP_ECODE_UT_INVALID_MSN_NOBUF, RFC 5041's "Invalid MSN - no buffer
 // available") where the soft device still waits on an RNR; SQD is siw's
-// CLOSING, which closes the connection; rdma_disconnect moves an iWARP QP
-// to SQD, not ERROR; and siw_query_qp fills no qp_state, so ibv_query_qp's
-// state on siw is not the QP's (the soft device reports its state).
+// CLOSING, which closes the connection (here it only refuses receives,
+// as siw_post_receive does past RTS short of ERROR; package softcm's
+// Disconnect moves an iWARP QP there, as rdma_disconnect does); and
+// siw_query_qp fills no qp_state before "RDMA/siw: Set qp_state in
+// siw_query_qp" (December 2023; Debian 6.1 lacks it), so ibv_query_qp's state
+// there is not the QP's (the soft device reports its state).
 //
 // # Quirks
 //

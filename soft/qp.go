@@ -401,6 +401,10 @@ func (q *QP) postRecv(wrs []ibv.RecvWR) error {
 			err = fmt.Errorf("QP %d receives from SRQ %d: %w", q.num, q.srq.id, ibv.ErrInvalidArgument)
 		case q.state == ibv.QPSReset:
 			err = fmt.Errorf("QP %d is in RESET: %w", q.num, ibv.ErrInvalidArgument) // rxe's EINVAL
+		case q.state == ibv.QPSSQD && q.dev.iwarp:
+			// siw's SQD is its CLOSING, where siw_post_receive takes
+			// receives no more (-EINVAL) until the QP is in ERROR.
+			err = fmt.Errorf("iWARP QP %d is in SQD: %w", q.num, ibv.ErrInvalidArgument)
 		case len(wr.SGL) > int(q.cap.MaxRecvSGE):
 			err = fmt.Errorf("%d SGEs, QP %d takes %d: %w", len(wr.SGL), q.num, q.cap.MaxRecvSGE, ibv.ErrInvalidArgument)
 		case q.rqUsed >= q.cap.MaxRecvWR:

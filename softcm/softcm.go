@@ -10,7 +10,8 @@
 // passive QP to RTR and RTS before it answers, and the active QP follows
 // to RTR and RTS when the answer arrives, before Connect returns
 // (ESTABLISHED); a rejection moves the active QP to ERROR; Disconnect
-// moves the caller's QP to ERROR and tells the peer, whose QP stays in RTS
+// moves the caller's QP to ERROR (on an iWARP device to SQD, as
+// librdmacm's ucma_modify_qp_sqd does) and tells the peer, whose QP stays in RTS
 // until it calls Disconnect as well (an application answers
 // RDMA_CM_EVENT_DISCONNECTED with rdma_disconnect). The caller's side sees
 // its own RDMA_CM_EVENT_DISCONNECTED once the peer has disconnected or
@@ -413,7 +414,7 @@ func (i *id) Disconnect() error {
 	if !i.connected {
 		return fmt.Errorf("disconnecting: the ID was never connected: %w", ibv.ErrInvalidArgument)
 	}
-	toError(i.qp)
+	i.stop()
 	if i.state == stateConnected || i.state == stateDREQRcvd {
 		i.disconnect()
 	}
@@ -589,6 +590,19 @@ func toError(qp ibv.QP) {
 	if qp != nil {
 		_ = qp.Modify(ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState)
 	}
+}
+
+// stop moves i's QP where rdma_disconnect moves it (librdmacm's
+// rdma_disconnect): an iWARP QP to SQD (ucma_modify_qp_sqd; siw's
+// CLOSING), any other to ERROR (ucma_modify_qp_err). Called with net.mu
+// held.
+func (i *id) stop() {
+	if i.qp == nil || i.dev.Info().Transport != ibv.TransportIWARP {
+		toError(i.qp)
+		return
+	}
+	// A QP in ERROR refuses SQD (IBTA's state diagram) and stays there.
+	_ = i.qp.Modify(ibv.QPAttr{State: ibv.QPSSQD}, ibv.QPAttrState)
 }
 
 // isClosed reports whether qp was closed.

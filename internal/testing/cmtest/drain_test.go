@@ -2,6 +2,7 @@ package cmtest
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 
@@ -67,8 +68,14 @@ func TestDisconnectDrain(t *testing.T) {
 			}
 			WaitEvent(t, client, cm.EventDisconnected)
 
-			// The client states the state the CM moved its QP to; the
-			// server lets the drain query it. Both are valid.
+			// rdma_disconnect left the QPs in ERR on IB and RoCE, in SQD on
+			// iWARP (librdmacm's ucma_modify_qp_sqd), where siw takes no
+			// receive: the client moves its QP to ERR itself and says so;
+			// the server lets the drain query its QP and move it. Both
+			// are valid on either transport.
+			if err := cep.QP.Modify(ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState); err != nil {
+				t.Fatalf("moving the client's QP to ERR: %v", err)
+			}
 			drainDisconnected(t, "client", client, cep, drain.AddOptions{StateKnown: true, State: ibv.QPSErr}, []uint64{200, 201})
 			// The SRQ's receives stay in the SRQ: the QP held none.
 			var srvRecvs []uint64
@@ -109,6 +116,14 @@ func drainDisconnected(t *testing.T, who string, id cm.ID, e *Endpoint, add drai
 	ctx, cancel := context.WithTimeout(context.Background(), 2*devtest.Timeout)
 	defer cancel()
 	reps, err := drain.DrainAll(ctx, []ibv.QP{e.QP}, add, o, f)
+	if err != nil && errors.Is(err, ibv.ErrInvalidArgument) && devtest.IWARP() && devtest.CurrentProvider() != devtest.ProviderSoft {
+		// Observed on siw0 (Linux 6.12 and 7.3): siw refuses a receive
+		// posted on a user QP in ERROR (-EINVAL) where the IBTA has it
+		// flushed (C10-42, as commit 000a830efd37 "IB/rdmavt: Post
+		// receive for QP in ERR state" cites), so no receive drain WR
+		// proves a queue on siw (docs/TESTING.md).
+		t.Skipf("%s: %s refuses a receive drain WR on a QP in ERROR, so the drain cannot prove it: %v", who, devtest.DeviceName(), err)
+	}
 	if err != nil {
 		t.Fatalf("%s: draining QP %d after the disconnect: %v", who, e.QP.Num(), err)
 	}

@@ -256,12 +256,19 @@ func ToError(t testing.TB, qp ibv.QP) {
 	}
 }
 
-// State returns qp's current state.
+// State returns qp's current state. On a real iWARP device whose
+// ibv_query_qp reports no state it skips the test, saying why.
 func State(t testing.TB, qp ibv.QP) ibv.QPState {
 	t.Helper()
 	attr, _, err := qp.Query(ibv.QPAttrState)
 	if err != nil {
 		t.Fatalf("querying QP %d: %v", qp.Num(), err)
+	}
+	// siw reports its IDLE as INIT: RESET means siw_query_qp filled in
+	// no state, as before "RDMA/siw: Set qp_state in siw_query_qp"
+	// (Guoqing Jiang, December 2023; Debian's 6.1 lacks it).
+	if attr.State == ibv.QPSReset && CurrentProvider() != ProviderSoft && IWARP() {
+		t.Skipf("%s reports no QP state (ibv_query_qp reads RESET): its siw_query_qp lacks \"RDMA/siw: Set qp_state in siw_query_qp\"", DeviceName())
 	}
 	return attr.State
 }
