@@ -285,6 +285,36 @@ func (e *env) state(qp ibv.QP) (ibv.QPState, error) {
 	return attr.State, nil
 }
 
+// unreadState is why a siw QP's state reads RESET whatever it is.
+const unreadState = "siw_query_qp in the kernel's drivers/infiniband/sw/siw/siw_verbs.c fills in no qp_state before commit 0b988c1bee28 (\"RDMA/siw: Set qp_state in siw_query_qp\", Linux 6.8)"
+
+// stateUnread says why qp's state cannot be read, "" when it can: qp is
+// connected and nothing has gone wrong on it yet, so it is in RTS, and a
+// device that reports anything else does not report the state at all. A
+// verdict then comes from what the state would have caused, never from
+// the state read.
+func (e *env) stateUnread(qp ibv.QP) (string, error) {
+	st, err := e.state(qp)
+	if err != nil || st == ibv.QPSRTS {
+		return "", err
+	}
+	why := fmt.Sprintf("QP %d in RTS reads %s, so its state cannot be read", qp.Num(), st)
+	if e.iwarp {
+		why += " (" + unreadState + ")"
+	}
+	return why, nil
+}
+
+// stateOrUnread reads qp's state, or says it cannot be read (unread, from
+// stateUnread, not empty).
+func (e *env) stateOrUnread(qp ibv.QP, unread string) (ibv.QPState, string, error) {
+	if unread != "" {
+		return 0, "unreadable", nil
+	}
+	st, err := e.state(qp)
+	return st, st.String(), err
+}
+
 // ctxErr is the error of a wait that the probe's context ended.
 func (e *env) ctxErr(what string) error {
 	return fmt.Errorf("%s: %w", what, context.Cause(e.ctx))

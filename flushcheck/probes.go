@@ -514,6 +514,10 @@ func responderAccessError(e *env) (verdict, error) {
 	write := ibv.SendWR{ID: sendBase, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled,
 		SGL:        []ibv.SGE{{Addr: local.Addr(), Length: 8, LKey: local.LKey()}},
 		RemoteAddr: closed.Addr(), RKey: closed.RKey()}
+	unread, err := e.stateUnread(b)
+	if err != nil {
+		return verdict{}, err
+	}
 	e.mark()
 	if err := e.postSend(a, []ibv.SendWR{write}); err != nil {
 		return verdict{}, fmt.Errorf("posting the RDMA WRITE: %w", err)
@@ -551,7 +555,7 @@ func responderAccessError(e *env) (verdict, error) {
 			other = append(other, fmt.Sprintf("%s at +%v", ev.AsyncEvent, ev.at))
 		}
 	}
-	st, err := e.state(b)
+	st, stName, err := e.stateOrUnread(b, unread)
 	if err != nil {
 		return verdict{}, err
 	}
@@ -565,11 +569,18 @@ func responderAccessError(e *env) (verdict, error) {
 	} else {
 		fmt.Fprintf(&b2, "%s %v after the WRITE", got.Type, got.at)
 	}
-	fmt.Fprintf(&b2, ", state %s, %d of 2 receives flushed", st, withStatus(flushed, ibv.WCWRFlushErr))
+	nFlushed := withStatus(flushed, ibv.WCWRFlushErr)
+	fmt.Fprintf(&b2, ", state %s, %d of 2 receives flushed", stName, nFlushed)
 	if len(other) > 0 {
 		fmt.Fprintf(&b2, "; other events: %s", strings.Join(other, ", "))
 	}
-	if got != nil && got.Type == ibv.EventQPAccessErr && st == ibv.QPSErr {
+	inError := st == ibv.QPSErr
+	if unread != "" {
+		// Only a QP in ERROR flushes its receives (IBTA vol. 1 §10.3.1).
+		inError = nFlushed == 2
+		fmt.Fprintf(&b2, "; %s: ERROR judged from the flushed receives", unread)
+	}
+	if got != nil && got.Type == ibv.EventQPAccessErr && inError {
 		return pass("%s", b2.String()), nil
 	}
 	return deviation("%s", b2.String()), nil
