@@ -95,7 +95,7 @@ func flushOrder(e *env) (verdict, error) {
 			return verdict{}, err
 		}
 		for _, q := range []ibv.QP{qa, qb} {
-			if err := e.postRecv(q, recvs(recvBase, n)); err != nil {
+			if err := e.postRecv(q, e.recvs(recvBase, n)); err != nil {
 				return verdict{}, fmt.Errorf("posting receives: %w", err)
 			}
 		}

@@ -31,6 +31,12 @@ type env struct {
 	// entered ERROR, or the request that caused an error was posted.
 	t0 time.Time
 
+	// recvSGE is the SGE of every receive the probe posts: on iWARP one
+	// into a buffer of the probe's PD (pd), since libsiw refuses a
+	// receive without one (push_recv_wqe in rdma-core's
+	// providers/siw/siw.c: EINVAL); none elsewhere.
+	recvSGE []ibv.SGE
+
 	route *rcsetup.Route
 	objs  teardown.List // closed by close, last created first
 	calls callRecord    // the verbs call the probe is in
@@ -81,8 +87,19 @@ func (e *env) pd() (ibv.PD, error) {
 		return nil, fmt.Errorf("allocating a PD: %w", err)
 	}
 	e.own("ibv_dealloc_pd", pd)
+	if e.iwarp {
+		mr, err := e.buffer(pd, recvBytes, ibv.AccessLocalWrite)
+		if err != nil {
+			return nil, err
+		}
+		e.recvSGE = []ibv.SGE{{Addr: mr.Addr(), Length: recvBytes, LKey: mr.LKey()}}
+	}
 	return pd, nil
 }
+
+// recvBytes is the size of the receives' buffer on iWARP: the probes'
+// sends carry no data, so any size takes them.
+const recvBytes = 64
 
 func (e *env) cq(cqe int) (ibv.CQ, error) {
 	var cq ibv.CQ
@@ -207,7 +224,7 @@ func (e *env) outstanding(nRecv, nSend int) (pd ibv.PD, a, b ibv.QP, err error) 
 		return nil, nil, nil, err
 	}
 	if nRecv > 0 {
-		if err := e.postRecv(a, recvs(recvBase, nRecv)); err != nil {
+		if err := e.postRecv(a, e.recvs(recvBase, nRecv)); err != nil {
 			return nil, nil, nil, fmt.Errorf("posting receives: %w", err)
 		}
 	}

@@ -98,16 +98,12 @@ func checkIWARP(t *testing.T, results []Result) {
 }
 
 // TestIWARPStateUnread: on siw before Linux 6.8 every QP reads RESET
-// (unreadDevice); the verdicts are those of a device whose state reads
-// true, and the probes that would have judged the state say it could not
-// be read and why.
+// (siwDevice.unreadState); the verdicts are those of a device whose state
+// reads true, and the probes that would have judged the state say it could
+// not be read and why.
 func TestIWARPStateUnread(t *testing.T) {
 	devtest.Explore(t, func(t *testing.T) {
-		dev, c := openIWARP(t)
-		o := on(dev, quick)
-		d := &unreadDevice{Context: dev, qps: map[ibv.QP]ibv.QP{}}
-		o.Connector = unreadConnector{c, d}
-		results := Run(context.Background(), d, o)
+		results := runSIW(t, &siwDevice{unreadState: true})
 		checkIWARP(t, results)
 		for _, r := range results {
 			if r.Name != ProbeResponderAccessError && r.Name != ProbeCQOverrun {
@@ -120,17 +116,42 @@ func TestIWARPStateUnread(t *testing.T) {
 	})
 }
 
-// unreadDevice models siw's ibv_query_qp before Linux 6.8, which leaves
-// qp_state 0 (RESET) whatever the QP's state: the QPs unreadConnector
-// creates read RESET, and the device's async events name them.
-type unreadDevice struct {
+// TestIWARPRecvSGE: libsiw refuses a receive without an SGE
+// (siwDevice.recvNeedsSGE), so the probes' receives on iWARP carry one and
+// every probe still runs to its verdict.
+func TestIWARPRecvSGE(t *testing.T) {
+	devtest.Explore(t, func(t *testing.T) {
+		checkIWARP(t, runSIW(t, &siwDevice{recvNeedsSGE: true}))
+	})
+}
+
+// runSIW runs the probes on the soft device's iWARP personality with d's
+// rules on the QPs its connector creates.
+func runSIW(t *testing.T, d *siwDevice) []Result {
+	dev, c := openIWARP(t)
+	o := on(dev, quick)
+	d.Context, d.qps = dev, map[ibv.QP]ibv.QP{}
+	o.Connector = siwConnector{c, d}
+	return Run(context.Background(), d, o)
+}
+
+// siwDevice models what siw and libsiw do that the soft device's iWARP
+// personality does not, on the QPs siwConnector creates; its async events
+// name those QPs.
+type siwDevice struct {
 	ibv.Context
-	mu  sync.Mutex
-	qps map[ibv.QP]ibv.QP // the device's QP -> the one the probes hold
+	// unreadState: ibv_query_qp leaves qp_state 0 (RESET) whatever the
+	// QP's state (siw_query_qp before Linux 6.8).
+	unreadState bool
+	// recvNeedsSGE: a receive without an SGE is refused, EINVAL
+	// (push_recv_wqe in rdma-core's providers/siw/siw.c).
+	recvNeedsSGE bool
+	mu           sync.Mutex
+	qps          map[ibv.QP]ibv.QP // the device's QP -> the one the probes hold
 }
 
 // NextAsyncEvent is the device's, naming the QP the probes hold.
-func (d *unreadDevice) NextAsyncEvent(ctx context.Context) (ibv.AsyncEvent, error) {
+func (d *siwDevice) NextAsyncEvent(ctx context.Context) (ibv.AsyncEvent, error) {
 	ev, err := d.Context.NextAsyncEvent(ctx)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -140,22 +161,41 @@ func (d *unreadDevice) NextAsyncEvent(ctx context.Context) (ibv.AsyncEvent, erro
 	return ev, err
 }
 
-type unreadQP struct{ ibv.QP }
+type siwQP struct {
+	ibv.QP
+	d *siwDevice
+}
 
-// Query is the QP's with the state RESET.
-func (q *unreadQP) Query(mask ibv.QPAttrMask) (ibv.QPAttr, ibv.QPInitAttr, error) {
+// Query is the QP's, with the state RESET under unreadState.
+func (q *siwQP) Query(mask ibv.QPAttrMask) (ibv.QPAttr, ibv.QPInitAttr, error) {
 	attr, init, err := q.QP.Query(mask)
-	attr.State = ibv.QPSReset
+	if q.d.unreadState {
+		attr.State = ibv.QPSReset
+	}
 	return attr, init, err
 }
 
-type unreadConnector struct {
-	rcsetup.Connector
-	d *unreadDevice
+// PostRecv is the QP's, refusing a receive without an SGE under
+// recvNeedsSGE (the ones before it posted).
+func (q *siwQP) PostRecv(wrs []ibv.RecvWR) error {
+	for i, wr := range wrs {
+		if q.d.recvNeedsSGE && len(wr.SGL) == 0 {
+			if err := q.QP.PostRecv(wrs[:i]); err != nil {
+				return err
+			}
+			return &ibv.PostError{Index: i, Err: ibv.ErrInvalidArgument}
+		}
+	}
+	return q.QP.PostRecv(wrs)
 }
 
-// Pair is the connector's, its QPs reading RESET.
-func (c unreadConnector) Pair(ctx context.Context, pd ibv.PD, attrA, attrB ibv.QPInitAttr, rt rcsetup.Retry) (*rcsetup.Pair, error) {
+type siwConnector struct {
+	rcsetup.Connector
+	d *siwDevice
+}
+
+// Pair is the connector's, its QPs under the device's rules.
+func (c siwConnector) Pair(ctx context.Context, pd ibv.PD, attrA, attrB ibv.QPInitAttr, rt rcsetup.Retry) (*rcsetup.Pair, error) {
 	p, err := c.Connector.Pair(ctx, pd, attrA, attrB, rt)
 	if err != nil {
 		return nil, err
@@ -163,56 +203,9 @@ func (c unreadConnector) Pair(ctx context.Context, pd ibv.PD, attrA, attrB ibv.Q
 	c.d.mu.Lock()
 	defer c.d.mu.Unlock()
 	for _, qp := range []*ibv.QP{&p.A, &p.B} {
-		w := &unreadQP{*qp}
+		w := &siwQP{*qp, c.d}
 		c.d.qps[*qp] = w
 		*qp = w
 	}
 	return p, nil
-}
-
-// TestIWARPNeedsCM: connected by hand, an iWARP device refuses RTS, so
-// every probe that needs a connected pair cannot check: the error names
-// the refused modify.
-func TestIWARPNeedsCM(t *testing.T) {
-	dev, _ := openIWARP(t)
-	for _, r := range Run(context.Background(), dev, on(dev, quick)) {
-		if r.Name != ProbeFlushOutstanding {
-			continue
-		}
-		if r.Outcome != Error || !strings.Contains(r.Observed, "only through the connection manager") {
-			t.Errorf("%s by hand on iWARP: %s %q, want an error refusing RTS", r.Name, r.Outcome, r.Observed)
-		}
-	}
-}
-
-// TestCMOnInfiniBand: on the InfiniBand personality connected through the
-// RDMA CM every probe passes but reset-reuse, which needs QPs connected by
-// hand and says so.
-func TestCMOnInfiniBand(t *testing.T) {
-	dev := openSoft(t, soft.Quirks{})
-	n := softcm.NewNetwork()
-	addr := netip.MustParseAddr("192.0.2.2")
-	if err := n.Attach(dev.(*soft.Device), addr); err != nil {
-		t.Fatal(err)
-	}
-	c, err := rcsetup.ListenCM(n, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	o := on(dev, quick)
-	o.Connector = c
-	for _, r := range Run(context.Background(), dev, o) {
-		want := Pass
-		if r.Name == ProbeResetReuse {
-			want = NotApplicable
-		}
-		if r.Outcome != want && !allowed(t, r) {
-			t.Errorf("%s through the CM: %s %q, want %s", r.Name, r.Outcome, r.Observed, want)
-		}
-	}
 }

@@ -34,10 +34,21 @@ func sends(base uint64, n int) []ibv.SendWR {
 	return wrs
 }
 
+// recvs are n receives with wr_ids from base, without an SGE.
 func recvs(base uint64, n int) []ibv.RecvWR {
 	wrs := make([]ibv.RecvWR, n)
 	for i, id := range ids(base, n) {
 		wrs[i] = ibv.RecvWR{ID: id}
+	}
+	return wrs
+}
+
+// recvs are the probe's receives: recvs with the probe's receive SGE
+// (env.recvSGE; none on InfiniBand).
+func (e *env) recvs(base uint64, n int) []ibv.RecvWR {
+	wrs := recvs(base, n)
+	for i := range wrs {
+		wrs[i].SGL = e.recvSGE
 	}
 	return wrs
 }
@@ -220,7 +231,7 @@ func postOneInError(e *env, qp ibv.QP, send bool) (verdict, error) {
 		if err := e.postSend(qp, sends(id, 1)); err != nil {
 			return verdict{}, fmt.Errorf("posting a send in ERROR: %w", err)
 		}
-	} else if err := e.postRecv(qp, recvs(id, 1)); err != nil {
+	} else if err := e.postRecv(qp, e.recvs(id, 1)); err != nil {
 		return verdict{}, fmt.Errorf("posting a receive in ERROR: %w", err)
 	}
 	wcs, err := e.poll(qp.SendCQ(), 1, e.o.Timeout)
@@ -337,7 +348,7 @@ func lastWQEReached(e *env) (verdict, error) {
 		return verdict{}, err
 	}
 	a, sibling := qps[0], qps[1]
-	if err := e.postSRQRecv(srq, recvs(recvBase, 4)); err != nil {
+	if err := e.postSRQRecv(srq, e.recvs(recvBase, 4)); err != nil {
 		return verdict{}, fmt.Errorf("posting receives to the SRQ: %w", err)
 	}
 	if err := e.toError(a); err != nil {
@@ -395,7 +406,7 @@ func lastWQERepeat(e *env) (verdict, error) {
 		return verdict{}, err
 	}
 	a := qps[0]
-	if err := e.postSRQRecv(srq, recvs(recvBase, 2)); err != nil {
+	if err := e.postSRQRecv(srq, e.recvs(recvBase, 2)); err != nil {
 		return verdict{}, fmt.Errorf("posting receives to the SRQ: %w", err)
 	}
 	if err := e.toError(a); err != nil {
@@ -417,7 +428,7 @@ func lastWQERepeat(e *env) (verdict, error) {
 		{"by itself", func() error { return nil }},
 		{"after a second modify to ERROR", func() error { return e.modify(a, ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState) }},
 		{"after a send posted in ERROR", func() error { return e.postSend(a, sends(sendBase, 1)) }},
-		{"after a receive posted to the SRQ", func() error { return e.postSRQRecv(srq, recvs(recvBase+2, 1)) }},
+		{"after a receive posted to the SRQ", func() error { return e.postSRQRecv(srq, e.recvs(recvBase+2, 1)) }},
 	}
 	repeats := 0
 	parts := []string{fmt.Sprintf("Last WQE Reached %v after ERROR", at)}
@@ -508,7 +519,7 @@ func responderAccessError(e *env) (verdict, error) {
 	if err != nil {
 		return verdict{}, err
 	}
-	if err := e.postRecv(b, recvs(recvBase, 2)); err != nil {
+	if err := e.postRecv(b, e.recvs(recvBase, 2)); err != nil {
 		return verdict{}, fmt.Errorf("posting receives at the responder: %w", err)
 	}
 	write := ibv.SendWR{ID: sendBase, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled,
