@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/qpdrain/qpdrain/ibv"
@@ -125,6 +126,15 @@ func TestIWARPRecvSGE(t *testing.T) {
 	})
 }
 
+// TestIWARPStateAfterFlush: siw raises QP_ACCESS_ERR before it moves the
+// QP to ERROR (siwDevice.errAfterFlush), so responder-access-error reads
+// the responder's state once its receives are flushed, and passes.
+func TestIWARPStateAfterFlush(t *testing.T) {
+	devtest.Explore(t, func(t *testing.T) {
+		checkIWARP(t, runSIW(t, &siwDevice{errAfterFlush: true}))
+	})
+}
+
 // runSIW runs the probes on the soft device's iWARP personality with d's
 // rules on the QPs its connector creates.
 func runSIW(t *testing.T, d *siwDevice) []Result {
@@ -146,8 +156,11 @@ type siwDevice struct {
 	// recvNeedsSGE: a receive without an SGE is refused, EINVAL
 	// (push_recv_wqe in rdma-core's providers/siw/siw.c).
 	recvNeedsSGE bool
-	mu           sync.Mutex
-	qps          map[ibv.QP]ibv.QP // the device's QP -> the one the probes hold
+	// errAfterFlush: a QP in ERROR reads RTS until a flush of its
+	// receives has been polled (its event came before the state).
+	errAfterFlush bool
+	mu            sync.Mutex
+	qps           map[ibv.QP]ibv.QP // the device's QP -> the one the probes hold
 }
 
 // NextAsyncEvent is the device's, naming the QP the probes hold.
@@ -163,16 +176,51 @@ func (d *siwDevice) NextAsyncEvent(ctx context.Context) (ibv.AsyncEvent, error) 
 
 type siwQP struct {
 	ibv.QP
-	d *siwDevice
+	d       *siwDevice
+	flushed atomic.Bool // a flush of its receives was polled
 }
 
-// Query is the QP's, with the state RESET under unreadState.
+// Query is the QP's, with the state RESET under unreadState, RTS for
+// ERROR before a flush under errAfterFlush.
 func (q *siwQP) Query(mask ibv.QPAttrMask) (ibv.QPAttr, ibv.QPInitAttr, error) {
 	attr, init, err := q.QP.Query(mask)
-	if q.d.unreadState {
+	switch {
+	case q.d.unreadState:
 		attr.State = ibv.QPSReset
+	case q.d.errAfterFlush && attr.State == ibv.QPSErr && !q.flushed.Load():
+		attr.State = ibv.QPSRTS
 	}
 	return attr, init, err
+}
+
+// RecvCQ is the QP's, noting the flushes of its receives polled from it
+// under errAfterFlush.
+func (q *siwQP) RecvCQ() ibv.CQ { return q.cq(q.QP.RecvCQ()) }
+
+// SendCQ is the QP's, as RecvCQ (one CQ object where both are one).
+func (q *siwQP) SendCQ() ibv.CQ { return q.cq(q.QP.SendCQ()) }
+
+func (q *siwQP) cq(cq ibv.CQ) ibv.CQ {
+	if q.d.errAfterFlush {
+		return flushCQ{cq, q}
+	}
+	return cq
+}
+
+type flushCQ struct {
+	ibv.CQ
+	q *siwQP
+}
+
+// Poll is the CQ's, noting a flush of q's receives.
+func (c flushCQ) Poll(wcs []ibv.WC) (int, error) {
+	n, err := c.CQ.Poll(wcs)
+	for _, wc := range wcs[:n] {
+		if wc.Status == ibv.WCWRFlushErr && wc.QPNum == c.q.Num() && wc.ID >= recvBase {
+			c.q.flushed.Store(true)
+		}
+	}
+	return n, err
 }
 
 // PostRecv is the QP's, refusing a receive without an SGE under
@@ -203,7 +251,7 @@ func (c siwConnector) Pair(ctx context.Context, pd ibv.PD, attrA, attrB ibv.QPIn
 	c.d.mu.Lock()
 	defer c.d.mu.Unlock()
 	for _, qp := range []*ibv.QP{&p.A, &p.B} {
-		w := &siwQP{*qp, c.d}
+		w := &siwQP{QP: *qp, d: c.d}
 		c.d.qps[*qp] = w
 		*qp = w
 	}

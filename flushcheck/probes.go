@@ -566,11 +566,15 @@ func responderAccessError(e *env) (verdict, error) {
 			other = append(other, fmt.Sprintf("%s at +%v", ev.AsyncEvent, ev.at))
 		}
 	}
-	st, stName, err := e.stateOrUnread(b, unread)
+	// The state is read once the receives' flushes are in: siw raises the
+	// event before it moves the QP to ERROR (read right after the event,
+	// siw0 on Linux 6.12 and 7.3 was still in RTS), and the flushes come
+	// with that move.
+	flushed, err := e.poll(b.RecvCQ(), 2, e.o.Timeout)
 	if err != nil {
 		return verdict{}, err
 	}
-	flushed, err := e.poll(b.RecvCQ(), 2, e.o.Timeout)
+	st, stName, err := e.stateOrUnread(b, unread)
 	if err != nil {
 		return verdict{}, err
 	}
