@@ -69,7 +69,7 @@ test-pyverbs:
 
 ## providers: record `qpdrain check --device soft -j` (and soft:iwarp) and render docs/PROVIDERS.md's check tables
 ## from testdata/providers (internal/providers; its test fails when they disagree).
-## providers-rxe: record the check on rxe0 per kernel of the matrix first (a VM run).
+## providers-rxe: record the check on rxe0 and siw0 per kernel of the matrix first (a VM run).
 .PHONY: providers providers-rxe
 providers:
 	$(GO) run ./cmd/qpdrain check --device soft -j > testdata/providers/soft.json.new

@@ -39,6 +39,10 @@ func cqOverrun(e *env) (verdict, error) {
 			SGL:        []ibv.SGE{{Addr: local.Addr(), Length: 8, LKey: local.LKey()}},
 			RemoteAddr: remote.Addr(), RKey: remote.RKey()}
 	}
+	unread, err := e.stateUnread(a)
+	if err != nil {
+		return verdict{}, err
+	}
 	e.mark()
 	if err := e.postSend(a, wrs); err != nil {
 		return verdict{}, fmt.Errorf("posting %d RDMA WRITEs: %w", n, err)
@@ -48,7 +52,7 @@ func cqOverrun(e *env) (verdict, error) {
 	if err != nil {
 		return verdict{}, err
 	}
-	st, err := e.state(a)
+	_, st, err := e.stateOrUnread(a, unread)
 	if err != nil {
 		return verdict{}, err
 	}
@@ -58,6 +62,9 @@ func cqOverrun(e *env) (verdict, error) {
 	}
 	obs := fmt.Sprintf("%d signaled RDMA WRITEs on a CQ of %d entries: events %s; QP %s; %d completions polled (%d SUCCESS), %d lost",
 		n, size, eventList(evs), st, len(wcs), withStatus(wcs, ibv.WCSuccess), n-len(wcs))
+	if unread != "" {
+		obs += " (" + unread + ")"
+	}
 	if !hasEvent(evs, isCQErr) {
 		return deviation("%s: no CQ_ERR within %v, so a drain on this CQ cannot tell that its barrier completion may be lost", obs, e.o.Timeout), nil
 	}
@@ -88,7 +95,7 @@ func flushOrder(e *env) (verdict, error) {
 			return verdict{}, err
 		}
 		for _, q := range []ibv.QP{qa, qb} {
-			if err := e.postRecv(q, recvs(recvBase, n)); err != nil {
+			if err := e.postRecv(q, e.recvs(recvBase, n)); err != nil {
 				return verdict{}, fmt.Errorf("posting receives: %w", err)
 			}
 		}

@@ -31,6 +31,12 @@ type env struct {
 	// entered ERROR, or the request that caused an error was posted.
 	t0 time.Time
 
+	// recvSGE is the SGE of every receive the probe posts: on iWARP one
+	// into a buffer of the probe's PD (pd), since libsiw refuses a
+	// receive without one (push_recv_wqe in rdma-core's
+	// providers/siw/siw.c: EINVAL); none elsewhere.
+	recvSGE []ibv.SGE
+
 	route *rcsetup.Route
 	objs  teardown.List // closed by close, last created first
 	calls callRecord    // the verbs call the probe is in
@@ -81,8 +87,19 @@ func (e *env) pd() (ibv.PD, error) {
 		return nil, fmt.Errorf("allocating a PD: %w", err)
 	}
 	e.own("ibv_dealloc_pd", pd)
+	if e.iwarp {
+		mr, err := e.buffer(pd, recvBytes, ibv.AccessLocalWrite)
+		if err != nil {
+			return nil, err
+		}
+		e.recvSGE = []ibv.SGE{{Addr: mr.Addr(), Length: recvBytes, LKey: mr.LKey()}}
+	}
 	return pd, nil
 }
+
+// recvBytes is the size of the receives' buffer on iWARP: the probes'
+// sends carry no data, so any size takes them.
+const recvBytes = 64
 
 func (e *env) cq(cqe int) (ibv.CQ, error) {
 	var cq ibv.CQ
@@ -207,7 +224,7 @@ func (e *env) outstanding(nRecv, nSend int) (pd ibv.PD, a, b ibv.QP, err error) 
 		return nil, nil, nil, err
 	}
 	if nRecv > 0 {
-		if err := e.postRecv(a, recvs(recvBase, nRecv)); err != nil {
+		if err := e.postRecv(a, e.recvs(recvBase, nRecv)); err != nil {
 			return nil, nil, nil, fmt.Errorf("posting receives: %w", err)
 		}
 	}
@@ -283,6 +300,36 @@ func (e *env) state(qp ibv.QP) (ibv.QPState, error) {
 		return 0, fmt.Errorf("querying QP %d: %w", qp.Num(), err)
 	}
 	return attr.State, nil
+}
+
+// unreadState is why a siw QP's state reads RESET whatever it is.
+const unreadState = "siw_query_qp in the kernel's drivers/infiniband/sw/siw/siw_verbs.c fills in no qp_state before commit 0b988c1bee28 (\"RDMA/siw: Set qp_state in siw_query_qp\", Linux 6.8)"
+
+// stateUnread says why qp's state cannot be read, "" when it can: qp is
+// connected and nothing has gone wrong on it yet, so it is in RTS, and a
+// device that reports anything else does not report the state at all. A
+// verdict then comes from what the state would have caused, never from
+// the state read.
+func (e *env) stateUnread(qp ibv.QP) (string, error) {
+	st, err := e.state(qp)
+	if err != nil || st == ibv.QPSRTS {
+		return "", err
+	}
+	why := fmt.Sprintf("QP %d in RTS reads %s, so its state cannot be read", qp.Num(), st)
+	if e.iwarp {
+		why += " (" + unreadState + ")"
+	}
+	return why, nil
+}
+
+// stateOrUnread reads qp's state, or says it cannot be read (unread, from
+// stateUnread, not empty).
+func (e *env) stateOrUnread(qp ibv.QP, unread string) (ibv.QPState, string, error) {
+	if unread != "" {
+		return 0, "unreadable", nil
+	}
+	st, err := e.state(qp)
+	return st, st.String(), err
 }
 
 // ctxErr is the error of a wait that the probe's context ended.

@@ -28,7 +28,7 @@ func destroyOutstanding(e *env) (verdict, error) {
 	if err != nil {
 		return verdict{}, err
 	}
-	if err := e.postSRQRecv(srq, recvs(recvBase, 2)); err != nil {
+	if err := e.postSRQRecv(srq, e.recvs(recvBase, 2)); err != nil {
 		return verdict{}, fmt.Errorf("posting receives to the SRQ: %w", err)
 	}
 	if err := e.verb("ibv_modify_srq", func() error { return srq.Modify(ibv.SRQAttr{SRQLimit: 2}, ibv.SRQAttrLimit) }); err != nil {
@@ -49,7 +49,7 @@ func destroyOutstanding(e *env) (verdict, error) {
 	what := "sends"
 	if e.iwarp {
 		what = "receives"
-		err = e.postRecv(a, recvs(sendBase, 3))
+		err = e.postRecv(a, e.recvs(sendBase, 3))
 	} else {
 		err = e.postSend(a, sends(sendBase, 3))
 	}
@@ -142,7 +142,7 @@ func resetReuse(e *env) (verdict, error) {
 	if err := e.connect(a, c, rcsetup.DefaultRetry); err != nil {
 		return verdict{}, fmt.Errorf("reusing the QP after RESET: %w", err)
 	}
-	if err := e.postRecv(c, recvs(reuseBase, 1)); err != nil {
+	if err := e.postRecv(c, e.recvs(reuseBase, 1)); err != nil {
 		return verdict{}, fmt.Errorf("posting a receive at the new peer: %w", err)
 	}
 	if err := e.postSend(a, sends(reuseBase, 1)); err != nil {
@@ -211,7 +211,7 @@ func sqd(e *env) (verdict, error) {
 		return verdict{}, err
 	}
 	e.mark()
-	if err := e.postRecv(b, recvs(recvBase, 2)); err != nil {
+	if err := e.postRecv(b, e.recvs(recvBase, 2)); err != nil {
 		return verdict{}, fmt.Errorf("posting receives at the peer: %w", err)
 	}
 	wcs, err := e.poll(a.SendCQ(), 2, rnrTimer(resp.MinRNRTimer)+e.o.Quiet)

@@ -98,9 +98,14 @@ func Settings(results []Result) Recommendation {
 	add("LastWQETimeout", o.LastWQETimeout.String(), "%s", took(by, ProbeLastWQEReached, "Last WQE Reached"))
 	add("DrainTimeout", o.DrainTimeout.String(), "%s", took(by, ProbeDrainWR, "the drain WR"))
 
+	sendRan, _ := known(ProbeSendInError)
 	switch ran, ok := known(ProbeFlushBeforeRTS); {
 	case ok:
 		add("ViaRTS", "false", "flush-before-rts: a send posted in ERROR is flushed also on a QP that never reached RTS")
+	case ran && sendRan && !sendOK:
+		// RTS first would not get the drain WR flushed, and an iWARP QP
+		// cannot be moved to RTS by hand at all (siw refuses it).
+		add("ViaRTS", "false", "flush-before-rts, send-in-error: a send posted in ERROR is not flushed even on a QP that reached RTS, so taking a QP through RTS first changes nothing (Policy)")
 	default:
 		o.ViaRTS = true
 		why := unknown(ProbeFlushBeforeRTS)

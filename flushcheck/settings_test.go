@@ -30,7 +30,7 @@ func TestSettingsPerQuirk(t *testing.T) {
 		stalls     bool // the drains end quarantined: nothing proves them
 	}{
 		{"none", soft.Quirks{}, false, 0, drain.Quarantine, false, false, false},
-		{"SendInErrorNotFlushed", soft.Quirks{SendInErrorNotFlushed: true}, false, 1, drain.Quarantine, true, false, true},
+		{"SendInErrorNotFlushed", soft.Quirks{SendInErrorNotFlushed: true}, false, 1, drain.Quarantine, false, false, true},
 		{"RecvInErrorNotFlushed", soft.Quirks{RecvInErrorNotFlushed: true}, true, 0, drain.Quarantine, false, false, false},
 		{"RecvInErrorFlushDeferred", soft.Quirks{RecvInErrorFlushDeferred: true}, true, 0, drain.Quarantine, false, false, false},
 		{"NoLastWQEReached", soft.Quirks{NoLastWQEReached: true}, false, 0, drain.DestroyWhenEmpty, false, false, false},

@@ -1,6 +1,7 @@
 // Command providers keeps docs/PROVIDERS.md's tables of `qpdrain check`
 // true to the check's own runs: the JSON of `qpdrain check -j` recorded per
-// device (testdata/providers/soft.json, soft-iwarp.json, rxe-<kernel>.json)
+// device (testdata/providers/soft.json, soft-iwarp.json, rxe-<kernel>.json,
+// siw-<kernel>.json)
 // is the source,
 // and the tables between the doc's marker comments are rendered from it.
 //
@@ -8,9 +9,10 @@
 //	go run ./internal/providers render [-records DIR] [-doc FILE] [-check]
 //
 // record reads the output of `qpdrain vm run` whose guest command wraps
-// `qpdrain check --device rxe0 -j` in the markers of scripts/rxe/check-guest.sh
-// and writes one record per kernel; -replace removes the rxe records of
-// kernels of the default matrix the run did not cover. Runs of one probe
+// `qpdrain check --device rxe0 -j` (or siw0) in the markers of
+// scripts/rxe/check-guest.sh and writes one record per provider and kernel;
+// -replace removes the records of the run's providers on kernels of the
+// default matrix the run did not cover. Runs of one probe
 // each (scripts/rxe/check-record.sh with RXE_CHECK_EACH=1, for a kernel whose
 // rxe can wedge the guest) merge into one record, a probe whose VM never
 // finished it shown as locked. render rewrites the tables; -check only
@@ -39,7 +41,8 @@ import (
 )
 
 // Marker lines: the guest command prints BeginMark (followed by
-// " probe=NAME" when the run is for that probe alone), the check's JSON,
+// " device=NAME", rxe0 when absent, and " probe=NAME" when the run is for
+// that probe alone), the check's JSON,
 // then EndMark followed by " exit=STATUS": the check's exit status, or
 // "stuck" when it wrote its record but its process did not exit.
 const (
@@ -84,9 +87,10 @@ type Record struct {
 
 // column is one record with the column header it is shown under.
 type column struct {
-	header string
-	kernel []int // the release's numbers, for the order; nil for soft
-	rec    Record
+	header   string
+	provider int   // the index in providers, for the order
+	kernel   []int // the release's numbers, for the order; nil for soft
+	rec      Record
 }
 
 func main() {
@@ -147,6 +151,33 @@ func run(args []string, stdin io.Reader, stdout io.Writer) error {
 // tagged is a line of qpdrain vm's output: "[KERNEL] guest line".
 var tagged = regexp.MustCompile(`^\[([^\]\s]+)\] (.*)$`)
 
+// Key names a record: the provider (the device's name without its
+// number: rxe, siw) and the kernel the check ran on.
+type Key struct{ Provider, Kernel string }
+
+// File is the record's name, PROVIDER-KERNEL.json.
+func (k Key) File() string { return k.Provider + "-" + k.Kernel + ".json" }
+
+// providers are the providers whose records are columns, in their order.
+var providers = []string{"rxe", "siw"}
+
+// parseBegin parses what follows BeginMark: " device=NAME" and
+// " probe=NAME", each optional, in this order. ok is false for a line
+// that is not a marker.
+func parseBegin(rest string) (device, probe string, ok bool) {
+	device = "rxe0" // the markers before siw named no device
+	if r, found := strings.CutPrefix(rest, " device="); found {
+		device, rest, _ = strings.Cut(r, " ")
+		if rest != "" {
+			rest = " " + rest
+		}
+	}
+	if rest != "" && !strings.HasPrefix(rest, " probe=") {
+		return "", "", false
+	}
+	return device, strings.TrimPrefix(rest, " probe="), device != ""
+}
+
 // checkRun is one check in one guest, from its BeginMark on.
 type checkRun struct {
 	probe     string       // the probe the run is for alone; "" for the whole check
@@ -155,16 +186,17 @@ type checkRun struct {
 	complaint string       // the kernel's first complaint after BeginMark
 }
 
-// ParseVMOutput returns the check's JSON per kernel from qpdrain vm's
+// ParseVMOutput returns the check's JSON per provider and kernel from qpdrain vm's
 // output. The check's exit statuses 0 (every probe passed), 1
 // (deviations), 4 (a verbs call hung) and "stuck" (its process did not exit
 // after its record) keep the record; another status, or JSON that is not a
 // check's, is an error; so is output with no record at all (ErrNoRecord).
 // A kernel with runs of one probe each gets one record merged from them
 // (mergeRuns); otherwise a record without its end marker is an error.
-func ParseVMOutput(r io.Reader) (map[string][]byte, error) {
-	runs := map[string][]*checkRun{}
-	var kernels []string
+func ParseVMOutput(r io.Reader) (map[Key][]byte, error) {
+	runs := map[Key][]*checkRun{}
+	current := map[string]Key{} // the run each kernel's lines belong to
+	var keys []Key
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -173,14 +205,18 @@ func ParseVMOutput(r io.Reader) (map[string][]byte, error) {
 			continue
 		}
 		kernel, line := m[1], m[2]
-		if rest, ok := strings.CutPrefix(line, BeginMark); ok && (rest == "" || strings.HasPrefix(rest, " probe=")) {
-			if runs[kernel] == nil {
-				kernels = append(kernels, kernel)
+		if rest, ok := strings.CutPrefix(line, BeginMark); ok {
+			if device, probe, ok := parseBegin(rest); ok {
+				k := Key{strings.TrimRight(device, "0123456789"), kernel}
+				if runs[k] == nil {
+					keys = append(keys, k)
+				}
+				runs[k] = append(runs[k], &checkRun{probe: probe})
+				current[kernel] = k
+				continue
 			}
-			runs[kernel] = append(runs[kernel], &checkRun{probe: strings.TrimPrefix(rest, " probe=")})
-			continue
 		}
-		rs := runs[kernel]
+		rs := runs[current[kernel]]
 		if len(rs) == 0 {
 			continue
 		}
@@ -191,10 +227,10 @@ func ParseVMOutput(r io.Reader) (map[string][]byte, error) {
 			switch cr.status {
 			case "0", "1", "4", "stuck":
 			default:
-				return nil, fmt.Errorf("kernel %s: qpdrain check exited with %q, want 0, 1, 4 or stuck (its record is not kept)", kernel, cr.status)
+				return nil, fmt.Errorf("%s on kernel %s: qpdrain check exited with %q, want 0, 1, 4 or stuck (its record is not kept)", current[kernel].Provider, kernel, cr.status)
 			}
 			if _, err := decode(cr.json.Bytes()); err != nil {
-				return nil, fmt.Errorf("kernel %s: %w", kernel, err)
+				return nil, fmt.Errorf("%s on kernel %s: %w", current[kernel].Provider, kernel, err)
 			}
 		case cr.status == "":
 			cr.json.WriteString(line + "\n")
@@ -206,21 +242,21 @@ func ParseVMOutput(r io.Reader) (map[string][]byte, error) {
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("reading qpdrain vm's output: %w", err)
 	}
-	recs := map[string][]byte{}
-	for _, kernel := range kernels {
-		rs := runs[kernel]
+	recs := map[Key][]byte{}
+	for _, k := range keys {
+		rs := runs[k]
 		if len(rs) == 1 && rs[0].probe == "" {
 			if rs[0].status == "" {
-				return nil, fmt.Errorf("kernel %s: the record has no end marker (the guest died in the check?)", kernel)
+				return nil, fmt.Errorf("%s on kernel %s: the record has no end marker (the guest died in the check?)", k.Provider, k.Kernel)
 			}
-			recs[kernel] = rs[0].json.Bytes()
+			recs[k] = rs[0].json.Bytes()
 			continue
 		}
 		b, err := mergeRuns(rs)
 		if err != nil {
-			return nil, fmt.Errorf("kernel %s: %w", kernel, err)
+			return nil, fmt.Errorf("%s on kernel %s: %w", k.Provider, k.Kernel, err)
 		}
-		recs[kernel] = b
+		recs[k] = b
 	}
 	if len(recs) == 0 {
 		return nil, fmt.Errorf("%w in qpdrain vm's output (markers %q, %q)", ErrNoRecord, BeginMark, EndMark)
@@ -324,43 +360,55 @@ func decode(b []byte) (Record, error) {
 	return rec, nil
 }
 
-// WriteRecords writes each kernel's record as DIR/rxe-KERNEL.json and
-// returns the files written. With replace it also removes DIR/rxe-*.json
-// of the kernels recs does not hold.
-func WriteRecords(dir string, recs map[string][]byte, replace bool) ([]string, error) {
+// WriteRecords writes each record as DIR/PROVIDER-KERNEL.json (Key.File)
+// and returns the files written. With replace it also removes the
+// DIR/PROVIDER-*.json of recs' providers on the kernels recs does not hold.
+func WriteRecords(dir string, recs map[Key][]byte, replace bool) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	var written []string
 	keep := map[string]bool{}
-	for kernel, b := range recs {
-		if k, ok := offMatrix(kernel); ok {
-			kernel = k.Name // one record whatever its ABI number: not refreshed by make providers-rxe
+	ran := map[string]bool{}
+	for key, b := range recs {
+		if k, ok := offMatrix(key.Kernel); ok {
+			key.Kernel = k.Name // one record whatever its ABI number: not refreshed by make providers-rxe
 		}
-		f := filepath.Join(dir, "rxe-"+kernel+".json")
+		f := filepath.Join(dir, key.File())
 		if err := os.WriteFile(f, b, 0o644); err != nil {
 			return written, err
 		}
-		keep[f] = true
+		keep[f], ran[key.Provider] = true, true
 		written = append(written, f)
 	}
 	sort.Strings(written)
 	if !replace {
 		return written, nil
 	}
-	old, err := filepath.Glob(filepath.Join(dir, "rxe-*.json"))
-	if err != nil {
-		return written, err
-	}
-	for _, f := range old {
-		_, off := offMatrix(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "rxe-"), ".json"))
-		if !keep[f] && !off {
-			if err := os.Remove(f); err != nil {
-				return written, err
-			}
+	for _, p := range slices.Sorted(maps.Keys(ran)) {
+		if err := removeOthers(dir, p, keep); err != nil {
+			return written, err
 		}
 	}
 	return written, nil
+}
+
+// removeOthers removes DIR/PROVIDER-*.json of the default matrix's kernels
+// but the files keep holds.
+func removeOthers(dir, provider string, keep map[string]bool) error {
+	old, err := filepath.Glob(filepath.Join(dir, provider+"-*.json"))
+	if err != nil {
+		return err
+	}
+	for _, f := range old {
+		_, off := offMatrix(strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), provider+"-"), ".json"))
+		if !keep[f] && !off {
+			if err := os.Remove(f); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // softIWARP is the record of the soft device with siw's rules
@@ -368,12 +416,17 @@ func WriteRecords(dir string, recs map[string][]byte, replace bool) ([]string, e
 // present.
 const softIWARP = "soft-iwarp.json"
 
-// loadColumns reads DIR/soft.json, DIR/soft-iwarp.json when present, and
-// DIR/rxe-*.json: the soft device first, then the kernels in release order.
+// loadColumns reads DIR/soft.json, DIR/soft-iwarp.json when present,
+// DIR/rxe-*.json and DIR/siw-*.json: the soft device first, then each
+// provider's kernels in release order.
 func loadColumns(dir string) ([]column, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "rxe-*.json"))
-	if err != nil {
-		return nil, err
+	var files []string
+	for _, p := range providers {
+		fs, err := filepath.Glob(filepath.Join(dir, p+"-*.json"))
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, fs...)
 	}
 	first := []string{filepath.Join(dir, "soft.json")}
 	if _, err := os.Stat(filepath.Join(dir, softIWARP)); err == nil {
@@ -394,15 +447,22 @@ func loadColumns(dir string) ([]column, error) {
 		if filepath.Base(f) == softIWARP {
 			c.header = "Soft device, iWARP (siw's rules, through its RDMA CM)"
 		}
-		if kernel, ok := strings.CutPrefix(strings.TrimSuffix(filepath.Base(f), ".json"), "rxe-"); ok {
-			c.header, c.kernel = "rxe, `"+kernel+"`", releaseNumbers(kernel)
-			if k, ok := offMatrix(kernel); ok {
-				c.header += " (" + k.Suite + "; not in the default matrix)"
+		for i, p := range providers {
+			if kernel, ok := strings.CutPrefix(strings.TrimSuffix(filepath.Base(f), ".json"), p+"-"); ok {
+				c.header, c.provider, c.kernel = p+", `"+kernel+"`", i, releaseNumbers(kernel)
+				if k, ok := offMatrix(kernel); ok {
+					c.header += " (" + k.Suite + "; not in the default matrix)"
+				}
 			}
 		}
 		cols = append(cols, c)
 	}
-	slices.SortStableFunc(cols[len(first):], func(a, b column) int { return slices.Compare(a.kernel, b.kernel) })
+	slices.SortStableFunc(cols[len(first):], func(a, b column) int {
+		if a.provider != b.provider {
+			return a.provider - b.provider
+		}
+		return slices.Compare(a.kernel, b.kernel)
+	})
 	return cols, nil
 }
 

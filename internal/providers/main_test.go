@@ -51,10 +51,20 @@ const probeJSON = `{
   "settings": [{"name": "Policy", "value": "quarantine"}]
 }`
 
+// rxe is the key of rxe's record on kernel.
+func rxe(kernel string) Key { return Key{"rxe", kernel} }
+
 // vmOutput wraps probeJSON as qpdrain vm prints the guest's lines.
-func vmOutput(kernel, status string) string {
+func vmOutput(kernel, status string) string { return vmOutputOn(kernel, "", status) }
+
+// vmOutputOn is vmOutput with the begin marker naming device ("": none).
+func vmOutputOn(kernel, device, status string) string {
 	var b strings.Builder
-	b.WriteString("[" + kernel + "] == command (3.1s)\n[" + kernel + "] " + BeginMark + "\n")
+	mark := BeginMark
+	if device != "" {
+		mark += " device=" + device
+	}
+	b.WriteString("[" + kernel + "] == command (3.1s)\n[" + kernel + "] " + mark + "\n")
 	for _, l := range strings.Split(probeJSON, "\n") {
 		b.WriteString("[" + kernel + "] " + l + "\n")
 	}
@@ -67,7 +77,7 @@ func TestParseVMOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(recs) != 2 || string(recs["6.1.0-57-amd64"]) != probeJSON+"\n" || string(recs["7.3.4+deb13-amd64"]) != probeJSON+"\n" {
+	if len(recs) != 2 || string(recs[rxe("6.1.0-57-amd64")]) != probeJSON+"\n" || string(recs[rxe("7.3.4+deb13-amd64")]) != probeJSON+"\n" {
 		t.Errorf("records %q, want probeJSON for both kernels", recs)
 	}
 	for _, tc := range []struct {
@@ -85,6 +95,51 @@ func TestParseVMOutput(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) || tc.is != nil && !errors.Is(err, tc.is) {
 			t.Errorf("%s: ParseVMOutput = %v, want an error saying %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// TestParseVMOutputProviders: one run with rxe0 and siw0 on each kernel
+// gives a record per provider and kernel, named after both, and each
+// provider's kernels render as columns of their own, rxe's first.
+func TestParseVMOutputProviders(t *testing.T) {
+	siwJSON := strings.Replace(probeJSON, `"rxe0"`, `"siw0"`, 1)
+	out := vmOutputOn("6.1.0-57-amd64", "rxe0", "1") + strings.ReplaceAll(vmOutputOn("6.1.0-57-amd64", "siw0", "0"), `"rxe0"`, `"siw0"`) +
+		vmOutputOn("7.3.4+deb13-amd64", "siw0", "4")
+	recs, err := ParseVMOutput(strings.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	siw := func(kernel string) Key { return Key{"siw", kernel} }
+	if len(recs) != 3 || string(recs[rxe("6.1.0-57-amd64")]) != probeJSON+"\n" || string(recs[siw("6.1.0-57-amd64")]) != siwJSON+"\n" || recs[siw("7.3.4+deb13-amd64")] == nil {
+		t.Fatalf("records %q, want rxe's and siw's on 6.1, siw's on 7.3", recs)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "siw-6.12.95+deb12-amd64.json"), []byte(siwJSON), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	written, err := WriteRecords(dir, recs, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range written {
+		names = append(names, filepath.Base(f))
+	}
+	if want := []string{"rxe-6.1.0-57-amd64.json", "siw-6.1.0-57-amd64.json", "siw-7.3.4+deb13-amd64.json"}; !slices.Equal(names, want) {
+		t.Errorf("written %v, want %v", names, want)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "siw-6.12.95+deb12-amd64.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("siw's record of 6.12, not in the run, after -replace: %v, want it removed", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "soft.json"), []byte(probeJSON), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	doc, err := RenderDoc([]byte("<!-- providers:probes begin -->\n<!-- providers:probes end -->\n<!-- providers:settings begin -->\n<!-- providers:settings end -->\n"), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "| Probe | Soft device | rxe, `6.1.0-57-amd64` | siw, `6.1.0-57-amd64` | siw, `7.3.4+deb13-amd64` |\n"; !strings.Contains(string(doc), want) {
+		t.Errorf("rendered doc lacks %q:\n%s", want, doc)
 	}
 }
 
@@ -127,9 +182,9 @@ func TestParseVMOutputMerge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, err := decode(recs["5.10.0-32-amd64"])
+	rec, err := decode(recs[rxe("5.10.0-32-amd64")])
 	if err != nil {
-		t.Fatalf("merged record: %v\n%s", err, recs["5.10.0-32-amd64"])
+		t.Fatalf("merged record: %v\n%s", err, recs[rxe("5.10.0-32-amd64")])
 	}
 	got := map[string]string{}
 	for _, p := range rec.Probes {
@@ -143,7 +198,7 @@ func TestParseVMOutputMerge(t *testing.T) {
 		t.Errorf("merged probes %q, settings %v; want %q and none", got, rec.Settings, want)
 	}
 	var counts map[string]any
-	if err := json.Unmarshal(recs["5.10.0-32-amd64"], &counts); err != nil || counts["hung"] != 1.0 || counts["locked"] != 1.0 || counts["skipped"] != 0.0 {
+	if err := json.Unmarshal(recs[rxe("5.10.0-32-amd64")], &counts); err != nil || counts["hung"] != 1.0 || counts["locked"] != 1.0 || counts["skipped"] != 0.0 {
 		t.Errorf("merged counts %v (%v), want hung 1, locked 1, skipped 0", counts, err)
 	}
 
@@ -153,7 +208,7 @@ func TestParseVMOutputMerge(t *testing.T) {
 		t.Fatalf("WriteRecords = %v, %v; want rxe-5.10.json", written, err)
 	}
 	// A run of the default matrix with -replace keeps the record of 5.10.
-	if _, err := WriteRecords(dir, map[string][]byte{"6.1.0-57-amd64": []byte(probeJSON)}, true); err != nil {
+	if _, err := WriteRecords(dir, map[Key][]byte{rxe("6.1.0-57-amd64"): []byte(probeJSON)}, true); err != nil {
 		t.Fatal(err)
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "rxe-*.json"))
@@ -184,10 +239,10 @@ func TestWriteRecordsAndRender(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := []byte(probeJSON)
-	if _, err := WriteRecords(dir, map[string][]byte{"6.0.0-1-amd64": rec}, false); err != nil {
+	if _, err := WriteRecords(dir, map[Key][]byte{rxe("6.0.0-1-amd64"): rec}, false); err != nil {
 		t.Fatal(err)
 	}
-	written, err := WriteRecords(dir, map[string][]byte{"7.3.4+deb13-amd64": rec, "6.12.95+deb12-amd64": rec, "6.9.0-1-amd64": rec, "6.1.0-57-amd64": rec}, true)
+	written, err := WriteRecords(dir, map[Key][]byte{rxe("7.3.4+deb13-amd64"): rec, rxe("6.12.95+deb12-amd64"): rec, rxe("6.9.0-1-amd64"): rec, rxe("6.1.0-57-amd64"): rec}, true)
 	if err != nil {
 		t.Fatal(err)
 	}

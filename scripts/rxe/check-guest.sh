@@ -1,8 +1,9 @@
 #!/bin/sh
 # check-guest.sh QPDRAIN [--probe NAME] [CHECK-FLAGS...]: runs inside the guest of `qpdrain vm run`
-# (check-record.sh passes it with --files): `QPDRAIN check --device rxe0 -j CHECK-FLAGS` between the
-# markers internal/providers' record reads (BeginMark, then " probe=NAME" with --probe, which runs
-# that probe alone: --run '^NAME$'; EndMark with " exit=STATUS"), its stderr after them.
+# (check-record.sh passes it with --files): `QPDRAIN check --device DEVICE -j CHECK-FLAGS` between the
+# markers internal/providers' record reads (BeginMark, " device=DEVICE", then " probe=NAME" with
+# --probe, which runs that probe alone: --run '^NAME$'; EndMark with " exit=STATUS"), its stderr
+# after them. DEVICE is the provider's, QPDRAIN_TEST_DEVICE (qpdrain vm run sets it: rxe0, siw0).
 #
 # A verbs call stuck in the kernel ends the check with that probe hung (--call-timeout), but the
 # process may then never exit: its exit cannot release a QP whose thread spins or sleeps in the
@@ -18,8 +19,9 @@ if [ "${1:-}" = --probe ]; then
 	shift 2
 	set -- --run "^$probe\$" "$@"
 fi
-echo "@@qpdrain-check-json begin${probe:+ probe=$probe}"
-"$q" check --device rxe0 -j "$@" >/tmp/check.json 2>/tmp/check.err &
+dev=${QPDRAIN_TEST_DEVICE:-rxe0}
+echo "@@qpdrain-check-json begin device=$dev${probe:+ probe=$probe}"
+"$q" check --device "$dev" -j "$@" >/tmp/check.json 2>/tmp/check.err &
 pid=$!
 waited=0
 rc=stuck

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# check-record.sh [DIR]: `qpdrain check --device rxe0 -j` on each kernel in RXE_KERNELS, through
-# `qpdrain vm run`, recorded as DIR/rxe-<kernel>.json (default .cache/providers; the rxe stage
-# runs it there, `make providers-rxe` into testdata/providers, from which docs/PROVIDERS.md's
-# tables are rendered: internal/providers). RXE_CHECK_REPLACE=1 removes DIR's records of kernels
-# of the default matrix not in this run. The guest side is check-guest.sh.
+# check-record.sh [DIR]: `qpdrain check --device rxe0 -j` and `--device siw0 -j` on each kernel in
+# RXE_KERNELS, through `qpdrain vm run --providers rxe,siw` (RXE_CHECK_PROVIDERS: rxe, siw or
+# rxe,siw, the default), recorded as DIR/rxe-<kernel>.json and DIR/siw-<kernel>.json (default
+# .cache/providers; the rxe stage runs it there, `make providers-rxe` into testdata/providers, from
+# which docs/PROVIDERS.md's tables are rendered: internal/providers). RXE_CHECK_REPLACE=1 removes
+# DIR's records of the run's providers on kernels of the default matrix not in this run. The guest
+# side is check-guest.sh.
 #
 # RXE_CHECK_ARGS adds flags to the check (for 5.10: --call-timeout 20s, so that a verbs call stuck
 # in the kernel ends the check with its probe hung). RXE_CHECK_EACH=1 runs each probe in a VM of its
@@ -24,10 +26,11 @@ out=${1:-$RXE_ROOT/.cache/providers}
 mkdir -p .cache
 go build -o .cache/qpdrain ./cmd/qpdrain
 log=$RXE_ROOT/.cache/check-record.log
-echo "== qpdrain check on rxe0, recorded per kernel into $out"
+providers=${RXE_CHECK_PROVIDERS:-rxe,siw}
+echo "== qpdrain check on each device of $providers, recorded per kernel into $out"
 # The check's exit status 1 (the device deviates) or 4 (a call hung) is a finding, not a failure.
 read -ra args <<<"${RXE_CHECK_ARGS:-}"
-vmrun=(.cache/qpdrain vm run --cache "$RXE_CACHE" --kernels "$RXE_KERNELS" --providers rxe --files "$RXE_ROOT/.cache/qpdrain")
+vmrun=(.cache/qpdrain vm run --cache "$RXE_CACHE" --kernels "$RXE_KERNELS" --providers "$providers" --files "$RXE_ROOT/.cache/qpdrain")
 if [ "${RXE_CHECK_EACH:-0}" = 1 ]; then
 	# The probes, in the check's order, from a run on the soft device (milliseconds), or RXE_CHECK_PROBES.
 	read -ra probes <<<"${RXE_CHECK_PROBES:-}"
