@@ -52,3 +52,40 @@ func TestQPTable(t *testing.T) {
 		})
 	}
 }
+
+// TestQPTableTombstones checks that deleted entries' tombstones neither
+// hide a later entry nor pile up: a table that held a batch and then
+// takes QPs one at a time, each deleted before the next, stays at the
+// batch's size, and one that churns past it is rebuilt smaller.
+func TestQPTableTombstones(t *testing.T) {
+	var tab qpTable
+	tab.reserve(1000)
+	size := len(tab.slots)
+	for i := range 1000 {
+		tab.set(&Handle{qpn: uint32(i)})
+	}
+	for i := range 1000 {
+		tab.del(uint32(i))
+	}
+	if tab.n != 0 || tab.dead != 1000 {
+		t.Fatalf("after deleting every entry: %d entries, %d tombstones; want 0, 1000", tab.n, tab.dead)
+	}
+	for i := range 100000 {
+		qpn := uint32(1000 + i)
+		h := &Handle{qpn: qpn}
+		tab.set(h)
+		if got := tab.get(qpn); got != h {
+			t.Fatalf("get(%d) after set = %p, want %p", qpn, got, h)
+		}
+		if 4*(tab.n+tab.dead) > 3*len(tab.slots) {
+			t.Fatalf("%d entries and %d tombstones in %d slots: over 3/4", tab.n, tab.dead, len(tab.slots))
+		}
+		tab.del(qpn)
+		if tab.get(qpn) != nil {
+			t.Fatalf("get(%d) after del is not nil", qpn)
+		}
+	}
+	if len(tab.slots) > size {
+		t.Errorf("the table grew from %d to %d slots holding at most one entry", size, len(tab.slots))
+	}
+}

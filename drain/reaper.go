@@ -411,7 +411,7 @@ func (r *Reaper) newHandle(h *Handle, qp ibv.QP, qpn uint32, resets uint64, o Ad
 // its receives is left proving; every other one is left adding.
 func (r *Reaper) admit(h *Handle, now time.Time) error {
 	qpn := h.qpn
-	old := r.byNum.get(qpn)
+	slot, old := r.byNum.slot(qpn) // one probe finds the old entry and the new one's slot
 	switch {
 	case r.shutting:
 		return fmt.Errorf("adding qpn %d: %w", qpn, ErrShutdown)
@@ -428,7 +428,7 @@ func (r *Reaper) admit(h *Handle, now time.Time) error {
 	if old != nil {
 		r.displace(old)
 	}
-	r.byNum.set(h)
+	r.byNum.put(slot, old, h)
 	r.stats.Added++
 	r.stats.Pending++
 	if h.recvsLeft > 0 {
@@ -1060,5 +1060,10 @@ func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 // reaper's identity rules and its maps keyed by QP need: a comparison of
 // two values of one type that cannot be compared panics.
 func identifiable(v any) bool {
-	return v != nil && reflect.ValueOf(v).Comparable()
+	if v == nil {
+		return false
+	}
+	// A pointer always can, and needs no look at the value: every QP of
+	// a batch is asked.
+	return reflect.TypeOf(v).Kind() == reflect.Pointer || reflect.ValueOf(v).Comparable()
 }
