@@ -86,7 +86,7 @@ func (r *Reaper) stall(h *Handle, err error, now time.Time) bool {
 	r.debug(h, "drain stalled", slog.Any("policy", r.opts.Policy), slog.Any("error", err))
 	if r.opts.Policy == DestroyWhenEmpty {
 		if !h.stalled {
-			h.stalled, h.since = true, r.at(now)
+			h.stalled, h.x.stalledAt = true, r.at(now)
 		}
 		return true
 	}
@@ -153,7 +153,7 @@ func (r *Reaper) NextDeadline() time.Time {
 	defer r.mu.Unlock()
 	next := r.nextDeadline()
 	for h := r.lists[stageEmptyWait].Front(); h != nil; h = h.links.Next() {
-		if t := r.epoch.Add(h.since + 1); next.IsZero() || t.Before(next) {
+		if t := r.epoch.Add(h.x.stalledAt + 1); next.IsZero() || t.Before(next) {
 			next = t
 		}
 	}

@@ -16,7 +16,7 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // Handle follows one QP through its drain.
 //
 // Its fields are those of every drain, in the order the passes over the
-// handles read them, 288 bytes: a QP's handle is read in AddAll, when its
+// handles read them, 264 bytes: a QP's handle is read in AddAll, when its
 // flushes are counted and when its drain WR completes, and at 65,536 QPs
 // each pass finds most of them outside the cache, so every byte a QP
 // costs in each. What only some drains need is in a handleExt, made on
@@ -58,28 +58,31 @@ type Handle struct {
 	// before the QP became ready: only a later one is a barrier for it.
 	barrierAfter uint64
 	report       progress
-	deadline     time.Duration // since r.epoch, of the wait the QP's list stands for
-	// since (since r.epoch) is when a proving QP was added, or when a
-	// stalled one first stalled: one field, as a QP stalls only after it
-	// has stopped proving.
-	since time.Duration
+	// deadline (since r.epoch) is when the wait the QP's list stands for
+	// runs out; a proving QP's began DrainTimeout before (added).
+	deadline time.Duration
 	// recvsLeft counts the receives still to come back of a QP counting
-	// them (AddOptions.CountRecvs), recvsBack those back (Recv.Count).
-	recvsLeft, recvsBack int
+	// them (AddOptions.CountRecvs), recvsBack those back (Recv.Count): a
+	// QP holds fewer than 2^32 WRs (queue sizes are 32-bit).
+	recvsLeft, recvsBack uint32
 
-	resets uint64 // the QP's error episode (ibv.QP.Resets)
-	qp     ibv.QP
-	x      *handleExt // nil until needed (ext)
+	qp ibv.QP
+	x  *handleExt // nil until needed (ext)
 }
 
 // handleExt is what a handle needs only on some drains: a Done channel
-// asked for, a drain that did not end Safe, a full queue.
+// asked for, a drain that did not end Safe, a full queue, a QP reset
+// before.
 type handleExt struct {
 	done     chan struct{} // made by Done on demand, closed at the outcome
 	err      error         // Report.Err
 	stall    error         // Report.Stall
 	errs     []error       // the Err of steps that have one (appendStep's val)
 	retryGen uint64        // the poll generation the last post found the queue full at
+	// stalledAt (since r.epoch) is when the QP first stalled under
+	// DestroyWhenEmpty: only a poll begun after it releases the QP.
+	stalledAt time.Duration
+	resets    uint64 // the QP's error episode (ibv.QP.Resets) when not 0
 }
 
 // ext is h.x, made if h has none yet; r.mu must be held.
@@ -89,6 +92,17 @@ func (h *Handle) ext() *handleExt {
 	}
 	return h.x
 }
+
+// resets is the error episode of h's QP when it was added (ibv.QP.Resets).
+func (h *Handle) resets() uint64 {
+	if h.x == nil {
+		return 0
+	}
+	return h.x.resets
+}
+
+// added is when a proving QP was added, since r.epoch.
+func (h *Handle) added() time.Duration { return h.deadline - h.r.opts.DrainTimeout }
 
 // QP is the QP being drained.
 func (h *Handle) QP() ibv.QP { return h.qp }
@@ -162,7 +176,7 @@ func (h *Handle) Report() *report.Report {
 // snapshot copies the report, its steps built from h's; r.mu must be held.
 func (h *Handle) snapshot() *report.Report {
 	p := &h.report
-	rep := &report.Report{QPNum: h.qpn, SRQ: h.srq, Start: h.r.epoch.Add(p.start), Recv: p.recv.queueProof(h.recvsBack),
+	rep := &report.Report{QPNum: h.qpn, SRQ: h.srq, Start: h.r.epoch.Add(p.start), Recv: p.recv.queueProof(int(h.recvsBack)),
 		Send: p.send.queueProof(0), Batch: int(p.batch), Outcome: p.outcome}
 	for q := range p.flushed {
 		rep.Flushed[q] = p.flushed[q].counts()

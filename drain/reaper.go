@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"reflect"
 	"slices"
 	"sync"
@@ -382,22 +383,25 @@ func (r *Reaper) newHandle(h *Handle, qp ibv.QP, qpn uint32, resets uint64, o Ad
 		return fmt.Errorf("qpn %d does not complete into the reaper's CQ on both queues: %w", qpn, ErrUnsupportedQP)
 	}
 	srq := qp.SRQ() != nil
-	if o.CountRecvs && !srq && (r.opts.Queue == nil || o.Recvs < 0) {
-		return fmt.Errorf("qpn %d: counting %d receives needs a non-negative count and Options.Queue: %w", qpn, o.Recvs, ibv.ErrInvalidArgument)
+	if o.CountRecvs && !srq && (r.opts.Queue == nil || o.Recvs < 0 || uint64(o.Recvs) > math.MaxUint32) {
+		return fmt.Errorf("qpn %d: counting %d receives needs a count a queue can hold (0 to 2^32-1) and Options.Queue: %w", qpn, o.Recvs, ibv.ErrInvalidArgument)
 	}
 	if o.StateKnown && o.State > ibv.QPSErr {
 		return fmt.Errorf("qpn %d: stated state %s is not a QP state: %w", qpn, o.State, ibv.ErrInvalidArgument)
 	}
 	// Field by field: h is zero, and a struct assigned whole would be
 	// cleared again first.
-	h.r, h.qp, h.qpn, h.given, h.resets = r, qp, qpn, ibv.QPSUnknown, resets
+	h.r, h.qp, h.qpn, h.given = r, qp, qpn, ibv.QPSUnknown
+	if resets != 0 {
+		h.ext().resets = resets // not yet shared: no lock needed
+	}
 	h.srq, h.lastWQE, h.noSends, h.stated = srq, srq && o.LastWQESeen, o.NoSends, o.LastWQESeen
 	if o.StateKnown {
 		h.given = o.State
 	}
 	h.report.start = r.at(now)
 	if o.CountRecvs && !srq {
-		h.countRecvs, h.recvsLeft = true, o.Recvs
+		h.countRecvs, h.recvsLeft = true, uint32(o.Recvs)
 		if o.Recvs == 0 {
 			h.report.recv.by = report.ProofRecvCount
 		}
@@ -438,8 +442,7 @@ func (r *Reaper) admit(h *Handle, now time.Time) error {
 		// begun after this moment that finds the CQ empty is past them:
 		// until then the QP stays as it is and counts nothing.
 		h.stage = stageProving
-		h.since = r.at(now)
-		h.deadline = h.since + r.opts.DrainTimeout
+		h.deadline = r.at(now) + r.opts.DrainTimeout // added(): the deadline gives when
 		r.lists[stageProving].push(h)
 		// Only a poll moves this QP on: Run must not sleep on its channel.
 		r.kicked = true
@@ -490,7 +493,7 @@ func (r *Reaper) started(h *Handle, found bool, err error, now time.Time) {
 	}
 	switch {
 	case h.srq:
-		if at, ok := r.history.take(h.qp, h.resets); ok && found && !h.lastWQE {
+		if at, ok := r.history.take(h.qp, h.resets()); ok && found && !h.lastWQE {
 			h.lastWQE = true
 			h.step(&report.Step{At: at, Kind: report.StepLastWQEStated, Count: 1})
 		} else if h.stated {
@@ -788,7 +791,7 @@ func (r *Reaper) HandleEvent(ev ibv.AsyncEvent) (claimed bool) {
 		}
 		return false
 	}
-	if h.stage == stageQuarantine || ev.QPResets != h.resets {
+	if h.stage == stageQuarantine || ev.QPResets != h.resets() {
 		// A quarantined QP's, or one raised in an earlier error episode
 		// of the QP and handed over only now (an event loop that lags).
 		r.stats.LateEvents++
@@ -861,14 +864,14 @@ func (r *Reaper) cqEmpty(polledAt time.Time) {
 	t := r.at(polledAt)
 	for h := r.lists[stageProving].Front(); h != nil; {
 		next := h.links.Next()
-		if h.since < t {
+		if h.added() < t {
 			r.begin(h, true, now)
 		}
 		h = next
 	}
 	for h := r.lists[stageEmptyWait].Front(); h != nil; {
 		next := h.links.Next()
-		if h.since < t {
+		if h.x.stalledAt < t {
 			r.lists[stageEmptyWait].remove(h)
 			h.step(&report.Step{At: now, Kind: report.StepCQEmpty})
 			r.finish(h, report.DestroyedAfterEmptyCQ, nil, now)
