@@ -309,7 +309,7 @@ func (r *Reaper) addSome(qps []ibv.QP, first int, o AddOptions, hs []*Handle, ms
 			continue // proving: only a poll moves it on
 		}
 		steps := h.firstSteps(&room, len(hs)-i)
-		if h.given == ibv.QPSErr {
+		if ibv.QPState(h.given) == ibv.QPSErr {
 			var found bool
 			var err error
 			h.steps, found, err = r.moveToError(h, now, steps) // the first: nothing came before
@@ -391,13 +391,13 @@ func (r *Reaper) newHandle(h *Handle, qp ibv.QP, qpn uint32, resets uint64, o Ad
 	}
 	// Field by field: h is zero, and a struct assigned whole would be
 	// cleared again first.
-	h.r, h.qp, h.qpn, h.given = r, qp, qpn, ibv.QPSUnknown
+	h.r, h.qp, h.qpn, h.given = r, qp, qpn, uint8(ibv.QPSUnknown)
 	if resets != 0 {
 		h.ext().resets = resets // not yet shared: no lock needed
 	}
 	h.srq, h.lastWQE, h.noSends, h.stated = srq, srq && o.LastWQESeen, o.NoSends, o.LastWQESeen
 	if o.StateKnown {
-		h.given = o.State
+		h.given = uint8(o.State)
 	}
 	h.report.start = r.at(now)
 	if o.CountRecvs && !srq {
@@ -520,7 +520,7 @@ func (r *Reaper) started(h *Handle, found bool, err error, now time.Time) {
 // ERROR; h's own steps it leaves alone, as moveAll calls it without r.mu.
 // It queries the state only when AddOptions did not state it.
 func (r *Reaper) moveToError(h *Handle, began time.Time, steps []byte) ([]byte, bool, error) {
-	qp, from := h.qp, h.given
+	qp, from := h.qp, ibv.QPState(h.given)
 	if from == ibv.QPSUnknown {
 		attr, _, err := qp.Query(ibv.QPAttrState)
 		if err != nil {
@@ -572,7 +572,7 @@ func (r *Reaper) place(h *Handle, now time.Time) {
 		r.lists[stageBarrier].push(h)
 	case h.report.proven():
 		r.finish(h, report.Safe, nil, now)
-	case h.stalled:
+	case h.stalled():
 		// DestroyWhenEmpty, after its drain WRs: an empty poll releases it.
 		r.waitEmpty(h, now)
 	default:
@@ -660,7 +660,7 @@ func (r *Reaper) count(h *Handle, wcs []ibv.WC, now time.Time) int {
 			continue
 		}
 		h.recvsLeft--
-		h.recvsBack++
+		h.report.recvsBack++
 		if h.recvsLeft == 0 {
 			h.report.recv.by = report.ProofRecvCount
 			if h.stage == stageWait {
@@ -903,7 +903,7 @@ func (r *Reaper) finish(h *Handle, o report.Outcome, err error, now time.Time) {
 	h.stage = stageDone
 	r.stats.Pending--
 	r.conclude(h, o, err, now)
-	switch h.report.outcome {
+	switch h.outcome {
 	case report.Safe:
 		r.stats.Safe++
 	case report.DestroyedAfterEmptyCQ:
@@ -955,7 +955,7 @@ func (r *Reaper) conclude(h *Handle, o report.Outcome, err error, now time.Time)
 	if rep.send.by == report.ProofNone {
 		rep.send.missing = report.MissingSendDrainWR
 	}
-	rep.outcome = o
+	h.outcome = o
 	if err != nil || h.x != nil {
 		h.ext().err = err
 	}
@@ -1039,7 +1039,7 @@ func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 	}
 	var notSafe []*Handle
 	for _, h := range pending {
-		if h.report.outcome == report.Failed {
+		if h.outcome == report.Failed {
 			notSafe = append(notSafe, h)
 		}
 	}
