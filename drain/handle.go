@@ -16,11 +16,11 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // Handle follows one QP through its drain.
 //
 // Its fields are those of every drain, in the order the passes over the
-// handles read them, 256 bytes (four cache lines): a QP's handle is read in AddAll, when its
-// flushes are counted and when its drain WR completes, and at 65,536 QPs
-// each pass finds most of them outside the cache, so every byte a QP
-// costs in each. What only some drains need is in a handleExt, made on
-// first need.
+// handles read them, 256 bytes: four cache lines in a slab of AddAll's.
+// A QP's handle is read in AddAll, when its flushes are counted and when
+// its drain WR completes, and at 65,536 QPs each pass finds most of them
+// outside the cache, so every byte a QP costs in each. What only some
+// drains need is in a handleExt, made on first need.
 type Handle struct {
 	r   *Reaper
 	qpn uint32
