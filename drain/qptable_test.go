@@ -6,17 +6,20 @@ import (
 )
 
 // TestQPTable checks the table against a map through random sets and
-// deletes of numbers in a row, with strides, and at random, so that
-// probes wrap, collide and close gaps.
+// deletes of numbers in a row, with strides, and at random, so that the
+// window grows, moves and turns numbers away, and probes in the hash
+// table wrap, collide and pass tombstones.
 func TestQPTable(t *testing.T) {
 	for _, pattern := range []struct {
 		name string
 		qpn  func(i int) uint32
 	}{
 		{"row", func(i int) uint32 { return 17 + uint32(i) }},
+		{"every other", func(i int) uint32 { return 17 + 2*uint32(i) }},
 		{"stride 8", func(i int) uint32 { return uint32(8 * i) }},
 		{"stride 4096", func(i int) uint32 { return uint32(4096*i) & 0xffffff }},
 		{"random", func(i int) uint32 { return uint32(rand.N(1 << 24)) }},
+		{"top", func(i int) uint32 { return ^uint32(0) - uint32(i) }},
 	} {
 		t.Run(pattern.name, func(t *testing.T) {
 			var tab qpTable
@@ -27,6 +30,9 @@ func TestQPTable(t *testing.T) {
 			}
 			for step := range 50000 {
 				qpn := nums[rand.N(len(nums))]
+				if step < len(nums) {
+					qpn = nums[step] // first in order, as a batch comes
+				}
 				if rand.N(3) == 0 {
 					tab.del(qpn)
 					delete(want, qpn)
@@ -37,6 +43,9 @@ func TestQPTable(t *testing.T) {
 				}
 				if tab.n != len(want) {
 					t.Fatalf("step %d: %d entries, want %d", step, tab.n, len(want))
+				}
+				if 4*(tab.inHash+tab.dead) > 3*len(tab.slots) {
+					t.Fatalf("step %d: %d entries and %d tombstones in %d hash slots: over 3/4", step, tab.inHash, tab.dead, len(tab.slots))
 				}
 				if step%997 == 0 {
 					for _, q := range nums {
@@ -53,39 +62,44 @@ func TestQPTable(t *testing.T) {
 	}
 }
 
-// TestQPTableTombstones checks that deleted entries' tombstones neither
-// hide a later entry nor pile up: a table that held a batch and then
-// takes QPs one at a time, each deleted before the next, stays at the
-// batch's size, and one that churns past it is rebuilt smaller.
-func TestQPTableTombstones(t *testing.T) {
+// TestQPTableWindow checks where numbers go: a batch in a row, taken
+// after reserve, all in the window, in one allocation; numbers too far
+// apart in the hash table; and a QP added and finished one at a time
+// after a batch moves the emptied window instead of filling the hash
+// table with tombstones.
+func TestQPTableWindow(t *testing.T) {
 	var tab qpTable
-	tab.reserve(1000)
-	size := len(tab.slots)
-	for i := range 1000 {
-		tab.set(&Handle{qpn: uint32(i)})
+	const batch = 4096
+	tab.reserve(batch)
+	for i := range batch {
+		tab.set(&Handle{qpn: 1000 + 2*uint32(i)}) // every other number, as soft numbers a QP and its peer
 	}
-	for i := range 1000 {
-		tab.del(uint32(i))
+	if tab.inWin != batch || tab.inHash != 0 {
+		t.Fatalf("a batch of every other number: %d in the window, %d in the hash table; want all in the window", tab.inWin, tab.inHash)
 	}
-	if tab.n != 0 || tab.dead != 1000 {
-		t.Fatalf("after deleting every entry: %d entries, %d tombstones; want 0, 1000", tab.n, tab.dead)
+	if len(tab.win) != 2*batch {
+		t.Errorf("window of %d for %d numbers every other: want %d", len(tab.win), batch, 2*batch)
+	}
+	for i := range batch {
+		tab.del(1000 + 2*uint32(i))
 	}
 	for i := range 100000 {
-		qpn := uint32(1000 + i)
+		qpn := 1<<20*uint32(i%8) + uint32(i)
 		h := &Handle{qpn: qpn}
 		tab.set(h)
-		if got := tab.get(qpn); got != h {
-			t.Fatalf("get(%d) after set = %p, want %p", qpn, got, h)
-		}
-		if 4*(tab.n+tab.dead) > 3*len(tab.slots) {
-			t.Fatalf("%d entries and %d tombstones in %d slots: over 3/4", tab.n, tab.dead, len(tab.slots))
+		if tab.get(qpn) != h || tab.inHash != 0 {
+			t.Fatalf("QP %d added alone: get = %p, %d in the hash table; want %p, none", qpn, tab.get(qpn), tab.inHash, h)
 		}
 		tab.del(qpn)
-		if tab.get(qpn) != nil {
-			t.Fatalf("get(%d) after del is not nil", qpn)
-		}
 	}
-	if len(tab.slots) > size {
-		t.Errorf("the table grew from %d to %d slots holding at most one entry", size, len(tab.slots))
+	if tab.dead != 0 || len(tab.win) != 2*batch {
+		t.Errorf("after one at a time: %d tombstones, a window of %d; want none, %d", tab.dead, len(tab.win), 2*batch)
+	}
+	far := []uint32{5, 5 + 1<<16, 5 + 2<<16}
+	for _, q := range far {
+		tab.set(&Handle{qpn: q})
+	}
+	if tab.inWin != 1 || tab.inHash != 2 {
+		t.Errorf("numbers 64 Ki apart: %d in the window, %d in the hash table; want 1, 2", tab.inWin, tab.inHash)
 	}
 }
