@@ -57,6 +57,15 @@ func TestAddAllStated(t *testing.T) {
 	} else {
 		wantErr(t, err, ibv.ErrInvalidArgument)
 	}
+	// A count no queue can hold (queue sizes are 32-bit) is refused, not
+	// cut to the bits the handle keeps.
+	for _, n := range []int{-1, 1 << 32} {
+		if _, err := rp.AddAll(qps[:1], drain.AddOptions{CountRecvs: true, Recvs: n}); err == nil {
+			t.Errorf("a count of %d receives was taken", n)
+		} else {
+			wantErr(t, err, ibv.ErrInvalidArgument)
+		}
+	}
 	pollUntilDone(t, rp, r.cq)
 	for _, rep := range waitAll(t, hs[:len(qps)]) {
 		if s := rep.Steps[0]; s.Kind != report.StepState || s.From != ibv.QPSErr || s.To != ibv.QPSErr {

@@ -28,7 +28,7 @@ func TestConcludeRefusesSafeWithoutProof(t *testing.T) {
 	}
 	h := &Handle{r: r, report: progress{recv: proof{by: report.ProofRecvCount}, send: proof{by: report.ProofNoSends}}}
 	r.conclude(h, report.Safe, nil, time.Now())
-	if h.report.outcome != report.Safe {
-		t.Errorf("both queues proven: outcome %s, want safe", h.report.outcome)
+	if h.outcome != report.Safe {
+		t.Errorf("both queues proven: outcome %s, want safe", h.outcome)
 	}
 }

@@ -67,12 +67,12 @@ func (r *Reaper) stallErr(h *Handle) error {
 		return fmt.Errorf("qpn %d: %w: WR %#x posted on qpn %d, no completion within %v", h.qpn, ErrDrainNotFlushed, h.sendID, h.qpn, d)
 	case h.recvID != 0:
 		return fmt.Errorf("qpn %d: %w: receive drain WR %#x, no completion within %v", h.qpn, ErrDrainNotFlushed, h.recvID, d)
-	case (h.needSend || h.needRecv) && h.full:
+	case (h.needSend || h.needRecv) && h.x != nil && h.x.full:
 		return fmt.Errorf("qpn %d: %w: %w after every poll for %v", h.qpn, ErrPostDrain, ibv.ErrQueueFull, d)
 	case h.needSend || h.needRecv:
 		return fmt.Errorf("qpn %d: %w within %v: %d drain WRs outstanding, headroom %d", h.qpn, ErrNoHeadroom, d, r.inFlight, r.opts.Headroom)
 	case h.countRecvs && h.recvsLeft > 0:
-		return fmt.Errorf("qpn %d: %w: %d of %d back within %v", h.qpn, ErrRecvsMissing, h.recvsBack, h.recvsBack+h.recvsLeft, d)
+		return fmt.Errorf("qpn %d: %w: %d of %d back within %v", h.qpn, ErrRecvsMissing, h.report.recvsBack, h.report.recvsBack+h.recvsLeft, d)
 	}
 	return fmt.Errorf("qpn %d: %w: no barrier drain WR posted after Last WQE Reached completed within %v", h.qpn, ErrDrainNotFlushed, d)
 }
@@ -85,8 +85,8 @@ func (r *Reaper) stall(h *Handle, err error, now time.Time) bool {
 	h.step(&report.Step{At: now, Kind: report.StepStall, Err: err})
 	r.debug(h, "drain stalled", slog.Any("policy", r.opts.Policy), slog.Any("error", err))
 	if r.opts.Policy == DestroyWhenEmpty {
-		if !h.stalled {
-			h.stalled, h.since = true, r.at(now)
+		if !h.x.stalled {
+			h.x.stalled, h.x.stalledAt = true, r.at(now)
 		}
 		return true
 	}
@@ -153,7 +153,7 @@ func (r *Reaper) NextDeadline() time.Time {
 	defer r.mu.Unlock()
 	next := r.nextDeadline()
 	for h := r.lists[stageEmptyWait].Front(); h != nil; h = h.links.Next() {
-		if t := r.epoch.Add(h.since + 1); next.IsZero() || t.Before(next) {
+		if t := r.epoch.Add(h.x.stalledAt + 1); next.IsZero() || t.Before(next) {
 			next = t
 		}
 	}

@@ -16,24 +16,27 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // Handle follows one QP through its drain.
 //
 // Its fields are those of every drain, in the order the passes over the
-// handles read them, 288 bytes: a QP's handle is read in AddAll, when its
-// flushes are counted and when its drain WR completes, and at 65,536 QPs
-// each pass finds most of them outside the cache, so every byte a QP
-// costs in each. What only some drains need is in a handleExt, made on
-// first need.
+// handles read them, 256 bytes: four cache lines in a slab of AddAll's.
+// A QP's handle is read in AddAll, when its flushes are counted and when
+// its drain WR completes, and at 65,536 QPs each pass finds most of them
+// outside the cache, so every byte a QP costs in each. What only some
+// drains need is in a handleExt, made on first need.
 type Handle struct {
 	r   *Reaper
 	qpn uint32
-	// given is the state AddOptions stated, QPSUnknown when none was.
-	given ibv.QPState
+	// given is the state AddOptions stated, QPSUnknown when none was: a
+	// byte, as every ibv.QPState up to QPSUnknown fits (Add refuses a
+	// stated state above QPSErr).
+	given uint8
 
 	// Guarded by r.mu. What a poll reads of every QP comes first: the
 	// stage, the list links, the steps; then what a drain WR's completion
-	// reads and writes (the drain WRs, then the report's proofs and
-	// outcome, progress), then what counting flushes does (the report's
-	// start and counts). The rest is for rarer paths.
+	// reads and writes (the drain WRs, then the report's proofs,
+	// progress), then what counting flushes does (the report's start and
+	// counts). The rest is for rarer paths.
 	stage       stage
 	on          stage // the stage of the list h is on, stageAdding for none (a byte: a pointer would cost 8 per QP)
+	outcome     report.Outcome
 	srq         bool
 	ended       bool
 	lastWQE     bool // Last WQE Reached seen before the QP became ready, or stated
@@ -41,15 +44,16 @@ type Handle struct {
 	needSend    bool // a drain WR on its own send queue is still to be posted
 	needRecv    bool // a receive drain WR is still to be posted
 	countRecvs  bool
-	full        bool // the last post found the queue full, at poll generation ext.retryGen
-	stalled     bool
 	unsure      bool // a completion with its number came while stageProving
 	noSends     bool // AddOptions.NoSends
 	stated      bool // AddOptions.LastWQESeen
 	sawLastWQE  bool // a Last WQE Reached of the QP was handed to HandleEvent (a step)
 	destroyed   bool // by Destroy
-	links       ilist.Links[Handle]
-	steps       []byte // the report's steps, packed (appendStep)
+	// recvsLeft counts the receives still to come back of a QP counting
+	// them (AddOptions.CountRecvs); progress.recvsBack those back.
+	recvsLeft uint32
+	links     ilist.Links[Handle]
+	steps     []byte // the report's steps, packed (appendStep)
 	// The drain WRs outstanding; once the QP is handed back, those it was
 	// handed back with, which Destroy lets go of.
 	sendID uint64
@@ -58,28 +62,28 @@ type Handle struct {
 	// before the QP became ready: only a later one is a barrier for it.
 	barrierAfter uint64
 	report       progress
-	deadline     time.Duration // since r.epoch, of the wait the QP's list stands for
-	// since (since r.epoch) is when a proving QP was added, or when a
-	// stalled one first stalled: one field, as a QP stalls only after it
-	// has stopped proving.
-	since time.Duration
-	// recvsLeft counts the receives still to come back of a QP counting
-	// them (AddOptions.CountRecvs), recvsBack those back (Recv.Count).
-	recvsLeft, recvsBack int
-
-	resets uint64 // the QP's error episode (ibv.QP.Resets)
-	qp     ibv.QP
-	x      *handleExt // nil until needed (ext)
+	// deadline (since r.epoch) is when the wait the QP's list stands for
+	// runs out; a proving QP's began DrainTimeout before (added).
+	deadline time.Duration
+	qp       ibv.QP
+	x        *handleExt // nil until needed (ext)
 }
 
 // handleExt is what a handle needs only on some drains: a Done channel
-// asked for, a drain that did not end Safe, a full queue.
+// asked for, a drain that did not end Safe, a full queue, a QP reset
+// before.
 type handleExt struct {
 	done     chan struct{} // made by Done on demand, closed at the outcome
 	err      error         // Report.Err
 	stall    error         // Report.Stall
 	errs     []error       // the Err of steps that have one (appendStep's val)
-	retryGen uint64        // the poll generation the last post found the queue full at
+	retryGen uint64        // the poll generation the last post found the queue full at, when full
+	full     bool          // the last post found the queue full
+	// stalled: the drain stalled under DestroyWhenEmpty, at stalledAt
+	// (since r.epoch); only a poll begun after that releases the QP.
+	stalled   bool
+	stalledAt time.Duration
+	resets    uint64 // the QP's error episode (ibv.QP.Resets) when not 0
 }
 
 // ext is h.x, made if h has none yet; r.mu must be held.
@@ -89,6 +93,20 @@ func (h *Handle) ext() *handleExt {
 	}
 	return h.x
 }
+
+// resets is the error episode of h's QP when it was added (ibv.QP.Resets).
+func (h *Handle) resets() uint64 {
+	if h.x == nil {
+		return 0
+	}
+	return h.x.resets
+}
+
+// added is when a proving QP was added, since r.epoch.
+func (h *Handle) added() time.Duration { return h.deadline - h.r.opts.DrainTimeout }
+
+// stalled reports whether h's drain stalled under DestroyWhenEmpty.
+func (h *Handle) stalled() bool { return h.x != nil && h.x.stalled }
 
 // QP is the QP being drained.
 func (h *Handle) QP() ibv.QP { return h.qp }
@@ -122,7 +140,7 @@ func (h *Handle) Destroy() error {
 	r.destroyMu.Lock()
 	defer r.destroyMu.Unlock()
 	r.mu.Lock()
-	stage, done, o := h.stage, h.destroyed, h.report.outcome
+	stage, done, o := h.stage, h.destroyed, h.outcome
 	r.mu.Unlock()
 	switch {
 	case done:
@@ -162,8 +180,8 @@ func (h *Handle) Report() *report.Report {
 // snapshot copies the report, its steps built from h's; r.mu must be held.
 func (h *Handle) snapshot() *report.Report {
 	p := &h.report
-	rep := &report.Report{QPNum: h.qpn, SRQ: h.srq, Start: h.r.epoch.Add(p.start), Recv: p.recv.queueProof(h.recvsBack),
-		Send: p.send.queueProof(0), Batch: int(p.batch), Outcome: p.outcome}
+	rep := &report.Report{QPNum: h.qpn, SRQ: h.srq, Start: h.r.epoch.Add(p.start), Recv: p.recv.queueProof(int(p.recvsBack)),
+		Send: p.send.queueProof(0), Batch: int(p.batch), Outcome: h.outcome}
 	for q := range p.flushed {
 		rep.Flushed[q] = p.flushed[q].counts()
 	}

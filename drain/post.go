@@ -81,7 +81,7 @@ func (r *Reaper) postFlush(now time.Time) bool {
 
 // waitsPoll reports whether h's last post found its queue full during
 // the poll generation gen: it is posted again after the next poll.
-func (h *Handle) waitsPoll(gen uint64) bool { return h.full && h.x.retryGen == gen }
+func (h *Handle) waitsPoll(gen uint64) bool { return h.x != nil && h.x.full && h.x.retryGen == gen }
 
 // drainSend is the WR list of a send drain WR with id.
 func (r *Reaper) drainSend(id uint64) []ibv.SendWR {
@@ -133,14 +133,17 @@ func (r *Reaper) postFor(h *Handle, now time.Time) {
 func (r *Reaper) posted(h *Handle, id uint64, err error, what string, now time.Time) bool {
 	switch {
 	case err == nil:
-		h.full = false
+		if h.x != nil {
+			h.x.full = false
+		}
 		return true
 	case errors.Is(err, ibv.ErrQueueFull):
-		if !h.full {
+		if h.x == nil || !h.x.full {
 			r.stats.PostRetries++
 			h.step(&report.Step{At: now, Kind: report.StepPostRetry, WRID: id})
 		}
-		h.full, h.ext().retryGen = true, r.pollGen
+		x := h.ext()
+		x.full, x.retryGen = true, r.pollGen
 		return false
 	}
 	r.finish(h, report.Failed, fmt.Errorf("posting the %s on qpn %d: %w: %w", what, h.qpn, ErrPostDrain, err), now)

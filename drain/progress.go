@@ -14,26 +14,29 @@ func proven(recv, send *proof) bool {
 }
 
 // progress is what a handle keeps of its Report but the steps, which it
-// keeps packed (appendStep), the QP's number and SRQ, which are the
-// handle's, the count of receives back (Handle.recvsBack), and Err and
+// keeps packed (appendStep), the QP's number, SRQ and outcome, which are
+// the handle's, and Err and
 // Stall, which only a drain that did not end Safe has (handleExt):
 // Handle.snapshot builds the Report. Each field is kept in the bytes it
 // needs, as every pass over the handles reads it. What a drain WR's
-// completion reads and writes of every QP comes first (the proofs, batch,
-// outcome), then what counting its flushes does (start, flushed): each
+// completion reads and writes of every QP comes first (the proofs, batch),
+// then what counting its flushes does (start, flushed): each
 // pass over the handles touches a span, not all.
 type progress struct {
 	recv, send proof
 	batch      uint32 // a batch is at most the QPs of one reaper
-	outcome    report.Outcome
-	start      time.Duration // Report.Start, from the reaper's epoch, which steps are dated from too
-	flushed    [3]flushCount
+	// recvsBack counts the receives back of a QP counting them
+	// (AddOptions.CountRecvs): Recv.Count. A QP holds fewer than 2^32
+	// WRs (queue sizes are 32-bit).
+	recvsBack uint32
+	start     time.Duration // Report.Start, from the reaper's epoch, which steps are dated from too
+	flushed   [3]flushCount
 }
 
 // proven is Report.Proven.
 func (p *progress) proven() bool { return proven(&p.recv, &p.send) }
 
-// proof is a report.QueueProof but its Count (Handle.recvsBack), in 16
+// proof is a report.QueueProof but its Count (progress.recvsBack), in 16
 // bytes where it takes 24.
 type proof struct {
 	wrid    uint64

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"reflect"
 	"slices"
 	"sync"
@@ -308,7 +309,7 @@ func (r *Reaper) addSome(qps []ibv.QP, first int, o AddOptions, hs []*Handle, ms
 			continue // proving: only a poll moves it on
 		}
 		steps := h.firstSteps(&room, len(hs)-i)
-		if h.given == ibv.QPSErr {
+		if ibv.QPState(h.given) == ibv.QPSErr {
 			var found bool
 			var err error
 			h.steps, found, err = r.moveToError(h, now, steps) // the first: nothing came before
@@ -382,22 +383,25 @@ func (r *Reaper) newHandle(h *Handle, qp ibv.QP, qpn uint32, resets uint64, o Ad
 		return fmt.Errorf("qpn %d does not complete into the reaper's CQ on both queues: %w", qpn, ErrUnsupportedQP)
 	}
 	srq := qp.SRQ() != nil
-	if o.CountRecvs && !srq && (r.opts.Queue == nil || o.Recvs < 0) {
-		return fmt.Errorf("qpn %d: counting %d receives needs a non-negative count and Options.Queue: %w", qpn, o.Recvs, ibv.ErrInvalidArgument)
+	if o.CountRecvs && !srq && (r.opts.Queue == nil || o.Recvs < 0 || uint64(o.Recvs) > math.MaxUint32) {
+		return fmt.Errorf("qpn %d: counting %d receives needs a count a queue can hold (0 to 2^32-1) and Options.Queue: %w", qpn, o.Recvs, ibv.ErrInvalidArgument)
 	}
 	if o.StateKnown && o.State > ibv.QPSErr {
 		return fmt.Errorf("qpn %d: stated state %s is not a QP state: %w", qpn, o.State, ibv.ErrInvalidArgument)
 	}
 	// Field by field: h is zero, and a struct assigned whole would be
 	// cleared again first.
-	h.r, h.qp, h.qpn, h.given, h.resets = r, qp, qpn, ibv.QPSUnknown, resets
+	h.r, h.qp, h.qpn, h.given = r, qp, qpn, uint8(ibv.QPSUnknown)
+	if resets != 0 {
+		h.ext().resets = resets // not yet shared: no lock needed
+	}
 	h.srq, h.lastWQE, h.noSends, h.stated = srq, srq && o.LastWQESeen, o.NoSends, o.LastWQESeen
 	if o.StateKnown {
-		h.given = o.State
+		h.given = uint8(o.State)
 	}
 	h.report.start = r.at(now)
 	if o.CountRecvs && !srq {
-		h.countRecvs, h.recvsLeft = true, o.Recvs
+		h.countRecvs, h.recvsLeft = true, uint32(o.Recvs)
 		if o.Recvs == 0 {
 			h.report.recv.by = report.ProofRecvCount
 		}
@@ -411,7 +415,7 @@ func (r *Reaper) newHandle(h *Handle, qp ibv.QP, qpn uint32, resets uint64, o Ad
 // its receives is left proving; every other one is left adding.
 func (r *Reaper) admit(h *Handle, now time.Time) error {
 	qpn := h.qpn
-	old := r.byNum.get(qpn)
+	slot, old := r.byNum.slot(qpn) // one probe finds the old entry and the new one's slot
 	switch {
 	case r.shutting:
 		return fmt.Errorf("adding qpn %d: %w", qpn, ErrShutdown)
@@ -428,7 +432,7 @@ func (r *Reaper) admit(h *Handle, now time.Time) error {
 	if old != nil {
 		r.displace(old)
 	}
-	r.byNum.set(h)
+	r.byNum.put(slot, old, h)
 	r.stats.Added++
 	r.stats.Pending++
 	if h.recvsLeft > 0 {
@@ -438,8 +442,7 @@ func (r *Reaper) admit(h *Handle, now time.Time) error {
 		// begun after this moment that finds the CQ empty is past them:
 		// until then the QP stays as it is and counts nothing.
 		h.stage = stageProving
-		h.since = r.at(now)
-		h.deadline = h.since + r.opts.DrainTimeout
+		h.deadline = r.at(now) + r.opts.DrainTimeout // added(): the deadline gives when
 		r.lists[stageProving].push(h)
 		// Only a poll moves this QP on: Run must not sleep on its channel.
 		r.kicked = true
@@ -490,7 +493,7 @@ func (r *Reaper) started(h *Handle, found bool, err error, now time.Time) {
 	}
 	switch {
 	case h.srq:
-		if at, ok := r.history.take(h.qp, h.resets); ok && found && !h.lastWQE {
+		if at, ok := r.history.take(h.qp, h.resets()); ok && found && !h.lastWQE {
 			h.lastWQE = true
 			h.step(&report.Step{At: at, Kind: report.StepLastWQEStated, Count: 1})
 		} else if h.stated {
@@ -517,7 +520,7 @@ func (r *Reaper) started(h *Handle, found bool, err error, now time.Time) {
 // ERROR; h's own steps it leaves alone, as moveAll calls it without r.mu.
 // It queries the state only when AddOptions did not state it.
 func (r *Reaper) moveToError(h *Handle, began time.Time, steps []byte) ([]byte, bool, error) {
-	qp, from := h.qp, h.given
+	qp, from := h.qp, ibv.QPState(h.given)
 	if from == ibv.QPSUnknown {
 		attr, _, err := qp.Query(ibv.QPAttrState)
 		if err != nil {
@@ -569,7 +572,7 @@ func (r *Reaper) place(h *Handle, now time.Time) {
 		r.lists[stageBarrier].push(h)
 	case h.report.proven():
 		r.finish(h, report.Safe, nil, now)
-	case h.stalled:
+	case h.stalled():
 		// DestroyWhenEmpty, after its drain WRs: an empty poll releases it.
 		r.waitEmpty(h, now)
 	default:
@@ -657,7 +660,7 @@ func (r *Reaper) count(h *Handle, wcs []ibv.WC, now time.Time) int {
 			continue
 		}
 		h.recvsLeft--
-		h.recvsBack++
+		h.report.recvsBack++
 		if h.recvsLeft == 0 {
 			h.report.recv.by = report.ProofRecvCount
 			if h.stage == stageWait {
@@ -788,7 +791,7 @@ func (r *Reaper) HandleEvent(ev ibv.AsyncEvent) (claimed bool) {
 		}
 		return false
 	}
-	if h.stage == stageQuarantine || ev.QPResets != h.resets {
+	if h.stage == stageQuarantine || ev.QPResets != h.resets() {
 		// A quarantined QP's, or one raised in an earlier error episode
 		// of the QP and handed over only now (an event loop that lags).
 		r.stats.LateEvents++
@@ -861,14 +864,14 @@ func (r *Reaper) cqEmpty(polledAt time.Time) {
 	t := r.at(polledAt)
 	for h := r.lists[stageProving].Front(); h != nil; {
 		next := h.links.Next()
-		if h.since < t {
+		if h.added() < t {
 			r.begin(h, true, now)
 		}
 		h = next
 	}
 	for h := r.lists[stageEmptyWait].Front(); h != nil; {
 		next := h.links.Next()
-		if h.since < t {
+		if h.x.stalledAt < t {
 			r.lists[stageEmptyWait].remove(h)
 			h.step(&report.Step{At: now, Kind: report.StepCQEmpty})
 			r.finish(h, report.DestroyedAfterEmptyCQ, nil, now)
@@ -900,7 +903,7 @@ func (r *Reaper) finish(h *Handle, o report.Outcome, err error, now time.Time) {
 	h.stage = stageDone
 	r.stats.Pending--
 	r.conclude(h, o, err, now)
-	switch h.report.outcome {
+	switch h.outcome {
 	case report.Safe:
 		r.stats.Safe++
 	case report.DestroyedAfterEmptyCQ:
@@ -952,7 +955,7 @@ func (r *Reaper) conclude(h *Handle, o report.Outcome, err error, now time.Time)
 	if rep.send.by == report.ProofNone {
 		rep.send.missing = report.MissingSendDrainWR
 	}
-	rep.outcome = o
+	h.outcome = o
 	if err != nil || h.x != nil {
 		h.ext().err = err
 	}
@@ -1036,7 +1039,7 @@ func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 	}
 	var notSafe []*Handle
 	for _, h := range pending {
-		if h.report.outcome == report.Failed {
+		if h.outcome == report.Failed {
 			notSafe = append(notSafe, h)
 		}
 	}
@@ -1060,5 +1063,10 @@ func (r *Reaper) Shutdown(ctx context.Context) []*Handle {
 // reaper's identity rules and its maps keyed by QP need: a comparison of
 // two values of one type that cannot be compared panics.
 func identifiable(v any) bool {
-	return v != nil && reflect.ValueOf(v).Comparable()
+	if v == nil {
+		return false
+	}
+	// A pointer always can, and needs no look at the value: every QP of
+	// a batch is asked.
+	return reflect.TypeOf(v).Kind() == reflect.Pointer || reflect.ValueOf(v).Comparable()
 }

@@ -41,13 +41,13 @@ func TestStepsPackedComeBackWhole(t *testing.T) {
 		{At: at(time.Hour), Kind: report.StepOutcome, Outcome: report.Failed, Err: errOut},
 		{At: at(time.Hour), Kind: report.StepOutcome, Outcome: report.Safe},
 	}
-	h := &Handle{r: r, qpn: 5, srq: true, recvsBack: 4, report: progress{
-		recv:    proof{by: report.ProofBarrier, carrier: 9, wrid: WRIDTag | 7, stated: true},
-		send:    proof{missing: report.MissingSendDrainWR},
-		batch:   3,
-		outcome: report.Failed,
-		start:   time.Second,
-		flushed: [3]flushCount{report.QueueSend: {flushed: 2, other: 1 << 31, first: 1, last: 2}},
+	h := &Handle{r: r, qpn: 5, srq: true, outcome: report.Failed, report: progress{
+		recv:      proof{by: report.ProofBarrier, carrier: 9, wrid: WRIDTag | 7, stated: true},
+		send:      proof{missing: report.MissingSendDrainWR},
+		batch:     3,
+		recvsBack: 4,
+		start:     time.Second,
+		flushed:   [3]flushCount{report.QueueSend: {flushed: 2, other: 1 << 31, first: 1, last: 2}},
 	}}
 	h.ext().err, h.ext().stall = errOut, errStall
 	for _, s := range steps {
