@@ -186,7 +186,7 @@ func (o Options) CQEntries(wrs int) int { return wrs + o.withDefaults().Headroom
 // check says what NewReaper refuses of o with cq.
 func (o Options) check(cq ibv.CQ) error {
 	bad := func(what string, v any) error {
-		return fmt.Errorf("Options.%s %v: %w", what, v, ibv.ErrInvalidArgument)
+		return fmt.Errorf("invalid Options.%s %v: %w", what, v, ibv.ErrInvalidArgument)
 	}
 	switch {
 	case cq == nil:
