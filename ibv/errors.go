@@ -49,6 +49,26 @@ func (e *Error) Is(target error) bool {
 // Errno is the errno libibverbs returns for this condition.
 func (e *Error) Errno() syscall.Errno { return e.errno }
 
+// ErrnoError is the error a binding returns for an errno of its library:
+// the sentinel that errno means when one is unambiguous (EINVAL is
+// ErrInvalidArgument, EBUSY ErrBusy, ENODEV ErrNoDevice, EOPNOTSUPP
+// ErrNotSupported), else the errno itself. Either matches the errno with
+// errors.Is. A binding that knows a call's own meaning of an errno (ENOMEM
+// as a full queue or a device limit) chooses the sentinel itself.
+func ErrnoError(errno syscall.Errno) error {
+	switch errno {
+	case syscall.EINVAL:
+		return ErrInvalidArgument
+	case syscall.EBUSY:
+		return ErrBusy
+	case syscall.ENODEV:
+		return ErrNoDevice
+	case syscall.EOPNOTSUPP:
+		return ErrNotSupported
+	}
+	return errno
+}
+
 // LoadError reports that a library a binding opens at run time (libibverbs,
 // librdmacm) could not be loaded: it is missing (Symbol empty), or it lacks
 // an entry point the binding calls. It matches ErrNotSupported: the

@@ -75,17 +75,7 @@ func errnoErr(errno syscall.Errno, sentinels ...error) error {
 			return s
 		}
 	}
-	switch errno {
-	case syscall.EBUSY:
-		return ibv.ErrBusy
-	case syscall.EOPNOTSUPP:
-		return ibv.ErrNotSupported
-	case syscall.ENODEV:
-		return ibv.ErrNoDevice
-	case syscall.EINVAL:
-		return ibv.ErrInvalidArgument
-	}
-	return errno
+	return ibv.ErrnoError(errno)
 }
 
 // rcErr is errnoErr for the functions that return an errno as their result.

@@ -89,24 +89,14 @@ func (manager) CreateID(ps cm.PortSpace) (cm.ID, error) {
 	return newID(cid, ch), nil
 }
 
-// errnoErr maps an errno of librdmacm to package ibv's sentinel for it,
-// as libibverbs's are mapped, or leaves it the errno.
+// errnoErr maps an errno of librdmacm to package ibv's sentinel for it
+// (ibv.ErrnoError), or EIO when the call set none.
 func errnoErr(err error) error {
 	errno, ok := err.(syscall.Errno)
 	if !ok || errno == 0 {
 		return syscall.EIO
 	}
-	switch errno {
-	case syscall.EINVAL:
-		return ibv.ErrInvalidArgument
-	case syscall.EBUSY:
-		return ibv.ErrBusy
-	case syscall.ENODEV:
-		return ibv.ErrNoDevice
-	case syscall.EOPNOTSUPP:
-		return ibv.ErrNotSupported
-	}
-	return errno
+	return ibv.ErrnoError(errno)
 }
 
 // devices are the ibv.Contexts of librdmacm's device contexts, shared by
