@@ -510,17 +510,7 @@ func TestReapHoldersRxe(t *testing.T) {
 
 	// The fork's keeper may keep either pair of QPs: reap waits for none,
 	// and rdma shows that its own went.
-	var r reapResult
-	if runJSON(t, exitClean, &r, "reap", "--pid", strconv.Itoa(kf), "--yes", "-j"); len(r.QPs) != 0 || len(r.MayKeep) != 4 {
-		t.Fatalf("reap --pid %d (a candidate): %+v, want no QP waited for and 4 it may keep alive", kf, r)
-	}
-	if err := waitGone("/proc/" + strconv.Itoa(kf)); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for _, ok := rdmaQPs(t)[all["fork"][0]]; ok && time.Now().Before(deadline); _, ok = rdmaQPs(t)[all["fork"][0]] {
-		time.Sleep(100 * time.Millisecond)
-	}
+	reapForkCandidate(t, kf, all["fork"][0])
 	left([]string{"fork"}, "zombie")
 	// Now one context and one file are left: the zombie's keeper is proven.
 	check(snapshot(), "zombie", []int{kz}, true, true)
@@ -569,6 +559,22 @@ func reapHoldersNoCtx(t *testing.T, m map[uint32]qpJSON, all map[string][]uint32
 			reapOwn(t, int(o.PID), all[who])
 		}
 	}
+	reapForkCandidate(t, kf, all["fork"][0])
+	// One holder left: it holds every context, proven.
+	for _, n := range all["zombie"] {
+		if q := snapshot()[n]; len(q.Holders) != 1 || int(q.Holders[0].PID) != kz || !q.HoldersCertain {
+			t.Errorf("zombie's QP %d with one holder left: %+v, want pid %d, certain", n, q.Holders, kz)
+		}
+	}
+	reapAndCheck(t, kz, all["zombie"])
+}
+
+// reapForkCandidate reaps kf, one of two processes that may each keep the
+// fork's QPs alive: reap waits for none of them and lists all 4 as ones kf
+// may keep alive; then kf is gone, and (within 30 s) so is forkQP when kf
+// was its keeper.
+func reapForkCandidate(t *testing.T, kf int, forkQP uint32) {
+	t.Helper()
 	var r reapResult
 	if runJSON(t, exitClean, &r, "reap", "--pid", strconv.Itoa(kf), "--yes", "-j"); len(r.QPs) != 0 || len(r.MayKeep) != 4 {
 		t.Fatalf("reap --pid %d (a candidate): %+v, want no QP waited for and 4 it may keep alive", kf, r)
@@ -577,14 +583,7 @@ func reapHoldersNoCtx(t *testing.T, m map[uint32]qpJSON, all map[string][]uint32
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for _, ok := rdmaQPs(t)[all["fork"][0]]; ok && time.Now().Before(deadline); _, ok = rdmaQPs(t)[all["fork"][0]] {
+	for _, ok := rdmaQPs(t)[forkQP]; ok && time.Now().Before(deadline); _, ok = rdmaQPs(t)[forkQP] {
 		time.Sleep(100 * time.Millisecond)
 	}
-	// One holder left: it holds every context, proven.
-	for _, n := range all["zombie"] {
-		if q := snapshot()[n]; len(q.Holders) != 1 || int(q.Holders[0].PID) != kz || !q.HoldersCertain {
-			t.Errorf("zombie's QP %d with one holder left: %+v, want pid %d, certain", n, q.Holders, kz)
-		}
-	}
-	reapAndCheck(t, kz, all["zombie"])
 }
