@@ -26,6 +26,7 @@ import (
 	"github.com/qpdrain/qpdrain/cm"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/ibv/objtrace"
+	"github.com/qpdrain/qpdrain/internal/fifo"
 	"github.com/qpdrain/qpdrain/libibverbs"
 )
 
@@ -204,10 +205,10 @@ func (i *id) bindDevice() error {
 // context again.
 const pollSlice = 10 * time.Millisecond
 
-// wait reads the ID's channel until take finds what it looks for, ctx
+// wait reads the ID's channel until q has an element, which it pops, ctx
 // ends or the ID is closed. Called inside an operation (mu held shared,
 // and held again when it returns).
-func wait[T any](ctx context.Context, i *id, op string, take func() (T, bool)) (T, error) {
+func wait[T any](ctx context.Context, i *id, op string, q *[]T) (T, error) {
 	var zero T
 	fds := []unix.PollFd{{Fd: int32(C.qpd_channel_fd(i.ch)), Events: unix.POLLIN}}
 	for {
@@ -215,7 +216,7 @@ func wait[T any](ctx context.Context, i *id, op string, take func() (T, bool)) (
 			return zero, fmt.Errorf("%s: %w", op, err)
 		}
 		i.qmu.Lock()
-		v, ok := take()
+		v, ok := fifo.Pop(q)
 		i.qmu.Unlock()
 		if ok {
 			return v, nil
@@ -297,18 +298,9 @@ func migrated(cid *C.struct_rdma_cm_id) (*id, error) {
 	return r, nil
 }
 
-func (i *id) takeEvent() (cm.Event, bool) {
-	if len(i.events) == 0 {
-		return cm.Event{}, false
-	}
-	e := i.events[0]
-	i.events = i.events[1:]
-	return e, true
-}
-
 // await waits for the ID's next event and checks it is want.
 func (i *id) await(ctx context.Context, op string, want cm.EventType) error {
-	e, err := wait(ctx, i, op, i.takeEvent)
+	e, err := wait(ctx, i, op, &i.events)
 	if err != nil {
 		return err
 	}
@@ -395,14 +387,12 @@ func (i *id) GetRequest(ctx context.Context) (cm.ID, error) {
 		return nil, err
 	}
 	defer i.mu.RUnlock()
-	return wait(ctx, i, op, func() (cm.ID, bool) {
-		if len(i.reqs) == 0 {
-			return nil, false
-		}
-		r := i.reqs[0]
-		i.reqs = i.reqs[1:]
-		return r, true
-	})
+	// Not returned directly: a nil *id would be a non-nil cm.ID.
+	r, err := wait(ctx, i, op, &i.reqs)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // connParam is p in C memory; free releases its private data.
@@ -495,7 +485,7 @@ func (i *id) NextEvent(ctx context.Context) (cm.Event, error) {
 		return cm.Event{}, err
 	}
 	defer i.mu.RUnlock()
-	return wait(ctx, i, op, i.takeEvent)
+	return wait(ctx, i, op, &i.events)
 }
 
 func (i *id) Context() ibv.Context {

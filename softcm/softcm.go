@@ -37,6 +37,7 @@ import (
 
 	"github.com/qpdrain/qpdrain/cm"
 	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/fifo"
 	"github.com/qpdrain/qpdrain/soft"
 )
 
@@ -182,12 +183,12 @@ func (i *id) wake() {
 	}
 }
 
-// wait waits until take finds what it looks for (take runs with net.mu
-// held), ctx ends or the ID is closed.
-func wait[T any](ctx context.Context, i *id, op string, take func() (T, bool)) (T, error) {
+// wait waits until q (guarded by net.mu) has an element, which it pops,
+// ctx ends or the ID is closed.
+func wait[T any](ctx context.Context, i *id, op string, q *[]T) (T, error) {
 	for {
 		i.net.mu.Lock()
-		v, ok := take()
+		v, ok := fifo.Pop(q)
 		closed := i.closed
 		i.net.mu.Unlock()
 		var zero T
@@ -206,18 +207,9 @@ func wait[T any](ctx context.Context, i *id, op string, take func() (T, bool)) (
 	}
 }
 
-func (i *id) takeEvent() (cm.Event, bool) {
-	if len(i.events) == 0 {
-		return cm.Event{}, false
-	}
-	e := i.events[0]
-	i.events = i.events[1:]
-	return e, true
-}
-
 // await waits for the ID's next event and checks it is want.
 func (i *id) await(ctx context.Context, op string, want cm.EventType) error {
-	e, err := wait(ctx, i, op, i.takeEvent)
+	e, err := wait(ctx, i, op, &i.events)
 	if err != nil {
 		return err
 	}
@@ -316,14 +308,12 @@ func (i *id) GetRequest(ctx context.Context) (cm.ID, error) {
 		return nil, err
 	}
 	i.net.mu.Unlock()
-	return wait(ctx, i, op, func() (cm.ID, bool) {
-		if len(i.reqs) == 0 {
-			return nil, false
-		}
-		r := i.reqs[0]
-		i.reqs = i.reqs[1:]
-		return r, true
-	})
+	// Not returned directly: a nil *id would be a non-nil cm.ID.
+	r, err := wait(ctx, i, op, &i.reqs)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 func (i *id) Connect(ctx context.Context, param cm.ConnParam) error {
@@ -447,7 +437,7 @@ func (i *id) disconnect() {
 }
 
 func (i *id) NextEvent(ctx context.Context) (cm.Event, error) {
-	return wait(ctx, i, "waiting for a CM event", i.takeEvent)
+	return wait(ctx, i, "waiting for a CM event", &i.events)
 }
 
 func (i *id) Context() ibv.Context {

@@ -315,7 +315,10 @@ func TestCloseEndsWait(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := l.GetRequest(ctx)
+		req, err := l.GetRequest(ctx)
+		if req != nil {
+			t.Errorf("GetRequest failing with %v returned the ID %v, want nil", err, req)
+		}
 		done <- err
 	}()
 	time.Sleep(50 * time.Millisecond) // let the wait start; a Close before it is fine too
