@@ -14,11 +14,9 @@ func TestErrorContract(t *testing.T) {
 	t.Run("invalid transition", func(t *testing.T) {
 		// rxe_qp_chk_attr refuses what ib_modify_qp_is_ok refuses with
 		// EINVAL, which cannot tell a bad state from a bad attribute.
-		// siw checks no attribute and keeps one IDLE state for RESET,
-		// INIT and RTR (siw_verbs_modify_qp, ib_qp_state_to_siw_qp_state
-		// in drivers/infiniband/sw/siw/siw_verbs.c): a move among them
-		// succeeds whatever the mask. It refuses RTS without a
-		// connection (siw_qp_nextstate_from_idle in siw_qp.c).
+		// siw refuses RTS without a connection
+		// (siw_qp_nextstate_from_idle in siw_qp.c), and takes any move
+		// within its IDLE (the log line says why).
 		ctx := Open(t)
 		qp := NewRC(t, NewPD(t, ctx), RCConfig{})
 		siw := SIW(t, ctx)
@@ -51,13 +49,7 @@ func TestErrorContract(t *testing.T) {
 		// a receive in RESET; receives are allowed from INIT on.
 		ctx := Open(t)
 		if SIW(t, ctx) {
-			// libsiw writes a send into the send queue it shares with
-			// the kernel before it rings the doorbell, which siw_post_send
-			// refuses outside RTS (ENOTCONN), and returns write(2)'s -1,
-			// the WR left queued (siw_post_send, siw_db in rdma-core's
-			// providers/siw); a receive it queues in any state
-			// (siw_post_recv): there is no refusal to check.
-			t.Skip("siw queues a send posted below RTS and refuses only its doorbell (rdma-core providers/siw/siw.c siw_post_send; the kernel's siw_post_send in drivers/infiniband/sw/siw/siw_verbs.c: ENOTCONN), and queues a receive in any state (siw_post_recv)")
+			t.Skip("siw queues a send posted below RTS in the send queue it shares with the kernel and only its doorbell is refused (rdma-core providers/siw/siw.c siw_post_send, returning write(2)'s -1; the kernel's siw_post_send in drivers/infiniband/sw/siw/siw_verbs.c: ENOTCONN), the WR left queued; it queues a receive in any state (siw_post_recv): no refusal to check")
 		}
 		pd := NewPD(t, ctx)
 		mr := Buffer(t, pd, 4096, AllAccess)

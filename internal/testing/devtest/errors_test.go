@@ -289,9 +289,7 @@ func (r srqLimitRig) sendFive(t *testing.T) {
 func TestSRQLimit(t *testing.T) {
 	r := newSRQLimitRig(t)
 	ctx, srq := r.ctx, r.srq
-	// libsiw has no query_srq (rdma-core providers/siw/siw.c,
-	// siw_context_ops), so ibv_query_srq is EOPNOTSUPP on siw: the event
-	// is checked, the SRQ's attributes are not.
+	// On siw the event is checked, the SRQ's attributes are not.
 	queryable := true
 	attr, err := srq.Query()
 	switch {

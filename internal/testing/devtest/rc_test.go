@@ -280,10 +280,6 @@ func TestAtomics(t *testing.T) {
 		t.Fatal(err)
 	}
 	if attr.AtomicCap == ibv.AtomicNone {
-		// siw: atomic_cap 0 in siw_query_device
-		// (drivers/infiniband/sw/siw/siw_verbs.c: RDMAP, RFC 5040, has
-		// no atomics; RFC 7306's are not implemented), and libsiw
-		// refuses the atomic opcodes (map_send_opcode).
 		t.Skipf("%s reports atomic_cap %v (IBV_ATOMIC_NONE): it performs no atomics (siw: siw_query_device in drivers/infiniband/sw/siw/siw_verbs.c; RDMAP, RFC 5040, has none)", DeviceName(), attr.AtomicCap)
 	}
 	remote := l.mrb.Buf()[8:16]
