@@ -2,11 +2,12 @@
 # rxe-test.sh: the project's rxe stage: its Go tests against a real Soft-RoCE device (the kernel's
 # rdma_rxe) inside qemu, once per kernel in RXE_KERNELS, through `qpdrain vm go-test` (the same
 # harness other projects use; docs/VM.md), then the packages that pass on soft iWARP on siw0, then
-# qpdrain trace's planted programs, then the fleet end to end (scripts/rxe/fleet.sh), then qpdrain
+# qpdrain trace's planted programs on rxe0 and rping on siw0, then the fleet end to end (scripts/rxe/fleet.sh), then qpdrain
 # vm's own VM tests (red runs on purpose).
 # `make test-rxe` runs it; docs/TESTING.md explains it. Settings (environment): RXE_TEST_PKGS,
 # RXE_KERNELS, RXE_PROVIDERS, RXE_SIW_TEST_PKGS and RXE_SIW_TEST_RUN (defaults in scripts/rxe/common.sh), RXE_CACHE, RXE_REFRESH=1, RXE_TIMEOUT,
-# RXE_TEST_ARGS, RXE_GO_TEST_FLAGS, RXE_ADD_CMD; RXE_VM_SELFTEST=0 leaves out qpdrain vm's tests,
+# RXE_TEST_ARGS, RXE_GO_TEST_FLAGS, RXE_ADD_CMD, RXE_TRACE_PROVIDERS (the trace step's, default rxe,siw);
+# RXE_VM_SELFTEST=0 leaves out qpdrain vm's tests,
 # RXE_CHECK_RECORD=0 the check's records (scripts/rxe/check-record.sh).
 #
 # Exit status: 0 when every kernel passed; 1 when a test, a smoke test or the guest failed. When the
@@ -67,8 +68,11 @@ case ",${RXE_PROVIDERS// /,}," in *,siw,* | *,all,*) ;; *)
 	;;
 esac
 
-echo "== qpdrain trace's planted programs on rxe (docs/TRACE.md)"
-QPDRAIN_VM_TEST=1 QPDRAIN_VM_CACHE=$RXE_CACHE RXE_KERNELS=$RXE_KERNELS timed trace go test -short -count=1 -timeout 30m -run '^TestVMTrace$' ./trace
+# On siw0 (iWARP, connected only through the RDMA CM) the planted programs, which connect by hand,
+# do not run: rping (librdmacm) does.
+RXE_TRACE_PROVIDERS=${RXE_TRACE_PROVIDERS:-rxe,siw}
+echo "== qpdrain trace's planted programs on rxe, rping on siw, providers $RXE_TRACE_PROVIDERS (docs/TRACE.md)"
+QPDRAIN_VM_TEST=1 QPDRAIN_VM_CACHE=$RXE_CACHE RXE_KERNELS=$RXE_KERNELS RXE_PROVIDERS=$RXE_TRACE_PROVIDERS timed trace go test -short -count=1 -timeout 30m -run '^TestVMTrace$' ./trace
 
 echo "== the fleet end to end on rxe: qpdrain exporter, Prometheus and the alert rules (docs/LEAKS.md)"
 timed fleet scripts/rxe/fleet.sh

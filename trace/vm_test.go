@@ -36,23 +36,32 @@ var planted = map[string]string{
 	"postpoll":           "",
 }
 
-// guestScript runs in the guest: each planted program traced, then (unless
-// QUICK) the real programs (server and client over loopback) untraced and
-// traced, their outputs compared with the numbers masked, then the overhead
-// loop untraced and traced. Each verdict is one "@@" line.
+// guestScript runs in the guest once per provider (QPDRAIN_TEST_DEVICE):
+// each planted program traced, then (unless QUICK) the real programs (server
+// and client over loopback) untraced and traced, their outputs compared with
+// the numbers masked, then the overhead loop untraced and traced. On an
+// iWARP device (siw0), whose QPs connect only through the RDMA CM, the
+// programs that connect by hand (the planted ones, the pingpongs,
+// ib_write_bw, the overhead loop) do not run: rping does, QUICK or not.
+// Each verdict is one "@@" line, after the "@@ device" line that names the
+// device they are of.
 const guestScript = `#!/bin/sh
 cd "$(dirname "$0")"
 QUICK=QUICKVALUE
 G=${QPDRAIN_TEST_GID_INDEX:-1}
+DEV=${QPDRAIN_TEST_DEVICE:-rxe0}
+IWARP=0
+ibv_devinfo -d "$DEV" | grep -q 'transport:[[:space:]]*iWARP' && IWARP=1
+echo "@@ device $DEV iwarp=$IWARP"
 kinds() { grep -oE '^[a-z-]+  pid' "$1" | cut -d' ' -f1 | sort -u | tr '\n' ' '; }
-for p in PLANTED; do
+[ $IWARP = 1 ] || for p in PLANTED; do
 	./qpdrain trace --shim ./SHIMNAME --report $p.report -- ./$p > $p.out 2>&1
 	rc=$?
-	echo "@@ $p exit=$rc kinds=$(kinds $p.report)notes=$(grep -c 'which rxe0 does not raise' $p.report)"
+	echo "@@ $p exit=$rc kinds=$(kinds $p.report)notes=$(grep -c "which $DEV does not raise" $p.report)"
 	cat $p.report
 done
 # qpdrain's own binding (package libibverbs: dlopen and dlvsym) traced
-./qpdrain trace --shim ./SHIMNAME --report binding.report -- ./qpdrain check --device rxe0 --run '^flush-outstanding$' > binding.out 2>&1
+./qpdrain trace --shim ./SHIMNAME --report binding.report -- ./qpdrain check --device "$DEV" --run '^flush-outstanding$' > binding.out 2>&1
 echo "@@ binding exit=$? seen=$(grep -oE '[0-9]+ QPs, [0-9]+ CQs, [0-9]+ SRQs, [0-9]+ WRs posted' binding.report | head -1 | tr ' ,' '_.')"
 cat binding.report
 pair() {
@@ -84,11 +93,15 @@ real() {
 	cat $name.report
 	[ $same = unchanged ] || diff $name.a $name.b
 }
-[ "$QUICK" = 1 ] && exit 0
 sed -n '/^pair()/,/^}/p; /^cmpair()/,/^}/p' "$0" > pair.sh
-real ibv_rc_pingpong 18600 ibv_rc_pingpong -d rxe0 -g $G -n 100
-real ibv_srq_pingpong 18610 ibv_srq_pingpong -d rxe0 -g $G -n 100 -q 4
-real ib_write_bw 18620 ib_write_bw -d rxe0 -x $G -n 200 -s 4096
+if [ $IWARP = 1 ]; then
+	PAIR=cmpair real rping 18630 rping -C 20 -v
+	exit 0
+fi
+[ "$QUICK" = 1 ] && exit 0
+real ibv_rc_pingpong 18600 ibv_rc_pingpong -d "$DEV" -g $G -n 100
+real ibv_srq_pingpong 18610 ibv_srq_pingpong -d "$DEV" -g $G -n 100 -q 4
+real ib_write_bw 18620 ib_write_bw -d "$DEV" -x $G -n 200 -s 4096
 PAIR=cmpair real rping 18630 rping -C 20 -v
 for i in 1 2 3; do
 	echo "@@ overhead plain $(./postpoll 3000)"
@@ -102,7 +115,9 @@ done
 // real rxe in qemu, on the kernels of RXE_KERNELS: each planted program must
 // produce exactly its finding, the real programs must run with unchanged
 // output and exit 0; their verdicts and the overhead are logged. With
-// -short (the rxe stage) only the planted programs run.
+// -short (the rxe stage) only the planted programs run. RXE_PROVIDERS picks
+// the providers (vm.ParseProviders: rxe, siw, both; rxe when unset): on siw
+// (iWARP) only rping and qpdrain check's binding are traced, -short or not.
 func TestVMTrace(t *testing.T) {
 	if os.Getenv("QPDRAIN_VM_TEST") != "1" {
 		t.Skip("boots qemu: set QPDRAIN_VM_TEST=1 (make test-rxe does)")
@@ -132,16 +147,22 @@ func TestVMTrace(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "run.sh"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	providers, err := vm.ParseProviders(os.Getenv("RXE_PROVIDERS"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	files := []string{dir}
 	for _, prog := range []struct{ name, pkg string }{{"ib_write_bw", "perftest"}, {"rping", "rdmacm-utils"}} {
-		if p, err := exec.LookPath(prog.name); err == nil && !testing.Short() {
+		// rping runs on siw with -short too: the one program traced there
+		wanted := !testing.Short() || prog.name == "rping" && slices.Contains(providers, vm.ProviderSIW)
+		if p, err := exec.LookPath(prog.name); err == nil && wanted {
 			files = append(files, p)
 			if prog.name == "rping" {
 				// its pthread_exit dlopen()s libgcc_s, which ldd does not name
 				libgcc, _ := filepath.Glob("/usr/lib/*-linux-gnu/libgcc_s.so.1")
 				files = append(files, libgcc...)
 			}
-		} else if !testing.Short() {
+		} else if wanted {
 			t.Logf("no %s on the host (Debian package %s): it is not traced", prog.name, prog.pkg)
 		}
 	}
@@ -154,12 +175,12 @@ func TestVMTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	err = vm.Run(ctx, vm.Options{Kernels: kernels, Cache: cache, Stdout: &out}, vm.RunSpec{Command: []string{"/bin/sh", filepath.Join(dir, "run.sh")}, Files: files, Dir: dir})
+	err = vm.Run(ctx, vm.Options{Kernels: kernels, Providers: providers, Cache: cache, Stdout: &out}, vm.RunSpec{Command: []string{"/bin/sh", filepath.Join(dir, "run.sh")}, Files: files, Dir: dir})
 	t.Logf("vm output:\n%s", out.String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkVMVerdicts(t, out.String(), len(kernels), !testing.Short())
+	checkVMVerdicts(t, out.String(), len(kernels)*len(providers), !testing.Short())
 }
 
 func build(t testing.TB, ctx context.Context, cmd string, args ...string) {
@@ -171,26 +192,37 @@ func build(t testing.TB, ctx context.Context, cmd string, args ...string) {
 
 var verdictLine = regexp.MustCompile(`^\[([^\]]+)\] @@ (\S+) (.*)$`)
 
-// checkVMVerdicts checks the "@@" lines of every kernel.
-func checkVMVerdicts(t *testing.T, out string, kernels int, real bool) {
+// checkVMVerdicts checks the "@@" lines of every kernel and device (runs of
+// them: a kernel's run per provider).
+func checkVMVerdicts(t *testing.T, out string, runs int, real bool) {
 	t.Helper()
-	seen := map[string]map[string]string{}
+	seen := map[string]map[string]string{} // by "kernel device"
+	device := map[string]string{}          // a kernel's device at this line
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
 		m := verdictLine.FindStringSubmatch(sc.Text())
 		if m == nil || m[2] == "overhead" {
 			continue
 		}
-		if seen[m[1]] == nil {
-			seen[m[1]] = map[string]string{}
+		if m[2] == "device" {
+			device[m[1]] = m[3]
+			continue
 		}
-		seen[m[1]][m[2]] = m[3]
+		run := m[1] + " " + device[m[1]]
+		if seen[run] == nil {
+			seen[run] = map[string]string{}
+		}
+		seen[run][m[2]] = m[3]
 	}
-	if len(seen) != kernels {
-		t.Fatalf("verdicts from %d kernels, want %d", len(seen), kernels)
+	if len(seen) != runs {
+		t.Fatalf("verdicts from %d kernel and device runs, want %d", len(seen), runs)
 	}
 	for kernel, got := range seen {
+		iwarp := strings.HasSuffix(kernel, " iwarp=1")
 		for name, want := range planted {
+			if iwarp {
+				break // they connect by hand
+			}
 			wantExit := 0
 			if want != "" {
 				// the guest lists each kind once
@@ -214,7 +246,10 @@ func checkVMVerdicts(t *testing.T, out string, kernels int, real bool) {
 			t.Logf("%s: binding: %s", kernel, b)
 		}
 		realNames := []string{"ibv_rc_pingpong", "ibv_srq_pingpong", "ib_write_bw", "rping"}
-		if !real {
+		switch {
+		case iwarp:
+			realNames = []string{"rping"}
+		case !real:
 			realNames = nil
 		}
 		for _, name := range realNames {

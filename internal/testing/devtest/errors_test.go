@@ -33,20 +33,40 @@ func TestRemoteAccessError(t *testing.T) {
 		ibv.SendWR{ID: 2, Opcode: ibv.WRSend, Flags: ibv.SendSignaled, SGL: sge(l.mra, 0, 8)},
 		ibv.SendWR{ID: 3, Opcode: ibv.WRSend, Flags: ibv.SendSignaled, SGL: sge(l.mra, 0, 8)})
 	wcs := Poll(t, l.a.SendCQ(), 3)
-	checkWC(t, wcs[0], 1, ibv.WCRemAccessErr, 0)
-	checkWC(t, wcs[1], 2, ibv.WCWRFlushErr, 0)
-	checkWC(t, wcs[2], 3, ibv.WCWRFlushErr, 0)
+	siw := SIW(t, l.ctx)
+	if siw {
+		// siw completes an RDMA WRITE once it has sent it
+		// (siw_qp_sq_process in drivers/infiniband/sw/siw/siw_qp_tx.c):
+		// iWARP's transport acknowledges no WRITE, and the responder
+		// reports the access error with a Terminate message (RFC 5040;
+		// here RFC 5041's Tagged Buffer error, which the requester's
+		// kernel logs as "siw: got TERMINATE. layer 1, type 1"), which
+		// may come after the sends behind the WRITE were sent too.
+		checkWC(t, wcs[0], 1, ibv.WCSuccess, ibv.WCRDMAWrite)
+		for i, wc := range wcs[1:] {
+			if wc.ID != uint64(i+2) || wc.Status != ibv.WCSuccess && wc.Status != ibv.WCWRFlushErr {
+				t.Errorf("completion %v, want wr_id=%d SUCCESS or WR_FLUSH_ERR", wc, i+2)
+			}
+		}
+	} else {
+		checkWC(t, wcs[0], 1, ibv.WCRemAccessErr, 0)
+		checkWC(t, wcs[1], 2, ibv.WCWRFlushErr, 0)
+		checkWC(t, wcs[2], 3, ibv.WCWRFlushErr, 0)
+	}
 	for _, wc := range wcs {
 		if wc.QPNum != l.a.Num() {
 			t.Errorf("completion %v, want qpn %d", wc, l.a.Num())
 		}
 	}
-	if s := State(t, l.a); s != ibv.QPSErr {
+	if s := State(t, l.a); !siw && s != ibv.QPSErr {
 		t.Errorf("requester QP is %s after REM_ACCESS_ERR, want ERR", s)
 	}
 	// The responder side: what happened to it is what differs between
 	// devices (docs/PROVIDERS.md), so observe it whole before judging.
 	got := observeResponder(t, l.ctx, l.b)
+	if s := State(t, l.a); siw && s != ibv.QPSErr {
+		t.Errorf("requester QP is %s once the responder's Terminate came, want ERR", s)
+	}
 	want := responderAfterAccessError()
 	if got != want {
 		t.Errorf("responder after the access violation: %+v\nwant (%s): %+v", got, CurrentProvider(), want)
@@ -128,10 +148,20 @@ func TestPostInError(t *testing.T) {
 	postRecv(t, l.a, ibv.RecvWR{ID: 42, SGL: sge(l.mra, 0, 64)})
 	post(t, l.a, ibv.SendWR{ID: 43, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled, RemoteAddr: l.mrb.Addr(), RKey: l.mrb.RKey()})
 	flushed := []uint64{41, 42, 43}
-	if RXELacks(RXERecvInErrorFlushed) {
+	siw := SIW(t, l.ctx)
+	switch {
+	case RXELacks(RXERecvInErrorFlushed):
 		// rxe on Linux 6.1 never completes a receive posted in ERROR
 		// (docs/PROVIDERS.md); sends posted in ERROR are flushed.
 		flushed = []uint64{41, 43}
+	case siw:
+		// libsiw writes a user QP's WRs into the queues it shares with
+		// the kernel (siw_post_send, siw_post_recv in rdma-core's
+		// providers/siw/siw.c); the kernel's siw_post_send flushes a WR
+		// posted in ERROR only for a kernel consumer (siw_sq_flush_wr:
+		// a user QP's doorbell carries no WR), so none of them completes
+		// (docs/PROVIDERS.md, send-in-error).
+		flushed = nil
 	}
 	wcs := sortByID(Poll(t, l.a.SendCQ(), len(flushed)))
 	for i, id := range flushed {
@@ -141,6 +171,12 @@ func TestPostInError(t *testing.T) {
 		}
 	}
 	PollNone(t, l.a.SendCQ(), quiet)
+	if siw {
+		// On iWARP a QP entering ERROR closes its connection
+		// (siw_qp_nextstate_from_rts in drivers/infiniband/sw/siw/siw_qp.c),
+		// and the peer's siw_qp_llp_close moves it to ERROR in turn.
+		return
+	}
 	if s := State(t, l.b); s != ibv.QPSRTS {
 		t.Errorf("peer QP is %s, want RTS: nothing was sent to it", s)
 	}
@@ -188,8 +224,14 @@ func TestSRQLastWQEReached(t *testing.T) {
 	}
 
 	post(t, a, ibv.SendWR{ID: 60, Opcode: ibv.WRSend, Flags: ibv.SendSignaled})
-	checkWC(t, Poll(t, cq, 1)[0], 60, ibv.WCWRFlushErr, 0)
-	PollNone(t, cq, quiet)
+	if SIW(t, ctx) {
+		// siw flushes no WR a user QP posts in ERROR (TestPostInError):
+		// nothing tells a drain on siw that this QP is done.
+		PollNone(t, cq, quiet)
+	} else {
+		checkWC(t, Poll(t, cq, 1)[0], 60, ibv.WCWRFlushErr, 0)
+		PollNone(t, cq, quiet)
+	}
 	if RXEHas(RXELastWQERepeated) {
 		// rxe since Linux 6.12 raises Last WQE Reached again once a send
 		// posted in ERROR is flushed (docs/PROVIDERS.md): a drain whose
@@ -247,11 +289,16 @@ func (r srqLimitRig) sendFive(t *testing.T) {
 func TestSRQLimit(t *testing.T) {
 	r := newSRQLimitRig(t)
 	ctx, srq := r.ctx, r.srq
+	// On siw the event is checked, the SRQ's attributes are not.
+	queryable := true
 	attr, err := srq.Query()
-	if err != nil {
+	switch {
+	case errors.Is(err, ibv.ErrNotSupported) && SIW(t, ctx):
+		queryable = false
+		t.Logf("querying the SRQ: %v: libsiw implements no ibv_query_srq (rdma-core providers/siw/siw.c, siw_context_ops); the limit and its disarming are not checked", err)
+	case err != nil:
 		t.Fatal(err)
-	}
-	if attr.SRQLimit != 4 || attr.MaxWR < 16 {
+	case attr.SRQLimit != 4 || attr.MaxWR < 16:
 		t.Errorf("SRQ attributes %+v, want limit 4 and at least 16 WRs", attr)
 	}
 	NoEvent(t, ctx, quiet)
@@ -261,6 +308,9 @@ func TestSRQLimit(t *testing.T) {
 		t.Errorf("async event %v, want SRQ_LIMIT_REACHED on the SRQ", e)
 	}
 	NoEvent(t, ctx, quiet)
+	if !queryable {
+		return
+	}
 	if attr, err := srq.Query(); err != nil || attr.SRQLimit != 0 {
 		t.Errorf("SRQ after its limit event: %+v, %v; want limit 0 (disarmed)", attr, err)
 	}
@@ -326,6 +376,7 @@ func TestLifetimes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	Close(t, qp) // if the test ends before it closes qp itself (State may skip)
 	for name, c := range map[string]interface{ Close() error }{"context": ctx, "PD": pd, "CQ": cq} {
 		if err := c.Close(); !errors.Is(err, ibv.ErrBusy) || !errors.Is(err, syscall.EBUSY) {
 			t.Errorf("closing the %s while a QP uses it = %v, want ErrBusy (EBUSY)", name, err)
@@ -335,8 +386,8 @@ func TestLifetimes(t *testing.T) {
 	if !errors.Is(err, syscall.EINVAL) {
 		t.Errorf("RESET -> RTS = %v, want EINVAL", err)
 	}
-	if s := State(t, qp); s != ibv.QPSReset {
-		t.Errorf("QP is %s after a refused transition, want RESET", s)
+	if s, want := State(t, qp), IdleState(t, ctx); s != want {
+		t.Errorf("QP is %s after a refused transition, want %s", s, want)
 	}
 	if err := qp.Close(); err != nil {
 		t.Fatal(err)
