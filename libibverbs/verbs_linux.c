@@ -53,6 +53,16 @@ void qpd_postbuf_free(struct qpd_postbuf *b)
 	free(b);
 }
 
+// post_rc is a post verb's result, rc, as an errno value, maybe negated
+// (libsiw returns -EINVAL). libsiw also returns write(2)'s -1 when the
+// kernel refuses its doorbell (siw_db in rdma-core's providers/siw/siw.h),
+// the reason left in errno, which the caller cleared before the verb: a
+// -1 with errno set is that errno, not EPERM.
+static int post_rc(int rc)
+{
+	return rc == -1 && errno ? errno : rc;
+}
+
 int qpd_post_send(struct ibv_qp *qp, struct qpd_postbuf *b, int n, int *bad)
 {
 	struct qpd_send *in = b->in;
@@ -97,7 +107,8 @@ int qpd_post_send(struct ibv_qp *qp, struct qpd_postbuf *b, int n, int *bad)
 			break;
 		}
 	}
-	rc = ibv_post_send(qp, wr, &bad_wr);
+	errno = 0;
+	rc = post_rc(ibv_post_send(qp, wr, &bad_wr));
 	*bad = rc && bad_wr ? (int)(bad_wr - wr) : (rc ? 0 : n);
 	return rc;
 }
@@ -124,7 +135,10 @@ static struct ibv_recv_wr *link_recv(struct qpd_postbuf *b, int n)
 int qpd_post_recv(struct ibv_qp *qp, struct ibv_srq *srq, struct qpd_postbuf *b, int n, int *bad)
 {
 	struct ibv_recv_wr *wr = link_recv(b, n), *bad_wr = NULL;
-	int rc = qp ? ibv_post_recv(qp, wr, &bad_wr) : ibv_post_srq_recv(srq, wr, &bad_wr);
+	int rc;
+
+	errno = 0;
+	rc = post_rc(qp ? ibv_post_recv(qp, wr, &bad_wr) : ibv_post_srq_recv(srq, wr, &bad_wr));
 
 	*bad = rc && bad_wr ? (int)(bad_wr - wr) : (rc ? 0 : n);
 	return rc;

@@ -49,7 +49,7 @@ func TestErrorContract(t *testing.T) {
 		// a receive in RESET; receives are allowed from INIT on.
 		ctx := Open(t)
 		if SIW(t, ctx) {
-			t.Skip("siw queues a send posted below RTS in the send queue it shares with the kernel and only its doorbell is refused (rdma-core providers/siw/siw.c siw_post_send, returning write(2)'s -1; the kernel's siw_post_send in drivers/infiniband/sw/siw/siw_verbs.c: ENOTCONN), the WR left queued; it queues a receive in any state (siw_post_recv): no refusal to check")
+			t.Skip("siw queues a send posted below RTS in the send queue it shares with the kernel and only its doorbell is refused (rdma-core providers/siw/siw.c siw_post_send; the doorbell's write(2) fails with the kernel's ENOTCONN, siw_post_send in drivers/infiniband/sw/siw/siw_verbs.c), the WR left queued; it queues a receive in any state (siw_post_recv): no refusal to check")
 		}
 		pd := NewPD(t, ctx)
 		mr := Buffer(t, pd, 4096, AllAccess)
