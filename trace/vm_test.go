@@ -34,6 +34,7 @@ var planted = map[string]string{
 	"qpx_outstanding":    string(DestroyedWithOutstanding),
 	"qpx_bind_mw":        string(DestroyedWithOutstanding),
 	"postpoll":           "",
+	"two_sites":          string(DestroyedWithOutstanding) + " " + string(DestroyedWithOutstanding),
 }
 
 // guestScript runs in the guest: each planted program traced, then (unless
@@ -55,6 +56,11 @@ done
 ./qpdrain trace --shim ./SHIMNAME --report binding.report -- ./qpdrain check --device rxe0 --run '^flush-outstanding$' > binding.out 2>&1
 echo "@@ binding exit=$? seen=$(grep -oE '[0-9]+ QPs, [0-9]+ CQs, [0-9]+ SRQs, [0-9]+ WRs posted' binding.report | head -1 | tr ' ,' '_.')"
 cat binding.report
+# call sites: two destroys that differ only by their caller, one suppressed by caller=
+echo 'destroyed-with-outstanding caller=two_sites!destroy_accepted' > sites.supp
+./qpdrain trace --shim ./SHIMNAME --suppressions sites.supp --report sites.report -- ./two_sites > sites.out 2>&1
+echo "@@ sites exit=$? $(grep -o 'called at [^ ]*' sites.report | tr ' ' _ | tr '\n' ' ')suppressed=$(grep -c '1 destroyed-with-outstanding (sites.supp:1)' sites.report)"
+cat sites.report
 pair() {
 	port=$1; shift
 	"$@" -p "$port" & s=$!
@@ -65,7 +71,12 @@ pair() {
 mask() { sed 's/[0-9a-fx.:]*[0-9][0-9a-fx.:]*/N/g' "$1" | sort; }
 # cmpair PORT CMD...: server and client of an RDMA CM example (rping's -s/-c)
 # on the rxe address
-cmpair() {
+cm# call sites: two destroys that differ only by their caller, one suppressed by caller=
+echo 'destroyed-with-outstanding caller=two_sites!destroy_accepted' > sites.supp
+./qpdrain trace --shim ./SHIMNAME --suppressions sites.supp --report sites.report -- ./two_sites > sites.out 2>&1
+echo "@@ sites exit=$? $(grep -o 'called at [^ ]*' sites.report | tr ' ' _ | tr '\n' ' ')suppressed=$(grep -c '1 destroyed-with-outstanding (sites.supp:1)' sites.report)"
+cat sites.report
+pair() {
 	port=$1; shift
 	"$@" -s -a "$QPDRAIN_TEST_ADDR" -p "$port" & s=$!
 	sleep 1
@@ -212,6 +223,11 @@ func checkVMVerdicts(t *testing.T, out string, kernels int, real bool) {
 			t.Errorf("%s: qpdrain check traced through its own libibverbs binding: %q, want its QPs, CQs and WRs seen", kernel, b)
 		} else {
 			t.Logf("%s: binding: %s", kernel, b)
+		}
+		// two destroys differing by their caller: the one not suppressed
+		// shows its function
+		if v := got["sites"]; !regexp.MustCompile(`^exit=1 called_at_two_sites!destroy_kept\+0x[0-9a-f]+ suppressed=1$`).MatchString(v) {
+			t.Errorf("%s: two_sites with destroy_accepted suppressed by caller=: %q, want destroy_kept's finding and one suppressed", kernel, v)
 		}
 		realNames := []string{"ibv_rc_pingpong", "ibv_srq_pingpong", "ib_write_bw", "rping"}
 		if !real {
