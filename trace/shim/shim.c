@@ -253,20 +253,45 @@ void *dlopen(const char *file, int mode)
  * clocksource is "tsc": it found the TSC invariant and in step on every CPU,
  * and CLOCK_MONOTONIC is then a linear function of it); the cold records
  * carry CLOCK_MONOTONIC beside it, so the decoder converts. Elsewhere (a
- * guest whose CPUs' TSCs differ, other architectures) clock_gettime. */
+ * guest whose CPUs' TSCs differ, other architectures) clock_gettime; and
+ * where that is a system call (a clocksource the vDSO cannot read, as a
+ * qemu guest's hpet: 1.2 us a call on rxe's 6.1 guest, about a round
+ * trip's twentieth per record) the post and poll records take
+ * CLOCK_MONOTONIC_COARSE instead (the vDSO's time of the last tick, 40 ns
+ * there), the others CLOCK_MONOTONIC: the decoder keeps the times from going
+ * back in the records' order, so a post is placed at the latest record
+ * before it when its tick is older. */
 static int use_tsc;
+static clockid_t hot_clock = CLOCK_MONOTONIC;
 
-static uint64_t mono_ns(void)
+static uint64_t clock_ns(clockid_t c)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(c, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-#if defined(__x86_64__)
-static void detect_tsc(void)
+static uint64_t mono_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
+
+/* slow_clock: whether CLOCK_MONOTONIC costs a system call, by the
+ * fastest of a few calls in a row (the vDSO's take tens of ns, a system
+ * call hundreds at least; preemption only lengthens some) */
+static int slow_clock(void)
 {
+	uint64_t best = ~0ull, a = mono_ns(), b;
+
+	for (int i = 0; i < 8; i++, a = b) {
+		b = mono_ns();
+		if (b - a < best)
+			best = b - a;
+	}
+	return best > 250;
+}
+
+static void detect_clock(void)
+{
+#if defined(__x86_64__)
 	char cs[16] = "";
 	int fd = open("/sys/devices/system/clocksource/clocksource0/current_clocksource", O_RDONLY | O_CLOEXEC);
 
@@ -276,12 +301,19 @@ static void detect_tsc(void)
 		close(fd);
 	}
 	use_tsc = !strcmp(cs, "tsc\n");
-}
-static inline uint64_t rec_time(void) { return use_tsc ? __rdtsc() : mono_ns(); }
-#else
-static void detect_tsc(void) {}
-static inline uint64_t rec_time(void) { return mono_ns(); }
 #endif
+	if (!use_tsc && slow_clock())
+		hot_clock = CLOCK_MONOTONIC_COARSE;
+}
+
+static inline uint64_t rec_time(enum rec_kind kind)
+{
+#if defined(__x86_64__)
+	if (use_tsc)
+		return __rdtsc();
+#endif
+	return clock_ns(kind <= KIND_wc ? hot_clock : CLOCK_MONOTONIC);
+}
 
 /* The objects a "map" record was written for (see scan_modules). */
 #define MAX_MODS 512
@@ -358,7 +390,16 @@ static void open_records(void)
 	if (m == MAP_FAILED)
 		return;
 	rec_cap = h.size - REC_DATA;
-	detect_tsc();
+	detect_clock();
+	/* the chunk the records go on in now, and the next, faulted in at once:
+	 * emit does it for the chunks after, and a page fault each costs a
+	 * guest under TCG microseconds (a short run's records all fit there) */
+	{
+		uint64_t at = __atomic_load_n(&((struct rec_header *)m)->next, __ATOMIC_RELAXED) / REC_CHUNK * REC_CHUNK;
+
+		if (at < rec_cap)
+			madvise((char *)m + REC_DATA + at, at + 2 * REC_CHUNK <= rec_cap ? 2 * REC_CHUNK : rec_cap - at, REC_POPULATE_WRITE);
+	}
 	__atomic_store_n(&rec_map, (char *)m, __ATOMIC_RELEASE);
 	/* a new program image: exec closed the uverbs files of the one
 	 * before (close-on-exec), its objects are not this one's; its
@@ -407,7 +448,7 @@ static inline void begin(struct rec *r, enum rec_kind kind)
 	if (!cached_tid)
 		cached_tid = (pid_t)syscall(SYS_gettid);
 	r->w[0] = (uint64_t)kind << 8 | (uint64_t)(uint32_t)cached_tid << 32;
-	r->w[1] = rec_time();
+	r->w[1] = rec_time(kind);
 	r->w[2] = (uint32_t)cached_pid | (use_tsc ? REC_TSC : 0);
 	r->w[3] = r->w[4] = 0;
 	r->slen = 0;
