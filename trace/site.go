@@ -109,28 +109,62 @@ func ELFSymbols() Symbolizer {
 	}
 }
 
-// funcSymbols reads file's defined function symbols, by address; none when
-// it cannot be read (gone, or not ELF).
+// debugRoot is where separate debug files are looked up by build ID
+// (Debian's -dbgsym packages install them there); a variable for the tests.
+var debugRoot = "/usr/lib/debug"
+
+// funcSymbols reads file's defined function symbols, by address: its
+// .symtab, else that of its separate debug file (DEBUGROOT/.build-id/NN/
+// REST.debug, by its GNU build ID: a distribution's programs are stripped),
+// else its .dynsym; none when it cannot be read (gone, or not ELF).
 func funcSymbols(file string) []elf.Symbol {
 	f, err := elf.Open(file)
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
-	var out []elf.Symbol
-	for _, read := range []func() ([]elf.Symbol, error){f.Symbols, f.DynamicSymbols} {
-		syms, _ := read()
-		for _, s := range syms {
-			if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Section != elf.SHN_UNDEF && s.Value != 0 {
-				out = append(out, s)
+	out := funcs(f.Symbols())
+	if len(out) == 0 {
+		if id := buildID(f); len(id) > 1 {
+			if d, err := elf.Open(fmt.Sprintf("%s/.build-id/%x/%x.debug", debugRoot, id[:1], id[1:])); err == nil {
+				out = funcs(d.Symbols())
+				d.Close()
 			}
 		}
-		if len(out) > 0 {
-			break // .symtab has every function .dynsym has
-		}
+	}
+	if len(out) == 0 {
+		out = funcs(f.DynamicSymbols())
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].Value < out[j].Value })
 	return out
+}
+
+func funcs(syms []elf.Symbol, _ error) []elf.Symbol {
+	var out []elf.Symbol
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Section != elf.SHN_UNDEF && s.Value != 0 {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// buildID is f's GNU build ID (its NT_GNU_BUILD_ID note), or nil.
+func buildID(f *elf.File) []byte {
+	sec := f.Section(".note.gnu.build-id")
+	if sec == nil {
+		return nil
+	}
+	b, err := sec.Data()
+	// namesz, descsz, type, "GNU\x00", then the ID
+	if err != nil || len(b) < 16 || f.ByteOrder.Uint32(b[8:]) != 3 || string(b[12:16]) != "GNU\x00" {
+		return nil
+	}
+	n := int(f.ByteOrder.Uint32(b[4:]))
+	if 16+n > len(b) {
+		return nil
+	}
+	return b[16 : 16+n]
 }
 
 // Symbolize names the functions of the findings' call sites with sym (a

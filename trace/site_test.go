@@ -1,12 +1,14 @@
 package trace
 
 import (
+	"context"
+	"debug/elf"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
-
-	"debug/elf"
 )
 
 // TestFindingSites: each kind of finding carries the call site of the verb
@@ -92,42 +94,66 @@ func TestFindingSites(t *testing.T) {
 	}
 }
 
-// TestELFSymbols: an offset is named by the function symbol holding it
-// (the test binary's own symbols); an unreadable object or offset 0 by none.
+// TestELFSymbols: an offset is named by the function symbol holding it, a
+// return address at a function's end (its last call's) by that function;
+// an unreadable object or offset 0 by none; a stripped object's functions
+// from its separate debug file, found by build ID as Debian's -dbgsym
+// packages install it, and without it not at all (its .dynsym has no
+// hidden_fn).
 func TestELFSymbols(t *testing.T) {
-	exe, err := os.Executable()
+	for _, tool := range []string{"gcc", "objcopy", "strip"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s", tool)
+		}
+	}
+	dir := t.TempDir()
+	src, prog := filepath.Join(dir, "p.c"), filepath.Join(dir, "p")
+	if err := os.WriteFile(src, []byte("__attribute__((noinline)) int hidden_fn(int x) { return x * 3 + 1; }\nint main(int c, char **v) { (void)v; return hidden_fn(c); }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	build(t, ctx, "gcc", "-O1", "-Wl,--build-id", "-o", prog, src)
+	f, err := elf.Open(prog)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := elf.Open(exe)
-	if err != nil {
-		t.Skipf("the test binary is not ELF: %v", err)
-	}
-	syms, err := f.Symbols()
-	f.Close()
-	if err != nil {
-		t.Skipf("the test binary has no symbols: %v", err)
-	}
 	var fn elf.Symbol
-	for _, s := range syms {
-		if s.Name == "github.com/qpdrain/qpdrain/trace.ELFSymbols" {
+	for _, s := range funcs(f.Symbols()) {
+		if s.Name == "hidden_fn" {
 			fn = s
 		}
 	}
-	if fn.Size < 16 {
-		t.Fatalf("no ELFSymbols in %s's symbols", exe)
+	id := buildID(f)
+	f.Close()
+	if fn.Value == 0 || fn.Size < 4 || len(id) < 2 {
+		t.Fatalf("hidden_fn at %#x, size %d, build ID %x", fn.Value, fn.Size, id)
 	}
 	sym := ELFSymbols()
-	if name, off, ok := sym(exe, fn.Value+9); !ok || name != fn.Name || off != 9 {
-		t.Errorf("offset 9 into %s: %q+%d %v", fn.Name, name, off, ok)
+	if name, off, ok := sym(prog, fn.Value+2); !ok || name != "hidden_fn" || off != 2 {
+		t.Errorf("offset 2 into hidden_fn: %q+%d %v", name, off, ok)
 	}
-	if name, _, ok := sym(exe, fn.Value+fn.Size); !ok || name != fn.Name {
-		t.Errorf("a return address at the end of %s (its last call's): %q %v", fn.Name, name, ok)
+	if name, _, ok := sym(prog, fn.Value+fn.Size); !ok || name != "hidden_fn" {
+		t.Errorf("a return address at the end of hidden_fn: %q %v", name, ok)
 	}
-	if _, _, ok := sym(exe, 0); ok {
+	if _, _, ok := sym(prog, 0); ok {
 		t.Error("offset 0 named")
 	}
-	if _, _, ok := sym("/nonexistent/object", fn.Value); ok {
+	if _, _, ok := sym(filepath.Join(dir, "none"), fn.Value); ok {
 		t.Error("a missing object named")
+	}
+	debug := filepath.Join(dir, "debug", ".build-id", fmt.Sprintf("%x", id[:1]))
+	if err := os.MkdirAll(debug, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	build(t, ctx, "objcopy", "--only-keep-debug", prog, filepath.Join(debug, fmt.Sprintf("%x.debug", id[1:])))
+	build(t, ctx, "strip", "--strip-all", prog)
+	if name, _, ok := ELFSymbols()(prog, fn.Value+2); ok && name == "hidden_fn" {
+		t.Fatalf("the stripped program without its debug file named hidden_fn")
+	}
+	old := debugRoot
+	debugRoot = filepath.Join(dir, "debug")
+	defer func() { debugRoot = old }()
+	if name, off, ok := ELFSymbols()(prog, fn.Value+2); !ok || name != "hidden_fn" || off != 2 {
+		t.Errorf("stripped, its debug file installed: %q+%d %v, want hidden_fn+2", name, off, ok)
 	}
 }
