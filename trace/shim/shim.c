@@ -23,14 +23,18 @@
  * async-signal-safe as far as the provider's own post/poll are; errno is
  * preserved; the pid is re-read in the child after fork (pthread_atfork);
  * the file is mapped at the first ibv_open_device, no descriptor kept, and
- * an exec'd program maps it again by name.
+ * an exec'd program maps it again by name. The records carry the call site
+ * of their verb (the caller's return address); only the create, destroy
+ * and get_async_event verbs, which allocate anyway, look at the loaded
+ * objects for it (dl_iterate_phdr, which takes the loader's lock).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
-#include <link.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
