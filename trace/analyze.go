@@ -3,6 +3,7 @@ package trace
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -72,6 +73,11 @@ type Finding struct {
 	At       time.Duration `json:"at_ns"`
 	Evidence string        `json:"evidence"`
 	Rule     string        `json:"rule"`
+	// Site is the call site of the verb the finding is about: the destroy
+	// of the QP (its create when it was never destroyed), the create of the
+	// CQ, the post of the first WR posted in ERROR, the
+	// ibv_get_async_event of the event; nil when the records have none.
+	Site *Site `json:"site,omitempty"`
 	// SuppressedBy is the suppressions file line ("FILE:LINE") that
 	// matched it, in Report.Suppressed.
 	SuppressedBy string `json:"suppressed_by,omitempty"`
@@ -180,6 +186,7 @@ func (z *Analyzer) Add(r Record) {
 			c := a.newProc(r.PID, parent.objects)
 			c.sum.Devices, c.forked = append([]string(nil), parent.sum.Devices...), true
 			c.sum.Program = parent.sum.Program
+			c.mods = slices.Clone(parent.mods) // the same mappings, until it loads its own
 		}
 	case "start":
 		// a new program image opened a device (exec closed the uverbs
@@ -254,6 +261,7 @@ type wr struct {
 	postedAt int64
 	inError  bool // posted while its QP was in ERROR
 	signaled bool // a send that completes with a WC on success (IBV_SEND_SIGNALED or sq_sig_all)
+	site     *Site
 }
 
 type queue struct {
@@ -276,7 +284,9 @@ type qp struct {
 	lastWQE     bool  // the program got Last WQE Reached for it
 	destroyedAt int64 // 0 while it lives
 	destroyedBy *proc // the process that destroyed it
-	lateWCs     int   // completions polled after the destroy
+	created     *Site // where it was created, and destroyed
+	destroySite *Site
+	lateWCs     int // completions polled after the destroy
 	lateFirst   int64
 	// amb counts, by wr_id, the flushed completions that could have come
 	// from the send queue or the receive queue (both complete to their CQ
@@ -298,6 +308,7 @@ func (q *qp) recvQueue() *queue {
 type cq struct {
 	ptr, ctx    uint64
 	creator     *proc
+	created     *Site
 	cqe         int64
 	ex          bool
 	outstanding int
@@ -336,6 +347,9 @@ type proc struct {
 	pending  map[string]int // unacknowledged events by "type obj"
 	pendDesc map[string]string
 	pendAt   map[string]int64 // when the first of them came
+	pendSite map[string]*Site // where the first of them was got
+	mods     []module         // the objects it loaded, in order (map records)
+	sites    map[siteKey]*Site
 	sum      Process
 	end      int64
 	forked   bool // its first record was its fork
@@ -388,7 +402,7 @@ func (a *analysis) newProc(pid int, shared *objects) *proc {
 			destroyed: map[[2]uint64]*qp{}, cqs: map[uint64]*cq{}, srqs: map[uint64]*srq{}}
 		a.sets = append(a.sets, shared)
 	}
-	p := &proc{pid: pid, objects: shared, pending: map[string]int{}, pendDesc: map[string]string{}, pendAt: map[string]int64{}, sum: Process{PID: pid}}
+	p := &proc{pid: pid, objects: shared, pending: map[string]int{}, pendDesc: map[string]string{}, pendAt: map[string]int64{}, pendSite: map[string]*Site{}, sum: Process{PID: pid}}
 	shared.holders = append(shared.holders, p)
 	a.procs[pid] = p
 	a.order = append(a.order, p)
@@ -412,8 +426,10 @@ func (a *analysis) step(p *proc, r Record) {
 		if r.Has("traced") && r.Uint("traced") == 0 {
 			a.notes = append(a.notes, fmt.Sprintf("pid %d: a context on %s was not traced (more than the shim's 64 open contexts)", p.pid, r.Str("dev")))
 		}
+	case "map":
+		p.mods = append(p.mods, module{path: r.Str("path"), base: r.Uint("base"), lo: r.Uint("lo"), hi: r.Uint("hi")})
 	case "cq":
-		c := &cq{ptr: r.Uint("cq"), ctx: r.Uint("ctx"), creator: p, cqe: r.Int("cqe"), ex: r.Uint("ex") == 1}
+		c := &cq{ptr: r.Uint("cq"), ctx: r.Uint("ctx"), creator: p, created: p.site(r, "ibv_create_cq"), cqe: r.Int("cqe"), ex: r.Uint("ex") == 1}
 		p.cqs[c.ptr] = c
 		p.allCQs = append(p.allCQs, c)
 		p.sum.CQs++
@@ -460,7 +476,7 @@ func (a *analysis) step(p *proc, r Record) {
 			return
 		}
 		p.sum.Posted++
-		w := wr{id: r.Uint("wr"), postedAt: r.T, inError: q.errAt != 0, signaled: q.sigAll || r.Uint("sig") == 1}
+		w := wr{id: r.Uint("wr"), postedAt: r.T, inError: q.errAt != 0, signaled: q.sigAll || r.Uint("sig") == 1, site: p.site(r, "ibv_post_"+r.Kind)}
 		if r.Kind == "send" {
 			push(&q.sq, w, r.T)
 		} else {
@@ -472,7 +488,7 @@ func (a *analysis) step(p *proc, r Record) {
 			return
 		}
 		p.sum.Posted++
-		push(&s.q, wr{id: r.Uint("wr"), postedAt: r.T}, r.T)
+		push(&s.q, wr{id: r.Uint("wr"), postedAt: r.T, site: p.site(r, "ibv_post_srq_recv")}, r.T)
 	case "wc":
 		p.sum.Polled++
 		a.completion(p, r)
@@ -484,7 +500,7 @@ func (a *analysis) step(p *proc, r Record) {
 		p.sum.Events++
 		key, desc := eventKey(r)
 		if p.pending[key] == 0 {
-			p.pendAt[key] = r.T
+			p.pendAt[key], p.pendSite[key] = r.T, p.site(r, "ibv_get_async_event")
 		}
 		p.pending[key]++
 		p.pendDesc[key] = desc
@@ -530,7 +546,7 @@ func (a *analysis) create(p *proc, r Record) {
 		return // the same QP recorded twice (a provider's create_qp calling another)
 	}
 	q := &qp{ptr: ptr, ctx: r.Uint("ctx"), qpn: uint32(r.Uint("qpn")), typ: ibv.QPType(r.Uint("type")),
-		dev: p.ctxDev[r.Uint("ctx")], ex: r.Uint("ex") == 1, sigAll: r.Uint("sig_all") == 1,
+		dev: p.ctxDev[r.Uint("ctx")], ex: r.Uint("ex") == 1, sigAll: r.Uint("sig_all") == 1, created: p.site(r, "ibv_create_qp"),
 		sq: queue{name: "send", cq: p.cqs[r.Uint("scq")]}, rq: queue{name: "recv", cq: p.cqs[r.Uint("rcq")]}}
 	if s := p.srqs[r.Uint("srq")]; s != nil {
 		q.srq = s
@@ -721,7 +737,7 @@ func (a *analysis) destroy(p *proc, r Record) {
 	if q == nil || r.Has("begin") || r.Int("ret") != 0 {
 		return
 	}
-	q.destroyedAt, q.destroyedBy = r.T, p
+	q.destroyedAt, q.destroyedBy, q.destroySite = r.T, p, p.site(r, "ibv_destroy_qp")
 	delete(p.qps, q.ptr)
 	key := [2]uint64{q.ctx, uint64(q.qpn)}
 	delete(p.byQPN, key)
@@ -754,7 +770,7 @@ func (a *analysis) judgeSRQ(d earlyDestroy, lastWQE func(string) (LastWQE, bool)
 		if q.errAt != 0 {
 			ev = fmt.Sprintf("was destroyed %v after ERROR,", fmtDur(d.at-q.errAt))
 		}
-		a.add(p, Finding{Kind: SRQDestroyedBeforeLastWQE, Device: q.dev, Object: fmt.Sprintf("qpn %d", q.qpn), Queue: "srq", At: a.at(d.at),
+		a.add(p, Finding{Kind: SRQDestroyedBeforeLastWQE, Device: q.dev, Object: fmt.Sprintf("qpn %d", q.qpn), Queue: "srq", At: a.at(d.at), Site: q.destroySite,
 			Evidence: fmt.Sprintf("qpn %d (on SRQ 0x%x) %s before the program got IBV_EVENT_QP_LAST_WQE_REACHED for it; %s raises it (%s)", q.qpn, q.srq.ptr, ev, q.dev, know.Source)})
 	}
 }
@@ -785,7 +801,7 @@ func (a *analysis) finish(set *objects) {
 			a.notes = append(a.notes, fmt.Sprintf("pid %d: qpn %d: flushed completions with wr_id %s came while its send and its receive queue both held WRs with that wr_id, and fewer than those WRs: a completion in error does not say its queue (its opcode is undefined, ibv_poll_cq(3)), so the WRs left with that wr_id are not judged", set.holders[0].pid, q.qpn, strings.Join(ids, ", ")))
 		}
 		if q.lateWCs > 0 {
-			a.add(q.destroyedBy, Finding{Kind: CompletionForDestroyedQP, Device: q.dev, Object: fmt.Sprintf("qpn %d", q.qpn), Count: q.lateWCs, At: a.at(q.lateFirst),
+			a.add(q.destroyedBy, Finding{Kind: CompletionForDestroyedQP, Device: q.dev, Object: fmt.Sprintf("qpn %d", q.qpn), Count: q.lateWCs, At: a.at(q.lateFirst), Site: q.destroySite,
 				Evidence: fmt.Sprintf("%d completion(s) of qpn %d polled after it was destroyed, the first %v after ibv_destroy_qp", q.lateWCs, q.qpn, fmtDur(q.lateFirst-q.destroyedAt))})
 		}
 	}
@@ -794,11 +810,11 @@ func (a *analysis) finish(set *objects) {
 			continue
 		}
 		if c.maxOut > int(c.cqe) {
-			a.add(c.creator, Finding{Kind: CQOverSize, Device: set.ctxDev[c.ctx], Object: fmt.Sprintf("cq 0x%x", c.ptr), Count: c.maxOut, At: a.at(c.maxAt),
+			a.add(c.creator, Finding{Kind: CQOverSize, Device: set.ctxDev[c.ctx], Object: fmt.Sprintf("cq 0x%x", c.ptr), Count: c.maxOut, At: a.at(c.maxAt), Site: c.created,
 				Evidence: fmt.Sprintf("up to %d WRs outstanding whose completions go to this CQ of cqe %d", c.maxOut, c.cqe)})
 		}
 		if c.overrun != "" {
-			a.add(c.creator, Finding{Kind: CQOverrun, Device: set.ctxDev[c.ctx], Object: fmt.Sprintf("cq 0x%x", c.ptr), At: a.at(c.overrunAt),
+			a.add(c.creator, Finding{Kind: CQOverrun, Device: set.ctxDev[c.ctx], Object: fmt.Sprintf("cq 0x%x", c.ptr), At: a.at(c.overrunAt), Site: c.created,
 				Evidence: fmt.Sprintf("the CQ (cqe %d) overran: %s", c.cqe, c.overrun)})
 		}
 	}
@@ -815,7 +831,7 @@ func (a *analysis) finishProc(p *proc) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		a.add(p, Finding{Kind: EventNotAcked, Device: strings.Join(p.sum.Devices, ","), Object: p.pendDesc[k], Count: p.pending[k], At: a.at(p.pendAt[k]),
+		a.add(p, Finding{Kind: EventNotAcked, Device: strings.Join(p.sum.Devices, ","), Object: p.pendDesc[k], Count: p.pending[k], At: a.at(p.pendAt[k]), Site: p.pendSite[k],
 			Evidence: fmt.Sprintf("%d %s never acknowledged with ibv_ack_async_event before the process ended: destroying its object would block", p.pending[k], p.pendDesc[k])})
 	}
 	if n := a.unknownQPN[p.pid]; n > 0 {
@@ -828,9 +844,9 @@ func (a *analysis) finishProc(p *proc) {
 // holding it (the kernel destroys the QP then, discarding its WRs as
 // ibv_destroy_qp does).
 func (a *analysis) leftover(q *qp, qq *queue, last *proc) {
-	end, p := q.destroyedAt, q.destroyedBy
+	end, p, site := q.destroyedAt, q.destroyedBy, q.destroySite
 	if end == 0 {
-		end, p = last.end, last
+		end, p, site = last.end, last, q.created
 	}
 	var stale, other []wr
 	for _, w := range qq.wrs {
@@ -848,7 +864,7 @@ func (a *analysis) leftover(q *qp, qq *queue, last *proc) {
 		if q.destroyedAt != 0 {
 			how = "it was destroyed"
 		}
-		a.add(p, Finding{Kind: PostedInErrorNotFlushed, Device: q.dev, Object: obj, Queue: qq.name, Count: len(stale), At: a.at(stale[0].postedAt),
+		a.add(p, Finding{Kind: PostedInErrorNotFlushed, Device: q.dev, Object: obj, Queue: qq.name, Count: len(stale), At: a.at(stale[0].postedAt), Site: stale[0].site,
 			Evidence: fmt.Sprintf("%d WR(s) posted to the %s queue of qpn %d in ERROR (first wr_id 0x%x, %v after ERROR) had no completion %v later, when %s", len(stale), qq.name, q.qpn, stale[0].id, fmtDur(stale[0].postedAt-q.errAt), fmtDur(end-stale[0].postedAt), how)})
 	}
 	if len(other) == 0 {
@@ -866,7 +882,7 @@ func (a *analysis) leftover(q *qp, qq *queue, last *proc) {
 		}
 		ev = fmt.Sprintf("qpn %d was never destroyed: pid %d %s with %d WR(s) outstanding on its %s queue (first wr_id 0x%x), %s; the kernel destroys the QP when the process's last descriptor of the device closes, discarding those WRs as ibv_destroy_qp does", q.qpn, p.pid, how, len(other), qq.name, other[0].id, when)
 	}
-	a.add(p, Finding{Kind: DestroyedWithOutstanding, Device: q.dev, Object: obj, Queue: qq.name, Count: len(other), At: a.at(end), Evidence: ev})
+	a.add(p, Finding{Kind: DestroyedWithOutstanding, Device: q.dev, Object: obj, Queue: qq.name, Count: len(other), At: a.at(end), Site: site, Evidence: ev})
 }
 
 func (a *analysis) report() *Report {

@@ -215,3 +215,51 @@ int main(void) { void *h = dlopen("libqpdfoo.so", RTLD_NOW); puts(h ? "found" : 
 		t.Errorf("traced, a library on the program's RUNPATH: %q, %s", out, res.Status)
 	}
 }
+
+// TestHostCallSite: two destroys that differ only by their caller are two
+// findings, each at its own function of the program (the shim's map
+// records place the return address, the program's ELF symbols name it),
+// and a suppression's caller= takes one and leaves the other.
+func TestHostCallSite(t *testing.T) {
+	shim, dir := hostRig(t, "two_sites")
+	prog := filepath.Join(dir, "two_sites")
+	_, res := runOut(t, shim, prog)
+	if res.ExitCode != 0 {
+		t.Fatalf("two_sites: %s", res.Status)
+	}
+	for _, tc := range []struct{ supp, kept, suppressed string }{
+		{"destroyed-with-outstanding caller=destroy_accepted", "destroy_kept", "destroy_accepted"},
+		{"destroyed-with-outstanding caller=two_sites!destroy_k*", "destroy_accepted", "destroy_kept"},
+		{"destroyed-with-outstanding caller=" + dir + "/*!destroy_kept", "destroy_accepted", "destroy_kept"},
+		{"destroyed-with-outstanding caller=libibverbs*!destroy_kept\ndestroyed-with-outstanding caller=main", "", ""},
+	} {
+		rep := Analyze(res.Records, Options{})
+		rep.Symbolize(ELFSymbols())
+		if len(rep.Findings) != 2 {
+			t.Fatalf("want 2 findings:\n%s", text(t, rep))
+		}
+		for _, f := range rep.Findings {
+			if s := f.Site; s == nil || s.Verb != "ibv_destroy_qp" || s.Module != prog || !strings.HasPrefix(s.Func, "destroy_") || s.FuncOffset == 0 {
+				t.Fatalf("finding's call site %+v, want ibv_destroy_qp in a destroy_ function of %s:\n%s", s, prog, text(t, rep))
+			}
+		}
+		if out := text(t, rep); !strings.Contains(out, "ibv_destroy_qp called at two_sites!destroy_kept+0x") || !strings.Contains(out, "("+prog+")") {
+			t.Errorf("report lacks the call site:\n%s", out)
+		}
+		sups, err := ParseSuppressions(strings.NewReader(tc.supp), "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep.Suppress(sups)
+		var kept, supp string
+		if len(rep.Findings) == 1 {
+			kept = rep.Findings[0].Site.Func
+		}
+		if len(rep.Suppressed) == 1 {
+			supp = rep.Suppressed[0].Site.Func
+		}
+		if tc.kept == "" && (len(rep.Findings) != 2 || len(rep.Suppressed) != 0) || tc.kept != "" && (kept != tc.kept || supp != tc.suppressed) {
+			t.Errorf("%q: kept %d (%s), suppressed %d (%s); want %s kept, %s suppressed", tc.supp, len(rep.Findings), kept, len(rep.Suppressed), supp, tc.kept, tc.suppressed)
+		}
+	}
+}

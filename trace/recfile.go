@@ -99,7 +99,8 @@ func shimTables(src []byte) (kinds, keys, fmts []string) {
 
 // recordReader gives the records of a record file as text, one a line (as
 // Parse reads them and --records keeps them): the binary records the
-// processes wrote, their TSC times converted to CLOCK_MONOTONIC nanoseconds;
+// processes wrote, their TSC times converted to CLOCK_MONOTONIC nanoseconds
+// (and held from going back in the records' order);
 // what a process killed while it copied a record left (a reservation partly
 // or never written) is skipped and counted in lost, with the records that
 // did not fit.
@@ -108,6 +109,7 @@ type recordReader struct {
 	clock   tscClock
 	pending []byte
 	lost    int
+	last    uint64 // the latest time given
 }
 
 func openRecords(f *os.File) (*recordReader, error) {
@@ -289,6 +291,11 @@ func (r *recordReader) text(w []uint64) []byte {
 	if w[2]&recTSC != 0 {
 		t = r.clock.ns(t)
 	}
+	// never back in the records' order: where clock_gettime is a system
+	// call the post and poll records carry the coarse clock's last tick
+	// (shim.c's rec_time), which may precede the record before them
+	t = max(t, r.last)
+	r.last = t
 	b := fmt.Appendf(nil, "%s t=0x%x pid=%d tid=%d", kind, t, uint32(w[2]), uint32(w[0]>>32))
 	nv := int(w[0] >> 24 & 0xff)
 	str := make([]byte, 0, 8*(len(w)-recHead-nv))

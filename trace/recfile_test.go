@@ -154,6 +154,21 @@ func TestRecordClock(t *testing.T) {
 	if !slices.Equal(ts, []int64{5_000_000_000, 5_000_100_000, 6_000_000_000}) || rr.lost != 0 {
 		t.Errorf("times %v (%d lost), want [5e9 5.0001e9 6e9]", ts, rr.lost)
 	}
+	// without the TSC, a post's coarse tick older than the record before
+	// it is placed at that record's time
+	data = append(encode(t, "mod", 10_000, false, 1, 1, "qp", 0x31, "state", 6, "ret", 0),
+		encode(t, "recv", 7_000, false, 1, 1, "qp", 0x31, "wr", 1, "ok", 1)...)
+	data = append(data, encode(t, "exit", 12_000, false, 1, 1)...)
+	if recs, err = Parse(recordFile(t, data, 0)); err != nil {
+		t.Fatal(err)
+	}
+	ts = ts[:0]
+	for _, r := range recs {
+		ts = append(ts, r.T)
+	}
+	if !slices.Equal(ts, []int64{10_000, 10_000, 12_000}) {
+		t.Errorf("times %v, want [10000 10000 12000]", ts)
+	}
 }
 
 // TestShimTables: every key the analysis requires is one the shim writes.

@@ -40,6 +40,11 @@ var ErrBadRecord = errors.New("bad trace record")
 //	qpxlost qp                     an ibv_wr_start/ibv_wr_complete batch had more WRs than the shim holds
 //	fail    verb errno             a create failed
 //	exit                           the process exits normally (after a device was opened)
+//	map     base lo hi path        an object loaded in the process: its path, load bias and address range
+//
+// The records of the verbs a finding can point to (qp, cq, srq, qpd, cqd,
+// srqd, send, recv, srecv, ev) carry site=, the return address into the
+// verb's caller, which the map records before it place in an object.
 type Record struct {
 	Kind string
 	// Line is the record's line number in its stream, from 1.
@@ -92,6 +97,7 @@ var required = map[string][]string{
 	"send": {"qp", "wr", "ok"}, "recv": {"qp", "wr", "ok"}, "srecv": {"srq", "wr", "ok"},
 	"wc": {"cq", "wr", "st", "qpn"}, "pollerr": {"cq"},
 	"ev": {"type"}, "ack": {"type"},
+	"map": {"base", "lo", "hi"},
 }
 
 // Parse reads the shim's records. A line that is not a record (no kind, a

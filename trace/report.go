@@ -38,6 +38,9 @@ func (r *Report) WriteText(w io.Writer, details bool) error {
 			fmt.Fprintf(&b, "  %s queue", f.Queue)
 		}
 		fmt.Fprintf(&b, "  at %s\n  %s\n", fmtDur(int64(f.At)), f.Evidence)
+		if f.Site != nil {
+			fmt.Fprintf(&b, "  %s called at %s\n", f.Site.Verb, f.Site)
+		}
 		if details {
 			fmt.Fprintf(&b, "  rule: %s\n", f.Rule)
 		}

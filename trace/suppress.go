@@ -2,6 +2,7 @@ package trace
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -15,17 +16,22 @@ var ErrBadSuppression = errors.New("bad suppression")
 // Suppression names findings a project has accepted, as a line of a
 // suppressions file: a kind, then what it applies to, each optional:
 //
-//	KIND [program=PATTERN] [device=PATTERN] [queue=send|recv|srq]
+//	KIND [program=PATTERN] [device=PATTERN] [queue=send|recv|srq] [caller=[OBJECT!]FUNCTION]
 //
 // PATTERNs are path.Match globs; a program pattern without a "/" is matched
 // against the base name of the process's executable, one with a "/"
-// against its whole path. A finding is suppressed by the first line that
-// matches it.
+// against its whole path. A caller pattern is matched against the function
+// of the finding's call site (Finding.Site, named by Report.Symbolize) or,
+// with "OBJECT!", also against the object holding it, as program= against
+// the executable; a finding whose call site has no function name matches
+// no caller= line. A finding is suppressed by the first line that matches
+// it.
 type Suppression struct {
 	Kind    Kind
 	Program string
 	Device  string
 	Queue   string
+	Caller  string
 	// Where is the line's "FILE:LINE", for the report.
 	Where string
 }
@@ -71,13 +77,15 @@ func parseSuppression(s string) (Suppression, error) {
 			dst = &sup.Program
 		case "device":
 			dst = &sup.Device
+		case "caller":
+			dst = &sup.Caller
 		case "queue":
 			dst = &sup.Queue
 			if ok && v != "send" && v != "recv" && v != "srq" {
 				return Suppression{}, fmt.Errorf("%w: queue=%q: want send, recv or srq", ErrBadSuppression, v)
 			}
 		default:
-			return Suppression{}, fmt.Errorf("%w: %q: want program=, device= or queue= after the kind", ErrBadSuppression, kv)
+			return Suppression{}, fmt.Errorf("%w: %q: want program=, device=, queue= or caller= after the kind", ErrBadSuppression, kv)
 		}
 		switch {
 		case !ok || v == "":
@@ -85,27 +93,49 @@ func parseSuppression(s string) (Suppression, error) {
 		case *dst != "":
 			return Suppression{}, fmt.Errorf("%w: %s= given twice", ErrBadSuppression, key)
 		}
-		if _, err := path.Match(v, ""); err != nil {
-			return Suppression{}, fmt.Errorf("%w: %s=%q: %v", ErrBadSuppression, key, v, err)
+		for _, pat := range strings.SplitN(v, "!", 2) {
+			if _, err := path.Match(pat, ""); err != nil || pat == "" {
+				return Suppression{}, fmt.Errorf("%w: %s=%q: %v", ErrBadSuppression, key, v, cmp.Or(err, errEmptyPattern))
+			}
 		}
 		*dst = v
 	}
 	return sup, nil
 }
 
+var errEmptyPattern = errors.New("empty pattern")
+
 // Matches reports whether s applies to f.
 func (s Suppression) Matches(f Finding) bool {
 	if f.Kind != s.Kind || s.Queue != "" && f.Queue != s.Queue || !glob(s.Device, f.Device) {
 		return false
 	}
-	if s.Program == "" {
+	if s.Program != "" && !globFile(s.Program, f.Program) {
+		return false
+	}
+	if s.Caller == "" {
 		return true
 	}
-	prog := f.Program
-	if !strings.Contains(s.Program, "/") {
-		prog = path.Base(prog)
+	if f.Site == nil || f.Site.Func == "" {
+		return false
 	}
-	return f.Program != "" && glob(s.Program, prog)
+	fn := s.Caller
+	if obj, rest, ok := strings.Cut(s.Caller, "!"); ok {
+		if !globFile(obj, f.Site.Module) {
+			return false
+		}
+		fn = rest
+	}
+	return glob(fn, f.Site.Func)
+}
+
+// globFile matches a file's path: on its base name when the pattern has no
+// "/", else on the whole path; an empty path matches nothing.
+func globFile(pattern, file string) bool {
+	if !strings.Contains(pattern, "/") {
+		file = path.Base(file)
+	}
+	return file != "" && file != "." && glob(pattern, file)
 }
 
 // glob matches a checked pattern ("" matches anything).

@@ -98,13 +98,15 @@ func TestSuppress(t *testing.T) {
 func TestParseSuppressionsErrors(t *testing.T) {
 	for _, tc := range []struct{ line, want string }{
 		{"leak", `f:2: "leak" is not a kind of finding: want one of destroyed-with-outstanding,`},
-		{"cq-overrun qpn=17", `f:2: bad suppression: "qpn=17": want program=, device= or queue= after the kind`},
+		{"cq-overrun qpn=17", `f:2: bad suppression: "qpn=17": want program=, device=, queue= or caller= after the kind`},
 		{"cq-overrun program", `f:2: bad suppression: "program": want program=VALUE`},
 		{"cq-overrun device=", `f:2: bad suppression: "device=": want device=VALUE`},
 		{"cq-overrun queue=sq", `f:2: bad suppression: queue="sq": want send, recv or srq`},
 		{"cq-overrun program=a program=b", `f:2: bad suppression: program= given twice`},
 		{`cq-overrun program=a\`, `f:2: bad suppression: program="a\\": syntax error in pattern`},
 		{"program=x cq-overrun", `f:2: "program=x" is not a kind of finding`},
+		{"cq-overrun caller=prog!", `f:2: bad suppression: caller="prog!": empty pattern`},
+		{"cq-overrun caller=[!f", `f:2: bad suppression: caller="[!f": syntax error in pattern`},
 	} {
 		_, err := ParseSuppressions(strings.NewReader("# first\n"+tc.line+"\ncq-overrun\n"), "f")
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) || !errors.Is(err, ErrBadSuppression) && !errors.Is(err, ErrUnknownKind) {

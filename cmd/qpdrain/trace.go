@@ -75,7 +75,7 @@ func newTraceCmd(opts *globalOptions) *cobra.Command {
 	f.StringVar(&o.shim, "shim", "", "the shim shared object to preload (default: build it with $CC or cc)")
 	f.StringVar(&o.shimCache, "shim-cache", "", "where built shims are kept (default: the user's cache directory, qpdrain/trace)")
 	stringFlag(f, &o.lastWQE, "last-wqe", "auto", "whether the devices raise Last WQE Reached: auto, raises, never", oneOf("auto", "raises", "never"))
-	stringsFlag(f, &o.supps, "suppressions", nil, "a file of findings to suppress, one a line: KIND [program=GLOB] [device=GLOB] [queue=send|recv|srq]; repeatable", func(string) error { return nil })
+	stringsFlag(f, &o.supps, "suppressions", nil, "a file of findings to suppress, one a line: KIND [program=GLOB] [device=GLOB] [queue=send|recv|srq] [caller=[OBJECT!]FUNCTION]; repeatable", func(string) error { return nil })
 	intFlag(f, &o.errorExit, "error-exitcode", exitFindings, "the exit status when findings remain after the suppressions (0: findings never fail the run)", func(n int) error {
 		if n < 0 || n > 125 || n == exitError || n == exitUnsupported {
 			return fmt.Errorf("want 0 to 125, not %d or %d (an error, no shim)", exitError, exitUnsupported)
@@ -142,6 +142,9 @@ func runTrace(ctx context.Context, stdout io.Writer, opts *globalOptions, o *tra
 	if lost > 0 {
 		out.Notes = append(out.Notes, fmt.Sprintf("%d record(s) lost (the record file was full, or a process was killed while it wrote one): the verdicts may miss what they showed", lost))
 	}
+	// the call sites named from the objects' symbols, on this machine (a
+	// --from elsewhere keeps object offsets), before caller= matches them
+	out.Symbolize(trace.ELFSymbols())
 	out.Suppress(sups)
 	write := func(w io.Writer) error { return writeTrace(w, opts, out) }
 	var err error

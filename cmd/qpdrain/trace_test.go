@@ -87,7 +87,7 @@ func TestTraceBadArgs(t *testing.T) {
 		{[]string{"--last-wqe", "maybe", "--from", bad}, exitError, `"maybe" for "--last-wqe" flag: want one of auto, raises, never`},
 		{[]string{"--from", bad}, exitError, "bad trace record: line 1"},
 		{[]string{"--suppressions", badSupp, "--from", bad}, exitError, badSupp + `:3: "leak" is not a kind of finding: want one of destroyed-with-outstanding,`},
-		{[]string{"--suppressions", badKey, "--from", bad}, exitError, badKey + `:1: bad suppression: "qpn=7": want program=, device= or queue= after the kind`},
+		{[]string{"--suppressions", badKey, "--from", bad}, exitError, badKey + `:1: bad suppression: "qpn=7": want program=, device=, queue= or caller= after the kind`},
 		{[]string{"--suppressions", badGlob, "--from", bad}, exitError, badGlob + `:1: bad suppression: program="[x": syntax error in pattern`},
 		{[]string{"--suppressions", filepath.Join(t.TempDir(), "none.supp"), "--from", bad}, exitError, "none.supp: no such file"},
 		{[]string{"--error-exitcode", "2", "--from", bad}, exitError, `"2" for "--error-exitcode" flag: want 0 to 125, not 2 or 3`},

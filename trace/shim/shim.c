@@ -23,13 +23,18 @@
  * async-signal-safe as far as the provider's own post/poll are; errno is
  * preserved; the pid is re-read in the child after fork (pthread_atfork);
  * the file is mapped at the first ibv_open_device, no descriptor kept, and
- * an exec'd program maps it again by name.
+ * an exec'd program maps it again by name. The records carry the call site
+ * of their verb (the caller's return address); only the create, destroy
+ * and get_async_event verbs, which allocate anyway, look at the loaded
+ * objects for it (dl_iterate_phdr, which takes the loader's lock).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,8 +86,13 @@ static char *rec_map;   /* NULL: no records */
 static uint64_t rec_cap; /* bytes for records */
 static char rec_path[4096]; /* QPDRAIN_TRACE_FILE, copied at load time */
 static int opened; /* a device was opened: the exit record matters */
+static char exe_path[384]; /* /proc/self/exe, read when the file is mapped */
 static pid_t cached_pid;
 static __thread pid_t cached_tid __attribute__((tls_model("initial-exec")));
+/* create_site: the call site of the exported create verb running on this
+ * thread, for the ops-table create_*_ex wrapper a provider may reach
+ * through it (the program's call site, not libibverbs') */
+static __thread uint64_t create_site __attribute__((tls_model("initial-exec")));
 
 /* The exported verbs, resolved once at load time. */
 static struct ibv_context *(*real_open_device)(struct ibv_device *);
@@ -142,11 +152,12 @@ static struct ibv_qp_ex *(*real_qp_to_qp_ex)(struct ibv_qp *);
  * the decoder's conversion; "clock" records carry only that. The kinds
  * written on the post and poll path come first: they take no ns. */
 #define REC_KINDS(X) X(send) X(recv) X(srecv) X(wc) X(start) X(fork) X(open) X(close) X(cq) X(cqd) X(srq) X(srqd) \
-	X(qp) X(mod) X(qpd) X(pollerr) X(ev) X(ack) X(qpxlost) X(fail) X(exit) X(clock)
+	X(qp) X(mod) X(qpd) X(pollerr) X(ev) X(ack) X(qpxlost) X(fail) X(exit) X(clock) X(map)
 #define REC_KEYS(X) X(ctx, HEX) X(qp, HEX) X(cq, HEX) X(srq, HEX) X(scq, HEX) X(rcq, HEX) X(wr, HEX) X(ret, INT) \
 	X(cqe, INT) X(errno, INT) X(dev, STR) X(verb, STR) X(exe, STR) X(traced, DEC) X(ex, DEC) X(begin, DEC) \
 	X(max_wr, DEC) X(qpn, DEC) X(type, DEC) X(max_send_wr, DEC) X(max_recv_wr, DEC) X(sig_all, DEC) \
-	X(state, DEC) X(op, DEC) X(sig, DEC) X(ok, DEC) X(st, DEC) X(port, DEC) X(ppid, DEC) X(ns, DEC)
+	X(state, DEC) X(op, DEC) X(sig, DEC) X(ok, DEC) X(st, DEC) X(port, DEC) X(ppid, DEC) X(ns, DEC) \
+	X(site, HEX) X(base, HEX) X(lo, HEX) X(hi, HEX) X(path, STR)
 #define KIND_ENUM(n) KIND_##n,
 #define KEY_ENUM(n, f) KEY_##n,
 enum rec_kind { REC_KINDS(KIND_ENUM) };
@@ -246,20 +257,45 @@ void *dlopen(const char *file, int mode)
  * clocksource is "tsc": it found the TSC invariant and in step on every CPU,
  * and CLOCK_MONOTONIC is then a linear function of it); the cold records
  * carry CLOCK_MONOTONIC beside it, so the decoder converts. Elsewhere (a
- * guest whose CPUs' TSCs differ, other architectures) clock_gettime. */
+ * guest whose CPUs' TSCs differ, other architectures) clock_gettime; and
+ * where that is a system call (a clocksource the vDSO cannot read, as a
+ * qemu guest's hpet: 1.2 us a call on rxe's 6.1 guest, about a round
+ * trip's twentieth per record) the post and poll records take
+ * CLOCK_MONOTONIC_COARSE instead (the vDSO's time of the last tick, 40 ns
+ * there), the others CLOCK_MONOTONIC: the decoder keeps the times from going
+ * back in the records' order, so a post is placed at the latest record
+ * before it when its tick is older. */
 static int use_tsc;
+static clockid_t hot_clock = CLOCK_MONOTONIC;
 
-static uint64_t mono_ns(void)
+static uint64_t clock_ns(clockid_t c)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(c, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-#if defined(__x86_64__)
-static void detect_tsc(void)
+static uint64_t mono_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
+
+/* slow_clock: whether CLOCK_MONOTONIC costs a system call, by the
+ * fastest of a few calls in a row (the vDSO's take tens of ns, a system
+ * call hundreds at least; preemption only lengthens some) */
+static int slow_clock(void)
 {
+	uint64_t best = ~0ull, a = mono_ns(), b;
+
+	for (int i = 0; i < 8; i++, a = b) {
+		b = mono_ns();
+		if (b - a < best)
+			best = b - a;
+	}
+	return best > 250;
+}
+
+static void detect_clock(void)
+{
+#if defined(__x86_64__)
 	char cs[16] = "";
 	int fd = open("/sys/devices/system/clocksource/clocksource0/current_clocksource", O_RDONLY | O_CLOEXEC);
 
@@ -269,15 +305,32 @@ static void detect_tsc(void)
 		close(fd);
 	}
 	use_tsc = !strcmp(cs, "tsc\n");
-}
-static inline uint64_t rec_time(void) { return use_tsc ? __rdtsc() : mono_ns(); }
-#else
-static void detect_tsc(void) {}
-static inline uint64_t rec_time(void) { return mono_ns(); }
 #endif
+	if (!use_tsc && slow_clock())
+		hot_clock = CLOCK_MONOTONIC_COARSE;
+}
+
+static inline uint64_t rec_time(enum rec_kind kind)
+{
+#if defined(__x86_64__)
+	if (use_tsc)
+		return __rdtsc();
+#endif
+	return clock_ns(kind <= KIND_wc ? hot_clock : CLOCK_MONOTONIC);
+}
+
+/* The objects a "map" record was written for (see scan_modules). */
+#define MAX_MODS 512
+static struct {
+	uintptr_t lo, hi;
+} mods[MAX_MODS];
+static int nmods;
+static unsigned long long mods_adds = ~0ull; /* dlpi_adds at the last scan */
+static pthread_mutex_t mods_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static inline void begin(struct rec *r, enum rec_kind kind);
 static void emit(struct rec *r);
+static void scan_modules(void);
 static void put_name(struct rec *r, enum rec_key key, const char *s, unsigned max);
 static inline void put_uint(struct rec *r, enum rec_key key, uint64_t v);
 
@@ -290,6 +343,7 @@ static void after_fork_child(void)
 
 	cached_pid = getpid();
 	cached_tid = 0;
+	pthread_mutex_init(&mods_mu, NULL); /* another thread may have held it at fork */
 	if (__atomic_load_n(&rec_map, __ATOMIC_ACQUIRE)) {
 		struct rec r;
 
@@ -340,20 +394,29 @@ static void open_records(void)
 	if (m == MAP_FAILED)
 		return;
 	rec_cap = h.size - REC_DATA;
-	detect_tsc();
+	detect_clock();
+	/* the chunk the records go on in now, and the next, faulted in at once:
+	 * emit does it for the chunks after, and a page fault each costs a
+	 * guest under TCG microseconds (a short run's records all fit there) */
+	{
+		uint64_t at = __atomic_load_n(&((struct rec_header *)m)->next, __ATOMIC_RELAXED) / REC_CHUNK * REC_CHUNK;
+
+		if (at < rec_cap)
+			madvise((char *)m + REC_DATA + at, at + 2 * REC_CHUNK <= rec_cap ? 2 * REC_CHUNK : rec_cap - at, REC_POPULATE_WRITE);
+	}
 	__atomic_store_n(&rec_map, (char *)m, __ATOMIC_RELEASE);
 	/* a new program image: exec closed the uverbs files of the one
 	 * before (close-on-exec), its objects are not this one's; its
 	 * executable is what a suppression's program= matches */
 	struct rec r;
-	char exe[384];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	ssize_t n = readlink("/proc/self/exe", exe_path, sizeof(exe_path) - 1);
 
-	exe[n > 0 ? n : 0] = 0;
+	exe_path[n > 0 ? n : 0] = 0;
 	begin(&r, KIND_start);
 	if (n > 0)
-		put_name(&r, KEY_exe, exe, 384);
+		put_name(&r, KEY_exe, exe_path, sizeof(exe_path));
 	emit(&r);
+	scan_modules();
 }
 
 
@@ -389,7 +452,7 @@ static inline void begin(struct rec *r, enum rec_kind kind)
 	if (!cached_tid)
 		cached_tid = (pid_t)syscall(SYS_gettid);
 	r->w[0] = (uint64_t)kind << 8 | (uint64_t)(uint32_t)cached_tid << 32;
-	r->w[1] = rec_time();
+	r->w[1] = rec_time(kind);
 	r->w[2] = (uint32_t)cached_pid | (use_tsc ? REC_TSC : 0);
 	r->w[3] = r->w[4] = 0;
 	r->slen = 0;
@@ -447,6 +510,79 @@ static struct ctx_slot *find_slot(const struct ibv_context *ctx)
 	return NULL;
 }
 
+/* ---- call sites ----
+ *
+ * The records a finding points to carry the call site of their verb: the
+ * return address into the caller (SITE(), in the function the caller called,
+ * the exported verb or the ops-table wrapper the static inline verb calls
+ * through), one load where a frame walk would cost more than the record and
+ * could fault on a program built without frame pointers. The decoder needs
+ * the object each address lies in, and the program may have exited (or been
+ * killed) before anyone could read its /proc/PID/maps: so the shim records
+ * the loaded objects itself, one "map" record each (its path, load bias and
+ * address range, from dl_iterate_phdr), when it maps the record file and,
+ * after that, whenever a cold verb finds that the loader has added objects
+ * since (dlpi_adds); the post path never scans, and a post from an object
+ * loaded after the last cold verb keeps a bare address. */
+#define SITE() ((uint64_t)(uintptr_t)__builtin_extract_return_addr(__builtin_return_address(0)))
+
+static int scan_module(struct dl_phdr_info *info, size_t size, void *first)
+{
+	const char *path = info->dlpi_name;
+	uintptr_t lo = UINTPTR_MAX, hi = 0;
+	struct rec r;
+	int i;
+
+	if (*(int *)first) {
+		*(int *)first = 0;
+		if (size < offsetof(struct dl_phdr_info, dlpi_subs) || info->dlpi_adds == mods_adds)
+			return 1; /* nothing loaded since the last scan */
+		mods_adds = info->dlpi_adds;
+	}
+	if (!path || !path[0])
+		path = exe_path; /* the program itself */
+	else if (!strchr(path, '/'))
+		return 0; /* the vDSO: no file to read symbols from */
+	for (i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+
+		if (ph->p_type != PT_LOAD)
+			continue;
+		if (info->dlpi_addr + ph->p_vaddr < lo)
+			lo = info->dlpi_addr + ph->p_vaddr;
+		if (info->dlpi_addr + ph->p_vaddr + ph->p_memsz > hi)
+			hi = info->dlpi_addr + ph->p_vaddr + ph->p_memsz;
+	}
+	for (i = 0; i < nmods; i++)
+		if (mods[i].lo == lo && mods[i].hi == hi)
+			return 0;
+	if (hi <= lo || nmods == MAX_MODS)
+		return 0;
+	mods[nmods].lo = lo;
+	mods[nmods++].hi = hi;
+	begin(&r, KIND_map);
+	put_uint(&r, KEY_base, info->dlpi_addr);
+	put_uint(&r, KEY_lo, lo);
+	put_uint(&r, KEY_hi, hi);
+	put_name(&r, KEY_path, path, 1024);
+	emit(&r);
+	return 0;
+}
+
+/* scan_modules records the objects loaded since the last scan; cold verbs
+ * call it before their record, so that the map of their call site comes
+ * first. */
+static void scan_modules(void)
+{
+	int first = 1;
+
+	if (!__atomic_load_n(&rec_map, __ATOMIC_ACQUIRE))
+		return;
+	pthread_mutex_lock(&mods_mu);
+	dl_iterate_phdr(scan_module, &first);
+	pthread_mutex_unlock(&mods_mu);
+}
+
 static void rec_fail(const char *verb, int err)
 {
 	struct rec r;
@@ -459,7 +595,8 @@ static void rec_fail(const char *verb, int err)
 
 /* rec_qp, rec_cq and rec_srq record the object a create verb made or, when
  * it made none, the verb's failure with err, the errno it left. */
-static void rec_qp(const char *verb, struct ibv_qp *qp, int err, struct ibv_context *ctx, const struct ibv_qp_cap *cap, int sig_all, int ex)
+static void rec_qp(const char *verb, struct ibv_qp *qp, int err, struct ibv_context *ctx, const struct ibv_qp_cap *cap, int sig_all, int ex,
+		   uint64_t site)
 {
 	struct rec r;
 
@@ -467,7 +604,9 @@ static void rec_qp(const char *verb, struct ibv_qp *qp, int err, struct ibv_cont
 		rec_fail(verb, err);
 		return;
 	}
+	scan_modules();
 	begin(&r, KIND_qp);
+	put_uint(&r, KEY_site, site);
 	put_ptr(&r, KEY_ctx, ctx);
 	put_ptr(&r, KEY_qp, qp);
 	put_uint(&r, KEY_qpn, qp->qp_num);
@@ -482,7 +621,7 @@ static void rec_qp(const char *verb, struct ibv_qp *qp, int err, struct ibv_cont
 	emit(&r);
 }
 
-static void rec_cq(const char *verb, struct ibv_cq *cq, int err, struct ibv_context *ctx, int ex)
+static void rec_cq(const char *verb, struct ibv_cq *cq, int err, struct ibv_context *ctx, int ex, uint64_t site)
 {
 	struct rec r;
 
@@ -490,7 +629,9 @@ static void rec_cq(const char *verb, struct ibv_cq *cq, int err, struct ibv_cont
 		rec_fail(verb, err);
 		return;
 	}
+	scan_modules();
 	begin(&r, KIND_cq);
+	put_uint(&r, KEY_site, site);
 	put_ptr(&r, KEY_ctx, ctx);
 	put_ptr(&r, KEY_cq, cq);
 	put_int(&r, KEY_cqe, cq->cqe);
@@ -498,7 +639,7 @@ static void rec_cq(const char *verb, struct ibv_cq *cq, int err, struct ibv_cont
 	emit(&r);
 }
 
-static void rec_srq(const char *verb, struct ibv_srq *srq, int err, struct ibv_context *ctx, uint32_t max_wr)
+static void rec_srq(const char *verb, struct ibv_srq *srq, int err, struct ibv_context *ctx, uint32_t max_wr, uint64_t site)
 {
 	struct rec r;
 
@@ -506,7 +647,9 @@ static void rec_srq(const char *verb, struct ibv_srq *srq, int err, struct ibv_c
 		rec_fail(verb, err);
 		return;
 	}
+	scan_modules();
 	begin(&r, KIND_srq);
+	put_uint(&r, KEY_site, site);
 	put_ptr(&r, KEY_ctx, ctx);
 	put_ptr(&r, KEY_srq, srq);
 	put_uint(&r, KEY_max_wr, max_wr);
@@ -519,6 +662,7 @@ static int wrap_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 {
 	struct ctx_slot *s = find_slot(qp->context);
 	struct ibv_send_wr *badl = NULL;
+	uint64_t site = SITE();
 	int ret, saved;
 
 	if (!s)
@@ -533,6 +677,7 @@ static int wrap_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 
 		begin(&r, KIND_send);
 		put_ptr(&r, KEY_qp, qp);
+		put_uint(&r, KEY_site, site);
 		put_uint(&r, KEY_wr, w->wr_id);
 		put_uint(&r, KEY_op, w->opcode);
 		put_uint(&r, KEY_sig, (w->send_flags & IBV_SEND_SIGNALED) != 0);
@@ -547,7 +692,8 @@ static int wrap_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 	return ret;
 }
 
-static void rec_recv_chain(enum rec_kind kind, enum rec_key key, const void *obj, struct ibv_recv_wr *wr, struct ibv_recv_wr *badl, int ret)
+static void rec_recv_chain(enum rec_kind kind, enum rec_key key, const void *obj, struct ibv_recv_wr *wr, struct ibv_recv_wr *badl, int ret,
+			   uint64_t site)
 {
 	for (struct ibv_recv_wr *w = wr; w; w = w->next) {
 		struct rec r;
@@ -555,6 +701,7 @@ static void rec_recv_chain(enum rec_kind kind, enum rec_key key, const void *obj
 
 		begin(&r, kind);
 		put_ptr(&r, key, obj);
+		put_uint(&r, KEY_site, site);
 		put_uint(&r, KEY_wr, w->wr_id);
 		put_uint(&r, KEY_ok, posted);
 		if (!posted)
@@ -569,6 +716,7 @@ static int wrap_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_
 {
 	struct ctx_slot *s = find_slot(qp->context);
 	struct ibv_recv_wr *badl = NULL;
+	uint64_t site = SITE();
 	int ret, saved;
 
 	if (!s)
@@ -577,7 +725,7 @@ static int wrap_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_
 	saved = errno;
 	if (bad)
 		*bad = badl;
-	rec_recv_chain(KIND_recv, KEY_qp, qp, wr, badl, ret);
+	rec_recv_chain(KIND_recv, KEY_qp, qp, wr, badl, ret, site);
 	errno = saved;
 	return ret;
 }
@@ -586,6 +734,7 @@ static int wrap_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struc
 {
 	struct ctx_slot *s = find_slot(srq->context);
 	struct ibv_recv_wr *badl = NULL;
+	uint64_t site = SITE();
 	int ret, saved;
 
 	if (!s)
@@ -594,7 +743,7 @@ static int wrap_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struc
 	saved = errno;
 	if (bad)
 		*bad = badl;
-	rec_recv_chain(KIND_srecv, KEY_srq, srq, wr, badl, ret);
+	rec_recv_chain(KIND_srecv, KEY_srq, srq, wr, badl, ret, site);
 	errno = saved;
 	return ret;
 }
@@ -688,6 +837,7 @@ static void qpx_abort(struct ibv_qp_ex *q)
 static int qpx_complete(struct ibv_qp_ex *q)
 {
 	struct qpx_slot *s = qpx_find(q);
+	uint64_t site = SITE();
 	int ret, saved;
 
 	if (!s)
@@ -700,6 +850,7 @@ static int qpx_complete(struct ibv_qp_ex *q)
 
 		begin(&r, KIND_send);
 		put_ptr(&r, KEY_qp, &q->qp_base);
+		put_uint(&r, KEY_site, site);
 		put_uint(&r, KEY_wr, s->batch[i].id);
 		put_uint(&r, KEY_op, s->batch[i].op);
 		put_uint(&r, KEY_sig, s->batch[i].sig);
@@ -910,6 +1061,7 @@ static void qpx_forget(struct ibv_qp *qp)
 static struct ibv_qp *wrap_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *attr)
 {
 	struct ctx_slot *s = find_slot(ctx);
+	uint64_t site = SITE();
 	struct ibv_qp *qp;
 	int saved, ex;
 
@@ -919,11 +1071,12 @@ static struct ibv_qp *wrap_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_i
 	}
 	qp = s->create_qp_ex(ctx, attr);
 	saved = errno;
+	site = create_site ? create_site : site;
 	/* ex=1: an ibv_qp_ex send path the shim could not take over */
 	ex = (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && attr->send_ops_flags;
 	if (qp && ex && real_qp_to_qp_ex && qpx_wrap(real_qp_to_qp_ex(qp), attr->send_ops_flags))
 		ex = 0;
-	rec_qp("ibv_create_qp_ex", qp, saved, ctx, &attr->cap, attr->sq_sig_all, ex);
+	rec_qp("ibv_create_qp_ex", qp, saved, ctx, &attr->cap, attr->sq_sig_all, ex, site);
 	errno = saved;
 	return qp;
 }
@@ -1049,6 +1202,7 @@ static void cqx_forget(struct ibv_cq *cq)
 static struct ibv_cq_ex *wrap_create_cq_ex(struct ibv_context *ctx, struct ibv_cq_init_attr_ex *attr)
 {
 	struct ctx_slot *s = find_slot(ctx);
+	uint64_t site = create_site ? create_site : SITE();
 	struct ibv_cq_ex *cq;
 	uint64_t asked = attr->wc_flags;
 	int saved, untraced;
@@ -1066,7 +1220,7 @@ static struct ibv_cq_ex *wrap_create_cq_ex(struct ibv_context *ctx, struct ibv_c
 		asked |= IBV_WC_EX_WITH_QP_NUM;
 	saved = errno;
 	untraced = !(asked & IBV_WC_EX_WITH_QP_NUM) || !cq || !cq->start_poll || !cq->next_poll || !cq->read_qp_num || !cqx_wrap(cq);
-	rec_cq("ibv_create_cq_ex", ibv_cq_ex_to_cq(cq), saved, ctx, untraced);
+	rec_cq("ibv_create_cq_ex", ibv_cq_ex_to_cq(cq), saved, ctx, untraced, site);
 	errno = saved;
 	return cq;
 }
@@ -1074,6 +1228,7 @@ static struct ibv_cq_ex *wrap_create_cq_ex(struct ibv_context *ctx, struct ibv_c
 static struct ibv_srq *wrap_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_attr_ex *attr)
 {
 	struct ctx_slot *s = find_slot(ctx);
+	uint64_t site = create_site ? create_site : SITE();
 	struct ibv_srq *srq;
 	int saved;
 
@@ -1083,7 +1238,7 @@ static struct ibv_srq *wrap_create_srq_ex(struct ibv_context *ctx, struct ibv_sr
 	}
 	srq = s->create_srq_ex(ctx, attr);
 	saved = errno;
-	rec_srq("ibv_create_srq_ex", srq, saved, ctx, attr->attr.max_wr);
+	rec_srq("ibv_create_srq_ex", srq, saved, ctx, attr->attr.max_wr, site);
 	errno = saved;
 	return srq;
 }
@@ -1194,10 +1349,15 @@ int ibv_close_device(struct ibv_context *ctx)
 
 struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context, struct ibv_comp_channel *channel, int comp_vector)
 {
-	struct ibv_cq *cq = real_create_cq(ctx, cqe, cq_context, channel, comp_vector);
-	int saved = errno;
+	uint64_t site = SITE();
+	struct ibv_cq *cq;
+	int saved;
 
-	rec_cq("ibv_create_cq", cq, saved, ctx, 0);
+	create_site = site;
+	cq = real_create_cq(ctx, cqe, cq_context, channel, comp_vector);
+	saved = errno;
+	create_site = 0;
+	rec_cq("ibv_create_cq", cq, saved, ctx, 0, site);
 	errno = saved;
 	return cq;
 }
@@ -1205,12 +1365,15 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *ctx, int cqe, void *cq_context,
 /* rec_destroy writes "KIND t= pid= tid= KEY=OBJ [ret=RET]"; a destroy is
  * recorded before it is called too ("begin"), so one that blocks (a QP with
  * unacknowledged events) shows. */
-static void rec_destroy(enum rec_kind kind, enum rec_key key, const void *obj, int phase_end, int ret)
+static void rec_destroy(enum rec_kind kind, enum rec_key key, const void *obj, int phase_end, int ret, uint64_t site)
 {
 	struct rec r;
 
+	if (!phase_end)
+		scan_modules();
 	begin(&r, kind);
 	put_ptr(&r, key, obj);
+	put_uint(&r, KEY_site, site);
 	if (phase_end)
 		put_int(&r, KEY_ret, ret);
 	else
@@ -1220,46 +1383,58 @@ static void rec_destroy(enum rec_kind kind, enum rec_key key, const void *obj, i
 
 int ibv_destroy_cq(struct ibv_cq *cq)
 {
+	uint64_t site = SITE();
 	int ret, saved;
 
-	rec_destroy(KIND_cqd, KEY_cq, cq, 0, 0);
+	rec_destroy(KIND_cqd, KEY_cq, cq, 0, 0, site);
 	ret = real_destroy_cq(cq);
 	saved = errno;
 	if (ret == 0)
 		cqx_forget(cq);
-	rec_destroy(KIND_cqd, KEY_cq, cq, 1, ret);
+	rec_destroy(KIND_cqd, KEY_cq, cq, 1, ret, site);
 	errno = saved;
 	return ret;
 }
 
 struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *attr)
 {
-	struct ibv_srq *srq = real_create_srq(pd, attr);
-	int saved = errno;
+	uint64_t site = SITE();
+	struct ibv_srq *srq;
+	int saved;
 
-	rec_srq("ibv_create_srq", srq, saved, pd->context, attr->attr.max_wr);
+	create_site = site;
+	srq = real_create_srq(pd, attr);
+	saved = errno;
+	create_site = 0;
+	rec_srq("ibv_create_srq", srq, saved, pd->context, attr->attr.max_wr, site);
 	errno = saved;
 	return srq;
 }
 
 int ibv_destroy_srq(struct ibv_srq *srq)
 {
+	uint64_t site = SITE();
 	int ret, saved;
 
-	rec_destroy(KIND_srqd, KEY_srq, srq, 0, 0);
+	rec_destroy(KIND_srqd, KEY_srq, srq, 0, 0, site);
 	ret = real_destroy_srq(srq);
 	saved = errno;
-	rec_destroy(KIND_srqd, KEY_srq, srq, 1, ret);
+	rec_destroy(KIND_srqd, KEY_srq, srq, 1, ret, site);
 	errno = saved;
 	return ret;
 }
 
 struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 {
-	struct ibv_qp *qp = real_create_qp(pd, attr);
-	int saved = errno;
+	uint64_t site = SITE();
+	struct ibv_qp *qp;
+	int saved;
 
-	rec_qp("ibv_create_qp", qp, saved, pd->context, &attr->cap, attr->sq_sig_all, 0);
+	create_site = site;
+	qp = real_create_qp(pd, attr);
+	saved = errno;
+	create_site = 0;
+	rec_qp("ibv_create_qp", qp, saved, pd->context, &attr->cap, attr->sq_sig_all, 0, site);
 	errno = saved;
 	return qp;
 }
@@ -1284,25 +1459,30 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 
 int ibv_destroy_qp(struct ibv_qp *qp)
 {
+	uint64_t site = SITE();
 	int ret, saved;
 
-	rec_destroy(KIND_qpd, KEY_qp, qp, 0, 0);
+	rec_destroy(KIND_qpd, KEY_qp, qp, 0, 0, site);
 	ret = real_destroy_qp(qp);
 	saved = errno;
 	if (ret == 0)
 		qpx_forget(qp);
-	rec_destroy(KIND_qpd, KEY_qp, qp, 1, ret);
+	rec_destroy(KIND_qpd, KEY_qp, qp, 1, ret, site);
 	errno = saved;
 	return ret;
 }
 
 /* rec_event writes an async event's record: its type and the object it names. */
-static void rec_event(enum rec_kind kind, struct ibv_context *ctx, const struct ibv_async_event *ev)
+static void rec_event(enum rec_kind kind, struct ibv_context *ctx, const struct ibv_async_event *ev, uint64_t site)
 {
 	struct rec r;
 
+	if (site)
+		scan_modules();
 	begin(&r, kind);
 	put_ptr(&r, KEY_ctx, ctx);
+	if (site)
+		put_uint(&r, KEY_site, site);
 	put_uint(&r, KEY_type, ev->event_type);
 	switch (ev->event_type) {
 	case IBV_EVENT_CQ_ERR:
@@ -1341,11 +1521,12 @@ static void rec_event(enum rec_kind kind, struct ibv_context *ctx, const struct 
 
 int ibv_get_async_event(struct ibv_context *ctx, struct ibv_async_event *ev)
 {
+	uint64_t site = SITE();
 	int ret = real_get_async_event(ctx, ev);
 	int saved = errno;
 
 	if (ret == 0)
-		rec_event(KIND_ev, ctx, ev);
+		rec_event(KIND_ev, ctx, ev, site);
 	errno = saved;
 	return ret;
 }
@@ -1356,7 +1537,7 @@ void ibv_ack_async_event(struct ibv_async_event *ev)
 
 	/* recorded first: the event's object may be freed as soon as it is acknowledged */
 	saved = errno;
-	rec_event(KIND_ack, NULL, ev);
+	rec_event(KIND_ack, NULL, ev, 0);
 	errno = saved;
 	real_ack_async_event(ev);
 }
