@@ -25,6 +25,15 @@ var (
 	// (AddOptions.CountRecvs) came back than it said were outstanding,
 	// within Options.DrainTimeout.
 	ErrRecvsMissing = errors.New("counted receives did not all come back")
+	// ErrSendsMissing: fewer of the sends the caller counted
+	// (AddOptions.CountSends) came back than it said would, within
+	// Options.DrainTimeout.
+	ErrSendsMissing = errors.New("counted sends did not all come back")
+	// ErrCountExceeded: more completions of a queue the caller counted
+	// came back than it said would (AddOptions.CountRecvs, CountSends):
+	// the count was wrong, so the proof it gave or would have given
+	// proves nothing, and the QP is handed back unproven.
+	ErrCountExceeded = errors.New("more completions than counted")
 	// ErrCQError: the CQ the QP completes into went into error
 	// (EventCQErr); nothing more can be learned from it.
 	ErrCQError = errors.New("cq went into error")
@@ -40,8 +49,8 @@ var (
 	// stall, at most Options.DrainTimeout: when none comes (a CQ that
 	// other QPs' traffic keeps busy), the drain fails and the QP is handed
 	// back, unproven. From Wait whose context ended: a QP counting its
-	// receives (AddOptions.CountRecvs), or a stalled one, still waits for
-	// one.
+	// receives or sends (AddOptions.CountRecvs, CountSends), or a stalled
+	// one, still waits for one.
 	ErrCQNotEmpty = errors.New("cq not proven empty")
 	// ErrShutdown: the reaper shut down before the QP's drain finished.
 	ErrShutdown = errors.New("reaper shut down")
