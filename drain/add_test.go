@@ -45,7 +45,7 @@ func TestAddAllStated(t *testing.T) {
 		qps = append(qps, verbCounter{qp, &calls})
 	}
 	rp := newReaper(t, r.cq, drain.Options{Headroom: len(qps), DrainTimeout: devtest.Timeout, Queue: queueOf})
-	o := counted
+	o := withSendCount(counted)
 	o.StateKnown, o.State = true, ibv.QPSErr
 	hs, err := rp.AddAll(append(qps, qps[3]), o)
 	wantErr(t, err, ibv.ErrBusy)
