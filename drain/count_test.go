@@ -159,3 +159,32 @@ func TestStaleCompletionNoCount(t *testing.T) {
 		}
 	}
 }
+
+// What the reaper can check of SoleQP it checks: a QP added beside one
+// stated alone on the CQ, or stated alone beside one already added, is
+// refused; a completion of another QP while the stated QP counts fails
+// its drain, since an earlier QP's completions come before its own and
+// the count may have taken some.
+func TestSoleQPContradicted(t *testing.T) {
+	sole := drain.AddOptions{CountRecvs: true, Recvs: 1, CountSends: true, SoleQP: true, StateKnown: true, State: ibv.QPSErr}
+	r := testRig(t)
+	a, b := r.pair(false), r.pair(false)
+	devtest.ToError(t, a)
+	rp := newReaper(t, r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
+	h := add(t, rp, a, sole)
+	if _, err := rp.Add(b, drain.AddOptions{}); !errors.Is(err, drain.ErrNotSoleQP) {
+		t.Errorf("a QP added beside one stated alone on the CQ: %v, want ErrNotSoleQP", err)
+	}
+	rp.HandleWC(recvFlush(b.Num()))
+	rep, err := h.Wait(testCtx(t))
+	wantErr(t, err, drain.ErrNotSoleQP)
+	if rep.Outcome != report.Failed {
+		t.Errorf("%s after another QP's completion, want failed\n%s", rep.Outcome, rep)
+	}
+
+	rp = newReaper(t, r.cq, drain.Options{DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp.HandleWC(recvFlush(b.Num()))
+	if _, err := rp.Add(a, sole); !errors.Is(err, drain.ErrNotSoleQP) {
+		t.Errorf("a QP stated alone on a CQ where another QP's completion came: %v, want ErrNotSoleQP", err)
+	}
+}

@@ -80,7 +80,9 @@
 //     report.QueueProof.Stated). The reaper cannot infer it: it sees a
 //     completion only when it is polled, so an earlier QP's completions
 //     still in the CQ are unknown to it until they come, and a count may
-//     have taken them by then.
+//     have taken them by then. It checks what it can: another QP added,
+//     or a completion with another number, contradicts the statement
+//     ([ErrNotSoleQP]); an earlier QP with the same number does not show.
 //   - A drain WR is matched by its ID, unique among all the reapers of the
 //     process ([WRIDTag]; callers must not use that range, [IsDrainWRID]),
 //     and by the number of the QP it was posted on. A drain WR of a QP

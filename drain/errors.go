@@ -34,6 +34,13 @@ var (
 	// the count was wrong, so the proof it gave or would have given
 	// proves nothing, and the QP is handed back unproven.
 	ErrCountExceeded = errors.New("more completions than counted")
+	// ErrNotSoleQP: a QP was stated the only one ever on the reaper's CQ
+	// (AddOptions.SoleQP), and another QP is on it: added to the reaper,
+	// or seen in a completion. Add refuses the QP that contradicts the
+	// statement; a completion that does fails the stated QP's drain, if
+	// it counts and has not ended, since its counts may have taken that
+	// other QP's completions.
+	ErrNotSoleQP = errors.New("not the only QP on the CQ")
 	// ErrCQError: the CQ the QP completes into went into error
 	// (EventCQErr); nothing more can be learned from it.
 	ErrCQError = errors.New("cq went into error")

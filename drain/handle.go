@@ -113,6 +113,9 @@ func (h *Handle) counting(c int) bool {
 	return h.x != nil && h.x.countSends
 }
 
+// counted reports whether the caller counts a queue of h.
+func (h *Handle) counted() bool { return h.countRecvs || h.counting(countSend) }
+
 // sole reports whether the caller stated h's QP the only one on its CQ.
 func (h *Handle) sole() bool { return h.x != nil && h.x.sole }
 

@@ -304,9 +304,14 @@ type AddOptions struct {
 	// CountSends) start at once, without the wait for an empty poll, and
 	// hold for a QP already in ERROR with its flushes in the CQ: after
 	// rdma_disconnect, or the peer's. The report records the statement
-	// (StepSoleQPStated, QueueProof.Stated). A false one can make a
-	// count pass on an earlier QP's completions: never state it for a CQ
-	// that another QP, even a destroyed one, completed into.
+	// (StepSoleQPStated, QueueProof.Stated). The reaper checks what it
+	// can (ErrNotSoleQP): it refuses a QP stated alone once it has had
+	// another QP or seen another QP's completion, and any other QP after
+	// it, and a completion of another QP fails the stated QP's drain if it
+	// counts and has not ended. An earlier QP with the same number it
+	// cannot tell, so a false statement can make a count pass on that
+	// QP's completions: never state it for a CQ that another QP, even a
+	// destroyed one, completed into.
 	SoleQP bool
 	// StateKnown says State is the QP's state now, as the caller who moved
 	// it there knows: Add then queries nothing and starts from State (a QP

@@ -138,6 +138,15 @@ type Reaper struct {
 	shutting, shut bool
 	stats          Stats
 	cqOK           bool // cq can be compared (identifiable)
+	// sole is the QP stated the only one ever on the CQ
+	// (AddOptions.SoleQP), nil if none was; wcQPN is the number of the
+	// first completion handed over that is no drain WR's, and wcMixed
+	// says one of another number came too: what the reaper can check of
+	// the statement.
+	sole    ibv.QP
+	wcQPN   uint32
+	wcSeen  bool
+	wcMixed bool
 	// destroyMu serializes Handle.Destroy, whose verbs call runs without mu.
 	destroyMu sync.Mutex
 	// sendWR and recvWR are the one-WR lists of every drain WR post, kept
@@ -442,6 +451,13 @@ func (r *Reaper) admit(h *Handle, now time.Time) error {
 		return fmt.Errorf("qpn %d is already being drained: %w", qpn, ibv.ErrBusy)
 	case old != nil && old.stage != stageQuarantine:
 		return fmt.Errorf("qpn %d names another QP still being drained: %w", qpn, ibv.ErrBusy)
+	case r.sole != nil && r.sole != h.qp:
+		return fmt.Errorf("adding qpn %d: qpn %d was stated the only QP on the CQ (AddOptions.SoleQP): %w", qpn, r.sole.Num(), ErrNotSoleQP)
+	case h.sole() && r.sole == nil && (r.stats.Added > 0 || r.wcMixed || r.wcSeen && r.wcQPN != qpn):
+		return fmt.Errorf("qpn %d stated the only QP on the CQ (AddOptions.SoleQP), but the reaper has seen another QP on it: %w", qpn, ErrNotSoleQP)
+	}
+	if h.sole() {
+		r.sole = h.qp
 	}
 	// A quarantined QP that had this number was destroyed by its owner
 	// and the number reused: it keeps its place in the quarantine (and its
@@ -515,7 +531,7 @@ func (r *Reaper) started(h *Handle, found bool, err error, now time.Time) {
 	case !h.counting(countSend):
 		h.needSend = true
 	}
-	if h.sole() && (h.countRecvs || h.counting(countSend)) {
+	if h.sole() && h.counted() {
 		h.step(&report.Step{At: now, Kind: report.StepSoleQPStated})
 	}
 	switch {
@@ -635,6 +651,7 @@ func (r *Reaper) handleWC(wcs []ibv.WC, now time.Time) (claimed bool, n int) {
 		r.drainWC(*wc, now)
 		return true, 1
 	}
+	r.sawWC(wc.QPNum, now)
 	h := r.lookup(wc.QPNum)
 	if h == nil {
 		return false, 1
@@ -647,6 +664,28 @@ func (r *Reaper) handleWC(wcs []ibv.WC, now time.Time) (claimed bool, n int) {
 		return false, 1
 	}
 	return false, r.count(h, wcs, now)
+}
+
+// sawWC notes a completion of QP number qpn that is no drain WR's. One of
+// another number than a QP stated the only one on the CQ
+// (AddOptions.SoleQP) proves the statement false: that QP's counts prove
+// nothing, and its drain fails if it has not ended (an earlier QP's
+// completions come before a later one's, so a stale one usually shows
+// before the count is met, unless its QP had the same number, which
+// nothing can tell).
+func (r *Reaper) sawWC(qpn uint32, now time.Time) {
+	switch {
+	case !r.wcSeen:
+		r.wcSeen, r.wcQPN = true, qpn
+	case qpn != r.wcQPN:
+		r.wcMixed = true
+	}
+	if r.sole == nil || qpn == r.sole.Num() {
+		return
+	}
+	if h := r.byNum.get(r.sole.Num()); h != nil && h.qp == r.sole && h.stage != stageQuarantine && h.counted() {
+		r.finish(h, report.Failed, fmt.Errorf("qpn %d: %w: a completion of qpn %d came", h.qpn, ErrNotSoleQP, qpn), now)
+	}
 }
 
 // lookup returns the handle the QP number qpn stands for, nil if none.
