@@ -452,7 +452,10 @@ func TestAddRejects(t *testing.T) {
 	if _, err := newReaper(t, r.cq, drain.Options{}).Add(qp, counted); !errorsIs(err, ibv.ErrInvalidArgument) {
 		t.Errorf("Add counting receives without Options.Queue: %v, want ErrInvalidArgument", err)
 	}
-	add(t, rp, qp, counted)
+	// A receive counted keeps the drain pending until a poll, on every
+	// device (siw completes no drain WR: withSendCount).
+	r.postRecvs(qp, 1)
+	add(t, rp, qp, withSendCount(drain.AddOptions{CountRecvs: true, Recvs: 1}))
 	if _, err := rp.Add(qp, drain.AddOptions{}); !errorsIs(err, ibv.ErrBusy) {
 		t.Errorf("second Add: %v, want ErrBusy", err)
 	}

@@ -88,6 +88,7 @@ type rig struct {
 	peerCQ ibv.CQ
 	srq    ibv.SRQ
 	nRecv  uint64
+	mr     ibv.MR // the buffer of receives on siw (postRecvs), made on first need
 	// sendWR is the MaxSendWR of the QPs to drain, qpCap's when 0: 1 is an
 	// IPoIB-CM receive QP's, whose send queue holds only the reaper's slot.
 	sendWR uint32
@@ -231,6 +232,14 @@ func (r *rig) postRecvs(qp ibv.QP, n int) {
 	for i := range wrs {
 		wrs[i].ID = recvIDBase | r.nRecv
 		r.nRecv++
+		if siwUserQPs() {
+			// siw0 refused a receive with no SGE (EINVAL, observed on
+			// 6.12); the others take one, which zero-length SENDs fill.
+			if r.mr == nil {
+				r.mr = devtest.Buffer(r.t, r.pd, 4096, devtest.AllAccess)
+			}
+			wrs[i].SGL = []ibv.SGE{{Addr: r.mr.Addr(), Length: 64, LKey: r.mr.LKey()}}
+		}
 	}
 	var err error
 	if qp == nil {
