@@ -41,8 +41,11 @@
 // reaper's CQ, on any QP (a barrier); for an own receive queue, a receive
 // drain WR behind its receives (ib_drain_rq) or the caller's count of
 // receives back ([AddOptions].CountRecvs); for the send queue, a drain WR
-// on it (ib_drain_sq) or the caller's statement that nothing is
-// outstanding ([AddOptions].NoSends). Outcome Safe is given only with both;
+// on it (ib_drain_sq), the caller's count of sends back
+// ([AddOptions].CountSends) or its statement that nothing is outstanding
+// ([AddOptions].NoSends). Counts are for providers on which a drain WR
+// never completes in ERROR (siw completes neither a receive nor a send
+// posted on a user QP there; rxe before Linux 6.12, no receive). Outcome Safe is given only with both;
 // the code that sets outcomes refuses it otherwise. QPs whose only open
 // queue is their SRQ side (IPoIB-CM's receive QPs) share barriers, up to
 // [Options].MaxBatch; a QP carries one at a time.
@@ -63,10 +66,23 @@
 //   - A completion carries only a QP number, and a destroyed QP's may stay
 //     in the CQ after a new QP got its number (rxe leaves them). They are
 //     all there before the new QP exists, so a poll begun after its Add
-//     that finds the CQ empty is past them: a QP counting its receives
-//     waits for that poll before it is moved to ERROR, and a completion
-//     with its number meanwhile makes the count untrusted (a receive drain
-//     WR proves the queue instead).
+//     that finds the CQ empty is past them: a QP counting its receives or
+//     sends waits for that poll before it is moved to ERROR, and a
+//     completion with its number meanwhile makes the counts untrusted
+//     (drain WRs prove the queues instead). A QP already in ERROR, as
+//     rdma_disconnect and the peer's disconnect leave it, has its own
+//     flushes in the CQ before Add, so that rule never trusts its counts.
+//     For it the caller states that no other QP ever completed into the
+//     CQ ([AddOptions].SoleQP: a CQ per connection, as rping makes them):
+//     then no earlier QP with its number can have left a completion there,
+//     every completion with its number is its own, and the counts start
+//     at once. The report records the statement (report.StepSoleQPStated,
+//     report.QueueProof.Stated). The reaper cannot infer it: it sees a
+//     completion only when it is polled, so an earlier QP's completions
+//     still in the CQ are unknown to it until they come, and a count may
+//     have taken them by then. It checks what it can: another QP added,
+//     or a completion with another number, contradicts the statement
+//     ([ErrNotSoleQP]); an earlier QP with the same number does not show.
 //   - A drain WR is matched by its ID, unique among all the reapers of the
 //     process ([WRIDTag]; callers must not use that range, [IsDrainWRID]),
 //     and by the number of the QP it was posted on. A drain WR of a QP

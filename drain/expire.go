@@ -71,8 +71,10 @@ func (r *Reaper) stallErr(h *Handle) error {
 		return fmt.Errorf("qpn %d: %w: %w after every poll for %v", h.qpn, ErrPostDrain, ibv.ErrQueueFull, d)
 	case h.needSend || h.needRecv:
 		return fmt.Errorf("qpn %d: %w within %v: %d drain WRs outstanding, headroom %d", h.qpn, ErrNoHeadroom, d, r.inFlight, r.opts.Headroom)
-	case h.countRecvs && h.recvsLeft > 0:
-		return fmt.Errorf("qpn %d: %w: %d of %d back within %v", h.qpn, ErrRecvsMissing, h.report.recvsBack, h.report.recvsBack+h.recvsLeft, d)
+	case h.countsLeft():
+		c := h.firstLeft()
+		_, left, back := h.counter(c)
+		return fmt.Errorf("qpn %d: %w: %d of %d back within %v", h.qpn, countMissing[c], *back, *back+*left, d)
 	}
 	return fmt.Errorf("qpn %d: %w: no barrier drain WR posted after Last WQE Reached completed within %v", h.qpn, ErrDrainNotFlushed, d)
 }

@@ -43,14 +43,15 @@ type Handle struct {
 	barrierDone bool // a drain WR posted after the QP became ready completed
 	needSend    bool // a drain WR on its own send queue is still to be posted
 	needRecv    bool // a receive drain WR is still to be posted
-	countRecvs  bool
+	countRecvs  bool // AddOptions.CountRecvs, on a QP with its own receive queue
 	unsure      bool // a completion with its number came while stageProving
-	noSends     bool // AddOptions.NoSends
+	noSends     bool // AddOptions.NoSends, or CountSends with Sends 0
 	stated      bool // AddOptions.LastWQESeen
 	sawLastWQE  bool // a Last WQE Reached of the QP was handed to HandleEvent (a step)
 	destroyed   bool // by Destroy
 	// recvsLeft counts the receives still to come back of a QP counting
-	// them (AddOptions.CountRecvs); progress.recvsBack those back.
+	// them; progress.recvsBack those back. A count of sends, rarer, is in
+	// the handleExt (counter gives either).
 	recvsLeft uint32
 	links     ilist.Links[Handle]
 	steps     []byte // the report's steps, packed (appendStep)
@@ -84,7 +85,39 @@ type handleExt struct {
 	stalled   bool
 	stalledAt time.Duration
 	resets    uint64 // the QP's error episode (ibv.QP.Resets) when not 0
+	// countSends, sendsLeft and sendsBack are the send counter
+	// (AddOptions.CountSends), as countRecvs, recvsLeft and
+	// progress.recvsBack are the receive counter.
+	countSends           bool
+	sole                 bool // AddOptions.SoleQP
+	sendsLeft, sendsBack uint32
 }
+
+// counter returns counter c of h (countRecv, countSend): whether the
+// caller counts that queue, and the completions left to come back and
+// back. A send counter makes h's handleExt, so r.mu must be held or h not
+// yet shared; reads that need no send counter go through countsLeft.
+func (h *Handle) counter(c int) (on *bool, left, back *uint32) {
+	if c == countRecv {
+		return &h.countRecvs, &h.recvsLeft, &h.report.recvsBack
+	}
+	x := h.ext()
+	return &x.countSends, &x.sendsLeft, &x.sendsBack
+}
+
+// counting reports whether the caller counts the queue of counter c.
+func (h *Handle) counting(c int) bool {
+	if c == countRecv {
+		return h.countRecvs
+	}
+	return h.x != nil && h.x.countSends
+}
+
+// counted reports whether the caller counts a queue of h.
+func (h *Handle) counted() bool { return h.countRecvs || h.counting(countSend) }
+
+// sole reports whether the caller stated h's QP the only one on its CQ.
+func (h *Handle) sole() bool { return h.x != nil && h.x.sole }
 
 // ext is h.x, made if h has none yet; r.mu must be held.
 func (h *Handle) ext() *handleExt {
@@ -187,6 +220,7 @@ func (h *Handle) snapshot() *report.Report {
 	}
 	if h.x != nil {
 		rep.Err, rep.Stall = h.x.err, h.x.stall
+		rep.Send.Count = int(h.x.sendsBack)
 	}
 	rep.Steps = h.unpackSteps()
 	return rep
@@ -244,10 +278,22 @@ func (h *Handle) waitingFor() error {
 		return ErrCQNotEmpty
 	case h.stage == stageFlush:
 		return ErrNoHeadroom
-	case h.sendID == 0 && h.recvID == 0 && h.countRecvs && h.recvsLeft > 0:
-		return ErrRecvsMissing
+	case h.sendID == 0 && h.recvID == 0 && h.countsLeft():
+		return countMissing[h.firstLeft()]
 	}
 	return ErrDrainNotFlushed
+}
+
+// countsLeft reports whether a queue the caller counts still has
+// completions to come back.
+func (h *Handle) countsLeft() bool { return h.recvsLeft > 0 || h.x != nil && h.x.sendsLeft > 0 }
+
+// firstLeft is the first counter with completions still to come back.
+func (h *Handle) firstLeft() int {
+	if h.recvsLeft > 0 {
+		return countRecv
+	}
+	return countSend
 }
 
 // tally counts, in the report, the completions at the front of wcs (the

@@ -130,8 +130,9 @@ type Options struct {
 	// its SRQ side.
 	MaxBatch int
 	// Queue tells which queue a completion of a drained QP belongs to. It
-	// feeds the report's per-queue counts and AddOptions.CountRecvs, which
-	// needs it. Nil counts every completion as QueueUnknown.
+	// feeds the report's per-queue counts and AddOptions.CountRecvs and
+	// CountSends, which need it. Nil counts every completion as
+	// QueueUnknown.
 	Queue func(wc ibv.WC) report.Queue
 	// ViaRTS takes a QP found in RTR through RTS before ERROR: some
 	// Mellanox firmware completes WRs posted in ERROR only on a QP that
@@ -236,8 +237,8 @@ func (o Options) withDefaults() Options {
 
 // AddOptions are what the caller states about one QP handed to Reaper.Add.
 // Each statement replaces a proof the reaper would otherwise need, so it
-// must be true: the report records it as the caller's (ProofLastWQESeen,
-// ProofNoSends, ProofRecvCount).
+// must be true: the report records it as the caller's (StepLastWQEStated,
+// ProofNoSends, ProofRecvCount, ProofSendCount, StepSoleQPStated).
 type AddOptions struct {
 	// LastWQESeen says the caller already saw this QP's Last WQE Reached
 	// (for example before handing the QP over), so the reaper must not
@@ -254,18 +255,64 @@ type AddOptions struct {
 	// receive queue is proven finished once that many of the QP's
 	// completions that Options.Queue calls QueueRecv have come back, as
 	// IPoIB-CM's non-SRQ mode counts them. Without it a QP with its own
-	// receive queue gets a receive drain WR, as ib_drain_rq does. A
-	// completion polled before Add is not counted, so the count must be
-	// taken when no poller can take the QP's completions before Add (for
-	// example before the QP is moved to ERROR, which Add then does).
+	// receive queue gets a receive drain WR, as ib_drain_rq does. Ignored
+	// for an SRQ-attached QP.
+	//
+	// A count, of receives or sends (CountSends), counts completions not
+	// yet polled: one polled before Add is not counted, so the count must
+	// be taken when no poller can take the QP's completions before Add
+	// (for example before the QP is moved to ERROR, which Add then does,
+	// or, for a QP the CM moved there, before the caller's poll loop runs
+	// again). A count must be exact: fewer back by DrainTimeout is a
+	// stall (ErrRecvsMissing, ErrSendsMissing) that Options.Policy
+	// decides; one more back while the drain is pending fails it
+	// (ErrCountExceeded), but one that comes after the count was met may
+	// come after the QP was declared safe, so a count too low is a false
+	// safe the reaper cannot always see.
 	// Completions go by QP number, and an earlier QP with the number may
-	// have left some in the CQ: with Recvs above 0, Add leaves the QP as it
-	// is until a poll begun after Add finds the CQ empty, then moves it to
-	// ERROR and counts; a completion with its number before then makes the
-	// count untrusted, and a receive drain WR proves the receive queue
-	// instead. Ignored for an SRQ-attached QP.
+	// have left some in the CQ (rxe does): with a count above 0 and no
+	// SoleQP, Add leaves the QP as it is until a poll begun after Add
+	// finds the CQ empty, then moves it to ERROR and counts; a completion
+	// with its number before then makes the counts untrusted, and drain
+	// WRs prove the counted queues instead. A QP already in ERROR has its
+	// flushes in the CQ by then, so without SoleQP its counts are never
+	// trusted.
 	CountRecvs bool
 	Recvs      int
+	// CountSends says Sends is the number of completions the QP's send
+	// queue still owes the caller: the send queue is proven finished once
+	// that many of the QP's completions that Options.Queue calls
+	// QueueSend have come back, with no send drain WR, which a provider
+	// that never completes a send posted in ERROR (siw on a user QP) needs.
+	// A send owes a completion when it is signaled (or the QP was created
+	// with sq_sig_all) and its completion was not polled, and when it is
+	// unsignaled and will complete in error: a WR that completes in error
+	// generates a completion, signaled or not (IBTA Vol. 1 11.4.1.1, the
+	// Signaled Completion modifier; siw_sq_flush completes every WQE, and
+	// siw_qp_tx.c completes a successful one only if signaled). So an
+	// unsignaled send counts only once it is known not to have completed
+	// successfully, which a caller cannot know while the QP was in RTS: a
+	// QP with an unsignaled send posted after the last send whose
+	// successful completion the caller polled cannot be counted, and gets
+	// a drain WR (no CountSends). Sends 0 is NoSends.
+	CountSends bool
+	Sends      int
+	// SoleQP says no QP but this one has ever completed into the
+	// reaper's CQ: a CQ created for this QP, as rping and applications
+	// with a CQ per RDMA CM connection make them. Every completion in the
+	// CQ with the QP's number is then its own, so its counts (CountRecvs,
+	// CountSends) start at once, without the wait for an empty poll, and
+	// hold for a QP already in ERROR with its flushes in the CQ: after
+	// rdma_disconnect, or the peer's. The report records the statement
+	// (StepSoleQPStated, QueueProof.Stated). The reaper checks what it
+	// can (ErrNotSoleQP): it refuses a QP stated alone once it has had
+	// another QP or seen another QP's completion, and any other QP after
+	// it, and a completion of another QP fails the stated QP's drain if it
+	// counts and has not ended. An earlier QP with the same number it
+	// cannot tell, so a false statement can make a count pass on that
+	// QP's completions: never state it for a CQ that another QP, even a
+	// destroyed one, completed into.
+	SoleQP bool
 	// StateKnown says State is the QP's state now, as the caller who moved
 	// it there knows: Add then queries nothing and starts from State (a QP
 	// stated in ERROR is not modified at all). The caller answers for it:

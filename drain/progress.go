@@ -33,10 +33,45 @@ type progress struct {
 	flushed   [3]flushCount
 }
 
+// The counters of the queues a caller may count (Handle.counter).
+const (
+	countRecv = iota
+	countSend
+	numCounters
+)
+
+// counter is the counter of completions of queue q, ok false for a queue
+// no count is kept of.
+func counter(q report.Queue) (c int, ok bool) {
+	switch q {
+	case report.QueueRecv:
+		return countRecv, true
+	case report.QueueSend:
+		return countSend, true
+	}
+	return 0, false
+}
+
+// countProof is the proof a counter's count gives its queue, and
+// countMissing the sentinel of one that did not all come back.
+var (
+	countProof   = [numCounters]report.Proof{report.ProofRecvCount, report.ProofSendCount}
+	countMissing = [numCounters]error{ErrRecvsMissing, ErrSendsMissing}
+	countWhat    = [numCounters]string{"receives", "sends"}
+)
+
+// counted is the proof of the queue counter c counts.
+func (p *progress) counted(c int) *proof {
+	if c == countRecv {
+		return &p.recv
+	}
+	return &p.send
+}
+
 // proven is Report.Proven.
 func (p *progress) proven() bool { return proven(&p.recv, &p.send) }
 
-// proof is a report.QueueProof but its Count (progress.recvsBack), in 16
+// proof is a report.QueueProof but its Count (Handle.counter), in 16
 // bytes where it takes 24.
 type proof struct {
 	wrid    uint64

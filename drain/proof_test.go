@@ -357,7 +357,7 @@ func TestDrainAll(t *testing.T) {
 		}
 	}
 	other := devtest.NewRC(t, r.pd, devtest.RCConfig{Cap: qpCap})
-	reps, err = drain.DrainAll(testCtx(t), []ibv.QP{r.pair(false), other}, counted, drain.Options{Queue: queueOf}, drain.Feed{})
+	reps, err = drain.DrainAll(testCtx(t), []ibv.QP{r.pair(false), other}, withSendCount(counted), drain.Options{Queue: queueOf}, drain.Feed{})
 	wantErr(t, err, drain.ErrUnsupportedQP)
 	if len(reps) != 2 || reps[0].Outcome != report.Safe || reps[1].Outcome != report.Failed {
 		t.Errorf("reports %v: want one safe, one failed", reps)

@@ -138,6 +138,15 @@ type Reaper struct {
 	shutting, shut bool
 	stats          Stats
 	cqOK           bool // cq can be compared (identifiable)
+	// sole is the QP stated the only one ever on the CQ
+	// (AddOptions.SoleQP), nil if none was; wcQPN is the number of the
+	// first completion handed over that is no drain WR's, and wcMixed
+	// says one of another number came too: what the reaper can check of
+	// the statement.
+	sole    ibv.QP
+	wcQPN   uint32
+	wcSeen  bool
+	wcMixed bool
 	// destroyMu serializes Handle.Destroy, whose verbs call runs without mu.
 	destroyMu sync.Mutex
 	// sendWR and recvWR are the one-WR lists of every drain WR post, kept
@@ -198,9 +207,9 @@ func newReaper(cq ibv.CQ, opts Options) *Reaper {
 func (r *Reaper) at(now time.Time) time.Duration { return now.Sub(r.epoch) }
 
 // Add starts draining qp: it moves qp to ERROR unless it is there already
-// (through RTS first with Options.ViaRTS; for a QP counting its receives,
-// once a poll begun after Add found the CQ empty, see
-// AddOptions.CountRecvs), waits (without blocking the caller) for Last WQE
+// (through RTS first with Options.ViaRTS; for a QP counting its receives
+// or sends and not stated the only one on the CQ, once a poll begun after
+// Add found the CQ empty, see AddOptions.CountRecvs), waits (without blocking the caller) for Last WQE
 // Reached if qp is attached to an SRQ, and posts the drain WRs its queues
 // need. Add returns an error, and no handle, only
 // when qp cannot be taken at all: ErrUnsupportedQP, ibv.ErrBusy for a QP
@@ -383,8 +392,14 @@ func (r *Reaper) newHandle(h *Handle, qp ibv.QP, qpn uint32, resets uint64, o Ad
 		return fmt.Errorf("qpn %d does not complete into the reaper's CQ on both queues: %w", qpn, ErrUnsupportedQP)
 	}
 	srq := qp.SRQ() != nil
-	if o.CountRecvs && !srq && (r.opts.Queue == nil || o.Recvs < 0 || uint64(o.Recvs) > math.MaxUint32) {
-		return fmt.Errorf("qpn %d: counting %d receives needs a count a queue can hold (0 to 2^32-1) and Options.Queue: %w", qpn, o.Recvs, ibv.ErrInvalidArgument)
+	for _, c := range [...]struct {
+		on   bool
+		n    int
+		what string
+	}{{o.CountRecvs && !srq, o.Recvs, "receives"}, {o.CountSends, o.Sends, "sends"}} {
+		if c.on && (r.opts.Queue == nil || c.n < 0 || uint64(c.n) > math.MaxUint32) {
+			return fmt.Errorf("qpn %d: counting %d %s needs a count a queue can hold (0 to 2^32-1) and Options.Queue: %w", qpn, c.n, c.what, ibv.ErrInvalidArgument)
+		}
 	}
 	if o.StateKnown && o.State > ibv.QPSErr {
 		return fmt.Errorf("qpn %d: stated state %s is not a QP state: %w", qpn, o.State, ibv.ErrInvalidArgument)
@@ -395,16 +410,26 @@ func (r *Reaper) newHandle(h *Handle, qp ibv.QP, qpn uint32, resets uint64, o Ad
 	if resets != 0 {
 		h.ext().resets = resets // not yet shared: no lock needed
 	}
-	h.srq, h.lastWQE, h.noSends, h.stated = srq, srq && o.LastWQESeen, o.NoSends, o.LastWQESeen
+	h.srq, h.lastWQE, h.stated = srq, srq && o.LastWQESeen, o.LastWQESeen
+	// Sends 0 counted is the statement NoSends makes: one proof for it.
+	h.noSends = o.NoSends || o.CountSends && o.Sends == 0
 	if o.StateKnown {
 		h.given = uint8(o.State)
 	}
 	h.report.start = r.at(now)
+	// Not yet shared: the handleExt needs no lock.
 	if o.CountRecvs && !srq {
 		h.countRecvs, h.recvsLeft = true, uint32(o.Recvs)
 		if o.Recvs == 0 {
 			h.report.recv.by = report.ProofRecvCount
 		}
+	}
+	if o.CountSends && !h.noSends {
+		on, left, _ := h.counter(countSend)
+		*on, *left = true, uint32(o.Sends)
+	}
+	if o.SoleQP {
+		h.ext().sole = true
 	}
 	return nil
 }
@@ -412,7 +437,8 @@ func (r *Reaper) newHandle(h *Handle, qp ibv.QP, qpn uint32, resets uint64, o Ad
 // admit enters h under r.mu: its QP number names it from now on, so that
 // the flushes and events its move to ERROR causes are attributed to it
 // even if another goroutine polls them before Add returns. A QP counting
-// its receives is left proving; every other one is left adding.
+// its receives or sends is left proving, unless it is stated the only QP
+// on the CQ (AddOptions.SoleQP); every other one is left adding.
 func (r *Reaper) admit(h *Handle, now time.Time) error {
 	qpn := h.qpn
 	slot, old := r.byNum.slot(qpn) // one probe finds the old entry and the new one's slot
@@ -425,6 +451,13 @@ func (r *Reaper) admit(h *Handle, now time.Time) error {
 		return fmt.Errorf("qpn %d is already being drained: %w", qpn, ibv.ErrBusy)
 	case old != nil && old.stage != stageQuarantine:
 		return fmt.Errorf("qpn %d names another QP still being drained: %w", qpn, ibv.ErrBusy)
+	case r.sole != nil && r.sole != h.qp:
+		return fmt.Errorf("adding qpn %d: qpn %d was stated the only QP on the CQ (AddOptions.SoleQP): %w", qpn, r.sole.Num(), ErrNotSoleQP)
+	case h.sole() && r.sole == nil && (r.stats.Added > 0 || r.wcMixed || r.wcSeen && r.wcQPN != qpn):
+		return fmt.Errorf("qpn %d stated the only QP on the CQ (AddOptions.SoleQP), but the reaper has seen another QP on it: %w", qpn, ErrNotSoleQP)
+	}
+	if h.sole() {
+		r.sole = h.qp
 	}
 	// A quarantined QP that had this number was destroyed by its owner
 	// and the number reused: it keeps its place in the quarantine (and its
@@ -435,12 +468,13 @@ func (r *Reaper) admit(h *Handle, now time.Time) error {
 	r.byNum.put(slot, old, h)
 	r.stats.Added++
 	r.stats.Pending++
-	if h.recvsLeft > 0 {
+	if h.countsLeft() && !h.sole() {
 		// A count goes by QP number, and an earlier QP with this number,
 		// destroyed before this one was created, may have left
 		// completions in the CQ. They are all there by now, so a poll
 		// begun after this moment that finds the CQ empty is past them:
-		// until then the QP stays as it is and counts nothing.
+		// until then the QP stays as it is and counts nothing. A QP
+		// stated the only one ever on the CQ had no such predecessor.
 		h.stage = stageProving
 		h.deadline = r.at(now) + r.opts.DrainTimeout // added(): the deadline gives when
 		r.lists[stageProving].push(h)
@@ -453,19 +487,24 @@ func (r *Reaper) admit(h *Handle, now time.Time) error {
 	return nil
 }
 
-// begin starts the drain of a QP counting its receives: proven, once a
-// poll found the CQ past the completions of earlier QPs with its number,
-// and none with its number came meanwhile; else at its deadline. A
-// completion with its number before the proof may be an earlier QP's or
-// its own, which the count cannot tell apart, so then a receive drain WR
-// proves the receive queue instead. The move to ERROR is made under r.mu,
-// so nothing comes between it and its steps.
+// begin starts the drain of a QP counting its receives or sends: proven,
+// once a poll found the CQ past the completions of earlier QPs with its
+// number, and none with its number came meanwhile; else at its deadline.
+// A completion with its number before the proof may be an earlier QP's or
+// its own, which the count cannot tell apart, so then drain WRs prove the
+// counted queues instead (a count of none stays: no completion can make it
+// pass falsely). The move to ERROR is made under r.mu, so nothing comes
+// between it and its steps.
 func (r *Reaper) begin(h *Handle, proven bool, now time.Time) {
 	r.lists[stageProving].remove(h)
 	if proven && !h.unsure {
 		h.step(&report.Step{At: now, Kind: report.StepCQEmpty})
 	} else {
-		h.countRecvs, h.recvsLeft = false, 0
+		for c := range numCounters {
+			if on, left, _ := h.counter(c); *left > 0 {
+				*on, *left = false, 0
+			}
+		}
 		h.step(&report.Step{At: now, Kind: report.StepCountNotTrusted})
 	}
 	h.stage = stageAdding
@@ -486,10 +525,14 @@ func (r *Reaper) started(h *Handle, found bool, err error, now time.Time) {
 		r.finish(h, report.Failed, fmt.Errorf("qpn %d: %w: %w", h.qpn, ErrModifyToError, err), now)
 		return
 	}
-	if h.noSends {
+	switch {
+	case h.noSends:
 		h.report.send.by = report.ProofNoSends
-	} else {
+	case !h.counting(countSend):
 		h.needSend = true
+	}
+	if h.sole() && h.counted() {
+		h.step(&report.Step{At: now, Kind: report.StepSoleQPStated})
 	}
 	switch {
 	case h.srq:
@@ -564,7 +607,7 @@ func (r *Reaper) place(h *Handle, now time.Time) {
 	case h.needSend || h.needRecv:
 		h.stage = stageFlush
 		r.lists[stageFlush].push(h)
-	case h.sendID != 0 || h.recvID != 0 || h.countRecvs && h.recvsLeft > 0:
+	case h.sendID != 0 || h.recvID != 0 || h.countsLeft():
 		h.stage = stageWait
 		r.lists[stageWait].push(h)
 	case h.srq && h.report.recv.by == report.ProofNone && !h.barrierDone:
@@ -585,8 +628,8 @@ func (r *Reaper) place(h *Handle, now time.Time) {
 // HandleWC takes one completion from the caller's poll loop. It returns
 // true when the completion is a drain WR's, which the reaper consumes; the
 // caller keeps every other one (the reaper only counts, for the reports
-// and AddOptions.CountRecvs, those of QPs it drains). Options.Queue, if
-// set, is called under the reaper's lock.
+// and AddOptions.CountRecvs and CountSends, those of QPs it drains).
+// Options.Queue, if set, is called under the reaper's lock.
 func (r *Reaper) HandleWC(wc ibv.WC) (claimed bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -608,6 +651,7 @@ func (r *Reaper) handleWC(wcs []ibv.WC, now time.Time) (claimed bool, n int) {
 		r.drainWC(*wc, now)
 		return true, 1
 	}
+	r.sawWC(wc.QPNum, now)
 	h := r.lookup(wc.QPNum)
 	if h == nil {
 		return false, 1
@@ -620,6 +664,28 @@ func (r *Reaper) handleWC(wcs []ibv.WC, now time.Time) (claimed bool, n int) {
 		return false, 1
 	}
 	return false, r.count(h, wcs, now)
+}
+
+// sawWC notes a completion of QP number qpn that is no drain WR's. One of
+// another number than a QP stated the only one on the CQ
+// (AddOptions.SoleQP) proves the statement false: that QP's counts prove
+// nothing, and its drain fails if it has not ended (an earlier QP's
+// completions come before a later one's, so a stale one usually shows
+// before the count is met, unless its QP had the same number, which
+// nothing can tell).
+func (r *Reaper) sawWC(qpn uint32, now time.Time) {
+	switch {
+	case !r.wcSeen:
+		r.wcSeen, r.wcQPN = true, qpn
+	case qpn != r.wcQPN:
+		r.wcMixed = true
+	}
+	if r.sole == nil || qpn == r.sole.Num() {
+		return
+	}
+	if h := r.byNum.get(r.sole.Num()); h != nil && h.qp == r.sole && h.stage != stageQuarantine && h.counted() {
+		r.finish(h, report.Failed, fmt.Errorf("qpn %d: %w: a completion of qpn %d came", h.qpn, ErrNotSoleQP, qpn), now)
+	}
 }
 
 // lookup returns the handle the QP number qpn stands for, nil if none.
@@ -642,12 +708,13 @@ func (r *Reaper) lookup(qpn uint32) *Handle {
 
 // count records the completions of h, a QP being drained, at the front of
 // wcs, up to the first of another QP or a drain WR's, and returns how many
-// it took: it stops after one that moved h on (its last counted receive).
+// it took: it stops after one that moved h on (the last of a count) or
+// ended its drain (one more than counted).
 func (r *Reaper) count(h *Handle, wcs []ibv.WC, now time.Time) int {
 	at := r.at(now) - h.report.start
 	if r.opts.Queue == nil {
-		// One queue for all, and no receives counted (AddOptions.CountRecvs
-		// needs Options.Queue): the run at once.
+		// One queue for all, and nothing counted (AddOptions.CountRecvs
+		// and CountSends need Options.Queue): the run at once.
 		return h.tally(report.QueueUnknown, wcs, at, now)
 	}
 	for i := range wcs {
@@ -656,13 +723,24 @@ func (r *Reaper) count(h *Handle, wcs []ibv.WC, now time.Time) int {
 		}
 		q := r.opts.Queue(wcs[i])
 		h.tally(q, wcs[i:i+1], at, now)
-		if q != report.QueueRecv || !h.countRecvs || h.recvsLeft == 0 {
+		c, ok := counter(q)
+		if !ok || !h.counting(c) {
 			continue
 		}
-		h.recvsLeft--
-		h.report.recvsBack++
-		if h.recvsLeft == 0 {
-			h.report.recv.by = report.ProofRecvCount
+		_, left, back := h.counter(c)
+		if *left == 0 {
+			// The queue completes more than the caller said it would:
+			// the count, and any proof it gave, is wrong.
+			*h.report.counted(c) = proof{missing: report.MissingCountExceeded}
+			*back++
+			r.finish(h, report.Failed, fmt.Errorf("qpn %d: %w: %d %s counted, %d back", h.qpn, ErrCountExceeded,
+				*back-1, countWhat[c], *back), now)
+			return i + 1
+		}
+		*left--
+		*back++
+		if *left == 0 {
+			*h.report.counted(c) = proof{by: countProof[c], stated: h.sole()}
 			if h.stage == stageWait {
 				r.lists[stageWait].remove(h)
 				r.place(h, now)
@@ -842,8 +920,8 @@ func (r *Reaper) cqError(now time.Time) {
 // found no completion. Under DestroyWhenEmpty that proof releases the QPs
 // whose drain stalled before the poll began; it also returns to the
 // headroom the drain WRs of QPs destroyed through their handles before it
-// began, and lets QPs counting their receives added before it go on
-// (AddOptions.CountRecvs). The poll counts as begun when the poll loop
+// began, and lets QPs counting their receives or sends added before it go
+// on (AddOptions.CountRecvs). The poll counts as begun when the poll loop
 // last called in (its previous HandleWC or CQEmpty), so that a poll begun
 // before an Add, a stall or a destroy on another goroutine never passes
 // for a later one: a poll loop makes these calls from one goroutine, in
@@ -940,7 +1018,7 @@ func (r *Reaper) conclude(h *Handle, o report.Outcome, err error, now time.Time)
 	if o == report.Safe && !rep.proven() {
 		o, err = report.Failed, fmt.Errorf("qpn %d: %w: a queue has no proof", h.qpn, ErrDrainNotFlushed)
 	}
-	if rep.recv.by == report.ProofNone {
+	if rep.recv.by == report.ProofNone && rep.recv.missing == report.MissingNothing {
 		switch {
 		case h.srq && !h.lastWQE:
 			rep.recv.missing = report.MissingLastWQE
@@ -952,8 +1030,11 @@ func (r *Reaper) conclude(h *Handle, o report.Outcome, err error, now time.Time)
 			rep.recv.missing = report.MissingRecvDrainWR
 		}
 	}
-	if rep.send.by == report.ProofNone {
+	if rep.send.by == report.ProofNone && rep.send.missing == report.MissingNothing {
 		rep.send.missing = report.MissingSendDrainWR
+		if h.counting(countSend) {
+			rep.send.missing = report.MissingSends
+		}
 	}
 	h.outcome = o
 	if err != nil || h.x != nil {

@@ -38,6 +38,7 @@ func TestStepsPackedComeBackWhole(t *testing.T) {
 		{At: at(10), Kind: report.StepStall, Err: errOut},
 		{At: at(11), Kind: report.StepCQEmpty},
 		{At: at(12), Kind: report.StepCountNotTrusted},
+		{At: at(13), Kind: report.StepSoleQPStated},
 		{At: at(time.Hour), Kind: report.StepOutcome, Outcome: report.Failed, Err: errOut},
 		{At: at(time.Hour), Kind: report.StepOutcome, Outcome: report.Safe},
 	}
@@ -49,7 +50,7 @@ func TestStepsPackedComeBackWhole(t *testing.T) {
 		start:     time.Second,
 		flushed:   [3]flushCount{report.QueueSend: {flushed: 2, other: 1 << 31, first: 1, last: 2}},
 	}}
-	h.ext().err, h.ext().stall = errOut, errStall
+	h.ext().err, h.ext().stall, h.ext().sendsBack = errOut, errStall, 3
 	for _, s := range steps {
 		h.step(&s)
 	}
@@ -60,7 +61,7 @@ func TestStepsPackedComeBackWhole(t *testing.T) {
 	want := report.Report{QPNum: 5, SRQ: true, Start: at(time.Second), Steps: rep.Steps,
 		Flushed: [3]report.Flushed{report.QueueSend: {Flushed: 2, Other: 1 << 31, First: 1, Last: 2}},
 		Recv:    report.QueueProof{By: report.ProofBarrier, Carrier: 9, WRID: WRIDTag | 7, Stated: true, Count: 4},
-		Send:    report.QueueProof{Missing: report.MissingSendDrainWR},
+		Send:    report.QueueProof{Missing: report.MissingSendDrainWR, Count: 3},
 		Batch:   3, Stall: errStall, Outcome: report.Failed, Err: errOut}
 	if !reflect.DeepEqual(*rep, want) {
 		t.Errorf("report %+v: not the handle's", rep)

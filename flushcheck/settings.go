@@ -28,6 +28,13 @@ type Recommendation struct {
 	// AddOptions.CountRecvs and the number of its receives not yet polled,
 	// or its drain stalls.
 	CountRecvs bool
+	// CountSends says a send drain WR does not complete on this device,
+	// so each QP must be added with AddOptions.CountSends and the number
+	// of completions its send queue still owes (its signaled sends not yet
+	// polled), or its drain stalls. A QP already in ERROR when it is added
+	// (after rdma_disconnect) needs AddOptions.SoleQP for its counts to be
+	// trusted.
+	CountSends bool
 	// Settings are the choices, each with its reason, in the order printed.
 	Settings []Setting
 }
@@ -65,6 +72,17 @@ func Settings(results []Result) Recommendation {
 		add("receive drain WR", "no: CountRecvs", "%s: add each QP with its own receive queue with AddOptions.CountRecvs and its receives not yet polled", unknown(ProbeRecvInError))
 	}
 
+	drainRan, drainOK := known(ProbeDrainWR)
+	countSends := !drainOK
+	switch {
+	case drainOK:
+		add("send drain WR", "yes", "drain-wr: the drain WR posted in ERROR completed behind the QP's flushes, so it proves the send queue finished, as ib_drain_sq does")
+	case drainRan:
+		add("send drain WR", "no: CountSends", "drain-wr: the drain WR posted in ERROR never completed here, so it would stall: add each QP with AddOptions.CountSends and the completions its send queue still owes (with SoleQP when the CM already moved it to ERROR)")
+	default:
+		add("send drain WR", "no: CountSends", "%s: add each QP with AddOptions.CountSends and the completions its send queue still owes (with SoleQP when the CM already moved it to ERROR)", unknown(ProbeDrainWR))
+	}
+
 	switch ran, ok := known(ProbeFlushOrder); {
 	case ok:
 		add("MaxBatch", "0", "flush-order: one QP's flushes came before another QP's later completion in every round, so one drain WR may release a batch of SRQ QPs past Last WQE Reached; QPs with sends outstanding still need their own (the specification orders completions per work queue only)")
@@ -76,13 +94,12 @@ func Settings(results []Result) Recommendation {
 		add("MaxBatch", "1", "%s: one drain WR per QP, which needs no order across QPs", unknown(ProbeFlushOrder))
 	}
 
-	_, drainOK := known(ProbeDrainWR)
 	_, sendOK := known(ProbeSendInError)
 	lwRan, lwOK := known(ProbeLastWQEReached)
 	switch {
 	case !drainOK || !sendOK:
 		o.Policy = drain.Quarantine
-		add("Policy", drain.Quarantine.String(), "drain-wr, send-in-error: the drain WR (a send posted in ERROR) %s, so nothing proves a QP finished: keep stalled QPs, bounded by MaxQuarantine", notProven(by, ProbeDrainWR, ProbeSendInError))
+		add("Policy", drain.Quarantine.String(), "drain-wr, send-in-error: the drain WR (a send posted in ERROR) %s, so only the caller's counts prove a QP finished, and nothing an SRQ QP's SRQ side: keep stalled QPs, bounded by MaxQuarantine", notProven(by, ProbeDrainWR, ProbeSendInError))
 	case lwRan && !lwOK:
 		o.Policy = drain.DestroyWhenEmpty
 		add("Policy", drain.DestroyWhenEmpty.String(), "last-wqe-reached: %s; an SRQ QP waits LastWQETimeout, then is released behind its drain WR once the CQ is empty, as __ib_drain_srq does", firstClause(by[ProbeLastWQEReached].Observed))
@@ -137,7 +154,7 @@ func Settings(results []Result) Recommendation {
 	if ran, ok := known(ProbeResetReuse); ran && !ok {
 		add("reuse after RESET", "no", "reset-reuse: completions of a QP's old life appeared after RESET: destroy drained QPs instead of reusing them")
 	}
-	return Recommendation{Options: o, CountRecvs: countRecvs, Settings: out}
+	return Recommendation{Options: o, CountRecvs: countRecvs, CountSends: countSends, Settings: out}
 }
 
 // notProven names what the failing probes among names saw.

@@ -23,25 +23,26 @@ func TestSettingsPerQuirk(t *testing.T) {
 		name       string
 		quirk      soft.Quirks
 		countRecvs bool
+		countSends bool
 		maxBatch   int
 		policy     drain.Policy
 		viaRTS     bool
 		repeats    bool // a "repeated Last WQE Reached" line
-		stalls     bool // the drains end quarantined: nothing proves them
+		stalls     bool // the SRQ QPs end quarantined: no drain WR proves their SRQ side
 	}{
-		{"none", soft.Quirks{}, false, 0, drain.Quarantine, false, false, false},
-		{"SendInErrorNotFlushed", soft.Quirks{SendInErrorNotFlushed: true}, false, 1, drain.Quarantine, false, false, true},
-		{"RecvInErrorNotFlushed", soft.Quirks{RecvInErrorNotFlushed: true}, true, 0, drain.Quarantine, false, false, false},
-		{"RecvInErrorFlushDeferred", soft.Quirks{RecvInErrorFlushDeferred: true}, true, 0, drain.Quarantine, false, false, false},
-		{"NoLastWQEReached", soft.Quirks{NoLastWQEReached: true}, false, 0, drain.DestroyWhenEmpty, false, false, false},
-		{"LastWQEReachedTwice", soft.Quirks{LastWQEReachedTwice: true}, false, 0, drain.DestroyWhenEmpty, false, false, false},
-		{"LastWQEReachedAgain", soft.Quirks{LastWQEReachedAgain: true}, false, 0, drain.Quarantine, false, true, false},
-		{"DrainNeedsRTS", soft.Quirks{DrainNeedsRTS: true}, false, 0, drain.Quarantine, true, false, false},
-		{"NoResponderErrorEvent", soft.Quirks{NoResponderErrorEvent: true}, false, 0, drain.Quarantine, false, false, false},
-		{"FlushDeferred", soft.Quirks{FlushDeferred: true}, false, 1, drain.DestroyWhenEmpty, false, false, false},
-		{"CQOverrunKeepsQPs", soft.Quirks{CQOverrunKeepsQPs: true}, false, 0, drain.Quarantine, false, false, false},
+		{"none", soft.Quirks{}, false, false, 0, drain.Quarantine, false, false, false},
+		{"SendInErrorNotFlushed", soft.Quirks{SendInErrorNotFlushed: true}, false, true, 1, drain.Quarantine, false, false, true},
+		{"RecvInErrorNotFlushed", soft.Quirks{RecvInErrorNotFlushed: true}, true, false, 0, drain.Quarantine, false, false, false},
+		{"RecvInErrorFlushDeferred", soft.Quirks{RecvInErrorFlushDeferred: true}, true, false, 0, drain.Quarantine, false, false, false},
+		{"NoLastWQEReached", soft.Quirks{NoLastWQEReached: true}, false, false, 0, drain.DestroyWhenEmpty, false, false, false},
+		{"LastWQEReachedTwice", soft.Quirks{LastWQEReachedTwice: true}, false, false, 0, drain.DestroyWhenEmpty, false, false, false},
+		{"LastWQEReachedAgain", soft.Quirks{LastWQEReachedAgain: true}, false, false, 0, drain.Quarantine, false, true, false},
+		{"DrainNeedsRTS", soft.Quirks{DrainNeedsRTS: true}, false, false, 0, drain.Quarantine, true, false, false},
+		{"NoResponderErrorEvent", soft.Quirks{NoResponderErrorEvent: true}, false, false, 0, drain.Quarantine, false, false, false},
+		{"FlushDeferred", soft.Quirks{FlushDeferred: true}, false, false, 1, drain.DestroyWhenEmpty, false, false, false},
+		{"CQOverrunKeepsQPs", soft.Quirks{CQOverrunKeepsQPs: true}, false, false, 0, drain.Quarantine, false, false, false},
 		// A drain never uses SQD: nothing changes.
-		{"SQDrainedEarly", soft.Quirks{SQDrainedEarly: true}, false, 0, drain.Quarantine, false, false, false},
+		{"SQDrainedEarly", soft.Quirks{SQDrainedEarly: true}, false, false, 0, drain.Quarantine, false, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dev := openSoft(t, tc.quirk)
@@ -51,9 +52,9 @@ func TestSettingsPerQuirk(t *testing.T) {
 			if r, _ := lookupResult(results, "flush-order"); tc.maxBatch == 0 && allowed(t, r) {
 				tc.maxBatch = 1 // an adversarial schedule interleaved the flushes
 			}
-			if rec.CountRecvs != tc.countRecvs || o.MaxBatch != tc.maxBatch || o.Policy != tc.policy || o.ViaRTS != tc.viaRTS {
-				t.Errorf("CountRecvs %v MaxBatch %d Policy %s ViaRTS %v; want %v %d %s %v",
-					rec.CountRecvs, o.MaxBatch, o.Policy, o.ViaRTS, tc.countRecvs, tc.maxBatch, tc.policy, tc.viaRTS)
+			if rec.CountRecvs != tc.countRecvs || rec.CountSends != tc.countSends || o.MaxBatch != tc.maxBatch || o.Policy != tc.policy || o.ViaRTS != tc.viaRTS {
+				t.Errorf("CountRecvs %v CountSends %v MaxBatch %d Policy %s ViaRTS %v; want %v %v %d %s %v",
+					rec.CountRecvs, rec.CountSends, o.MaxBatch, o.Policy, o.ViaRTS, tc.countRecvs, tc.countSends, tc.maxBatch, tc.policy, tc.viaRTS)
 			}
 			var names []string
 			for _, s := range rec.Settings {
@@ -62,7 +63,7 @@ func TestSettingsPerQuirk(t *testing.T) {
 					t.Errorf("setting %+v without a value or reason", s)
 				}
 			}
-			want := []string{"receive drain WR", "MaxBatch", "Policy", "LastWQETimeout", "DrainTimeout", "ViaRTS"}
+			want := []string{"receive drain WR", "send drain WR", "MaxBatch", "Policy", "LastWQETimeout", "DrainTimeout", "ViaRTS"}
 			if tc.repeats {
 				want = append(want, "repeated Last WQE Reached")
 			}
@@ -80,10 +81,10 @@ func TestSettingsPerQuirk(t *testing.T) {
 // everywhere, and says so.
 func TestSettingsUnknown(t *testing.T) {
 	rec := Settings([]Result{{Name: "flush-order", Outcome: Error}})
-	if o := rec.Options; !rec.CountRecvs || o.MaxBatch != 1 || o.Policy != drain.Quarantine || !o.ViaRTS {
-		t.Errorf("options without findings: %+v, CountRecvs %v", o, rec.CountRecvs)
+	if o := rec.Options; !rec.CountRecvs || !rec.CountSends || o.MaxBatch != 1 || o.Policy != drain.Quarantine || !o.ViaRTS {
+		t.Errorf("options without findings: %+v, CountRecvs %v, CountSends %v", o, rec.CountRecvs, rec.CountSends)
 	}
-	for _, s := range rec.Settings[:3] {
+	for _, s := range rec.Settings[:4] {
 		if !strings.Contains(s.Reason, "did not run to a verdict") {
 			t.Errorf("%s: reason %q does not say the probe did not run", s.Name, s.Reason)
 		}
@@ -93,10 +94,11 @@ func TestSettingsUnknown(t *testing.T) {
 // drainWithSettings drains, with o, QPs in the states a drain meets:
 // four on an SRQ and four with their own receive queue (two receives
 // each), all on one CQ, each with a send waiting on an RNR (but on iWARP,
-// which has no RNR: its peer would end the connection). Every drain
-// must end, within its bounds, safe to destroy (or, with stalls,
-// quarantined), and no completion of a QP may come after it was called
-// safe, nor be missing then.
+// which has no RNR: its peer would end the connection), added with the
+// counts rec asks for. Every drain must end, within its bounds, safe to
+// destroy (or, with stalls, the SRQ QPs quarantined: counts prove no SRQ
+// side), and no completion of a QP may come after it was called safe,
+// nor be missing then.
 func drainWithSettings(t *testing.T, dev ibv.Context, rec Recommendation, stalls bool) {
 	t.Helper()
 	o := rec.Options
@@ -108,7 +110,8 @@ func drainWithSettings(t *testing.T, dev ibv.Context, rec Recommendation, stalls
 	}
 	type qpInfo struct {
 		qp     ibv.QP
-		posted int // WRs of ours that must complete before the QP is safe
+		posted int  // WRs of ours that must complete before the QP is safe
+		sent   bool // one of them a send
 	}
 	var qps []qpInfo
 	for i := range 8 {
@@ -131,7 +134,7 @@ func drainWithSettings(t *testing.T, dev ibv.Context, rec Recommendation, stalls
 			}
 			posted++
 		}
-		qps = append(qps, qpInfo{qp, posted})
+		qps = append(qps, qpInfo{qp, posted, !devtest.IWARP()})
 	}
 	var mu sync.Mutex
 	seen := make(map[uint32]int) // completions of each QP that the caller got
@@ -156,7 +159,13 @@ func drainWithSettings(t *testing.T, dev ibv.Context, rec Recommendation, stalls
 	for _, q := range qps {
 		var add drain.AddOptions
 		if rec.CountRecvs && q.qp.SRQ() == nil {
-			add = drain.AddOptions{CountRecvs: true, Recvs: 2}
+			add.CountRecvs, add.Recvs = true, 2
+		}
+		if rec.CountSends {
+			add.CountSends = true
+			if q.sent {
+				add.Sends = 1
+			}
 		}
 		h, err := r.Add(q.qp, add)
 		if err != nil {
@@ -175,7 +184,7 @@ func drainWithSettings(t *testing.T, dev ibv.Context, rec Recommendation, stalls
 		if rep == nil {
 			t.Fatalf("qpn %d: no report after %v: %v", qps[i].qp.Num(), bound, err)
 		}
-		if stalls {
+		if stalls && rep.SRQ {
 			if rep.Outcome != report.Quarantined {
 				t.Errorf("qpn %d: %s (%v), want quarantined: nothing proves it finished", rep.QPNum, rep.Outcome, err)
 			}

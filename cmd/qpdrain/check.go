@@ -462,6 +462,8 @@ type drainOptionsJSON struct {
 	// CountRecvs: add QPs with their own receive queue with
 	// drain.AddOptions.CountRecvs (flushcheck.Recommendation).
 	CountRecvs bool `json:"count_recvs"`
+	// CountSends: add QPs with drain.AddOptions.CountSends.
+	CountSends bool `json:"count_sends"`
 }
 
 type settingJSON struct {
@@ -494,7 +496,8 @@ func (r *checkResult) jsonView() checkJSON {
 	rec := flushcheck.Settings(r.results)
 	do := rec.Options
 	out.DrainOptions = drainOptionsJSON{MaxBatch: do.MaxBatch, Policy: do.Policy, LastWQETimeoutNS: do.LastWQETimeout.Nanoseconds(),
-		DrainTimeoutNS: do.DrainTimeout.Nanoseconds(), ViaRTS: do.ViaRTS, Headroom: do.Headroom, CountRecvs: rec.CountRecvs}
+		DrainTimeoutNS: do.DrainTimeout.Nanoseconds(), ViaRTS: do.ViaRTS, Headroom: do.Headroom, CountRecvs: rec.CountRecvs,
+		CountSends: rec.CountSends}
 	out.Settings = []settingJSON{}
 	for _, s := range rec.Settings {
 		out.Settings = append(out.Settings, settingJSON(s))

@@ -177,14 +177,15 @@ func TestCheckJSON(t *testing.T) {
 			t.Errorf("-j output lacks %s", key)
 		}
 	}
-	// A drain WR that never comes proves nothing: quarantine, one per QP.
-	if want := (drainOptionsJSON{MaxBatch: 1, Policy: drain.Quarantine, LastWQETimeoutNS: 5e9, DrainTimeoutNS: 5e9, ViaRTS: false, Headroom: 1}); got.DrainOptions != want {
+	// A drain WR that never comes proves nothing: quarantine, one per QP,
+	// and the sends counted.
+	if want := (drainOptionsJSON{MaxBatch: 1, Policy: drain.Quarantine, LastWQETimeoutNS: 5e9, DrainTimeoutNS: 5e9, ViaRTS: false, Headroom: 1, CountSends: true}); got.DrainOptions != want {
 		t.Errorf("drain_options %+v, want %+v", got.DrainOptions, want)
 	}
 	if len(got.Settings) == 0 || got.Settings[0].Name != "receive drain WR" || got.Settings[0].Reason == "" {
 		t.Errorf("settings %+v", got.Settings)
 	}
-	for _, key := range []string{`"drain_options": {`, `"count_recvs": false`, `"max_batch": 1`, `"via_rts": false`, `"settings": [`, `"reason": "`} {
+	for _, key := range []string{`"drain_options": {`, `"count_recvs": false`, `"count_sends": true`, `"max_batch": 1`, `"via_rts": false`, `"settings": [`, `"reason": "`} {
 		if !strings.Contains(out, key) {
 			t.Errorf("-j output lacks %s", key)
 		}

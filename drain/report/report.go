@@ -85,10 +85,14 @@ const (
 	StepLastWQEStated
 	// StepCountNotTrusted: a completion with the QP's number came before
 	// the CQ was proven past those of earlier QPs with that number (or no
-	// proof came within DrainTimeout), so the caller's receive count
-	// (AddOptions.CountRecvs) cannot be told from theirs: a receive drain
-	// WR proves the receive queue instead.
+	// proof came within DrainTimeout), so the caller's counts
+	// (AddOptions.CountRecvs, CountSends) cannot be told from theirs:
+	// drain WRs prove the counted queues instead.
 	StepCountNotTrusted
+	// StepSoleQPStated: the caller stated that no QP but this one ever
+	// completed into the CQ (AddOptions.SoleQP), so every completion with
+	// its number is its own and its counts start at once.
+	StepSoleQPStated
 )
 
 // Step is one entry of a Report. Only the fields its Kind names are set.
@@ -144,7 +148,9 @@ func (s Step) String() string {
 		}
 		return "event QP_LAST_WQE_REACHED before Add (stated by the caller)"
 	case StepCountNotTrusted:
-		return "receive count not trusted (a completion with this QP number came before the CQ was past earlier QPs'): receive drain WR instead"
+		return "count not trusted (a completion with this QP number came before the CQ was past earlier QPs'): drain WRs instead"
+	case StepSoleQPStated:
+		return "the only QP ever on its CQ (stated by the caller): counts start at once"
 	case StepOutcome:
 		if s.Err != nil {
 			return fmt.Sprintf("%s: %v", s.Outcome, s.Err)
@@ -194,10 +200,14 @@ const (
 	// ProofNoSends, the send queue: the caller stated it had no send
 	// outstanding (AddOptions.NoSends).
 	ProofNoSends
+	// ProofSendCount, the send queue: the Count sends the caller said
+	// would still complete (AddOptions.CountSends) all came back.
+	ProofSendCount
 )
 
 var proofNames = [...]string{"none", "Last WQE Reached and a barrier drain WR", "receive drain WR",
-	"receives counted back", "drain WR on its own send queue", "no sends outstanding (stated by the caller)"}
+	"receives counted back", "drain WR on its own send queue", "no sends outstanding (stated by the caller)",
+	"sends counted back"}
 
 // String names the proof.
 func (p Proof) String() string {
@@ -224,10 +234,16 @@ const (
 	// MissingSendDrainWR: the send drain WR was not posted or never
 	// completed.
 	MissingSendDrainWR
+	// MissingSends: fewer of the counted sends came back.
+	MissingSends
+	// MissingCountExceeded: more completions of the queue came back than
+	// the caller counted, so the count proves nothing.
+	MissingCountExceeded
 )
 
 var missingNames = [...]string{"nothing", "no Last WQE Reached", "no barrier completion after Last WQE Reached",
-	"no receive drain WR completion", "counted receives not all back", "no drain WR completion"}
+	"no receive drain WR completion", "counted receives not all back", "no drain WR completion",
+	"counted sends not all back", "more completions back than counted"}
 
 // String says what was missing.
 func (m Missing) String() string {
@@ -241,7 +257,10 @@ type QueueProof struct {
 	// Missing, once the drain ended unproven, says what was lacking.
 	Missing Missing
 	// Stated: for ProofBarrier, Last WQE Reached was stated by the caller
-	// or found in the event history rather than seen after Add.
+	// or found in the event history rather than seen after Add; for
+	// ProofRecvCount and ProofSendCount, the caller stated the QP the only
+	// one ever on its CQ (AddOptions.SoleQP), so the count began without a
+	// poll proving the CQ past earlier QPs with its number.
 	Stated bool
 	// Carrier is the QP whose send queue carried the drain WR (ProofBarrier,
 	// ProofSendDrainWR) or this QP (ProofRecvDrainWR).
@@ -249,7 +268,8 @@ type QueueProof struct {
 	// WRID is the drain WR whose completion proved the queue.
 	WRID uint64
 	// Count is, for ProofRecvCount and MissingRecvs, how many of the
-	// counted receives came back.
+	// counted receives came back; for ProofSendCount and MissingSends, how
+	// many of the counted sends.
 	Count int
 }
 
@@ -260,7 +280,7 @@ func (p QueueProof) String() string {
 		if p.Missing == MissingNothing {
 			return "not proven yet"
 		}
-		if p.Missing == MissingRecvs {
+		if p.Missing == MissingRecvs || p.Missing == MissingSends || p.Missing == MissingCountExceeded {
 			return fmt.Sprintf("unproven: %s (%d back)", p.Missing, p.Count)
 		}
 		return "unproven: " + p.Missing.String()
@@ -272,7 +292,10 @@ func (p QueueProof) String() string {
 		return fmt.Sprintf("%s %#x on qpn %d", how, p.WRID, p.Carrier)
 	case ProofRecvDrainWR:
 		return fmt.Sprintf("%s %#x", p.By, p.WRID)
-	case ProofRecvCount:
+	case ProofRecvCount, ProofSendCount:
+		if p.Stated {
+			return fmt.Sprintf("%d %s (the only QP on its CQ, stated by the caller)", p.Count, p.By)
+		}
 		return fmt.Sprintf("%d %s", p.Count, p.By)
 	}
 	return p.By.String()

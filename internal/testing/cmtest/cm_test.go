@@ -80,8 +80,16 @@ func connect(t *testing.T, m cm.Manager, dst netip.AddrPort, d time.Duration) (c
 	c := NewID(t, m)
 	Resolve(t, c, dst)
 	ep := NewEndpoint(t, c)
-	if s := devtest.State(t, ep.QP); s != ibv.QPSInit {
-		t.Errorf("the CM ID's new QP is %s, want INIT (rdma_create_qp)", s)
+	attr, _, err := ep.QP.Query(ibv.QPAttrState)
+	switch {
+	case err != nil:
+		t.Fatalf("querying the CM ID's new QP: %v", err)
+	case attr.State == ibv.QPSReset && siw():
+		// siw before "RDMA/siw: Set qp_state in siw_query_qp" (Debian's
+		// 6.1) reports RESET for every state: nothing to check, and the
+		// tests that connect go on (devtest.State would skip them).
+	case attr.State != ibv.QPSInit:
+		t.Errorf("the CM ID's new QP is %s, want INIT (rdma_create_qp)", attr.State)
 	}
 	done := make(chan error, 1)
 	go func() {
