@@ -125,6 +125,7 @@ type Reaper struct {
 	wake       context.CancelFunc
 	wakeAt     time.Time
 	kicked     bool
+	spinFor    time.Duration // a test's budget for Run's spin (spinFor), 0 for the default
 	history    eventHistory
 	eventsSeen int
 	// lastWC is the handle of the last completion looked up, nil or
