@@ -17,6 +17,17 @@ func threadCPU() time.Duration { return rusage(unix.RUSAGE_THREAD) }
 // the caller's).
 func processCPU() time.Duration { return rusage(unix.RUSAGE_SELF) }
 
+// threadFaults is the calling OS thread's count of page faults served
+// without I/O (ru_minflt): the first touches of memory the runtime took
+// from the kernel, or got back after returning it.
+func threadFaults() int64 {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru); err != nil {
+		return 0
+	}
+	return ru.Minflt
+}
+
 func rusage(who int) time.Duration {
 	var ru unix.Rusage
 	if err := unix.Getrusage(who, &ru); err != nil {
