@@ -46,6 +46,7 @@ func deviceCases(n int) []deviceCase {
 		{name: "batched-nospin", headroom: n, feed: feedChannel, spin: -1},
 		{name: "batched-queried", headroom: n, feed: feedChannel, queried: true},
 		{name: "one-at-a-time", headroom: 1, feed: feedChannel},
+		{name: "one-at-a-time-nospin", headroom: 1, feed: feedChannel, spin: -1},
 	}
 }
 
@@ -58,24 +59,30 @@ func deviceCases(n int) []deviceCase {
 // drained by a drain WR on its own send queue. "batched-poll": headroom
 // n, every QP added at once (AddAll), the caller's poll loop feeding the
 // reaper, as the floor polls; "batched": the same fed by Run on the CQ's
-// completion channel (DrainAll); "batched-queried": "batched" with the
-// QPs' state not stated, so that Add queries each one; "one-at-a-time":
-// headroom 1, each QP's drain waited for before the next is added, Run
-// on the channel. The caller moved the QPs to RTS and says so
-// (AddOptions.StateKnown) but in "batched-queried". "floor" is what the
-// device allows: the same QPs moved to ERROR, one signaled send posted on
-// each as its drain WR would be, and every flush and send completion
-// polled by a loop that drains nothing, timed from the first modify to
-// the last completion. Only the ibv API is used, so it measures a real
-// provider's drain WR round trip where there is one.
+// completion channel (DrainAll); "batched-nospin": "batched" with Run's
+// spin before it sleeps turned off (Reaper.SetSpin), as Run was before
+// it; "batched-queried": "batched" with the QPs' state not stated, so
+// that Add queries each one; "one-at-a-time": headroom 1, each QP's
+// drain waited for before the next is added, Run on the channel, and
+// "one-at-a-time-nospin" the same without the spin. The caller moved the
+// QPs to RTS and says so (AddOptions.StateKnown) but in
+// "batched-queried". "floor" is what the device allows: the same QPs
+// moved to ERROR, one signaled send posted on each as its drain WR would
+// be, and every flush and send completion polled by a loop that drains
+// nothing, timed from the first modify to the last completion. Only the
+// ibv API is used, so it measures a real provider's drain WR round trip
+// where there is one.
 //
 // One iteration is a round of every case, each on QPs of its own, in an
 // order that turns by one case each round, so that the host's load, which
 // swings by 2x within minutes on a shared host, falls on every case alike.
 // Each case reports its median time per round ("-ms") and the median of
-// its per-round ratio to the floor ("/floor"); a case fed by Run, how
-// many times per round Run slept on the completion channel ("-waits") and
-// for how long in all ("-waited-ms").
+// its per-round ratio to the floor ("/floor"), the same of the process's
+// CPU time ("-cpu-ms", "-cpu/floor": every goroutine's, the reaper's Run
+// and its spin included, and on rxe the system calls' kernel work); a
+// case fed by Run, how many times per round Run slept on the completion
+// channel while a QP was pending ("-waits") and for how long in all
+// ("-waited-ms").
 func BenchmarkDrainDevice(b *testing.B) {
 	for _, n := range []int{1024, 4096} {
 		b.Run(fmt.Sprintf("qps=%d", n), func(b *testing.B) {
