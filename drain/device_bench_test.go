@@ -81,8 +81,8 @@ func deviceCases(n int) []deviceCase {
 // CPU time ("-cpu-ms", "-cpu/floor": every goroutine's, the reaper's Run
 // and its spin included, and on rxe the system calls' kernel work); a
 // case fed by Run, how many times per round Run slept on the completion
-// channel while a QP was pending ("-waits") and for how long in all
-// ("-waited-ms").
+// channel ("-waits"), for how long in all ("-waited-ms"), and how many of
+// those sleeps began while a QP was pending ("-pending-waits").
 func BenchmarkDrainDevice(b *testing.B) {
 	for _, n := range []int{1024, 4096} {
 		b.Run(fmt.Sprintf("qps=%d", n), func(b *testing.B) {
@@ -107,6 +107,7 @@ func BenchmarkDrainDevice(b *testing.B) {
 				if c.feed == feedChannel {
 					b.ReportMetric(median(laps[i], func(l deviceLap) float64 { return float64(l.waits) }), c.name+"-waits")
 					b.ReportMetric(median(laps[i], func(l deviceLap) float64 { return ms(l.waited) }), c.name+"-waited-ms")
+					b.ReportMetric(median(laps[i], func(l deviceLap) float64 { return float64(l.pendingWaits) }), c.name+"-pending-waits")
 				}
 				if i == 0 {
 					continue
@@ -122,11 +123,12 @@ func BenchmarkDrainDevice(b *testing.B) {
 
 // deviceLap is what one round of a case of BenchmarkDrainDevice took:
 // wall time, the process's CPU time (every goroutine's: Run's spin
-// included), and the waits on the completion channel begun while a QP
-// was pending, with the time spent in them.
+// included), and the waits on the completion channel, with the time spent
+// in them while the timer ran, and how many of them began while a QP was
+// pending.
 type deviceLap struct {
-	wall, cpu, waited time.Duration
-	waits             int
+	wall, cpu, waited   time.Duration
+	waits, pendingWaits int
 }
 
 // ms is d in milliseconds.
@@ -219,8 +221,8 @@ func setupDevice(b *testing.B, dev ibv.Context, n int, closers *teardown.List) (
 // drainOnDevice drains qps through rp, fed as feed says, timing from the
 // first Add to the last outcome: the caller's poll loop (pollAllDrained),
 // or Run on ch with every QP added at once (DrainAll) or, with headroom 1,
-// one at a time. It returns the waits of Run on ch begun while a QP was
-// pending, and how long they lasted while the timer ran.
+// one at a time. It returns Run's waits on ch, how long they lasted while
+// the timer ran, and how many began while a QP was pending.
 func drainOnDevice(b *testing.B, rp *drain.Reaper, ch ibv.CompChannel, qps []ibv.QP, feed, headroom int, add drain.AddOptions) deviceLap {
 	if feed == feedPoll {
 		b.StartTimer()
@@ -230,34 +232,32 @@ func drainOnDevice(b *testing.B, rp *drain.Reaper, ch ibv.CompChannel, qps []ibv
 	}
 	counted := &countingChannel{CompChannel: ch, rp: rp}
 	stopped := drainByRun(b, rp, counted, qps, headroom, add)
-	if counted.lastEnd.After(stopped) && counted.lastCounted {
+	if counted.lastEnd.After(stopped) {
 		// The wait that Run's end cut short: only its timed part counts.
 		counted.waited -= min(counted.lastEnd.Sub(stopped), counted.lastEnd.Sub(counted.lastBegan))
 	}
-	return deviceLap{waits: counted.waits, waited: counted.waited}
+	return deviceLap{waits: counted.waits, waited: counted.waited, pendingWaits: counted.pending}
 }
 
-// countingChannel counts the waits on a completion channel begun while a
-// QP of rp was pending, and the time spent in them: each is a sleep after
-// an empty poll and an arming of the CQ, and a wake-up that the drain
-// waited for. A wait begun with nothing pending (before the first Add,
-// after the last outcome) delays nothing.
+// countingChannel counts the waits on a completion channel, and the time
+// spent in them: each is a sleep after an empty poll and an arming of the
+// CQ, and a wake-up. Those begun while a QP of rp was pending are counted
+// apart: a wait begun with nothing pending (before an Add, after an
+// outcome) ends when Add kicks Run, or at a completion event.
 type countingChannel struct {
 	ibv.CompChannel
 	rp *drain.Reaper
 	// Only Run's goroutine waits; read once Run has returned.
-	waits              int
+	waits, pending     int
 	waited             time.Duration
 	lastBegan, lastEnd time.Time
-	lastCounted        bool
 }
 
 func (c *countingChannel) WaitCQ(ctx context.Context) (ibv.CQ, error) {
-	c.lastCounted = c.rp.Stats().Pending > 0
-	if !c.lastCounted {
-		return c.CompChannel.WaitCQ(ctx)
-	}
 	c.waits++
+	if c.rp.Stats().Pending > 0 {
+		c.pending++
+	}
 	c.lastBegan = time.Now()
 	defer func() {
 		c.lastEnd = time.Now()

@@ -295,7 +295,7 @@ func (r *Reaper) addSome(qps []ibv.QP, first int, o AddOptions, hs []*Handle, ms
 	toMove := 0
 	r.mu.Lock()
 	if first == 0 {
-		r.byNum.reserve(len(qps)) // a batch does not grow it step by step
+		r.byNum.reserve(len(qps), nums[:len(hs)])
 	}
 	for i, h := range hs {
 		if h == nil {
