@@ -263,29 +263,35 @@ func BenchmarkPollFloor(b *testing.B) {
 // thread (threadCPU): on a machine shared with other work the wall time of
 // a case swings with the load, its thread's CPU time much less, so that
 // two cases compared by their cpu-ns/op are compared by their own work.
+// It counts the thread's page faults too (threadFaults): memory the
+// runtime returned to the kernel and takes again costs a fault a page.
 // Every call happens on the benchmark's goroutine, which start locks to
 // its thread.
 type cpuMeter struct {
-	sum, began time.Duration
-	n          int
+	sum, began           time.Duration
+	faults, faultsBefore int64
+	n                    int
 }
 
 func (m *cpuMeter) start() {
 	runtime.LockOSThread()
+	m.faultsBefore = threadFaults()
 	m.began = threadCPU()
 }
 
 func (m *cpuMeter) stop() {
 	m.sum += threadCPU() - m.began
+	m.faults += threadFaults() - m.faultsBefore
 	m.n++
 	runtime.UnlockOSThread()
 }
 
-// report adds cpu-ns/op to b's results, unless the platform has no
-// thread CPU time.
+// report adds cpu-ns/op and faults/op to b's results, unless the platform
+// has no thread CPU time.
 func (m *cpuMeter) report(b *testing.B) {
 	if m.n > 0 && m.sum > 0 {
 		b.ReportMetric(float64(m.sum.Nanoseconds())/float64(m.n), "cpu-ns/op")
+		b.ReportMetric(float64(m.faults)/float64(m.n), "faults/op")
 	}
 }
 

@@ -32,16 +32,21 @@ type deviceCase struct {
 	feed     int
 	// queried leaves the QPs' state unstated: Add queries it.
 	queried bool
+	// spin is the budget of Run's spin before it sleeps (Reaper.SetSpin):
+	// 0 for the default, negative for none.
+	spin time.Duration
 }
 
 // deviceCases are BenchmarkDrainDevice's cases; the floor is the first.
 func deviceCases(n int) []deviceCase {
 	return []deviceCase{
-		{"floor", 0, feedNone, false},
-		{"batched-poll", n, feedPoll, false},
-		{"batched", n, feedChannel, false},
-		{"batched-queried", n, feedChannel, true},
-		{"one-at-a-time", 1, feedChannel, false},
+		{name: "floor"},
+		{name: "batched-poll", headroom: n, feed: feedPoll},
+		{name: "batched", headroom: n, feed: feedChannel},
+		{name: "batched-nospin", headroom: n, feed: feedChannel, spin: -1},
+		{name: "batched-queried", headroom: n, feed: feedChannel, queried: true},
+		{name: "one-at-a-time", headroom: 1, feed: feedChannel},
+		{name: "one-at-a-time-nospin", headroom: 1, feed: feedChannel, spin: -1},
 	}
 }
 
@@ -54,62 +59,76 @@ func deviceCases(n int) []deviceCase {
 // drained by a drain WR on its own send queue. "batched-poll": headroom
 // n, every QP added at once (AddAll), the caller's poll loop feeding the
 // reaper, as the floor polls; "batched": the same fed by Run on the CQ's
-// completion channel (DrainAll); "batched-queried": "batched" with the
-// QPs' state not stated, so that Add queries each one; "one-at-a-time":
-// headroom 1, each QP's drain waited for before the next is added, Run
-// on the channel. The caller moved the QPs to RTS and says so
-// (AddOptions.StateKnown) but in "batched-queried". "floor" is what the
-// device allows: the same QPs moved to ERROR, one signaled send posted on
-// each as its drain WR would be, and every flush and send completion
-// polled by a loop that drains nothing, timed from the first modify to
-// the last completion. Only the ibv API is used, so it measures a real
-// provider's drain WR round trip where there is one.
+// completion channel (DrainAll); "batched-nospin": "batched" with Run's
+// spin before it sleeps turned off (Reaper.SetSpin), as Run was before
+// it; "batched-queried": "batched" with the QPs' state not stated, so
+// that Add queries each one; "one-at-a-time": headroom 1, each QP's
+// drain waited for before the next is added, Run on the channel, and
+// "one-at-a-time-nospin" the same without the spin. The caller moved the
+// QPs to RTS and says so (AddOptions.StateKnown) but in
+// "batched-queried". "floor" is what the device allows: the same QPs
+// moved to ERROR, one signaled send posted on each as its drain WR would
+// be, and every flush and send completion polled by a loop that drains
+// nothing, timed from the first modify to the last completion. Only the
+// ibv API is used, so it measures a real provider's drain WR round trip
+// where there is one.
 //
 // One iteration is a round of every case, each on QPs of its own, in an
 // order that turns by one case each round, so that the host's load, which
 // swings by 2x within minutes on a shared host, falls on every case alike.
 // Each case reports its median time per round ("-ms") and the median of
-// its per-round ratio to the floor ("/floor"); a case fed by Run, how
-// many times per round Run slept on the completion channel ("-waits") and
-// for how long in all ("-waited-ms").
+// its per-round ratio to the floor ("/floor"), the same of the process's
+// CPU time ("-cpu-ms", "-cpu/floor": every goroutine's, the reaper's Run
+// and its spin included, and on rxe the system calls' kernel work); a
+// case fed by Run, how many times per round Run slept on the completion
+// channel ("-waits"), for how long in all ("-waited-ms"), and how many of
+// those sleeps began while a QP was pending ("-pending-waits").
 func BenchmarkDrainDevice(b *testing.B) {
 	for _, n := range []int{1024, 4096} {
 		b.Run(fmt.Sprintf("qps=%d", n), func(b *testing.B) {
 			dev := devtest.Open(b)
 			cases := deviceCases(n)
-			laps := make([][]time.Duration, len(cases))
-			waits := make([][]int, len(cases))
-			waited := make([][]time.Duration, len(cases))
+			laps := make([][]deviceLap, len(cases))
 			round := 0
 			for b.Loop() {
 				b.StopTimer()
 				for k := range cases {
 					i := (k + round) % len(cases)
-					lap, w, wd := deviceRound(b, dev, n, cases[i])
-					laps[i] = append(laps[i], lap)
-					waits[i] = append(waits[i], w)
-					waited[i] = append(waited[i], wd)
+					laps[i] = append(laps[i], deviceRound(b, dev, n, cases[i]))
 				}
 				round++
 				b.StartTimer()
 			}
 			for i, c := range cases {
-				b.ReportMetric(median(laps[i], ms), c.name+"-ms")
+				b.ReportMetric(median(laps[i], func(l deviceLap) float64 { return ms(l.wall) }), c.name+"-ms")
+				if processCPU() > 0 {
+					b.ReportMetric(median(laps[i], func(l deviceLap) float64 { return ms(l.cpu) }), c.name+"-cpu-ms")
+				}
 				if c.feed == feedChannel {
-					b.ReportMetric(median(waits[i], func(w int) float64 { return float64(w) }), c.name+"-waits")
-					b.ReportMetric(median(waited[i], ms), c.name+"-waited-ms")
+					b.ReportMetric(median(laps[i], func(l deviceLap) float64 { return float64(l.waits) }), c.name+"-waits")
+					b.ReportMetric(median(laps[i], func(l deviceLap) float64 { return ms(l.waited) }), c.name+"-waited-ms")
+					b.ReportMetric(median(laps[i], func(l deviceLap) float64 { return float64(l.pendingWaits) }), c.name+"-pending-waits")
 				}
 				if i == 0 {
 					continue
 				}
-				ratios := make([]float64, len(laps[i]))
-				for r, d := range laps[i] {
-					ratios[r] = float64(d) / float64(laps[0][r])
+				b.ReportMetric(medianRatio(laps[i], laps[0], func(l deviceLap) time.Duration { return l.wall }), c.name+"/floor")
+				if processCPU() > 0 {
+					b.ReportMetric(medianRatio(laps[i], laps[0], func(l deviceLap) time.Duration { return l.cpu }), c.name+"-cpu/floor")
 				}
-				b.ReportMetric(median(ratios, func(x float64) float64 { return x }), c.name+"/floor")
 			}
 		})
 	}
+}
+
+// deviceLap is what one round of a case of BenchmarkDrainDevice took:
+// wall time, the process's CPU time (every goroutine's: Run's spin
+// included), and the waits on the completion channel, with the time spent
+// in them while the timer ran, and how many of them began while a QP was
+// pending.
+type deviceLap struct {
+	wall, cpu, waited   time.Duration
+	waits, pendingWaits int
 }
 
 // ms is d in milliseconds.
@@ -125,10 +144,19 @@ func median[T any](xs []T, f func(T) float64) float64 {
 	return vs[len(vs)/2]
 }
 
+// medianRatio is the median over the rounds of f of a case's round over
+// f of the floor's round.
+func medianRatio(laps, floor []deviceLap, f func(deviceLap) time.Duration) float64 {
+	ratios := make([]float64, len(laps))
+	for r, l := range laps {
+		ratios[r] = float64(f(l)) / float64(f(floor[r]))
+	}
+	return median(ratios, func(x float64) float64 { return x })
+}
+
 // deviceRound sets up n QPs on dev (untimed), drains them as c says and
-// returns the time it took, with b's timer running for that time only,
-// and how many times Run waited on the completion channel, for how long.
-func deviceRound(b *testing.B, dev ibv.Context, n int, c deviceCase) (time.Duration, int, time.Duration) {
+// returns what it took, with b's timer running for that time only.
+func deviceRound(b *testing.B, dev ibv.Context, n int, c deviceCase) deviceLap {
 	var closers teardown.List
 	defer func() {
 		if err := closers.Close(); err != nil {
@@ -140,18 +168,23 @@ func deviceRound(b *testing.B, dev ibv.Context, n int, c deviceCase) (time.Durat
 	began := b.Elapsed()
 	if c.feed == feedNone {
 		b.StartTimer()
+		cpu := processCPU()
 		deviceFloor(b, cq, qps, n*(deviceRecvs+1))
+		cpu = processCPU() - cpu
 		b.StopTimer()
-		return b.Elapsed() - began, 0, 0
+		return deviceLap{wall: b.Elapsed() - began, cpu: cpu}
 	}
 	rp := newReaper(b, cq, drain.Options{Headroom: c.headroom, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	rp.SetSpin(c.spin)
 	add := drain.AddOptions{CountRecvs: true, Recvs: deviceRecvs, StateKnown: !c.queried, State: ibv.QPSRTS}
-	waits, waited := drainOnDevice(b, rp, ch, qps, c.feed, c.headroom, add)
-	lap := b.Elapsed() - began
+	cpu := processCPU()
+	lap := drainOnDevice(b, rp, ch, qps, c.feed, c.headroom, add)
+	lap.cpu = processCPU() - cpu
+	lap.wall = b.Elapsed() - began
 	if st := rp.Stats(); st.Safe != n || st.DrainWRs != n || st.MaxInFlight > c.headroom {
 		b.Fatalf("%s: stats %+v: want %d safe with a drain WR each, at most %d outstanding", c.name, st, n, c.headroom)
 	}
-	return lap, waits, waited
+	return lap
 }
 
 // setupDevice creates, on dev, a CQ on a completion channel and n RC QPs
@@ -188,37 +221,43 @@ func setupDevice(b *testing.B, dev ibv.Context, n int, closers *teardown.List) (
 // drainOnDevice drains qps through rp, fed as feed says, timing from the
 // first Add to the last outcome: the caller's poll loop (pollAllDrained),
 // or Run on ch with every QP added at once (DrainAll) or, with headroom 1,
-// one at a time. It returns how many times Run waited on ch, and for how
-// long while the timer ran.
-func drainOnDevice(b *testing.B, rp *drain.Reaper, ch ibv.CompChannel, qps []ibv.QP, feed, headroom int, add drain.AddOptions) (int, time.Duration) {
+// one at a time. It returns Run's waits on ch, how long they lasted while
+// the timer ran, and how many began while a QP was pending.
+func drainOnDevice(b *testing.B, rp *drain.Reaper, ch ibv.CompChannel, qps []ibv.QP, feed, headroom int, add drain.AddOptions) deviceLap {
 	if feed == feedPoll {
 		b.StartTimer()
 		pollAllDrained(b, rp, qps, add)
 		b.StopTimer()
-		return 0, 0
+		return deviceLap{}
 	}
-	counted := &countingChannel{CompChannel: ch}
+	counted := &countingChannel{CompChannel: ch, rp: rp}
 	stopped := drainByRun(b, rp, counted, qps, headroom, add)
 	if counted.lastEnd.After(stopped) {
 		// The wait that Run's end cut short: only its timed part counts.
 		counted.waited -= min(counted.lastEnd.Sub(stopped), counted.lastEnd.Sub(counted.lastBegan))
 	}
-	return counted.waits, counted.waited
+	return deviceLap{waits: counted.waits, waited: counted.waited, pendingWaits: counted.pending}
 }
 
 // countingChannel counts the waits on a completion channel, and the time
 // spent in them: each is a sleep after an empty poll and an arming of the
-// CQ, and a wake-up.
+// CQ, and a wake-up. Those begun while a QP of rp was pending are counted
+// apart: a wait begun with nothing pending (before an Add, after an
+// outcome) ends when Add kicks Run, or at a completion event.
 type countingChannel struct {
 	ibv.CompChannel
+	rp *drain.Reaper
 	// Only Run's goroutine waits; read once Run has returned.
-	waits              int
+	waits, pending     int
 	waited             time.Duration
 	lastBegan, lastEnd time.Time
 }
 
 func (c *countingChannel) WaitCQ(ctx context.Context) (ibv.CQ, error) {
 	c.waits++
+	if c.rp.Stats().Pending > 0 {
+		c.pending++
+	}
 	c.lastBegan = time.Now()
 	defer func() {
 		c.lastEnd = time.Now()

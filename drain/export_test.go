@@ -1,6 +1,17 @@
 package drain
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
+
+// SetSpin sets the budget of Run's spin before it sleeps on a completion
+// channel: d, or no spin for a negative d. Call it before Run.
+func (r *Reaper) SetSpin(d time.Duration) {
+	r.mu.Lock()
+	r.spinFor = d
+	r.mu.Unlock()
+}
 
 // CheckInFlight checks the invariant the Reaper's lost field states: every
 // drain WR counted against the headroom is the sendID or recvID of the

@@ -234,6 +234,15 @@ func (h *Handle) snapshot() *report.Report {
 // completion or event arrives.
 func (h *Handle) Wait(ctx context.Context) (*report.Report, error) {
 	r := h.r
+	// A batch's Waits mostly find the drain over (DrainAll waits for the
+	// last QP first): one lock then, and no pass over the deadlines.
+	r.mu.Lock()
+	if h.ended {
+		rep := h.snapshot()
+		r.mu.Unlock()
+		return rep, rep.Err
+	}
+	r.mu.Unlock()
 	done := h.Done()
 	for {
 		r.mu.Lock()

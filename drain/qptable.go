@@ -209,12 +209,19 @@ func (t *qpTable) del(qpn uint32) {
 	}
 }
 
-// reserve makes room for n more entries at once in an empty table: a
-// batch does not grow it step by step. A window that has room for them
-// already is kept.
-func (t *qpTable) reserve(n int) {
-	if t.n == 0 && n > len(t.win) && n <= 1<<30 {
-		t.win = make([]*Handle, 0, n)
+// reserve makes room at once in an empty table for a batch of n entries
+// whose first numbers are first: a batch does not grow it step by step.
+// The window is sized for numbers as far apart as those (a device may
+// number other objects between a batch's QPs: each QP's peer, say), at
+// most 4 apart, as far as the window goes when it grows. A window that
+// has room already is kept.
+func (t *qpTable) reserve(n int, first []uint32) {
+	stride := uint64(1)
+	if k := len(first); k > 1 && first[k-1] > first[0] {
+		stride = min((uint64(first[k-1]-first[0])+uint64(k-2))/uint64(k-1), 4)
+	}
+	if size := uint64(n) * stride; t.n == 0 && size > uint64(len(t.win)) && size <= 1<<30 {
+		t.win = make([]*Handle, 0, size)
 	}
 }
 

@@ -3,6 +3,7 @@ package drain
 import (
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 )
 
 // TestQPTable checks the table against a map through random sets and
@@ -70,12 +71,20 @@ func TestQPTable(t *testing.T) {
 func TestQPTableWindow(t *testing.T) {
 	var tab qpTable
 	const batch = 4096
-	tab.reserve(batch)
+	first := make([]uint32, 64) // every other number, as soft numbers a QP and its peer
+	for i := range first {
+		first[i] = 1000 + 2*uint32(i)
+	}
+	tab.reserve(batch, first)
+	reserved := unsafe.SliceData(tab.win)
 	for i := range batch {
-		tab.set(&Handle{qpn: 1000 + 2*uint32(i)}) // every other number, as soft numbers a QP and its peer
+		tab.set(&Handle{qpn: 1000 + 2*uint32(i)})
 	}
 	if tab.inWin != batch || tab.inHash != 0 {
 		t.Fatalf("a batch of every other number: %d in the window, %d in the hash table; want all in the window", tab.inWin, tab.inHash)
+	}
+	if unsafe.SliceData(tab.win) != reserved {
+		t.Errorf("the window grew while it took the batch: reserve sized it %d for %d numbers every other", cap(tab.win), batch)
 	}
 	if len(tab.win) != 2*batch {
 		t.Errorf("window of %d for %d numbers every other: want %d", len(tab.win), batch, 2*batch)

@@ -125,6 +125,7 @@ type Reaper struct {
 	wake       context.CancelFunc
 	wakeAt     time.Time
 	kicked     bool
+	spinFor    time.Duration // a test's budget for Run's spin (spinFor), 0 for the default
 	history    eventHistory
 	eventsSeen int
 	// lastWC is the handle of the last completion looked up, nil or
@@ -303,7 +304,7 @@ func (r *Reaper) addSome(qps []ibv.QP, first int, o AddOptions, hs []*Handle, ms
 	toMove := 0
 	r.mu.Lock()
 	if first == 0 {
-		r.byNum.reserve(len(qps)) // a batch does not grow it step by step
+		r.byNum.reserve(len(qps), nums[:len(hs)])
 	}
 	for i, h := range hs {
 		if h == nil {

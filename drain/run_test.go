@@ -1,0 +1,86 @@
+package drain_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/qpdrain/qpdrain/clock"
+	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/ibv"
+	"github.com/qpdrain/qpdrain/internal/testing/devtest"
+)
+
+// firstWait tells, once, when Run first waits on the completion channel.
+type firstWait struct {
+	ibv.CompChannel
+	at chan time.Time // buffered, 1
+}
+
+func (w *firstWait) WaitCQ(ctx context.Context) (ibv.CQ, error) {
+	select {
+	case w.at <- time.Now():
+	default:
+	}
+	return w.CompChannel.WaitCQ(ctx)
+}
+
+// Run on a completion channel polls on for its spin's budget after the CQ
+// is found empty while a QP is pending, then arms the CQ and sleeps: a
+// wait of seconds (here a Last WQE Reached that is never fed) costs one
+// spin, not a processor. With nothing pending it sleeps at once. The spin
+// runs in real time, so it ends on a clock that stands still too.
+func TestRunSpinsThenSleeps(t *testing.T) {
+	const spin = 100 * time.Millisecond
+	for _, tc := range []struct {
+		name    string
+		pending bool
+		clock   clock.Clock
+		spin    time.Duration
+		// the first wait comes at least min and less than max after Run
+		// starts
+		min, max time.Duration
+	}{
+		{"pending", true, clock.Real{}, spin, spin, spin + devtest.Timeout},
+		{"idle", false, clock.Real{}, time.Hour, 0, devtest.Timeout},
+		{"pending, clock standing still", true, clock.NewVirtual(time.Now()), spin, spin, spin + devtest.Timeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dev := devtest.Open(t)
+			ch, cq := newCQ(t, dev, 1024, true)
+			r := newRig(t, dev, cq, 64)
+			rp := newReaper(t, cq, drain.Options{Clock: tc.clock, LastWQETimeout: devtest.Timeout, DrainTimeout: devtest.Timeout})
+			rp.SetSpin(tc.spin)
+			if tc.pending {
+				// No async events are fed: the SRQ side waits for its Last
+				// WQE Reached until the test ends.
+				add(t, rp, r.pair(true), drain.AddOptions{})
+			}
+			w := &firstWait{CompChannel: ch, at: make(chan time.Time, 1)}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			start := time.Now()
+			go func() { done <- rp.Run(ctx, drain.Feed{Channel: w}) }()
+			select {
+			case at := <-w.at:
+				if d := at.Sub(start); d < tc.min || d >= tc.max {
+					t.Errorf("Run first waited on the channel %v after it started, want at least %v and less than %v", d, tc.min, tc.max)
+				}
+			case <-time.After(tc.max):
+				t.Errorf("Run did not wait on the channel within %v", tc.max)
+			}
+			// On the virtual clock Run's sleep moves the clock to the QP's
+			// deadline at once.
+			if _, real := tc.clock.(clock.Real); real && tc.pending && rp.Stats().Pending != 1 {
+				t.Errorf("stats %+v: want the QP pending", rp.Stats())
+			}
+			cancel()
+			if err := <-done; err != context.Canceled {
+				t.Errorf("Run returned %v, want context.Canceled", err)
+			}
+			ended, end := context.WithCancel(context.Background())
+			end()
+			rp.Shutdown(ended)
+		})
+	}
+}
