@@ -26,6 +26,7 @@ var planted = map[string]string{
 	"dlopen_outstanding": string(DestroyedWithOutstanding),
 	"cqx_destroyed_wc":   string(CompletionForDestroyedQP),
 	"rping_wrid0":        "",
+	"polled_in_post":     "",
 	"clean":              "",
 	"outstanding":        string(DestroyedWithOutstanding),
 	"srq_lastwqe":        string(SRQDestroyedBeforeLastWQE),
