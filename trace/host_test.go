@@ -176,6 +176,18 @@ func TestHostPartialPost(t *testing.T) {
 	}
 }
 
+// TestHostForkLock: a child forked while another thread of its parent
+// holds the shim's table lock can still take it (the child re-initialises
+// it): fork_lock forks 300 times while a thread opens and closes the
+// device in a loop, and each child's destroy takes the lock.
+func TestHostForkLock(t *testing.T) {
+	shim, dir := hostRig(t, "fork_lock")
+	out, res := runOut(t, shim, filepath.Join(dir, "fork_lock"), "300")
+	if res.ExitCode != 0 {
+		t.Errorf("fork_lock: %s, %q: a child deadlocked on the lock its parent's other thread held at fork", res.Status, out)
+	}
+}
+
 // mask hides the numbers of postpoll's timing line.
 func mask(s string) string {
 	return strings.Map(func(r rune) rune {

@@ -343,7 +343,9 @@ static void after_fork_child(void)
 
 	cached_pid = getpid();
 	cached_tid = 0;
-	pthread_mutex_init(&mods_mu, NULL); /* another thread may have held it at fork */
+	/* another thread may have held them at fork: the child has no such thread */
+	pthread_mutex_init(&slots_mu, NULL);
+	pthread_mutex_init(&mods_mu, NULL);
 	if (__atomic_load_n(&rec_map, __ATOMIC_ACQUIRE)) {
 		struct rec r;
 

@@ -198,12 +198,25 @@ void ibv_free_device_list(struct ibv_device **list) { (void)list; }
 
 const char *ibv_get_device_name(struct ibv_device *d) { return d->name; }
 
+/* The contexts come from a static pool, not malloc: a thread that opens
+ * and closes them in a loop then never waits on malloc's lock, which fork
+ * takes (fork_lock needs that thread inside the shim's lock at a fork). */
+#define MAXCTX 8
+static struct verbs_context ctxs[MAXCTX];
+static int ctx_used[MAXCTX];
+
 struct ibv_context *ibv_open_device(struct ibv_device *d)
 {
-	struct verbs_context *v = calloc(1, sizeof(*v));
+	struct verbs_context *v = NULL;
 
-	if (!v || (evpipe[0] < 0 && pipe(evpipe)))
+	for (int i = 0; i < MAXCTX && !v; i++)
+		if (!__atomic_exchange_n(&ctx_used[i], 1, __ATOMIC_ACQ_REL))
+			v = &ctxs[i];
+	if (!v || (evpipe[0] < 0 && pipe(evpipe))) {
+		errno = ENOMEM;
 		return NULL;
+	}
+	memset(v, 0, sizeof(*v));
 	post_waits_poll = getenv("QPDRAIN_FAKE_POST_WAITS_POLL") != NULL;
 	v->context.device = d;
 	v->context.async_fd = evpipe[0];
@@ -216,7 +229,9 @@ struct ibv_context *ibv_open_device(struct ibv_device *d)
 
 int ibv_close_device(struct ibv_context *ctx)
 {
-	free((char *)ctx - offsetof(struct verbs_context, context));
+	struct verbs_context *v = (struct verbs_context *)((char *)ctx - offsetof(struct verbs_context, context));
+
+	__atomic_store_n(&ctx_used[v - ctxs], 0, __ATOMIC_RELEASE);
 	return 0;
 }
 
