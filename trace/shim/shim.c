@@ -156,7 +156,7 @@ static struct ibv_qp_ex *(*real_qp_to_qp_ex)(struct ibv_qp *);
 #define REC_KEYS(X) X(ctx, HEX) X(qp, HEX) X(cq, HEX) X(srq, HEX) X(scq, HEX) X(rcq, HEX) X(wr, HEX) X(ret, INT) \
 	X(cqe, INT) X(errno, INT) X(dev, STR) X(verb, STR) X(exe, STR) X(traced, DEC) X(ex, DEC) X(begin, DEC) \
 	X(max_wr, DEC) X(qpn, DEC) X(type, DEC) X(max_send_wr, DEC) X(max_recv_wr, DEC) X(sig_all, DEC) \
-	X(state, DEC) X(op, DEC) X(sig, DEC) X(ok, DEC) X(st, DEC) X(port, DEC) X(ppid, DEC) X(ns, DEC) \
+	X(state, DEC) X(op, DEC) X(sig, DEC) X(st, DEC) X(port, DEC) X(ppid, DEC) X(ns, DEC) \
 	X(site, HEX) X(base, HEX) X(lo, HEX) X(hi, HEX) X(path, STR) X(wrs, DEC)
 #define KIND_ENUM(n) KIND_##n,
 #define KEY_ENUM(n, f) KEY_##n,
@@ -481,7 +481,10 @@ static void emit(struct rec *r)
 	 * kernels refuse and fault page by page), and gives the decoder a
 	 * TSC/CLOCK_MONOTONIC pair. */
 	if ((off + words * 8) / REC_CHUNK != off / REC_CHUNK && (off / REC_CHUNK + 2) * REC_CHUNK <= rec_cap) {
+		int saved = errno; /* a post's records come before the provider's post, which may set errno */
+
 		madvise(m + REC_DATA + (off / REC_CHUNK + 1) * REC_CHUNK, REC_CHUNK, REC_POPULATE_WRITE);
+		errno = saved;
 		if (use_tsc) {
 			struct rec c;
 
