@@ -262,6 +262,11 @@ type wr struct {
 	inError  bool // posted while its QP was in ERROR
 	signaled bool // a send that completes with a WC on success (IBV_SEND_SIGNALED or sq_sig_all)
 	site     *Site
+	// tid posted it; prevMax and prevAt are its CQ's most outstanding
+	// before it, for unpost
+	tid     int
+	prevMax int
+	prevAt  int64
 }
 
 type queue struct {
@@ -369,6 +374,7 @@ type analysis struct {
 	findings   []Finding
 	raisesSeen map[string]int // device -> a qpn it raised Last WQE Reached for
 	unknownQPN map[int]int
+	lastPost   map[int]*queue // tid -> the queue of the thread's latest WR record (for unposted)
 }
 
 // earlyDestroy is an SRQ QP destroyed without its Last WQE Reached, judged
@@ -383,7 +389,7 @@ func newAnalysis(o Options) *analysis {
 	if o.FlushWait <= 0 {
 		o.FlushWait = DefaultFlushWait
 	}
-	return &analysis{o: o, procs: map[int]*proc{}, ctxDev: map[[2]uint64]string{}, raisesSeen: map[string]int{}, unknownQPN: map[int]int{}}
+	return &analysis{o: o, procs: map[int]*proc{}, ctxDev: map[[2]uint64]string{}, raisesSeen: map[string]int{}, unknownQPN: map[int]int{}, lastPost: map[int]*queue{}}
 }
 
 func (a *analysis) proc(pid int) *proc {
@@ -471,24 +477,28 @@ func (a *analysis) step(p *proc, r Record) {
 	case "qpd":
 		a.destroy(p, r)
 	case "send", "recv":
+		delete(a.lastPost, r.TID) // until post: a WR of a QP not traced
 		q := p.qps[r.Uint("qp")]
-		if q == nil || r.Uint("ok") != 1 {
+		if q == nil || notPosted(r) {
 			return
 		}
-		p.sum.Posted++
 		w := wr{id: r.Uint("wr"), postedAt: r.T, inError: q.errAt != 0, signaled: q.sigAll || r.Uint("sig") == 1, site: p.site(r, "ibv_post_"+r.Kind)}
 		if r.Kind == "send" {
-			push(&q.sq, w, r.T)
+			a.post(p, r, &q.sq, w)
 		} else {
-			push(&q.rq, w, r.T)
+			a.post(p, r, &q.rq, w)
 		}
 	case "srecv":
+		delete(a.lastPost, r.TID)
 		s := p.srqs[r.Uint("srq")]
-		if s == nil || r.Uint("ok") != 1 {
+		if s == nil || notPosted(r) {
 			return
 		}
-		p.sum.Posted++
-		push(&s.q, wr{id: r.Uint("wr"), postedAt: r.T, site: p.site(r, "ibv_post_srq_recv")}, r.T)
+		a.post(p, r, &s.q, wr{id: r.Uint("wr"), postedAt: r.T, site: p.site(r, "ibv_post_srq_recv")})
+	case "unposted":
+		if q := a.lastPost[r.TID]; q != nil {
+			p.sum.Posted -= unpost(q, r.TID, int(r.Uint("wrs")))
+		}
 	case "wc":
 		p.sum.Polled++
 		a.completion(p, r)
@@ -585,10 +595,54 @@ func (c *cq) add(n int, t int64) {
 }
 
 func push(q *queue, w wr, t int64) {
+	if q.cq != nil {
+		w.prevMax, w.prevAt = q.cq.maxOut, q.cq.maxAt
+	}
 	q.wrs = append(q.wrs, w)
 	if q.cq != nil {
 		q.cq.add(1, t)
 	}
+}
+
+// notPosted: a WR record of an older shim, written after the post, that
+// says the WR was not posted (ok=0).
+func notPosted(r Record) bool { return r.Has("ok") && r.Uint("ok") != 1 }
+
+// post adds a WR the thread of r is posting to q. The shim records a
+// post's WRs before the provider sees them, so they count at once (a
+// completion may be polled before the post returns); an unposted record
+// from the same thread takes back those that were not posted.
+func (a *analysis) post(p *proc, r Record, q *queue, w wr) {
+	p.sum.Posted++
+	w.tid = r.TID
+	a.lastPost[r.TID] = q
+	push(q, w, r.T)
+}
+
+// unpost takes back the last n WRs thread tid recorded for q, whose post
+// failed (bad_wr and those after it); it returns how many it found. Their
+// CQ's most outstanding, when they raised it, is lowered by them, never
+// below what it was before the first of them.
+func unpost(q *queue, tid, n int) int {
+	var first wr
+	k := 0
+	for i := len(q.wrs) - 1; i >= 0 && k < n; i-- {
+		if q.wrs[i].tid == tid {
+			first = q.wrs[i]
+			q.wrs = append(q.wrs[:i], q.wrs[i+1:]...)
+			k++
+		}
+	}
+	if c := q.cq; c != nil && k > 0 {
+		c.outstanding -= k
+		if c.maxOut > first.prevMax {
+			c.maxOut = max(c.maxOut-k, c.outstanding)
+			if c.maxOut <= first.prevMax {
+				c.maxOut, c.maxAt = first.prevMax, first.prevAt
+			}
+		}
+	}
+	return k
 }
 
 func dropQueue(q *queue) {

@@ -17,8 +17,11 @@ func TestMain(m *testing.M) { testmain.Run(m) }
 // stream builds a synthetic record stream, one process (pid 100), times in ms.
 type stream struct{ b strings.Builder }
 
-func (s *stream) at(ms int, kind string, kv ...string) *stream {
-	fmt.Fprintf(&s.b, "%s t=%d pid=100 tid=100", kind, int64(ms)*1_000_000+5_000_000_000)
+func (s *stream) at(ms int, kind string, kv ...string) *stream { return s.by(100, ms, kind, kv...) }
+
+// by adds a record of thread tid of pid 100.
+func (s *stream) by(tid, ms int, kind string, kv ...string) *stream {
+	fmt.Fprintf(&s.b, "%s t=%d pid=100 tid=%d", kind, int64(ms)*1_000_000+5_000_000_000, tid)
 	for _, x := range kv {
 		s.b.WriteString(" " + x)
 	}
@@ -52,8 +55,8 @@ func rcPair() *stream {
 
 // traffic: qpn 17 sends one message to qpn 18, both completions polled.
 func (s *stream) traffic(ms int) *stream {
-	return s.at(ms, "recv", "qp=0x32", "wr=0x1", "ok=1").
-		at(ms, "send", "qp=0x31", "wr=0x2", "op=2", "sig=1", "ok=1").
+	return s.at(ms, "recv", "qp=0x32", "wr=0x1").
+		at(ms, "send", "qp=0x31", "wr=0x2", "op=2", "sig=1").
 		at(ms+1, "wc", "cq=0x20", "wr=0x2", "st=0", "op=0", "qpn=17").
 		at(ms+1, "wc", "cq=0x20", "wr=0x1", "st=0", "op=128", "qpn=18")
 }
@@ -75,7 +78,7 @@ func srqPair() *stream {
 		at(1, "cq", "ctx=0x10", "cq=0x20", "cqe=16", "ex=0").
 		at(1, "srq", "ctx=0x10", "srq=0x40", "max_wr=16")
 	for i := 1; i <= 4; i++ {
-		s.at(1, "srecv", "srq=0x40", fmt.Sprintf("wr=0x%x", 100+i), "ok=1")
+		s.at(1, "srecv", "srq=0x40", fmt.Sprintf("wr=0x%x", 100+i))
 	}
 	s.at(2, "qp", "ctx=0x10", "qp=0x32", "qpn=18", "type=2", "scq=0x20", "rcq=0x20", "srq=0x40", "max_send_wr=16", "max_recv_wr=0", "sig_all=0", "ex=0")
 	for _, st := range []string{"1", "2", "3"} {
@@ -112,34 +115,34 @@ func TestAnalyze(t *testing.T) {
 	}{
 		{"clean", rcPair().traffic(10).teardown(20), Options{}, nil, ""},
 		{"clean with flushes", rcPair().traffic(10).
-			at(15, "recv", "qp=0x32", "wr=0x7", "ok=1").at(15, "recv", "qp=0x32", "wr=0x8", "ok=1").
+			at(15, "recv", "qp=0x32", "wr=0x7").at(15, "recv", "qp=0x32", "wr=0x8").
 			at(20, "mod", "qp=0x32", "state=6", "ret=0").
 			at(21, "wc", "cq=0x20", "wr=0x7", "st=5", "op=0", "qpn=18").
 			at(21, "wc", "cq=0x20", "wr=0x8", "st=5", "op=0", "qpn=18").teardown(30), Options{}, nil, ""},
 		{"unsignaled sends retire with the signaled one after them", rcPair().
-			at(10, "recv", "qp=0x32", "wr=0x1", "ok=1").at(10, "recv", "qp=0x32", "wr=0x2", "ok=1").
-			at(10, "send", "qp=0x31", "wr=0xa", "op=2", "sig=0", "ok=1").
-			at(10, "send", "qp=0x31", "wr=0xb", "op=2", "sig=1", "ok=1").
+			at(10, "recv", "qp=0x32", "wr=0x1").at(10, "recv", "qp=0x32", "wr=0x2").
+			at(10, "send", "qp=0x31", "wr=0xa", "op=2", "sig=0").
+			at(10, "send", "qp=0x31", "wr=0xb", "op=2", "sig=1").
 			at(11, "wc", "cq=0x20", "wr=0xb", "st=0", "op=0", "qpn=17").
 			at(11, "wc", "cq=0x20", "wr=0x1", "st=0", "op=128", "qpn=18").
 			at(11, "wc", "cq=0x20", "wr=0x2", "st=0", "op=128", "qpn=18").teardown(20), Options{}, nil, ""},
 		{"one signaled send in many, every WR with the same id (perftest)", func() *stream {
 			s := rcPair()
 			for i := 1; i <= 8; i++ {
-				s.at(10, "send", "qp=0x31", "wr=0x0", "op=0", fmt.Sprintf("sig=%d", b2i(i%4 == 0)), "ok=1")
+				s.at(10, "send", "qp=0x31", "wr=0x0", "op=0", fmt.Sprintf("sig=%d", b2i(i%4 == 0)))
 			}
 			return s.at(11, "wc", "cq=0x20", "wr=0x0", "st=0", "op=1", "qpn=17").
 				at(11, "wc", "cq=0x20", "wr=0x0", "st=0", "op=1", "qpn=17").teardown(20)
 		}(), Options{}, nil, ""},
-		{"a WR not posted (ok=0) is not outstanding", rcPair().traffic(10).
+		{"an older shim's WR not posted (ok=0) is not outstanding", rcPair().traffic(10).
 			at(15, "send", "qp=0x31", "wr=0x9", "op=2", "sig=1", "ok=0", "ret=12").teardown(20), Options{}, nil, ""},
-		{"RESET empties the queues", rcPair().at(10, "recv", "qp=0x32", "wr=0x1", "ok=1").
+		{"RESET empties the queues", rcPair().at(10, "recv", "qp=0x32", "wr=0x1").
 			at(11, "mod", "qp=0x32", "state=0", "ret=0").teardown(20), Options{}, nil, ""},
 		{"destroyed with outstanding", rcPair().
-			at(10, "recv", "qp=0x32", "wr=0x1", "ok=1").at(10, "recv", "qp=0x32", "wr=0x2", "ok=1").
+			at(10, "recv", "qp=0x32", "wr=0x1").at(10, "recv", "qp=0x32", "wr=0x2").
 			teardown(20), Options{}, []Kind{DestroyedWithOutstanding},
 			"qpn 18 destroyed with 2 WR(s) outstanding on its recv queue (first wr_id 0x1), 1.0 ms after ERROR"},
-		{"destroyed without ERROR", rcPair().at(10, "send", "qp=0x31", "wr=0x5", "op=2", "sig=1", "ok=1").
+		{"destroyed without ERROR", rcPair().at(10, "send", "qp=0x31", "wr=0x5", "op=2", "sig=1").
 			at(20, "qpd", "qp=0x31", "ret=0").at(20, "qpd", "qp=0x32", "ret=0"), Options{}, []Kind{DestroyedWithOutstanding},
 			"on its send queue (first wr_id 0x5), it never entered ERROR"},
 		{"srq QP destroyed before Last WQE Reached", srqPair().at(11, "qpd", "qp=0x32", "ret=0").at(12, "exit"), raises,
@@ -157,7 +160,7 @@ func TestAnalyze(t *testing.T) {
 			at(12, "qpd", "qp=0x33", "ret=0").at(12, "qpd", "qp=0x32", "ret=0").at(13, "exit"), Options{},
 			[]Kind{SRQDestroyedBeforeLastWQE}, "rxe0 raises it (this trace: rxe0 raised it for qpn 19)"},
 		{"completion for a destroyed QP", rcPair().
-			at(10, "recv", "qp=0x32", "wr=0x1", "ok=1").at(10, "send", "qp=0x31", "wr=0x2", "op=2", "sig=1", "ok=1").
+			at(10, "recv", "qp=0x32", "wr=0x1").at(10, "send", "qp=0x31", "wr=0x2", "op=2", "sig=1").
 			at(11, "qpd", "qp=0x31", "ret=0").
 			at(12, "wc", "cq=0x20", "wr=0x2", "st=0", "op=0", "qpn=17").
 			at(12, "wc", "cq=0x20", "wr=0x1", "st=0", "op=128", "qpn=18").
@@ -166,10 +169,10 @@ func TestAnalyze(t *testing.T) {
 		{"CQ over its size", func() *stream {
 			s := rcPair()
 			for i := 0; i < 20; i++ {
-				s.at(10, "recv", "qp=0x32", fmt.Sprintf("wr=0x%x", i+1), "ok=1")
+				s.at(10, "recv", "qp=0x32", fmt.Sprintf("wr=0x%x", i+1))
 			}
 			for i := 0; i < 20; i++ {
-				s.at(11, "send", "qp=0x31", "wr=0x99", "op=0", "sig=1", "ok=1").
+				s.at(11, "send", "qp=0x31", "wr=0x99", "op=0", "sig=1").
 					at(12, "wc", "cq=0x20", "wr=0x99", "st=0", "op=0", "qpn=17").
 					at(12, "wc", "cq=0x20", fmt.Sprintf("wr=0x%x", i+1), "st=0", "op=128", "qpn=18")
 			}
@@ -183,22 +186,22 @@ func TestAnalyze(t *testing.T) {
 			at(11, "ev", "ctx=0x10", "type=16", "qp=0x32", "qpn=18").at(20, "exit"), raises,
 			[]Kind{EventNotAcked}, "1 IBV_EVENT_QP_LAST_WQE_REACHED of qpn 18 never acknowledged"},
 		{"posted in ERROR, never flushed, process ended", rcPair().traffic(10).
-			at(20, "mod", "qp=0x32", "state=6", "ret=0").at(30, "recv", "qp=0x32", "wr=0x5", "ok=1").at(1300, "exit"), Options{},
+			at(20, "mod", "qp=0x32", "state=6", "ret=0").at(30, "recv", "qp=0x32", "wr=0x5").at(1300, "exit"), Options{},
 			[]Kind{PostedInErrorNotFlushed}, "1 WR(s) posted to the recv queue of qpn 18 in ERROR (first wr_id 0x5, 10.0 ms after ERROR) had no completion 1270.0 ms later, when the process ended"},
 		{"posted in ERROR, never flushed, then destroyed", rcPair().traffic(10).
-			at(20, "mod", "qp=0x32", "state=6", "ret=0").at(30, "recv", "qp=0x32", "wr=0x5", "ok=1").teardown(1300), Options{},
+			at(20, "mod", "qp=0x32", "state=6", "ret=0").at(30, "recv", "qp=0x32", "wr=0x5").teardown(1300), Options{},
 			[]Kind{PostedInErrorNotFlushed}, "when it was destroyed"},
 		{"posted in ERROR and destroyed at once: destroyed with outstanding", rcPair().traffic(10).
-			at(20, "mod", "qp=0x32", "state=6", "ret=0").at(30, "recv", "qp=0x32", "wr=0x5", "ok=1").teardown(31), Options{},
+			at(20, "mod", "qp=0x32", "state=6", "ret=0").at(30, "recv", "qp=0x32", "wr=0x5").teardown(31), Options{},
 			[]Kind{DestroyedWithOutstanding}, "qpn 18 destroyed with 1 WR(s) outstanding on its recv queue"},
 		{"posted in ERROR, flushed", rcPair().traffic(10).
-			at(20, "mod", "qp=0x32", "state=6", "ret=0").at(30, "recv", "qp=0x32", "wr=0x5", "ok=1").
+			at(20, "mod", "qp=0x32", "state=6", "ret=0").at(30, "recv", "qp=0x32", "wr=0x5").
 			at(31, "wc", "cq=0x20", "wr=0x5", "st=5", "op=0", "qpn=18").teardown(1300), Options{}, nil, ""},
 		{"an ibv_qp_ex send path the shim could not take over is not judged", func() *stream {
 			s := &stream{}
 			return s.at(0, "open", "ctx=0x10", "dev=rxe0").at(1, "cq", "ctx=0x10", "cq=0x20", "cqe=16", "ex=0").
 				at(2, "qp", "ctx=0x10", "qp=0x31", "qpn=17", "type=2", "scq=0x20", "rcq=0x20", "srq=0x0", "ex=1").
-				at(3, "send", "qp=0x31", "wr=0x1", "op=0", "sig=1", "ok=1").at(4, "qpd", "qp=0x31", "ret=0")
+				at(3, "send", "qp=0x31", "wr=0x1", "op=0", "sig=1").at(4, "qpd", "qp=0x31", "ret=0")
 		}(), Options{}, nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -299,12 +302,12 @@ func TestRules(t *testing.T) {
 			s := &stream{}
 			s.at(0, "open", "ctx=0x10", "dev=rxe0").at(1, "cq", "ctx=0x10", "cq=0x20", "cqe=16", "ex=0").
 				at(2, "qp", "ctx=0x10", "qp=0x31", "qpn=17", "type=2", "scq=0x20", "rcq=0x20", "srq=0x0", "sig_all=1", "ex=0")
-			return s.at(3, "send", "qp=0x31", "wr=0x1", "op=0", "sig=0", "ok=1").at(3, "send", "qp=0x31", "wr=0x2", "op=0", "sig=0", "ok=1").
+			return s.at(3, "send", "qp=0x31", "wr=0x1", "op=0", "sig=0").at(3, "send", "qp=0x31", "wr=0x2", "op=0", "sig=0").
 				at(4, "wc", "cq=0x20", "wr=0x1", "st=0", "op=0", "qpn=17").at(4, "wc", "cq=0x20", "wr=0x2", "st=0", "op=0", "qpn=17").
 				at(5, "qpd", "qp=0x31", "ret=0").at(6, "exit")
 		}(), Options{}, nil, nil},
 		{"a flushed completion retires the WR with its wr_id in whichever queue holds it", rcPair().
-			at(10, "recv", "qp=0x32", "wr=0x7", "ok=1").at(10, "send", "qp=0x32", "wr=0x8", "op=0", "sig=1", "ok=1").
+			at(10, "recv", "qp=0x32", "wr=0x7").at(10, "send", "qp=0x32", "wr=0x8", "op=0", "sig=1").
 			at(20, "mod", "qp=0x32", "state=6", "ret=0").
 			// the opcodes of flushed completions are garbage (ibv_poll_cq(3)): a send's opcode on the receive, and back
 			at(21, "wc", "cq=0x20", "wr=0x7", "st=5", "op=0", "qpn=18").
@@ -312,7 +315,7 @@ func TestRules(t *testing.T) {
 		{"a successful receive completion of an SRQ QP retires that WR from the SRQ", func() *stream {
 			s := srqPair() // 4 receives on the SRQ, CQ of cqe 16
 			for i := 5; i <= 24; i++ {
-				s.at(20, "srecv", "srq=0x40", fmt.Sprintf("wr=0x%x", 100+i), "ok=1").
+				s.at(20, "srecv", "srq=0x40", fmt.Sprintf("wr=0x%x", 100+i)).
 					at(21, "wc", "cq=0x20", fmt.Sprintf("wr=0x%x", 100+i-4), "st=0", "op=128", "qpn=18")
 			}
 			return s.at(30, "ev", "ctx=0x10", "type=16", "qp=0x32", "qpn=18").at(30, "ack", "type=16", "qp=0x32", "qpn=18").
@@ -320,7 +323,7 @@ func TestRules(t *testing.T) {
 		}(), raises, nil, nil},
 		{"RESET clears the QP's ERROR time", rcPair().
 			at(10, "mod", "qp=0x32", "state=6", "ret=0").at(11, "mod", "qp=0x32", "state=0", "ret=0").
-			at(12, "mod", "qp=0x32", "state=1", "ret=0").at(12, "recv", "qp=0x32", "wr=0x5", "ok=1").
+			at(12, "mod", "qp=0x32", "state=1", "ret=0").at(12, "recv", "qp=0x32", "wr=0x5").
 			at(1000, "qpd", "qp=0x32", "ret=0").at(1000, "qpd", "qp=0x31", "ret=0").at(1001, "exit"), Options{},
 			[]Kind{DestroyedWithOutstanding}, func(t *testing.T, rep *Report) {
 				if !strings.Contains(rep.Findings[0].Evidence, "it never entered ERROR") {
@@ -328,7 +331,7 @@ func TestRules(t *testing.T) {
 				}
 			}},
 		{"a WR posted after ibv_destroy_qp returned 0 is not outstanding", rcPair().traffic(10).teardown(20).
-			at(30, "send", "qp=0x31", "wr=0x9", "op=0", "sig=1", "ok=1").at(30, "recv", "qp=0x32", "wr=0x9", "ok=1"), Options{},
+			at(30, "send", "qp=0x31", "wr=0x9", "op=0", "sig=1").at(30, "recv", "qp=0x32", "wr=0x9"), Options{},
 			nil, func(t *testing.T, rep *Report) {
 				if rep.Processes[0].Posted != 2 {
 					t.Errorf("%d WRs posted counted, want 2 (not the 2 posted to destroyed QPs)", rep.Processes[0].Posted)
@@ -337,7 +340,7 @@ func TestRules(t *testing.T) {
 		{"exactly cqe WRs outstanding is not over-size", func() *stream {
 			s := rcPair()
 			for i := 1; i <= 16; i++ {
-				s.at(10, "recv", "qp=0x32", fmt.Sprintf("wr=0x%x", i), "ok=1")
+				s.at(10, "recv", "qp=0x32", fmt.Sprintf("wr=0x%x", i))
 			}
 			for i := 1; i <= 16; i++ {
 				s.at(11, "wc", "cq=0x20", fmt.Sprintf("wr=0x%x", i), "st=0", "op=128", "qpn=18")
@@ -358,18 +361,18 @@ func TestRules(t *testing.T) {
 				}
 			}},
 		{"a non-flush error completion moves a connected QP to ERROR", rcPair().
-			at(10, "send", "qp=0x31", "wr=0x1", "op=0", "sig=1", "ok=1").
+			at(10, "send", "qp=0x31", "wr=0x1", "op=0", "sig=1").
 			at(11, "wc", "cq=0x20", "wr=0x1", "st=12", "op=0", "qpn=17").
-			at(20, "recv", "qp=0x31", "wr=0x2", "ok=1").
+			at(20, "recv", "qp=0x31", "wr=0x2").
 			at(1000, "qpd", "qp=0x31", "ret=0").at(1000, "qpd", "qp=0x32", "ret=0").at(1001, "exit"), Options{},
 			[]Kind{PostedInErrorNotFlushed}, nil},
 		{"an error completion leaves a UD QP as it was", func() *stream {
 			s := &stream{}
 			return s.at(0, "open", "ctx=0x10", "dev=rxe0").at(1, "cq", "ctx=0x10", "cq=0x20", "cqe=16", "ex=0").
 				at(2, "qp", "ctx=0x10", "qp=0x31", "qpn=17", "type=4", "scq=0x20", "rcq=0x20", "srq=0x0", "sig_all=0", "ex=0").
-				at(10, "send", "qp=0x31", "wr=0x1", "op=0", "sig=1", "ok=1").
+				at(10, "send", "qp=0x31", "wr=0x1", "op=0", "sig=1").
 				at(11, "wc", "cq=0x20", "wr=0x1", "st=4", "op=0", "qpn=17").
-				at(20, "recv", "qp=0x31", "wr=0x2", "ok=1").at(1000, "qpd", "qp=0x31", "ret=0").at(1001, "exit")
+				at(20, "recv", "qp=0x31", "wr=0x2").at(1000, "qpd", "qp=0x31", "ret=0").at(1001, "exit")
 		}(), Options{}, []Kind{DestroyedWithOutstanding}, nil},
 		{"the devices the trace saw raise Last WQE Reached are not probed again", srqQP(srqPair(), "0x33", "19").
 			at(3, "mod", "qp=0x33", "state=2", "ret=0").at(10, "mod", "qp=0x33", "state=6", "ret=0").
@@ -380,7 +383,7 @@ func TestRules(t *testing.T) {
 			s := &stream{}
 			return s.at(0, "open", "ctx=0x10", "dev=rxe0").at(1, "cq", "ctx=0x10", "cq=0x20", "cqe=16", "ex=1").
 				at(2, "qp", "ctx=0x10", "qp=0x31", "qpn=17", "type=2", "scq=0x20", "rcq=0x20", "srq=0x0", "sig_all=0", "ex=0").
-				at(10, "recv", "qp=0x31", "wr=0x2", "ok=1").at(20, "qpd", "qp=0x31", "ret=0").at(21, "exit")
+				at(10, "recv", "qp=0x31", "wr=0x2").at(20, "qpd", "qp=0x31", "ret=0").at(21, "exit")
 		}(), Options{}, nil, func(t *testing.T, rep *Report) {
 			if len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "ibv_create_cq_ex") {
 				t.Errorf("notes %q, want the CQ's", rep.Notes)
@@ -428,27 +431,27 @@ func TestAmbiguousFlush(t *testing.T) {
 		note string
 	}{
 		{"the send's success after the receive's flush: clean", rping().
-			at(10, "recv", "qp=0x31", "wr=0x0", "ok=1").at(10, "send", "qp=0x31", "wr=0x0", "op=2", "sig=1", "ok=1").
+			at(10, "recv", "qp=0x31", "wr=0x0").at(10, "send", "qp=0x31", "wr=0x0", "op=2", "sig=1").
 			at(20, "mod", "qp=0x31", "state=6", "ret=0").
 			at(21, "wc", "cq=0x20", "wr=0x0", "st=5", "op=0", "qpn=17"). // the receive's flush, opcode garbage
 			at(22, "wc", "cq=0x20", "wr=0x0", "st=0", "op=0", "qpn=17"). // the send's success, after it
 			at(30, "qpd", "qp=0x31", "ret=0").at(31, "exit"), nil, ""},
 		{"two flushes for two of four WRs: not judged, a note", rping().
-			at(10, "recv", "qp=0x31", "wr=0x0", "ok=1").at(10, "recv", "qp=0x31", "wr=0x0", "ok=1").
-			at(10, "send", "qp=0x31", "wr=0x0", "op=2", "sig=1", "ok=1").at(10, "send", "qp=0x31", "wr=0x0", "op=2", "sig=1", "ok=1").
+			at(10, "recv", "qp=0x31", "wr=0x0").at(10, "recv", "qp=0x31", "wr=0x0").
+			at(10, "send", "qp=0x31", "wr=0x0", "op=2", "sig=1").at(10, "send", "qp=0x31", "wr=0x0", "op=2", "sig=1").
 			at(20, "mod", "qp=0x31", "state=6", "ret=0").
 			at(21, "wc", "cq=0x20", "wr=0x0", "st=5", "op=0", "qpn=17").at(21, "wc", "cq=0x20", "wr=0x0", "st=5", "op=0", "qpn=17").
 			at(30, "qpd", "qp=0x31", "ret=0").at(31, "exit"), nil, "qpn 17: flushed completions with wr_id 0x0 came while its send and its receive queue both held"},
 		{"all four flushed: clean", rping().
-			at(10, "recv", "qp=0x31", "wr=0x0", "ok=1").at(10, "recv", "qp=0x31", "wr=0x0", "ok=1").
-			at(10, "send", "qp=0x31", "wr=0x0", "op=2", "sig=1", "ok=1").at(10, "send", "qp=0x31", "wr=0x0", "op=2", "sig=1", "ok=1").
+			at(10, "recv", "qp=0x31", "wr=0x0").at(10, "recv", "qp=0x31", "wr=0x0").
+			at(10, "send", "qp=0x31", "wr=0x0", "op=2", "sig=1").at(10, "send", "qp=0x31", "wr=0x0", "op=2", "sig=1").
 			at(20, "mod", "qp=0x31", "state=6", "ret=0").
 			at(21, "wc", "cq=0x20", "wr=0x0", "st=5", "op=0", "qpn=17").at(21, "wc", "cq=0x20", "wr=0x0", "st=5", "op=0", "qpn=17").
 			at(21, "wc", "cq=0x20", "wr=0x0", "st=5", "op=0", "qpn=17").at(21, "wc", "cq=0x20", "wr=0x0", "st=5", "op=0", "qpn=17").
 			at(30, "qpd", "qp=0x31", "ret=0").at(31, "exit"), nil, ""},
 		{"another wr_id left outstanding is still judged", rping().
-			at(10, "recv", "qp=0x31", "wr=0x0", "ok=1").at(10, "recv", "qp=0x31", "wr=0x5", "ok=1").
-			at(10, "send", "qp=0x31", "wr=0x0", "op=2", "sig=1", "ok=1").
+			at(10, "recv", "qp=0x31", "wr=0x0").at(10, "recv", "qp=0x31", "wr=0x5").
+			at(10, "send", "qp=0x31", "wr=0x0", "op=2", "sig=1").
 			at(20, "mod", "qp=0x31", "state=6", "ret=0").
 			at(21, "wc", "cq=0x20", "wr=0x0", "st=5", "op=0", "qpn=17").
 			at(22, "wc", "cq=0x20", "wr=0x0", "st=0", "op=0", "qpn=17").
@@ -470,6 +473,88 @@ func TestAmbiguousFlush(t *testing.T) {
 	}
 }
 
+// TestPostRecords: the shim records a post's WRs before the provider's
+// post, so that a completion another thread polls while the post runs
+// (siw sends inside ibv_post_send) comes after them; a post that fails adds
+// an unposted record from the same thread, which takes back its last WRs
+// (bad_wr and those after it), and only those.
+func TestPostRecords(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		s      *stream
+		want   []Kind
+		posted int
+	}{
+		{"a completion polled by another thread while the post runs: clean", rping().
+			at(10, "recv", "qp=0x31", "wr=0x0").
+			at(11, "send", "qp=0x31", "wr=0x0", "op=2", "sig=1").
+			by(200, 11, "wc", "cq=0x20", "wr=0x0", "st=0", "op=0", "qpn=17"). // before the post returned
+			by(200, 12, "wc", "cq=0x20", "wr=0x0", "st=0", "op=128", "qpn=17").
+			at(20, "mod", "qp=0x31", "state=6", "ret=0").
+			at(30, "qpd", "qp=0x31", "ret=0").at(31, "exit"), nil, 2},
+		{"a receive chain failed at its second WR, another thread posting between", rcPair().
+			at(10, "recv", "qp=0x32", "wr=0x1").
+			at(10, "recv", "qp=0x32", "wr=0x2").at(10, "recv", "qp=0x32", "wr=0x3").
+			by(200, 10, "recv", "qp=0x32", "wr=0x7"). // while the first is in its post
+			at(10, "unposted", "qp=0x32", "wrs=2", "ret=12").
+			at(11, "send", "qp=0x31", "wr=0xa", "op=2", "sig=1").at(11, "send", "qp=0x31", "wr=0xb", "op=2", "sig=1").
+			at(12, "wc", "cq=0x20", "wr=0xa", "st=0", "op=0", "qpn=17").at(12, "wc", "cq=0x20", "wr=0x1", "st=0", "op=128", "qpn=18").
+			at(12, "wc", "cq=0x20", "wr=0xb", "st=0", "op=0", "qpn=17").at(12, "wc", "cq=0x20", "wr=0x7", "st=0", "op=128", "qpn=18").
+			teardown(20), nil, 4},
+		{"a failed post's WRs are taken back, not the thread's earlier ones", rcPair().
+			at(10, "recv", "qp=0x32", "wr=0x1").
+			at(11, "recv", "qp=0x32", "wr=0x2").at(11, "unposted", "qp=0x32", "wrs=1", "ret=12").
+			teardown(20), []Kind{DestroyedWithOutstanding}, 1},
+		{"a failed ibv_wr_complete batch (every WR unposted)", rcPair().traffic(10).
+			at(15, "send", "qp=0x31", "wr=0x5", "op=2", "sig=1").at(15, "send", "qp=0x31", "wr=0x6", "op=2", "sig=1").
+			at(15, "unposted", "qp=0x31", "wrs=2", "ret=22").teardown(20), nil, 2},
+		{"an unposted record after a WR of an untraced QP takes nothing back", rcPair().
+			at(10, "recv", "qp=0x32", "wr=0x1").
+			at(11, "recv", "qp=0x99", "wr=0x2").at(11, "unposted", "qp=0x99", "wrs=1", "ret=12").
+			teardown(20), []Kind{DestroyedWithOutstanding}, 1},
+		{"an SRQ chain failed at its first WR", srqPair().
+			at(5, "srecv", "srq=0x40", "wr=0x9").at(5, "unposted", "srq=0x40", "wrs=1", "ret=12").
+			at(10, "mod", "qp=0x32", "state=6", "ret=0").at(11, "ev", "ctx=0x10", "type=16", "qp=0x32", "qpn=18").
+			at(11, "ack", "type=16", "qp=0x32", "qpn=18").at(12, "qpd", "qp=0x32", "ret=0").
+			at(13, "srqd", "srq=0x40", "ret=0").at(14, "exit"), nil, 4},
+		{"18 receives on a CQ of 16, bad_wr the 17th: not over-size", func() *stream {
+			s := rcPair()
+			for i := 1; i <= 18; i++ {
+				s.at(10, "recv", "qp=0x32", fmt.Sprintf("wr=0x%x", i))
+			}
+			s.at(10, "unposted", "qp=0x32", "wrs=2", "ret=12").at(11, "mod", "qp=0x32", "state=6", "ret=0")
+			for i := 1; i <= 16; i++ {
+				s.at(12, "wc", "cq=0x20", fmt.Sprintf("wr=0x%x", i), "st=5", "op=0", "qpn=18")
+			}
+			return s.teardown(20)
+		}(), nil, 16},
+		{"17 receives posted on a CQ of 16, then a failed one: over-size", func() *stream {
+			s := rcPair()
+			for i := 1; i <= 17; i++ {
+				s.at(10, "recv", "qp=0x32", fmt.Sprintf("wr=0x%x", i))
+			}
+			s.at(10, "recv", "qp=0x32", "wr=0x99").at(10, "unposted", "qp=0x32", "wrs=1", "ret=12").at(11, "mod", "qp=0x32", "state=6", "ret=0")
+			for i := 1; i <= 17; i++ {
+				s.at(12, "wc", "cq=0x20", fmt.Sprintf("wr=0x%x", i), "st=5", "op=0", "qpn=18")
+			}
+			return s.teardown(20)
+		}(), []Kind{CQOverSize}, 17},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := Analyze(tc.s.records(t), Options{LastWQE: func(string) (LastWQE, bool) { return LastWQE{Raises: true, Source: "test"}, true }})
+			if got := kinds(rep); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("findings %v, want %v:\n%s", got, tc.want, text(t, rep))
+			}
+			if got := rep.Processes[0].Posted; got != tc.posted {
+				t.Errorf("%d WRs posted, want %d", got, tc.posted)
+			}
+			if len(rep.Notes) != 0 {
+				t.Errorf("notes %q", rep.Notes)
+			}
+		})
+	}
+}
+
 // TestForkAndExit: a child forked after the device was opened acts on its
 // parent's objects; QPs left holding WRs when the last process holding them
 // ends are judged as destroyed then; an exec starts objects of its own.
@@ -483,22 +568,22 @@ func TestForkAndExit(t *testing.T) {
 	}
 	s := rcPair() // pid 100: qpn 17 and 18 on one CQ
 	for i := 1; i <= 4; i++ {
-		s.at(10, "recv", "qp=0x31", fmt.Sprintf("wr=0x%x", i), "ok=1")
+		s.at(10, "recv", "qp=0x31", fmt.Sprintf("wr=0x%x", i))
 	}
 	for i := 1; i <= 3; i++ {
-		s.at(10, "recv", "qp=0x32", fmt.Sprintf("wr=0x%x", 10+i), "ok=1")
+		s.at(10, "recv", "qp=0x32", fmt.Sprintf("wr=0x%x", 10+i))
 	}
 	at(s, 20, 200, "fork", "ppid=100")
 	at(s, 21, 200, "qpd", "qp=0x31", "begin=1")
 	at(s, 22, 200, "qpd", "qp=0x31", "ret=0")
 	at(s, 23, 200, "exit")
-	s.at(30, "send", "qp=0x31", "wr=0x9", "op=0", "sig=1", "ok=1") // the parent's post to a QP its child destroyed
+	s.at(30, "send", "qp=0x31", "wr=0x9", "op=0", "sig=1") // the parent's post to a QP its child destroyed
 	s.at(50, "exit")
 	// pid 300 forks 301, which execs a program that opens a device of its own
 	at(s, 60, 300, "open", "ctx=0x10", "dev=rxe0")
 	at(s, 60, 300, "cq", "ctx=0x10", "cq=0x20", "cqe=16", "ex=0")
 	at(s, 60, 300, "qp", "ctx=0x10", "qp=0x31", "qpn=40", "type=2", "scq=0x20", "rcq=0x20", "srq=0x0", "sig_all=0", "ex=0")
-	at(s, 60, 300, "recv", "qp=0x31", "wr=0x1", "ok=1")
+	at(s, 60, 300, "recv", "qp=0x31", "wr=0x1")
 	at(s, 61, 301, "fork", "ppid=300")
 	at(s, 62, 301, "start")
 	at(s, 63, 301, "open", "ctx=0x10", "dev=rxe0")
@@ -528,7 +613,7 @@ func TestForkAndExit(t *testing.T) {
 		t.Errorf("processes (pid:QPs:posted) %v", procs)
 	}
 	// killed: the evidence says so
-	k := rcPair().at(10, "recv", "qp=0x32", "wr=0x1", "ok=1").at(40, "wc", "cq=0x20", "wr=0x77", "st=0", "op=0", "qpn=99")
+	k := rcPair().at(10, "recv", "qp=0x32", "wr=0x1").at(40, "wc", "cq=0x20", "wr=0x77", "st=0", "op=0", "qpn=99")
 	rep = Analyze(k.records(t), Options{})
 	if len(rep.Findings) != 1 || !strings.Contains(rep.Findings[0].Evidence, "pid 100 ended without exiting normally") || rep.Findings[0].At != 40*time.Millisecond {
 		t.Errorf("a process killed with WRs outstanding:\n%s", text(t, rep))

@@ -3,6 +3,7 @@ package trace
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -116,6 +117,74 @@ func TestHostPlanted(t *testing.T) {
 				t.Errorf("processes %+v", rep.Processes)
 			}
 		})
+	}
+}
+
+// TestHostPostOrder: a completion polled by another thread before the
+// post that made it has returned (the fake provider waits in its post
+// until it is) is recorded after the post's WR, so the trace of rping's
+// pattern (one CQ, every wr_id 0) is clean, without a note.
+func TestHostPostOrder(t *testing.T) {
+	shim, dir := hostRig(t, "polled_in_post")
+	_, res := runOut(t, shim, filepath.Join(dir, "polled_in_post"))
+	if res.ExitCode != 0 {
+		t.Fatalf("polled_in_post: %s", res.Status)
+	}
+	var posted, polled [2]int // sends, receives
+	for _, r := range res.Records {
+		switch {
+		case r.Kind == "send":
+			posted[0]++
+		case r.Kind == "recv":
+			posted[1]++
+		case r.Kind == "wc":
+			i := 0
+			if r.Uint("op")&128 != 0 {
+				i = 1
+			}
+			if polled[i]++; polled[i] > posted[i] {
+				t.Errorf("line %d: completion %d of the %s queues recorded before the post of its WR (%d posted)", r.Line, polled[i], [2]string{"send", "receive"}[i], posted[i])
+			}
+		}
+	}
+	if polled != posted || polled[0] != 6 {
+		t.Errorf("%v WRs posted (sends, receives), %v completions polled, want 6 each", posted, polled)
+	}
+	if rep := Analyze(res.Records, Options{}); !rep.Clean() || len(rep.Notes) != 0 {
+		t.Errorf("want clean, no note:\n%s", text(t, rep))
+	}
+}
+
+// TestHostPartialPost: a post the provider takes up to its bad_wr only is
+// one record per WR, then one unposted record for bad_wr and the WRs
+// after it; the analysis counts the WRs before bad_wr as posted.
+func TestHostPartialPost(t *testing.T) {
+	shim, dir := hostRig(t, "partial_post")
+	_, res := runOut(t, shim, filepath.Join(dir, "partial_post"))
+	if res.ExitCode != 0 {
+		t.Fatalf("partial_post: %s", res.Status)
+	}
+	var unposted []string
+	for _, r := range res.Records {
+		if r.Kind == "unposted" {
+			unposted = append(unposted, r.Str("wrs")+" "+r.Str("ret"))
+		}
+	}
+	rep := Analyze(res.Records, Options{})
+	if fmt.Sprint(unposted) != "[1 22]" || !rep.Clean() || rep.Processes[0].Posted != 2 {
+		t.Errorf("unposted records (wrs ret) %v, want [1 22] (EINVAL); want clean with 2 WRs posted:\n%s", unposted, text(t, rep))
+	}
+}
+
+// TestHostForkLock: a child forked while another thread of its parent
+// holds the shim's table lock can still take it (the child re-initialises
+// it): fork_lock forks 300 times while a thread opens and closes the
+// device in a loop, and each child's destroy takes the lock.
+func TestHostForkLock(t *testing.T) {
+	shim, dir := hostRig(t, "fork_lock")
+	out, res := runOut(t, shim, filepath.Join(dir, "fork_lock"), "300")
+	if res.ExitCode != 0 {
+		t.Errorf("fork_lock: %s, %q: a child deadlocked on the lock its parent's other thread held at fork", res.Status, out)
 	}
 }
 

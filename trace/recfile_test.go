@@ -91,7 +91,7 @@ func recordFile(t *testing.T, data []byte, lost int) *recordReader {
 // did not fit; the records around it are read, as text Parse reads.
 func TestRecordReader(t *testing.T) {
 	exit := func(ns uint64) []byte { return encode(t, "exit", ns, false, 1, 1) }
-	cut := encode(t, "send", 2, false, 2, 2, "qp", 0x31, "wr", 7, "op", 2, "sig", 1, "ok", 1)
+	cut := encode(t, "send", 2, false, 2, 2, "qp", 0x31, "wr", 7, "op", 2, "sig", 1)
 	clear(cut[:8]) // the header is stored last: killed before it
 	var data []byte
 	data = append(data, exit(1)...)
@@ -136,7 +136,7 @@ func TestRecordClock(t *testing.T) {
 	// a 3 GHz TSC: tick 3e9 is 5 s of CLOCK_MONOTONIC, tick 6e9 is 6 s
 	var data []byte
 	data = append(data, encode(t, "start", 3_000_000_000, true, 1, 1, "ns", 5_000_000_000)...)
-	data = append(data, encode(t, "send", 3_000_300_000, true, 1, 1, "qp", 0x31, "wr", 1, "op", 0, "sig", 1, "ok", 1)...)
+	data = append(data, encode(t, "send", 3_000_300_000, true, 1, 1, "qp", 0x31, "wr", 1, "op", 0, "sig", 1)...)
 	data = append(data, encode(t, "clock", 4_500_000_000, true, 1, 1, "ns", 5_500_000_000)...)
 	data = append(data, encode(t, "exit", 6_000_000_000, true, 1, 1, "ns", 6_000_000_000)...)
 	rr := recordFile(t, data, 0)
@@ -157,7 +157,7 @@ func TestRecordClock(t *testing.T) {
 	// without the TSC, a post's coarse tick older than the record before
 	// it is placed at that record's time
 	data = append(encode(t, "mod", 10_000, false, 1, 1, "qp", 0x31, "state", 6, "ret", 0),
-		encode(t, "recv", 7_000, false, 1, 1, "qp", 0x31, "wr", 1, "ok", 1)...)
+		encode(t, "recv", 7_000, false, 1, 1, "qp", 0x31, "wr", 1)...)
 	data = append(data, encode(t, "exit", 12_000, false, 1, 1)...)
 	if recs, err = Parse(recordFile(t, data, 0)); err != nil {
 		t.Fatal(err)

@@ -30,9 +30,12 @@ var ErrBadRecord = errors.New("bad trace record")
 //	                               a QP was created (ex=1: an ibv_qp_ex send path the shim could not take over)
 //	mod     qp state ret           ibv_modify_qp with IBV_QP_STATE
 //	qpd     qp begin | qp ret      ibv_destroy_qp called | returned
-//	send    qp wr op sig ok [ret]  one WR of ibv_post_send (ok=0: the first one not posted, ret the error)
-//	recv    qp wr ok [ret]         one WR of ibv_post_recv
-//	srecv   srq wr ok [ret]        one WR of ibv_post_srq_recv
+//	send    qp wr op sig           one WR of ibv_post_send (or of ibv_wr_complete's batch), written before the
+//	                               provider's post: a completion polled while the post runs comes after it
+//	recv    qp wr                  one WR of ibv_post_recv, the same
+//	srecv   srq wr                 one WR of ibv_post_srq_recv, the same
+//	unposted qp|srq wrs ret        the post this thread is in failed (ret): the last wrs WRs it recorded, bad_wr
+//	                               and those after it, were not posted
 //	wc      cq wr st op qpn        one completion ibv_poll_cq returned
 //	pollerr cq ret                 ibv_poll_cq returned an error
 //	ev      ctx type [qp qpn|cq|srq|port]   ibv_get_async_event returned an event
@@ -41,6 +44,10 @@ var ErrBadRecord = errors.New("bad trace record")
 //	fail    verb errno             a create failed
 //	exit                           the process exits normally (after a device was opened)
 //	map     base lo hi path        an object loaded in the process: its path, load bias and address range
+//
+// Records of older shims, written after the provider's post, carry ok= on
+// send, recv and srecv: ok=0 marks the first WR not posted, which the
+// analysis skips.
 //
 // The records of the verbs a finding can point to (qp, cq, srq, qpd, cqd,
 // srqd, send, recv, srecv, ev) carry site=, the return address into the
@@ -94,7 +101,7 @@ var required = map[string][]string{
 	"cq": {"ctx", "cq", "cqe"}, "cqd": {"cq"},
 	"srq": {"ctx", "srq"}, "srqd": {"srq"},
 	"qp": {"ctx", "qp", "qpn", "type", "scq", "rcq", "srq"}, "mod": {"qp", "state", "ret"}, "qpd": {"qp"},
-	"send": {"qp", "wr", "ok"}, "recv": {"qp", "wr", "ok"}, "srecv": {"srq", "wr", "ok"},
+	"send": {"qp", "wr"}, "recv": {"qp", "wr"}, "srecv": {"srq", "wr"}, "unposted": {"wrs"},
 	"wc": {"cq", "wr", "st", "qpn"}, "pollerr": {"cq"},
 	"ev": {"type"}, "ack": {"type"},
 	"map": {"base", "lo", "hi"},

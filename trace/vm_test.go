@@ -26,6 +26,7 @@ var planted = map[string]string{
 	"dlopen_outstanding": string(DestroyedWithOutstanding),
 	"cqx_destroyed_wc":   string(CompletionForDestroyedQP),
 	"rping_wrid0":        "",
+	"polled_in_post":     "",
 	"clean":              "",
 	"outstanding":        string(DestroyedWithOutstanding),
 	"srq_lastwqe":        string(SRQDestroyedBeforeLastWQE),
@@ -67,11 +68,14 @@ done
 ./qpdrain trace --shim ./SHIMNAME --report binding.report -- ./qpdrain check --device "$DEV" --run '^flush-outstanding$' > binding.out 2>&1
 echo "@@ binding exit=$? seen=$(grep -oE '[0-9]+ QPs, [0-9]+ CQs, [0-9]+ SRQs, [0-9]+ WRs posted' binding.report | head -1 | tr ' ,' '_.')"
 cat binding.report
-# call sites: two destroys that differ only by their caller, one suppressed by caller=
-echo 'destroyed-with-outstanding caller=two_sites!destroy_accepted' > sites.supp
-./qpdrain trace --shim ./SHIMNAME --suppressions sites.supp --report sites.report -- ./two_sites > sites.out 2>&1
-echo "@@ sites exit=$? $(grep -o 'called at [^ ]*' sites.report | tr ' ' _ | tr '\n' ' ')suppressed=$(grep -c '1 destroyed-with-outstanding (sites.supp:1)' sites.report)"
-cat sites.report
+# call sites: two destroys that differ only by their caller, one suppressed
+# by caller= (two_sites connects by hand: not on iWARP)
+if [ $IWARP = 0 ]; then
+	echo 'destroyed-with-outstanding caller=two_sites!destroy_accepted' > sites.supp
+	./qpdrain trace --shim ./SHIMNAME --suppressions sites.supp --report sites.report -- ./two_sites > sites.out 2>&1
+	echo "@@ sites exit=$? $(grep -o 'called at [^ ]*' sites.report | tr ' ' _ | tr '\n' ' ')suppressed=$(grep -c '1 destroyed-with-outstanding (sites.supp:1)' sites.report)"
+	cat sites.report
+fi
 pair() {
 	port=$1; shift
 	"$@" -p "$port" & s=$!
@@ -328,7 +332,7 @@ func checkVMVerdicts(t *testing.T, out string, runs int, real bool) {
 		}
 		// two destroys differing by their caller: the one not suppressed
 		// shows its function
-		if v := got["sites"]; !regexp.MustCompile(`^exit=1 called_at_two_sites!destroy_kept\+0x[0-9a-f]+ suppressed=1$`).MatchString(v) {
+		if v := got["sites"]; !iwarp && !regexp.MustCompile(`^exit=1 called_at_two_sites!destroy_kept\+0x[0-9a-f]+ suppressed=1$`).MatchString(v) {
 			t.Errorf("%s: two_sites with destroy_accepted suppressed by caller=: %q, want destroy_kept's finding and one suppressed", kernel, v)
 		}
 		realNames := []string{"ibv_rc_pingpong", "ibv_srq_pingpong", "ib_write_bw", "rping"}

@@ -152,12 +152,12 @@ static struct ibv_qp_ex *(*real_qp_to_qp_ex)(struct ibv_qp *);
  * the decoder's conversion; "clock" records carry only that. The kinds
  * written on the post and poll path come first: they take no ns. */
 #define REC_KINDS(X) X(send) X(recv) X(srecv) X(wc) X(start) X(fork) X(open) X(close) X(cq) X(cqd) X(srq) X(srqd) \
-	X(qp) X(mod) X(qpd) X(pollerr) X(ev) X(ack) X(qpxlost) X(fail) X(exit) X(clock) X(map)
+	X(qp) X(mod) X(qpd) X(pollerr) X(ev) X(ack) X(qpxlost) X(fail) X(exit) X(clock) X(map) X(unposted)
 #define REC_KEYS(X) X(ctx, HEX) X(qp, HEX) X(cq, HEX) X(srq, HEX) X(scq, HEX) X(rcq, HEX) X(wr, HEX) X(ret, INT) \
 	X(cqe, INT) X(errno, INT) X(dev, STR) X(verb, STR) X(exe, STR) X(traced, DEC) X(ex, DEC) X(begin, DEC) \
 	X(max_wr, DEC) X(qpn, DEC) X(type, DEC) X(max_send_wr, DEC) X(max_recv_wr, DEC) X(sig_all, DEC) \
-	X(state, DEC) X(op, DEC) X(sig, DEC) X(ok, DEC) X(st, DEC) X(port, DEC) X(ppid, DEC) X(ns, DEC) \
-	X(site, HEX) X(base, HEX) X(lo, HEX) X(hi, HEX) X(path, STR)
+	X(state, DEC) X(op, DEC) X(sig, DEC) X(st, DEC) X(port, DEC) X(ppid, DEC) X(ns, DEC) \
+	X(site, HEX) X(base, HEX) X(lo, HEX) X(hi, HEX) X(path, STR) X(wrs, DEC)
 #define KIND_ENUM(n) KIND_##n,
 #define KEY_ENUM(n, f) KEY_##n,
 enum rec_kind { REC_KINDS(KIND_ENUM) };
@@ -343,7 +343,9 @@ static void after_fork_child(void)
 
 	cached_pid = getpid();
 	cached_tid = 0;
-	pthread_mutex_init(&mods_mu, NULL); /* another thread may have held it at fork */
+	/* another thread may have held them at fork: the child has no such thread */
+	pthread_mutex_init(&slots_mu, NULL);
+	pthread_mutex_init(&mods_mu, NULL);
 	if (__atomic_load_n(&rec_map, __ATOMIC_ACQUIRE)) {
 		struct rec r;
 
@@ -479,7 +481,10 @@ static void emit(struct rec *r)
 	 * kernels refuse and fault page by page), and gives the decoder a
 	 * TSC/CLOCK_MONOTONIC pair. */
 	if ((off + words * 8) / REC_CHUNK != off / REC_CHUNK && (off / REC_CHUNK + 2) * REC_CHUNK <= rec_cap) {
+		int saved = errno; /* a post's records come before the provider's post, which may set errno */
+
 		madvise(m + REC_DATA + (off / REC_CHUNK + 1) * REC_CHUNK, REC_CHUNK, REC_POPULATE_WRITE);
+		errno = saved;
 		if (use_tsc) {
 			struct rec c;
 
@@ -658,22 +663,39 @@ static void rec_srq(const char *verb, struct ibv_srq *srq, int err, struct ibv_c
 
 /* ---- the ops-table wrappers ---- */
 
+/* The post wrappers record a post's WRs before the provider sees them:
+ * a provider may execute a WR inside its post (siw sends it from
+ * ibv_post_send; rxe's kernel worker may complete it before the call
+ * returns), and another thread may poll its completion then, whose record
+ * must come after the post's. A post that fails adds one "unposted"
+ * record, written before the call returns: its last n WRs (bad_wr and the
+ * WRs after it) were not posted. */
+
+/* rec_unposted writes that record for a post of n WRs of which the first
+ * posted were; without a bad_wr the first WR is taken as the failed one. */
+static void rec_unposted(enum rec_key key, const void *obj, unsigned n, unsigned posted, int ret)
+{
+	struct rec r;
+
+	begin(&r, KIND_unposted);
+	put_ptr(&r, key, obj);
+	put_uint(&r, KEY_wrs, n - posted);
+	put_int(&r, KEY_ret, ret);
+	emit(&r);
+}
+
 static int wrap_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
 	struct ctx_slot *s = find_slot(qp->context);
-	struct ibv_send_wr *badl = NULL;
+	struct ibv_send_wr *badl = NULL, *w;
 	uint64_t site = SITE();
+	unsigned n = 0, posted = 0;
 	int ret, saved;
 
 	if (!s)
 		return ENODEV; /* the context was closed: posting to it is the program's bug */
-	ret = s->post_send(qp, wr, &badl);
-	saved = errno;
-	if (bad)
-		*bad = badl;
-	for (struct ibv_send_wr *w = wr; w; w = w->next) {
+	for (w = wr; w; w = w->next, n++) {
 		struct rec r;
-		int posted = !(ret && (w == badl || !badl)); /* no bad_wr: take the first as failed */
 
 		begin(&r, KIND_send);
 		put_ptr(&r, KEY_qp, qp);
@@ -681,35 +703,49 @@ static int wrap_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
 		put_uint(&r, KEY_wr, w->wr_id);
 		put_uint(&r, KEY_op, w->opcode);
 		put_uint(&r, KEY_sig, (w->send_flags & IBV_SEND_SIGNALED) != 0);
-		put_uint(&r, KEY_ok, posted);
-		if (!posted)
-			put_int(&r, KEY_ret, ret);
 		emit(&r);
-		if (!posted)
-			break; /* bad_wr and the WRs after it were not posted */
+	}
+	ret = s->post_send(qp, wr, &badl);
+	saved = errno;
+	if (bad)
+		*bad = badl;
+	if (ret) {
+		for (w = wr; badl && w && w != badl; w = w->next)
+			posted++;
+		rec_unposted(KEY_qp, qp, n, w ? posted : 0, ret);
 	}
 	errno = saved;
 	return ret;
 }
 
-static void rec_recv_chain(enum rec_kind kind, enum rec_key key, const void *obj, struct ibv_recv_wr *wr, struct ibv_recv_wr *badl, int ret,
-			   uint64_t site)
+/* rec_recv_chain records the WRs of a receive chain, before it is posted;
+ * it returns how many there are. */
+static unsigned rec_recv_chain(enum rec_kind kind, enum rec_key key, const void *obj, struct ibv_recv_wr *wr, uint64_t site)
 {
-	for (struct ibv_recv_wr *w = wr; w; w = w->next) {
+	unsigned n = 0;
+
+	for (struct ibv_recv_wr *w = wr; w; w = w->next, n++) {
 		struct rec r;
-		int posted = !(ret && (w == badl || !badl));
 
 		begin(&r, kind);
 		put_ptr(&r, key, obj);
 		put_uint(&r, KEY_site, site);
 		put_uint(&r, KEY_wr, w->wr_id);
-		put_uint(&r, KEY_ok, posted);
-		if (!posted)
-			put_int(&r, KEY_ret, ret);
 		emit(&r);
-		if (!posted)
-			break;
 	}
+	return n;
+}
+
+/* recv_failed writes the unposted record of a receive chain of n WRs whose
+ * post failed at badl. */
+static void recv_failed(enum rec_key key, const void *obj, struct ibv_recv_wr *wr, struct ibv_recv_wr *badl, unsigned n, int ret)
+{
+	unsigned posted = 0;
+	struct ibv_recv_wr *w;
+
+	for (w = wr; badl && w && w != badl; w = w->next)
+		posted++;
+	rec_unposted(key, obj, n, w ? posted : 0, ret);
 }
 
 static int wrap_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
@@ -717,15 +753,18 @@ static int wrap_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_
 	struct ctx_slot *s = find_slot(qp->context);
 	struct ibv_recv_wr *badl = NULL;
 	uint64_t site = SITE();
+	unsigned n;
 	int ret, saved;
 
 	if (!s)
 		return ENODEV;
+	n = rec_recv_chain(KIND_recv, KEY_qp, qp, wr, site);
 	ret = s->post_recv(qp, wr, &badl);
 	saved = errno;
 	if (bad)
 		*bad = badl;
-	rec_recv_chain(KIND_recv, KEY_qp, qp, wr, badl, ret, site);
+	if (ret)
+		recv_failed(KEY_qp, qp, wr, badl, n, ret);
 	errno = saved;
 	return ret;
 }
@@ -735,15 +774,18 @@ static int wrap_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struc
 	struct ctx_slot *s = find_slot(srq->context);
 	struct ibv_recv_wr *badl = NULL;
 	uint64_t site = SITE();
+	unsigned n;
 	int ret, saved;
 
 	if (!s)
 		return ENODEV;
+	n = rec_recv_chain(KIND_srecv, KEY_srq, srq, wr, site);
 	ret = s->post_srq_recv(srq, wr, &badl);
 	saved = errno;
 	if (bad)
 		*bad = badl;
-	rec_recv_chain(KIND_srecv, KEY_srq, srq, wr, badl, ret, site);
+	if (ret)
+		recv_failed(KEY_srq, srq, wr, badl, n, ret);
 	errno = saved;
 	return ret;
 }
@@ -842,9 +884,8 @@ static int qpx_complete(struct ibv_qp_ex *q)
 
 	if (!s)
 		return ENODEV;
-	ret = s->wr_complete(q);
-	saved = errno;
-	/* ibv_wr_complete posts the whole batch or, failing, none of it (ibv_wr_post(3)) */
+	/* recorded before the provider rings the doorbell, as a post's WRs
+	 * are (wrap_post_send) */
 	for (int i = 0; i < s->n; i++) {
 		struct rec r;
 
@@ -854,12 +895,7 @@ static int qpx_complete(struct ibv_qp_ex *q)
 		put_uint(&r, KEY_wr, s->batch[i].id);
 		put_uint(&r, KEY_op, s->batch[i].op);
 		put_uint(&r, KEY_sig, s->batch[i].sig);
-		put_uint(&r, KEY_ok, ret == 0);
-		if (ret)
-			put_int(&r, KEY_ret, ret);
 		emit(&r);
-		if (ret)
-			break;
 	}
 	if (s->overflow) {
 		struct rec r;
@@ -868,6 +904,11 @@ static int qpx_complete(struct ibv_qp_ex *q)
 		put_ptr(&r, KEY_qp, &q->qp_base);
 		emit(&r);
 	}
+	ret = s->wr_complete(q);
+	saved = errno;
+	/* ibv_wr_complete posts the whole batch or, failing, none of it (ibv_wr_post(3)) */
+	if (ret && s->n)
+		rec_unposted(KEY_qp, &q->qp_base, (unsigned)s->n, 0, ret);
 	s->n = 0;
 	errno = saved;
 	return ret;

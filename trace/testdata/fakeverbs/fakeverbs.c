@@ -5,13 +5,20 @@
  * WR on its CQ; a QP entering ERROR flushes its receives, or raises Last WQE
  * Reached when it is on an SRQ; an armed SRQ limit raises its event. Posts
  * and polls go through the context's ops table as with real providers, so
- * the shim wraps them the same way. Single-threaded programs only; bounded
- * rings. Its verbs are versioned IBVERBS_1.1, as rdma-core's.
+ * the shim wraps them the same way. Single-threaded programs only, but for
+ * one thread polling a CQ while another posts (its head and tail are
+ * atomic); bounded rings. With QPDRAIN_FAKE_POST_WAITS_POLL set when the
+ * device is opened, a post that completes WRs returns only once another
+ * thread has polled those completions and called ibv_poll_cq again (so
+ * its poll has returned): what siw, which sends inside ibv_post_send, and
+ * rxe let happen by chance. Its verbs are versioned IBVERBS_1.1, as
+ * rdma-core's.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
@@ -22,7 +29,8 @@
 struct fcq {
 	struct ibv_cq cq;
 	struct ibv_wc wc[RING];
-	unsigned head, tail;
+	unsigned head, tail; /* atomic: a poller thread reads what a poster pushes */
+	unsigned calls;      /* ibv_poll_cq calls begun */
 };
 
 struct fsrq {
@@ -45,15 +53,35 @@ static struct ibv_device *devs[2] = { &dev, NULL };
 static struct fqp *qps[MAXQP];
 static uint32_t next_qpn = 17;
 static int evpipe[2] = { -1, -1 };
+static int post_waits_poll;
 
 static void cq_push(struct ibv_cq *cq, uint64_t id, enum ibv_wc_status st, enum ibv_wc_opcode op, uint32_t qpn)
 {
 	struct fcq *c = (struct fcq *)cq;
 
+	unsigned tail = __atomic_load_n(&c->tail, __ATOMIC_RELAXED);
+
 	/* a full CQ drops the completion, as an overrun does */
-	if (c->tail - c->head >= (unsigned)c->cq.cqe)
+	if (tail - __atomic_load_n(&c->head, __ATOMIC_ACQUIRE) >= (unsigned)c->cq.cqe)
 		return;
-	c->wc[c->tail++ % RING] = (struct ibv_wc){ .wr_id = id, .status = st, .opcode = op, .qp_num = qpn };
+	c->wc[tail % RING] = (struct ibv_wc){ .wr_id = id, .status = st, .opcode = op, .qp_num = qpn };
+	__atomic_store_n(&c->tail, tail + 1, __ATOMIC_RELEASE);
+}
+
+/* wait_polled waits, at most a second for each, until cq's completions
+ * are all polled and a later ibv_poll_cq has begun (post_waits_poll). */
+static void wait_polled(struct ibv_cq *cq)
+{
+	struct fcq *c = (struct fcq *)cq;
+	struct timespec ms = { 0, 1000000 };
+	unsigned calls;
+	int i;
+
+	for (i = 0; i < 1000 && __atomic_load_n(&c->head, __ATOMIC_ACQUIRE) != __atomic_load_n(&c->tail, __ATOMIC_ACQUIRE); i++)
+		nanosleep(&ms, NULL);
+	calls = __atomic_load_n(&c->calls, __ATOMIC_ACQUIRE);
+	for (i = 0; i < 1000 && __atomic_load_n(&c->calls, __ATOMIC_ACQUIRE) == calls; i++)
+		nanosleep(&ms, NULL);
 }
 
 static struct fqp *by_qpn(uint32_t qpn)
@@ -106,6 +134,10 @@ static int post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_
 		cq_push(d->qp.recv_cq, rid, IBV_WC_SUCCESS, IBV_WC_RECV, d->qp.qp_num);
 		if (q->sig_all || (wr->send_flags & IBV_SEND_SIGNALED))
 			cq_push(qp->send_cq, wr->wr_id, IBV_WC_SUCCESS, IBV_WC_SEND, qp->qp_num);
+		if (post_waits_poll) {
+			wait_polled(d->qp.recv_cq);
+			wait_polled(qp->send_cq);
+		}
 	}
 	return 0;
 }
@@ -145,10 +177,13 @@ static int post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv
 static int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
 	struct fcq *c = (struct fcq *)cq;
+	unsigned head = __atomic_load_n(&c->head, __ATOMIC_RELAXED);
 	int i = 0;
 
-	while (i < n && c->head != c->tail)
-		wc[i++] = c->wc[c->head++ % RING];
+	__atomic_add_fetch(&c->calls, 1, __ATOMIC_RELEASE);
+	while (i < n && head != __atomic_load_n(&c->tail, __ATOMIC_ACQUIRE))
+		wc[i++] = c->wc[head++ % RING];
+	__atomic_store_n(&c->head, head, __ATOMIC_RELEASE);
 	return i;
 }
 
@@ -163,12 +198,26 @@ void ibv_free_device_list(struct ibv_device **list) { (void)list; }
 
 const char *ibv_get_device_name(struct ibv_device *d) { return d->name; }
 
+/* The contexts come from a static pool, not malloc: a thread that opens
+ * and closes them in a loop then never waits on malloc's lock, which fork
+ * takes (fork_lock needs that thread inside the shim's lock at a fork). */
+#define MAXCTX 8
+static struct verbs_context ctxs[MAXCTX];
+static int ctx_used[MAXCTX];
+
 struct ibv_context *ibv_open_device(struct ibv_device *d)
 {
-	struct verbs_context *v = calloc(1, sizeof(*v));
+	struct verbs_context *v = NULL;
 
-	if (!v || (evpipe[0] < 0 && pipe(evpipe)))
+	for (int i = 0; i < MAXCTX && !v; i++)
+		if (!__atomic_exchange_n(&ctx_used[i], 1, __ATOMIC_ACQ_REL))
+			v = &ctxs[i];
+	if (!v || (evpipe[0] < 0 && pipe(evpipe))) {
+		errno = ENOMEM;
 		return NULL;
+	}
+	memset(v, 0, sizeof(*v));
+	post_waits_poll = getenv("QPDRAIN_FAKE_POST_WAITS_POLL") != NULL;
 	v->context.device = d;
 	v->context.async_fd = evpipe[0];
 	v->context.ops.post_send = post_send;
@@ -180,7 +229,9 @@ struct ibv_context *ibv_open_device(struct ibv_device *d)
 
 int ibv_close_device(struct ibv_context *ctx)
 {
-	free((char *)ctx - offsetof(struct verbs_context, context));
+	struct verbs_context *v = (struct verbs_context *)((char *)ctx - offsetof(struct verbs_context, context));
+
+	__atomic_store_n(&ctx_used[v - ctxs], 0, __ATOMIC_RELEASE);
 	return 0;
 }
 
