@@ -105,7 +105,20 @@ func drainWithSettings(t *testing.T, dev ibv.Context, rec Recommendation, stalls
 	pd := devtest.NewPD(t, dev)
 	cq := devtest.NewCQ(t, dev, 256)
 	srq := devtest.NewSRQ(t, pd, ibv.SRQAttr{MaxWR: 32, MaxSGE: 1})
-	if err := srq.PostRecv(recvs(recvBase+0x40, 8)); err != nil {
+	// On iWARP every receive carries an SGE, as the probes' do (env.recvSGE).
+	var sgl []ibv.SGE
+	if devtest.IWARP() {
+		mr := devtest.Buffer(t, pd, recvBytes, ibv.AccessLocalWrite)
+		sgl = []ibv.SGE{{Addr: mr.Addr(), Length: recvBytes, LKey: mr.LKey()}}
+	}
+	recvWRs := func(base uint64, n int) []ibv.RecvWR {
+		wrs := recvs(base, n)
+		for i := range wrs {
+			wrs[i].SGL = sgl
+		}
+		return wrs
+	}
+	if err := srq.PostRecv(recvWRs(recvBase+0x40, 8)); err != nil {
 		t.Fatal(err)
 	}
 	type qpInfo struct {
@@ -122,7 +135,7 @@ func drainWithSettings(t *testing.T, dev ibv.Context, rec Recommendation, stalls
 		qp, _ := devtest.Pair(t, pd, devtest.RCConfig{SRQ: s, SendCQ: cq}, devtest.RCConfig{})
 		posted := 0
 		if s == nil {
-			if err := qp.PostRecv(recvs(recvBase, 2)); err != nil {
+			if err := qp.PostRecv(recvWRs(recvBase, 2)); err != nil {
 				t.Fatal(err)
 			}
 			posted += 2
