@@ -12,6 +12,7 @@ import (
 	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
+	"github.com/qpdrain/qpdrain/rcsetup"
 	"github.com/qpdrain/qpdrain/soft"
 )
 
@@ -105,7 +106,23 @@ func drainWithSettings(t *testing.T, dev ibv.Context, rec Recommendation, stalls
 	pd := devtest.NewPD(t, dev)
 	cq := devtest.NewCQ(t, dev, 256)
 	srq := devtest.NewSRQ(t, pd, ibv.SRQAttr{MaxWR: 32, MaxSGE: 1})
-	if err := srq.PostRecv(recvs(recvBase+0x40, 8)); err != nil {
+	// dev's transport, not the test device's: TestSettingsPerQuirk passes
+	// soft devices with InfiniBand's rules wherever it runs (on siw0 too).
+	iwarp := rcsetup.NeedsCM(dev)
+	// On iWARP every receive carries an SGE, as the probes' do (env.recvSGE).
+	var sgl []ibv.SGE
+	if iwarp {
+		mr := devtest.Buffer(t, pd, recvBytes, ibv.AccessLocalWrite)
+		sgl = []ibv.SGE{{Addr: mr.Addr(), Length: recvBytes, LKey: mr.LKey()}}
+	}
+	recvWRs := func(base uint64, n int) []ibv.RecvWR {
+		wrs := recvs(base, n)
+		for i := range wrs {
+			wrs[i].SGL = sgl
+		}
+		return wrs
+	}
+	if err := srq.PostRecv(recvWRs(recvBase+0x40, 8)); err != nil {
 		t.Fatal(err)
 	}
 	type qpInfo struct {
@@ -122,19 +139,19 @@ func drainWithSettings(t *testing.T, dev ibv.Context, rec Recommendation, stalls
 		qp, _ := devtest.Pair(t, pd, devtest.RCConfig{SRQ: s, SendCQ: cq}, devtest.RCConfig{})
 		posted := 0
 		if s == nil {
-			if err := qp.PostRecv(recvs(recvBase, 2)); err != nil {
+			if err := qp.PostRecv(recvWRs(recvBase, 2)); err != nil {
 				t.Fatal(err)
 			}
 			posted += 2
 		}
 		// The peer has no receive: the send waits on an RNR (rnr_retry 7).
-		if !devtest.IWARP() {
+		if !iwarp {
 			if err := qp.PostSend(sends(sendBase, 1)); err != nil {
 				t.Fatal(err)
 			}
 			posted++
 		}
-		qps = append(qps, qpInfo{qp, posted, !devtest.IWARP()})
+		qps = append(qps, qpInfo{qp, posted, !iwarp})
 	}
 	var mu sync.Mutex
 	seen := make(map[uint32]int) // completions of each QP that the caller got

@@ -26,9 +26,21 @@ import (
 // iprouteQPKeys are the keys of `rdma resource show qp -j` (rdma/res-qp.c).
 var iprouteQPKeys = []string{"ifindex", "ifname", "port", "lqpn", "rqpn", "type", "subtype", "state", "rq-psn", "sq-psn", "path-mig-state", "pdn", "pid", "comm"}
 
+// needRxe skips a test that needs rxe0, saying why where that is not it.
+// On iWARP (siw0) they cannot be planted: the helpers connect RC pairs by
+// hand and create a UD QP (qpset), where an iWARP QP reaches RTS only
+// through iw_cm (siw_qp_nextstate_from_idle) and siw creates RC QPs only
+// (siw_create_qp: EOPNOTSUPP); the scale tests' helpers hold 25,000 QPs
+// each, past the 144 pages of queue mappings libsiw leaves a device
+// context (drain's TestConcurrentDrains says why); and qpdrain rxe adds
+// rxe links.
 func needRxe(t *testing.T) {
 	t.Helper()
-	if devtest.CurrentProvider() != devtest.ProviderRXE {
+	switch {
+	case devtest.CurrentProvider() == devtest.ProviderRXE:
+	case devtest.IWARP() && devtest.CurrentProvider() != devtest.ProviderSoft:
+		t.Skipf("%s is iWARP: these tests plant rxe0's QPs with helpers that connect RC pairs by hand and create a UD QP, or hold 25,000 QPs a process; siw reaches RTS only through iw_cm (siw_qp_nextstate_from_idle), creates RC QPs only (siw_create_qp) and maps 144 pages of queues a context (libsiw's SIW_INVAL_UOBJ_KEY)", devtest.DeviceName())
+	default:
 		t.Skip("needs the kernel's rxe: runs in the VM (make test-rxe)")
 	}
 }
