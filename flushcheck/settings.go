@@ -62,7 +62,10 @@ func Settings(results []Result) Recommendation {
 	var o drain.Options
 	countRecvs := true
 
+	drainRan, drainOK := known(ProbeDrainWR)
 	switch ran, ok := known(ProbeRecvInError); {
+	case ok && !drainOK:
+		add("receive drain WR", "no: CountRecvs", "recv-in-error: a receive posted in ERROR is flushed, but %s, so the barrier drain WR of each QP on an SRQ, a send, keeps its slot of Options.Headroom for as long as the QP lives and a receive drain WR may find none left: add each QP with its own receive queue with AddOptions.CountRecvs and its receives not yet polled", drainWRVerdict(drainRan))
 	case ok:
 		countRecvs = false
 		add("receive drain WR", "yes", "recv-in-error: a receive posted in ERROR is flushed, so the receive drain WR drain posts on a QP's own receive queue proves it finished, as ib_drain_rq does")
@@ -72,7 +75,6 @@ func Settings(results []Result) Recommendation {
 		add("receive drain WR", "no: CountRecvs", "%s: add each QP with its own receive queue with AddOptions.CountRecvs and its receives not yet polled", unknown(ProbeRecvInError))
 	}
 
-	drainRan, drainOK := known(ProbeDrainWR)
 	countSends := !drainOK
 	switch {
 	case drainOK:
@@ -183,4 +185,13 @@ func firstClause(s string) string {
 		return s[:i]
 	}
 	return s
+}
+
+// drainWRVerdict says what drain-wr found when it did not pass: ran, that
+// the drain WR never completed; otherwise that it gave no verdict.
+func drainWRVerdict(ran bool) string {
+	if ran {
+		return "drain-wr: the drain WR posted in ERROR never completed here"
+	}
+	return ProbeDrainWR + " did not run to a verdict"
 }

@@ -32,7 +32,7 @@ func TestSettingsPerQuirk(t *testing.T) {
 		stalls     bool // the SRQ QPs end quarantined: no drain WR proves their SRQ side
 	}{
 		{"none", soft.Quirks{}, false, false, 0, drain.Quarantine, false, false, false},
-		{"SendInErrorNotFlushed", soft.Quirks{SendInErrorNotFlushed: true}, false, true, 1, drain.Quarantine, false, false, true},
+		{"SendInErrorNotFlushed", soft.Quirks{SendInErrorNotFlushed: true}, true, true, 1, drain.Quarantine, false, false, true},
 		{"RecvInErrorNotFlushed", soft.Quirks{RecvInErrorNotFlushed: true}, true, false, 0, drain.Quarantine, false, false, false},
 		{"RecvInErrorFlushDeferred", soft.Quirks{RecvInErrorFlushDeferred: true}, true, false, 0, drain.Quarantine, false, false, false},
 		{"NoLastWQEReached", soft.Quirks{NoLastWQEReached: true}, false, false, 0, drain.DestroyWhenEmpty, false, false, false},

@@ -178,14 +178,15 @@ func TestCheckJSON(t *testing.T) {
 		}
 	}
 	// A drain WR that never comes proves nothing: quarantine, one per QP,
-	// and the sends counted.
-	if want := (drainOptionsJSON{MaxBatch: 1, Policy: drain.Quarantine, LastWQETimeoutNS: 5e9, DrainTimeoutNS: 5e9, ViaRTS: false, Headroom: 1, CountSends: true}); got.DrainOptions != want {
+	// the sends counted, and the receives too (an SRQ QP's barrier would
+	// hold the headroom a receive drain WR needs).
+	if want := (drainOptionsJSON{MaxBatch: 1, Policy: drain.Quarantine, LastWQETimeoutNS: 5e9, DrainTimeoutNS: 5e9, ViaRTS: false, Headroom: 1, CountRecvs: true, CountSends: true}); got.DrainOptions != want {
 		t.Errorf("drain_options %+v, want %+v", got.DrainOptions, want)
 	}
 	if len(got.Settings) == 0 || got.Settings[0].Name != "receive drain WR" || got.Settings[0].Reason == "" {
 		t.Errorf("settings %+v", got.Settings)
 	}
-	for _, key := range []string{`"drain_options": {`, `"count_recvs": false`, `"count_sends": true`, `"max_batch": 1`, `"via_rts": false`, `"settings": [`, `"reason": "`} {
+	for _, key := range []string{`"drain_options": {`, `"count_recvs": true`, `"count_sends": true`, `"max_batch": 1`, `"via_rts": false`, `"settings": [`, `"reason": "`} {
 		if !strings.Contains(out, key) {
 			t.Errorf("-j output lacks %s", key)
 		}
