@@ -63,9 +63,13 @@ func Settings(results []Result) Recommendation {
 	countRecvs := true
 
 	drainRan, drainOK := known(ProbeDrainWR)
+	drainNot := "drain-wr: the drain WR posted in ERROR never completed here" // what drain-wr found if it ran and failed
+	if !drainRan {
+		drainNot = unknown(ProbeDrainWR)
+	}
 	switch ran, ok := known(ProbeRecvInError); {
 	case ok && !drainOK:
-		add("receive drain WR", "no: CountRecvs", "recv-in-error: a receive posted in ERROR is flushed, but %s, so the barrier drain WR of each QP on an SRQ, a send, keeps its slot of Options.Headroom for as long as the QP lives and a receive drain WR may find none left: add each QP with its own receive queue with AddOptions.CountRecvs and its receives not yet polled", drainWRVerdict(drainRan))
+		add("receive drain WR", "no: CountRecvs", "recv-in-error: a receive posted in ERROR is flushed, but %s, so the barrier drain WR of each QP on an SRQ, a send, keeps its slot of Options.Headroom for as long as the QP lives and a receive drain WR may find none left: add each QP with its own receive queue with AddOptions.CountRecvs and its receives not yet polled", drainNot)
 	case ok:
 		countRecvs = false
 		add("receive drain WR", "yes", "recv-in-error: a receive posted in ERROR is flushed, so the receive drain WR drain posts on a QP's own receive queue proves it finished, as ib_drain_rq does")
@@ -80,7 +84,7 @@ func Settings(results []Result) Recommendation {
 	case drainOK:
 		add("send drain WR", "yes", "drain-wr: the drain WR posted in ERROR completed behind the QP's flushes, so it proves the send queue finished, as ib_drain_sq does")
 	case drainRan:
-		add("send drain WR", "no: CountSends", "drain-wr: the drain WR posted in ERROR never completed here, so it would stall: add each QP with AddOptions.CountSends and the completions its send queue still owes (with SoleQP when the CM already moved it to ERROR)")
+		add("send drain WR", "no: CountSends", "%s, so it would stall: add each QP with AddOptions.CountSends and the completions its send queue still owes (with SoleQP when the CM already moved it to ERROR)", drainNot)
 	default:
 		add("send drain WR", "no: CountSends", "%s: add each QP with AddOptions.CountSends and the completions its send queue still owes (with SoleQP when the CM already moved it to ERROR)", unknown(ProbeDrainWR))
 	}
@@ -185,13 +189,4 @@ func firstClause(s string) string {
 		return s[:i]
 	}
 	return s
-}
-
-// drainWRVerdict says what drain-wr found when it did not pass: ran, that
-// the drain WR never completed; otherwise that it gave no verdict.
-func drainWRVerdict(ran bool) string {
-	if ran {
-		return "drain-wr: the drain WR posted in ERROR never completed here"
-	}
-	return ProbeDrainWR + " did not run to a verdict"
 }
