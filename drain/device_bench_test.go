@@ -2,9 +2,11 @@ package drain_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,8 +83,10 @@ func deviceCases(n int) []deviceCase {
 // CPU time ("-cpu-ms", "-cpu/floor": every goroutine's, the reaper's Run
 // and its spin included, and on rxe the system calls' kernel work); a
 // case fed by Run, how many times per round Run slept on the completion
-// channel ("-waits"), for how long in all ("-waited-ms"), and how many of
-// those sleeps began while a QP was pending ("-pending-waits").
+// channel ("-waits"), for how long in all ("-waited-ms"), how many of
+// those sleeps began while a QP was pending ("-pending-waits"), and the
+// time from the first Wake of each sleep that one ended to the sleep's end,
+// summed ("-wake-lag-ms").
 func BenchmarkDrainDevice(b *testing.B) {
 	for _, n := range []int{1024, 4096} {
 		b.Run(fmt.Sprintf("qps=%d", n), func(b *testing.B) {
@@ -108,6 +112,7 @@ func BenchmarkDrainDevice(b *testing.B) {
 					b.ReportMetric(median(laps[i], func(l deviceLap) float64 { return float64(l.waits) }), c.name+"-waits")
 					b.ReportMetric(median(laps[i], func(l deviceLap) float64 { return ms(l.waited) }), c.name+"-waited-ms")
 					b.ReportMetric(median(laps[i], func(l deviceLap) float64 { return float64(l.pendingWaits) }), c.name+"-pending-waits")
+					b.ReportMetric(median(laps[i], func(l deviceLap) float64 { return ms(l.wakeLag) }), c.name+"-wake-lag-ms")
 				}
 				if i == 0 {
 					continue
@@ -127,8 +132,8 @@ func BenchmarkDrainDevice(b *testing.B) {
 // in them while the timer ran, and how many of them began while a QP was
 // pending.
 type deviceLap struct {
-	wall, cpu, waited   time.Duration
-	waits, pendingWaits int
+	wall, cpu, waited, wakeLag time.Duration
+	waits, pendingWaits        int
 }
 
 // ms is d in milliseconds.
@@ -236,21 +241,34 @@ func drainOnDevice(b *testing.B, rp *drain.Reaper, ch ibv.CompChannel, qps []ibv
 		// The wait that Run's end cut short: only its timed part counts.
 		counted.waited -= min(counted.lastEnd.Sub(stopped), counted.lastEnd.Sub(counted.lastBegan))
 	}
-	return deviceLap{waits: counted.waits, waited: counted.waited, pendingWaits: counted.pending}
+	return deviceLap{waits: counted.waits, waited: counted.waited, pendingWaits: counted.pending, wakeLag: counted.wakeLag}
 }
 
 // countingChannel counts the waits on a completion channel, and the time
 // spent in them: each is a sleep after an empty poll and an arming of the
 // CQ, and a wake-up. Those begun while a QP of rp was pending are counted
 // apart: a wait begun with nothing pending (before an Add, after an
-// outcome) ends when Add kicks Run, or at a completion event.
+// outcome) ends when Add wakes Run (Wake), or at a completion event. It
+// also sums, over the waits that a Wake ended, the time from the wait's
+// first Wake to its end: how long the wake-up took to reach Run.
 type countingChannel struct {
 	ibv.CompChannel
 	rp *drain.Reaper
 	// Only Run's goroutine waits; read once Run has returned.
 	waits, pending     int
-	waited             time.Duration
+	waited, wakeLag    time.Duration
 	lastBegan, lastEnd time.Time
+	mu                 sync.Mutex
+	wokeAt             time.Time // the first Wake not yet taken by a wait's end; guarded by mu
+}
+
+func (c *countingChannel) Wake() {
+	c.mu.Lock()
+	if c.wokeAt.IsZero() {
+		c.wokeAt = time.Now()
+	}
+	c.mu.Unlock()
+	c.CompChannel.Wake()
 }
 
 func (c *countingChannel) WaitCQ(ctx context.Context) (ibv.CQ, error) {
@@ -259,11 +277,20 @@ func (c *countingChannel) WaitCQ(ctx context.Context) (ibv.CQ, error) {
 		c.pending++
 	}
 	c.lastBegan = time.Now()
-	defer func() {
-		c.lastEnd = time.Now()
-		c.waited += c.lastEnd.Sub(c.lastBegan)
-	}()
-	return c.CompChannel.WaitCQ(ctx)
+	cq, err := c.CompChannel.WaitCQ(ctx)
+	c.lastEnd = time.Now()
+	c.waited += c.lastEnd.Sub(c.lastBegan)
+	if errors.Is(err, ibv.ErrWoken) {
+		c.mu.Lock()
+		// Zero when the wake that ended this wait was recorded and taken
+		// by the one before (Wake records, then wakes).
+		if !c.wokeAt.IsZero() {
+			c.wakeLag += c.lastEnd.Sub(c.wokeAt)
+			c.wokeAt = time.Time{}
+		}
+		c.mu.Unlock()
+	}
+	return cq, err
 }
 
 // deviceFloor moves every QP of qps to ERROR, posts one signaled send on

@@ -122,7 +122,7 @@ type Reaper struct {
 	// wake ends Run's wait on the completion channel, nil when it is not
 	// waiting, which lasts until wakeAt (zero: no deadline); kicked tells
 	// Run not to start one: a QP waits for a poll.
-	wake       context.CancelFunc
+	wake       func()
 	wakeAt     time.Time
 	kicked     bool
 	spinFor    time.Duration // a test's budget for Run's spin (spinFor), 0 for the default

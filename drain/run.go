@@ -193,22 +193,25 @@ func (r *Reaper) runChannel(ctx context.Context, f Feed) error {
 			r.mu.Unlock()
 			continue
 		}
-		wctx, cancel := context.WithCancel(ctx)
 		next := r.nextDeadline()
 		// The next stall deadline ends the wait on the reaper's clock, so a
 		// virtual clock's advance wakes it as the wall clock's would.
-		stop := afterUntil(r.opts.Clock, next, cancel)
+		stop := afterUntil(r.opts.Clock, next, f.Channel.Wake)
 		// Add, HandleEvent and the rest end the wait early when they leave
-		// a deadline before next (wakeForDeadline).
-		r.wake, r.wakeAt = cancel, next
+		// a deadline before next (wakeForDeadline). They wake the channel
+		// from their own goroutine (ibv.CompChannel.Wake): through ctx the
+		// wake-up waits for a goroutine of context.AfterFunc's to get a
+		// processor, which a busy waker holds (docs/BENCH.md). A wake that
+		// comes after the wait ended ends the next one at once: one more
+		// poll.
+		r.wake, r.wakeAt = f.Channel.Wake, next
 		r.mu.Unlock()
-		_, err = f.Channel.WaitCQ(wctx)
+		_, err = f.Channel.WaitCQ(ctx)
 		r.mu.Lock()
 		r.wake = nil
 		r.mu.Unlock()
-		cancel()
 		stop()
-		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		if err != nil && ctx.Err() == nil && !errors.Is(err, ibv.ErrWoken) {
 			return fmt.Errorf("waiting on the completion channel: %w", err)
 		}
 	}

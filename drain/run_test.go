@@ -2,19 +2,28 @@ package drain_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/qpdrain/qpdrain/clock"
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 )
 
-// firstWait tells, once, when Run first waits on the completion channel.
+// firstWait tells, once, when Run first waits on the completion channel,
+// and counts the channel's wakes.
 type firstWait struct {
 	ibv.CompChannel
-	at chan time.Time // buffered, 1
+	at    chan time.Time // buffered, 1
+	wakes atomic.Int32
+}
+
+func (w *firstWait) Wake() {
+	w.wakes.Add(1)
+	w.CompChannel.Wake()
 }
 
 func (w *firstWait) WaitCQ(ctx context.Context) (ibv.CQ, error) {
@@ -83,4 +92,40 @@ func TestRunSpinsThenSleeps(t *testing.T) {
 			rp.Shutdown(ended)
 		})
 	}
+}
+
+// An Add that needs Run's poll (a QP counting its receives waits for an
+// empty poll begun after it) wakes Run's wait on the channel itself
+// (CompChannel.Wake), before Add returns: a wake through Run's context
+// goes through a goroutine of context.AfterFunc's, which waits for a
+// processor while the adding goroutine keeps one.
+func TestAddWakesRun(t *testing.T) {
+	dev := devtest.Open(t)
+	ch, cq := newCQ(t, dev, 1024, true)
+	r := newRig(t, dev, cq, 64)
+	rp := newReaper(t, cq, drain.Options{Queue: queueOf, DrainTimeout: devtest.Timeout})
+	w := &firstWait{CompChannel: ch, at: make(chan time.Time, 1)}
+	ctx, cancel := context.WithTimeout(context.Background(), devtest.Timeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- rp.Run(ctx, drain.Feed{Channel: w}) }()
+	select {
+	case <-w.at:
+	case <-ctx.Done():
+		t.Fatal("Run did not wait on the channel")
+	}
+	h := add(t, rp, r.pair(false), drain.AddOptions{CountRecvs: true, Recvs: 0})
+	if n := w.wakes.Load(); n != 1 {
+		t.Errorf("Add returned with the channel woken %d times, want once", n)
+	}
+	if rep, err := h.Wait(ctx); err != nil || rep.Outcome != report.Safe {
+		t.Errorf("drain = %v, %v; want safe", rep.Outcome, err)
+	}
+	cancel()
+	if err := <-done; err != context.Canceled {
+		t.Errorf("Run returned %v, want context.Canceled", err)
+	}
+	ended, end := context.WithCancel(context.Background())
+	end()
+	rp.Shutdown(ended)
 }

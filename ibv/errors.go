@@ -27,6 +27,8 @@ var (
 	ErrQueueFull error = &Error{"work queue full", syscall.ENOMEM}
 	// ErrResourceLimit: a device limit (max QPs, CQEs, ...) would be exceeded.
 	ErrResourceLimit error = &Error{"device resource limit reached", syscall.ENOMEM}
+	// ErrWoken: CompChannel.Wake ended the wait.
+	ErrWoken error = &Error{"wait ended by Wake", syscall.EINTR}
 	// ErrNoDevice: no RDMA device by that name, or none at all.
 	ErrNoDevice error = &Error{"no such RDMA device", syscall.ENODEV}
 )

@@ -99,8 +99,16 @@ type CompChannel interface {
 	// WaitCQ waits until an armed CQ on this channel has a new completion,
 	// returns it and acknowledges the event. The CQ must be re-armed with
 	// ReqNotify before it signals again. It returns ctx.Err() when ctx ends
-	// first and ErrClosed once the channel is closed.
+	// first, ErrWoken when Wake ended it, and ErrClosed once the channel is
+	// closed.
 	WaitCQ(ctx context.Context) (CQ, error)
+	// Wake ends the WaitCQ in progress, or else the next one, with
+	// ErrWoken, from any goroutine; wakes before a WaitCQ takes them count
+	// as one. It is the prompt way for another goroutine to end a wait:
+	// ctx's end reaches WaitCQ through a goroutine of context.AfterFunc's,
+	// which waits for a processor, while Wake signals the waiting thread
+	// from the caller's. After Close it does nothing.
+	Wake()
 	// Close fails with ErrBusy while a CQ still uses the channel, and
 	// returns nil when already closed.
 	Close() error

@@ -37,7 +37,8 @@ type verbsCompChannel struct {
 	ch      *C.struct_ibv_comp_channel
 	fd      int32 // the channel's fd, copied: ch is freed by Close
 	closing atomic.Bool
-	waitMu  sync.Mutex // one WaitCQ at a time: they share wakeFD
+	woken   atomic.Bool // Wake called, not yet taken by a WaitCQ
+	waitMu  sync.Mutex  // one WaitCQ at a time: they share wakeFD
 	trace   *objtrace.Record
 
 	// wakeMu orders a late context.AfterFunc wake-up before Close closes
@@ -85,6 +86,9 @@ func (cc *verbsCompChannel) WaitCQ(ctx context.Context) (ibv.CQ, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		if cc.woken.Swap(false) {
+			return nil, ibv.ErrWoken
+		}
 		var h C.uintptr_t
 		rc := C.qpd_get_cq_event(cc.ch, &h)
 		switch {
@@ -106,6 +110,11 @@ func (cc *verbsCompChannel) WaitCQ(ctx context.Context) (ibv.CQ, error) {
 			_, _ = unix.Read(cc.wakeFD, buf[:]) // reset; the loop re-checks why
 		}
 	}
+}
+
+func (cc *verbsCompChannel) Wake() {
+	cc.woken.Store(true)
+	cc.wake()
 }
 
 // wake interrupts a WaitCQ, unless Close has closed wakeFD already.

@@ -205,12 +205,13 @@ func (c *CQ) push(wc *ibv.WC, solicited bool, m wcMeta) {
 type CompChannel struct {
 	dev  *Device
 	rec  *objtrace.Record
-	wake chan struct{} // one token: a CQ event was queued
+	wake chan struct{} // one token: a CQ event was queued, or Wake called
 	done chan struct{} // closed by Close
 	// Guarded by dev.fab.mu.
 	events ring[*CQ]
 	nCQ    int
 	closed bool
+	woken  bool // Wake called, not yet taken by a WaitCQ
 }
 
 var _ ibv.CompChannel = (*CompChannel)(nil)
@@ -233,7 +234,8 @@ func (d *Device) CreateCompChannel() (ibv.CompChannel, error) {
 
 // WaitCQ waits until an armed CQ of this channel gets a completion and
 // returns that CQ; the event counts as acknowledged. It returns ctx.Err()
-// when ctx ends first and ErrClosed once the channel is closed.
+// when ctx ends first, ErrWoken when Wake ended it, and ErrClosed once the
+// channel is closed.
 func (ch *CompChannel) WaitCQ(ctx context.Context) (ibv.CQ, error) {
 	mu := &ch.dev.fab.mu
 	for {
@@ -241,6 +243,11 @@ func (ch *CompChannel) WaitCQ(ctx context.Context) (ibv.CQ, error) {
 		if ch.closed {
 			mu.Unlock()
 			return nil, fmt.Errorf("waiting for a CQ event: %w", ibv.ErrClosed)
+		}
+		if ch.woken {
+			ch.woken = false
+			mu.Unlock()
+			return nil, ibv.ErrWoken
 		}
 		if ch.events.len() == 0 {
 			// A waiting caller lets deferred work move on.
@@ -260,6 +267,17 @@ func (ch *CompChannel) WaitCQ(ctx context.Context) (ibv.CQ, error) {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+	}
+}
+
+// Wake ends the WaitCQ in progress, or else the next one, with ErrWoken.
+func (ch *CompChannel) Wake() {
+	mu := &ch.dev.fab.mu
+	mu.Lock()
+	defer mu.Unlock()
+	if !ch.closed {
+		ch.woken = true
+		ch.wakeUp()
 	}
 }
 

@@ -364,6 +364,88 @@ func TestCompChannel(t *testing.T) {
 	checkWC(t, Poll(t, cq, 1)[0], 80, ibv.WCSuccess, ibv.WCRDMAWrite)
 }
 
+// TestCompChannelWake: Wake ends the wait in progress, or else the next
+// one, with ErrWoken; wakes before a wait count as one; an event that came
+// meanwhile is still there for the next wait; after Close, Wake does
+// nothing.
+func TestCompChannelWake(t *testing.T) {
+	ctx := Open(t)
+	ch, err := ctx.CreateCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	Close(t, ch)
+	cq, err := ctx.CreateCQ(16, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	Close(t, cq)
+	pd := NewPD(t, ctx)
+	mr := Buffer(t, pd, 4096, AllAccess)
+	a, _ := Pair(t, pd, RCConfig{SendCQ: cq}, RCConfig{})
+	wait := func(d time.Duration) (ibv.CQ, error) {
+		c, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		return ch.WaitCQ(c)
+	}
+
+	ch.Wake()
+	ch.Wake()
+	if _, err := wait(Timeout); !errors.Is(err, ibv.ErrWoken) {
+		t.Errorf("WaitCQ after Wake = %v, want ErrWoken", err)
+	}
+	if _, err := wait(50 * time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("WaitCQ after two wakes taken as one = %v, want context.DeadlineExceeded", err)
+	}
+
+	woke := make(chan error, 1)
+	began := time.Now()
+	go func() {
+		_, err := wait(Timeout)
+		woke <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	ch.Wake()
+	if err := <-woke; !errors.Is(err, ibv.ErrWoken) {
+		t.Errorf("WaitCQ woken from another goroutine = %v, want ErrWoken", err)
+	} else if d := time.Since(began); d >= Timeout {
+		t.Errorf("WaitCQ woken from another goroutine returned after %v", d)
+	}
+
+	if err := cq.ReqNotify(false); err != nil {
+		t.Fatal(err)
+	}
+	post(t, a, ibv.SendWR{ID: 81, Opcode: ibv.WRRDMAWrite, Flags: ibv.SendSignaled, SGL: sge(mr, 0, 8), RemoteAddr: mr.Addr() + 8, RKey: mr.RKey()})
+	checkWC(t, Poll(t, cq, 1)[0], 81, ibv.WCSuccess, ibv.WCRDMAWrite)
+	ch.Wake()
+	var got ibv.CQ
+	for range 2 { // the wake and the event, in either order
+		c, err := wait(Timeout)
+		switch {
+		case errors.Is(err, ibv.ErrWoken):
+		case err != nil:
+			t.Fatalf("WaitCQ with a wake and an event pending = %v", err)
+		default:
+			got = c
+		}
+	}
+	if got != cq {
+		t.Errorf("WaitCQ with a wake and an event pending returned %v, want the armed CQ", got)
+	}
+
+	closed, err := ctx.CreateCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := closed.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closed.Wake()
+	if _, err := closed.WaitCQ(context.Background()); !errors.Is(err, ibv.ErrClosed) {
+		t.Errorf("WaitCQ after Close and Wake = %v, want ErrClosed", err)
+	}
+}
+
 // TestLifetimes: parents with live children refuse to close, Close is
 // idempotent, a closed object answers ErrClosed, and an invalid state
 // transition is EINVAL on every device.
