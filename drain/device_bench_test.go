@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/qpdrain/qpdrain/drain"
+	"github.com/qpdrain/qpdrain/drain/report"
 	"github.com/qpdrain/qpdrain/ibv"
 	"github.com/qpdrain/qpdrain/internal/testing/devtest"
 	"github.com/qpdrain/qpdrain/teardown"
@@ -22,9 +23,10 @@ const deviceRecvs = 4
 
 // How a case of BenchmarkDrainDevice feeds its reaper.
 const (
-	feedNone    = iota // the floor: no reaper
-	feedPoll           // the caller's poll loop (Reaper.Poll)
-	feedChannel        // Run on the CQ's completion channel
+	feedNone     = iota // the floor: no reaper
+	feedPoll            // the caller's poll loop (Reaper.Poll)
+	feedChannel         // Run on the CQ's completion channel, in a goroutine of its own
+	feedDrainAll        // DrainAll: Run's loop on the channel in the caller's goroutine
 )
 
 // deviceCase is one way BenchmarkDrainDevice drains its QPs.
@@ -44,9 +46,9 @@ func deviceCases(n int) []deviceCase {
 	return []deviceCase{
 		{name: "floor"},
 		{name: "batched-poll", headroom: n, feed: feedPoll},
-		{name: "batched", headroom: n, feed: feedChannel},
-		{name: "batched-nospin", headroom: n, feed: feedChannel, spin: -1},
-		{name: "batched-queried", headroom: n, feed: feedChannel, queried: true},
+		{name: "batched", headroom: n, feed: feedDrainAll},
+		{name: "batched-queried", headroom: n, feed: feedDrainAll, queried: true},
+		{name: "batched-run", headroom: n, feed: feedChannel},
 		{name: "one-at-a-time", headroom: 1, feed: feedChannel},
 		{name: "one-at-a-time-nospin", headroom: 1, feed: feedChannel, spin: -1},
 	}
@@ -60,11 +62,12 @@ func deviceCases(n int) []deviceCase {
 // poll can take a QP's flushes before its count is registered) and
 // drained by a drain WR on its own send queue. "batched-poll": headroom
 // n, every QP added at once (AddAll), the caller's poll loop feeding the
-// reaper, as the floor polls; "batched": the same fed by Run on the CQ's
-// completion channel (DrainAll); "batched-nospin": "batched" with Run's
-// spin before it sleeps turned off (Reaper.SetSpin), as Run was before
-// it; "batched-queried": "batched" with the QPs' state not stated, so
-// that Add queries each one; "one-at-a-time": headroom 1, each QP's
+// reaper, as the floor polls; "batched": DrainAll, which feeds its
+// reaper by Run's loop on the CQ's completion channel in the caller's
+// goroutine; "batched-queried": "batched" with the QPs' state not stated,
+// so that Add queries each one; "batched-run": a reaper fed by Run in a
+// goroutine of its own, as a long-lived reaper is, with every QP added at
+// once (AddAll) and waited for; "one-at-a-time": headroom 1, each QP's
 // drain waited for before the next is added, Run on the channel, and
 // "one-at-a-time-nospin" the same without the spin. The caller moved the
 // QPs to RTS and says so (AddOptions.StateKnown) but in
@@ -82,7 +85,7 @@ func deviceCases(n int) []deviceCase {
 // its per-round ratio to the floor ("/floor"), the same of the process's
 // CPU time ("-cpu-ms", "-cpu/floor": every goroutine's, the reaper's Run
 // and its spin included, and on rxe the system calls' kernel work); a
-// case fed by Run, how many times per round Run slept on the completion
+// case fed by Run's loop, how many times per round it slept on the completion
 // channel ("-waits"), for how long in all ("-waited-ms"), how many of
 // those sleeps began while a QP was pending ("-pending-waits"), and the
 // time from the first Wake of each sleep that one ended to the sleep's end,
@@ -108,7 +111,7 @@ func BenchmarkDrainDevice(b *testing.B) {
 				if processCPU() > 0 {
 					b.ReportMetric(median(laps[i], func(l deviceLap) float64 { return ms(l.cpu) }), c.name+"-cpu-ms")
 				}
-				if c.feed == feedChannel {
+				if c.feed == feedChannel || c.feed == feedDrainAll {
 					b.ReportMetric(median(laps[i], func(l deviceLap) float64 { return float64(l.waits) }), c.name+"-waits")
 					b.ReportMetric(median(laps[i], func(l deviceLap) float64 { return ms(l.waited) }), c.name+"-waited-ms")
 					b.ReportMetric(median(laps[i], func(l deviceLap) float64 { return float64(l.pendingWaits) }), c.name+"-pending-waits")
@@ -179,9 +182,13 @@ func deviceRound(b *testing.B, dev ibv.Context, n int, c deviceCase) deviceLap {
 		b.StopTimer()
 		return deviceLap{wall: b.Elapsed() - began, cpu: cpu}
 	}
-	rp := newReaper(b, cq, drain.Options{Headroom: c.headroom, DrainTimeout: devtest.Timeout, Queue: queueOf})
-	rp.SetSpin(c.spin)
+	opts := drain.Options{Headroom: c.headroom, DrainTimeout: devtest.Timeout, Queue: queueOf}
 	add := drain.AddOptions{CountRecvs: true, Recvs: deviceRecvs, StateKnown: !c.queried, State: ibv.QPSRTS}
+	if c.feed == feedDrainAll {
+		return drainAllOnDevice(b, ch, qps, add, opts, began)
+	}
+	rp := newReaper(b, cq, opts)
+	rp.SetSpin(c.spin)
 	cpu := processCPU()
 	lap := drainOnDevice(b, rp, ch, qps, c.feed, c.headroom, add)
 	lap.cpu = processCPU() - cpu
@@ -223,6 +230,29 @@ func setupDevice(b *testing.B, dev ibv.Context, n int, closers *teardown.List) (
 	return ch, cq, qps
 }
 
+// drainAllOnDevice drains qps with DrainAll on ch, its timer running for
+// that call only (began is b.Elapsed() before it), and checks that every
+// QP ended safe with a drain WR on its send queue.
+func drainAllOnDevice(b *testing.B, ch ibv.CompChannel, qps []ibv.QP, add drain.AddOptions, opts drain.Options, began time.Duration) deviceLap {
+	ctx, cancel := context.WithTimeout(context.Background(), benchTimeout)
+	defer cancel()
+	counted := &countingChannel{CompChannel: ch}
+	b.StartTimer()
+	cpu := processCPU()
+	reps, err := drain.DrainAll(ctx, qps, add, opts, drain.Feed{Channel: counted})
+	cpu = processCPU() - cpu
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, rep := range reps {
+		if rep.Outcome != report.Safe || rep.Send.By != report.ProofSendDrainWR {
+			b.Fatalf("DrainAll: qpn %d ended %v, send queue proven by %v; want safe by a drain WR", rep.QPNum, rep.Outcome, rep.Send.By)
+		}
+	}
+	return deviceLap{wall: b.Elapsed() - began, cpu: cpu, waits: counted.waits, waited: counted.waited, pendingWaits: counted.pending, wakeLag: counted.wakeLag}
+}
+
 // drainOnDevice drains qps through rp, fed as feed says, timing from the
 // first Add to the last outcome: the caller's poll loop (pollAllDrained),
 // or Run on ch with every QP added at once (DrainAll) or, with headroom 1,
@@ -253,7 +283,7 @@ func drainOnDevice(b *testing.B, rp *drain.Reaper, ch ibv.CompChannel, qps []ibv
 // first Wake to its end: how long the wake-up took to reach Run.
 type countingChannel struct {
 	ibv.CompChannel
-	rp *drain.Reaper
+	rp *drain.Reaper // nil for DrainAll's: no waits told apart
 	// Only Run's goroutine waits; read once Run has returned.
 	waits, pending     int
 	waited, wakeLag    time.Duration
@@ -273,7 +303,7 @@ func (c *countingChannel) Wake() {
 
 func (c *countingChannel) WaitCQ(ctx context.Context) (ibv.CQ, error) {
 	c.waits++
-	if c.rp.Stats().Pending > 0 {
+	if c.rp != nil && c.rp.Stats().Pending > 0 {
 		c.pending++
 	}
 	c.lastBegan = time.Now()

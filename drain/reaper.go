@@ -125,6 +125,7 @@ type Reaper struct {
 	wake       func()
 	wakeAt     time.Time
 	kicked     bool
+	untilIdle  bool          // run returns once every QP added has an outcome (DrainAll)
 	spinFor    time.Duration // a test's budget for Run's spin (spinFor), 0 for the default
 	history    eventHistory
 	eventsSeen int
@@ -1048,6 +1049,12 @@ func (r *Reaper) conclude(h *Handle, o report.Outcome, err error, now time.Time)
 	h.ended = true
 	if h.x != nil && h.x.done != nil {
 		close(h.x.done)
+	}
+	if r.untilIdle && r.stats.Pending == 0 && r.wake != nil {
+		// The last outcome came from another goroutine (an async event's)
+		// while run slept: it has nothing more to do.
+		r.wake()
+		r.wake = nil
 	}
 }
 

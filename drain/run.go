@@ -90,7 +90,14 @@ const spinFor = 100 * time.Microsecond
 // completions go to f.OnWC. Run
 // returns ctx's cause, or the first verbs error; every goroutine it starts
 // has ended when it returns.
-func (r *Reaper) Run(ctx context.Context, f Feed) error {
+func (r *Reaper) Run(ctx context.Context, f Feed) error { return r.run(ctx, f, false) }
+
+// run is Run, returning nil also once every QP added has an outcome when
+// untilIdle is set (DrainAll's reaper, fed in its caller's goroutine).
+func (r *Reaper) run(ctx context.Context, f Feed, untilIdle bool) error {
+	r.mu.Lock()
+	r.untilIdle = untilIdle
+	r.mu.Unlock()
 	ctx, cancel := context.WithCancelCause(ctx)
 	var wg sync.WaitGroup
 	defer func() {
@@ -148,6 +155,9 @@ func (r *Reaper) runPolling(ctx context.Context, onWC func(ibv.WC)) error {
 			idle = 0
 			continue
 		}
+		if r.idleEnd() {
+			return nil
+		}
 		idle = min(max(2*idle, time.Microsecond), maxIdleSleep)
 		timer.Reset(idle)
 		select {
@@ -193,6 +203,10 @@ func (r *Reaper) runChannel(ctx context.Context, f Feed) error {
 			r.mu.Unlock()
 			continue
 		}
+		if r.untilIdle && r.stats.Pending == 0 {
+			r.mu.Unlock()
+			return nil
+		}
 		next := r.nextDeadline()
 		// The next stall deadline ends the wait on the reaper's clock, so a
 		// virtual clock's advance wakes it as the wall clock's would.
@@ -216,6 +230,14 @@ func (r *Reaper) runChannel(ctx context.Context, f Feed) error {
 		}
 	}
 	return nil
+}
+
+// idleEnd says whether run, told to stop once idle, is to stop: every QP
+// added has an outcome.
+func (r *Reaper) idleEnd() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.untilIdle && r.stats.Pending == 0
 }
 
 // spin polls the CQ until a poll finds completions, as long as a QP is
@@ -247,10 +269,11 @@ func (r *Reaper) spin(ctx context.Context, onWC func(ibv.WC)) (int, error) {
 
 // DrainAll drains qps, which all complete into one CQ that the caller
 // owns, for a caller that needs no more than their outcomes: the one call
-// of this package's first tier. It runs a Reaper of its own on that CQ
-// (Run, fed as f says: an SRQ-attached QP needs the device's async events,
-// f.Events), adds every QP with what add states of each, and waits until
-// every QP has an outcome or ctx ends. It returns one report per QP, in the
+// of this package's first tier. It makes a Reaper of its own on that CQ,
+// adds every QP with what add states of each, and feeds the reaper as Run
+// does, in the calling goroutine, as f says (an SRQ-attached QP needs the
+// device's async events, f.Events), until every QP has an outcome or ctx
+// ends. It returns one report per QP, in the
 // order of qps (a QP the reaper refused gets a Failed report with the
 // refusal), and an error joining those of the QPs that are not safe to
 // destroy: nil exactly when every QP may be destroyed now. Completions of
@@ -296,24 +319,21 @@ func DrainAll(ctx context.Context, qps []ibv.QP, add AddOptions, opts Options, f
 		}
 		hs[i] = h
 	})
-	// On the wall clock the reaper is fed by Run while the caller waits. On
-	// a simulated clock a wait would move the clock past a deadline at
+	// On the wall clock the reaper is fed by Run's loop in this goroutine
+	// until every QP has an outcome: the caller has nothing else to do, and
+	// a Run of its own would hand every outcome to this goroutine through
+	// the scheduler (on rxe under qemu that cost 0.1-0.2x of the device
+	// floor, docs/BENCH.md). A verbs error ends the waits below with it.
+	// On a simulated clock a wait would move the clock past a deadline at
 	// once, before a poll in real time saw what came before it: there the
 	// reaper is fed, then the clock stepped, in turn.
 	wait := (*Handle).Wait
 	if _, real := r.opts.Clock.(clock.Real); real {
 		runCtx, cancel := context.WithCancelCause(ctx)
-		runDone := make(chan struct{})
-		go func() {
-			defer close(runDone)
-			if err := r.Run(runCtx, f); runCtx.Err() == nil {
-				cancel(err)
-			}
-		}()
-		defer func() {
-			cancel(nil)
-			<-runDone
-		}()
+		defer cancel(nil)
+		if err := r.run(runCtx, f, true); err != nil && runCtx.Err() == nil {
+			cancel(err)
+		}
 		ctx = runCtx
 	} else {
 		wait = func(h *Handle, ctx context.Context) (*report.Report, error) {

@@ -2,6 +2,7 @@ package drain_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -128,4 +129,49 @@ func TestAddWakesRun(t *testing.T) {
 	ended, end := context.WithCancel(context.Background())
 	end()
 	rp.Shutdown(ended)
+}
+
+// cqErrorAfter is an event source that raises EventCQErr on cq once, after
+// a delay, and nothing else.
+type cqErrorAfter struct {
+	cq    ibv.CQ
+	delay time.Duration
+	sent  atomic.Bool
+}
+
+func (s *cqErrorAfter) NextAsyncEvent(ctx context.Context) (ibv.AsyncEvent, error) {
+	if !s.sent.Swap(true) {
+		select {
+		case <-time.After(s.delay):
+			return ibv.AsyncEvent{Type: ibv.EventCQErr, CQ: s.cq}, nil
+		case <-ctx.Done():
+			return ibv.AsyncEvent{}, ctx.Err()
+		}
+	}
+	<-ctx.Done()
+	return ibv.AsyncEvent{}, ctx.Err()
+}
+
+// DrainAll feeds its reaper in the caller's goroutine until every QP has
+// an outcome. When the last outcome comes from the event goroutine (here
+// a CQ error failing an SRQ QP that waits for its Last WQE Reached, which
+// the event source never gives) while the loop sleeps on the channel with
+// nothing on the CQ, DrainAll returns then, not at the next deadline.
+func TestDrainAllEndsOnEventOutcome(t *testing.T) {
+	dev := devtest.Open(t)
+	ch, cq := newCQ(t, dev, 1024, true)
+	r := newRig(t, dev, cq, 64)
+	qp := r.pair(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*devtest.Timeout)
+	defer cancel()
+	began := time.Now()
+	reps, err := drain.DrainAll(ctx, []ibv.QP{qp}, drain.AddOptions{},
+		drain.Options{LastWQETimeout: time.Hour, DrainTimeout: time.Hour},
+		drain.Feed{Channel: ch, Events: &cqErrorAfter{cq: cq, delay: 100 * time.Millisecond}})
+	if d := time.Since(began); d >= devtest.Timeout {
+		t.Errorf("DrainAll returned %v after the CQ error", d)
+	}
+	if !errors.Is(err, drain.ErrCQError) || reps[0].Outcome != report.Failed {
+		t.Errorf("DrainAll = %v, %v; want Failed with ErrCQError", reps[0].Outcome, err)
+	}
 }
