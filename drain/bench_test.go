@@ -167,7 +167,8 @@ func setupBench(b *testing.B, n int) *benchSetup {
 // (b) "one-at-a-time", as ib_drain_qp does: a drain WR on the QP's own
 // send queue, a wait until its completion wakes the caller, then the next
 // QP; Run polls, event-driven on a completion channel. (c) "batched-run":
-// (a) with Run and DrainAll, the same wake-ups as (b). Each QP has sends
+// (a) fed by Run in a goroutine of its own, as a long-lived reaper is, the
+// same wake-ups as (b). Each QP has sends
 // outstanding, so each needs its own drain WR whichever way: batching
 // saves the round trips, not the WRs.
 //
