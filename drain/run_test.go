@@ -84,13 +84,7 @@ func TestRunSpinsThenSleeps(t *testing.T) {
 			if _, real := tc.clock.(clock.Real); real && tc.pending && rp.Stats().Pending != 1 {
 				t.Errorf("stats %+v: want the QP pending", rp.Stats())
 			}
-			cancel()
-			if err := <-done; err != context.Canceled {
-				t.Errorf("Run returned %v, want context.Canceled", err)
-			}
-			ended, end := context.WithCancel(context.Background())
-			end()
-			rp.Shutdown(ended)
+			stopRun(t, rp, cancel, done)
 		})
 	}
 }
@@ -122,6 +116,13 @@ func TestAddWakesRun(t *testing.T) {
 	if rep, err := h.Wait(ctx); err != nil || rep.Outcome != report.Safe {
 		t.Errorf("drain = %v, %v; want safe", rep.Outcome, err)
 	}
+	stopRun(t, rp, cancel, done)
+}
+
+// stopRun cancels Run (cancel), checks that it returned (on done) the
+// context's error, and shuts rp down.
+func stopRun(t *testing.T, rp *drain.Reaper, cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
 	cancel()
 	if err := <-done; err != context.Canceled {
 		t.Errorf("Run returned %v, want context.Canceled", err)

@@ -316,10 +316,10 @@ func TestSRQLimit(t *testing.T) {
 	}
 }
 
-// TestCompChannel: an armed CQ signals its channel on the next completion,
-// and WaitCQ returns that CQ; a cancelled wait returns the context's error.
-func TestCompChannel(t *testing.T) {
-	ctx := Open(t)
+// channelCQ creates a completion channel and a CQ of 16 on it, closed
+// when t ends.
+func channelCQ(t *testing.T, ctx ibv.Context) (ibv.CompChannel, ibv.CQ) {
+	t.Helper()
 	ch, err := ctx.CreateCompChannel()
 	if err != nil {
 		t.Fatal(err)
@@ -330,6 +330,14 @@ func TestCompChannel(t *testing.T) {
 		t.Fatal(err)
 	}
 	Close(t, cq)
+	return ch, cq
+}
+
+// TestCompChannel: an armed CQ signals its channel on the next completion,
+// and WaitCQ returns that CQ; a cancelled wait returns the context's error.
+func TestCompChannel(t *testing.T) {
+	ctx := Open(t)
+	ch, cq := channelCQ(t, ctx)
 	if err := ch.Close(); !errors.Is(err, ibv.ErrBusy) {
 		t.Errorf("closing a channel with a CQ = %v, want ErrBusy", err)
 	}
@@ -370,16 +378,7 @@ func TestCompChannel(t *testing.T) {
 // nothing.
 func TestCompChannelWake(t *testing.T) {
 	ctx := Open(t)
-	ch, err := ctx.CreateCompChannel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	Close(t, ch)
-	cq, err := ctx.CreateCQ(16, ch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	Close(t, cq)
+	ch, cq := channelCQ(t, ctx)
 	pd := NewPD(t, ctx)
 	mr := Buffer(t, pd, 4096, AllAccess)
 	a, _ := Pair(t, pd, RCConfig{SendCQ: cq}, RCConfig{})
