@@ -481,9 +481,11 @@ func (r *Reaper) admit(h *Handle, now time.Time) error {
 		h.deadline = r.at(now) + r.opts.DrainTimeout // added(): the deadline gives when
 		r.lists[stageProving].push(h)
 		// Only a poll moves this QP on: Run must not sleep on its channel.
+		// One wake ends the wait: none more for the rest of the batch.
 		r.kicked = true
 		if r.wake != nil {
 			r.wake()
+			r.wake = nil
 		}
 	}
 	return nil

@@ -109,7 +109,11 @@ func TestAddWakesRun(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("Run did not wait on the channel")
 	}
-	h := add(t, rp, r.pair(false), drain.AddOptions{CountRecvs: true, Recvs: 0})
+	qp := r.pair(false)
+	if err := qp.PostRecv([]ibv.RecvWR{{ID: recvIDBase | 1}}); err != nil {
+		t.Fatal(err)
+	}
+	h := add(t, rp, qp, drain.AddOptions{CountRecvs: true, Recvs: 1})
 	if n := w.wakes.Load(); n != 1 {
 		t.Errorf("Add returned with the channel woken %d times, want once", n)
 	}
