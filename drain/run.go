@@ -322,8 +322,9 @@ func DrainAll(ctx context.Context, qps []ibv.QP, add AddOptions, opts Options, f
 	// On the wall clock the reaper is fed by Run's loop in this goroutine
 	// until every QP has an outcome: the caller has nothing else to do, and
 	// a Run of its own would hand every outcome to this goroutine through
-	// the scheduler (on rxe under qemu that cost 0.1-0.2x of the device
-	// floor, docs/BENCH.md). A verbs error ends the waits below with it.
+	// the scheduler (on rxe 6.12 under qemu, 0.11-0.24x of the device floor
+	// in three runs of four, docs/BENCH.md). A verbs error ends the waits
+	// below with it.
 	// On a simulated clock a wait would move the clock past a deadline at
 	// once, before a poll in real time saw what came before it: there the
 	// reaper is fed, then the clock stepped, in turn.
