@@ -349,3 +349,30 @@ func deviceFloor(b *testing.B, cq ibv.CQ, qps []ibv.QP, want int) {
 		}
 	}
 }
+
+// BenchmarkWaitEnded is Handle.Wait of a drain that has ended, as a
+// batch's Waits mostly are: the report it builds, per QP. The QPs are
+// those of BenchmarkDrainDevice, drained once before the timer starts.
+func BenchmarkWaitEnded(b *testing.B) {
+	const n = 1024
+	dev := devtest.Open(b)
+	var closers teardown.List
+	defer func() {
+		if err := closers.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}()
+	_, cq, qps := setupDevice(b, dev, n, &closers)
+	rp := newReaper(b, cq, drain.Options{Headroom: n, DrainTimeout: devtest.Timeout, Queue: queueOf})
+	hs := must(rp.AddAll(qps, drain.AddOptions{CountRecvs: true, Recvs: deviceRecvs, StateKnown: true, State: ibv.QPSRTS}))
+	pollUntil(b, rp, func() bool { return rp.Stats().Pending == 0 })
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := hs[i%n].Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}

@@ -316,10 +316,13 @@ func (r *Reaper) addSome(qps []ibv.QP, first int, o AddOptions, hs []*Handle, ms
 			done(first+i, nil, err)
 			continue
 		}
-		if h.stage != stageAdding {
-			continue // proving: only a poll moves it on
-		}
 		steps := h.firstSteps(&room, len(hs)-i)
+		if h.stage != stageAdding {
+			// Proving: only a poll moves it on, and its steps go in its
+			// room then, with no log grown step by step.
+			h.steps = steps
+			continue
+		}
 		if ibv.QPState(h.given) == ibv.QPSErr {
 			var found bool
 			var err error
