@@ -1055,7 +1055,7 @@ func (r *Reaper) conclude(h *Handle, o report.Outcome, err error, now time.Time)
 	if h.x != nil && h.x.done != nil {
 		close(h.x.done)
 	}
-	if r.untilIdle && r.stats.Pending == 0 && r.wake != nil {
+	if r.idle() && r.wake != nil {
 		// The last outcome came from another goroutine (an async event's)
 		// while run slept: it has nothing more to do.
 		r.wake()

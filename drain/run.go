@@ -155,7 +155,10 @@ func (r *Reaper) runPolling(ctx context.Context, onWC func(ibv.WC)) error {
 			idle = 0
 			continue
 		}
-		if r.idleEnd() {
+		r.mu.Lock()
+		done := r.idle()
+		r.mu.Unlock()
+		if done {
 			return nil
 		}
 		idle = min(max(2*idle, time.Microsecond), maxIdleSleep)
@@ -203,7 +206,7 @@ func (r *Reaper) runChannel(ctx context.Context, f Feed) error {
 			r.mu.Unlock()
 			continue
 		}
-		if r.untilIdle && r.stats.Pending == 0 {
+		if r.idle() {
 			r.mu.Unlock()
 			return nil
 		}
@@ -232,13 +235,9 @@ func (r *Reaper) runChannel(ctx context.Context, f Feed) error {
 	return nil
 }
 
-// idleEnd says whether run, told to stop once idle, is to stop: every QP
-// added has an outcome.
-func (r *Reaper) idleEnd() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.untilIdle && r.stats.Pending == 0
-}
+// idle says whether run, told to stop once idle, is to stop: every QP
+// added has an outcome. r.mu must be held.
+func (r *Reaper) idle() bool { return r.untilIdle && r.stats.Pending == 0 }
 
 // spin polls the CQ until a poll finds completions, as long as a QP is
 // pending, for spinFor at most; it returns what the last poll found. The

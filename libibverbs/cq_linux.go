@@ -41,8 +41,8 @@ type verbsCompChannel struct {
 	waitMu  sync.Mutex  // one WaitCQ at a time: they share wakeFD
 	trace   *objtrace.Record
 
-	// wakeMu orders a late context.AfterFunc wake-up before Close closes
-	// wakeFD, so the wake never writes to a reused fd number.
+	// wakeMu orders a late wake-up (Wake's, context.AfterFunc's) before
+	// Close closes wakeFD, so the wake never writes to a reused fd number.
 	wakeMu     sync.RWMutex
 	wakeFD     int
 	wakeClosed bool
