@@ -38,7 +38,7 @@ func (r *Reaper) expire(now time.Time) {
 	}
 	for h := r.lists[stageEmptyWait].Front(); h != nil && h.deadline <= t; h = r.lists[stageEmptyWait].Front() {
 		err := fmt.Errorf("qpn %d: %w: no poll begun after the stall found the CQ empty within %v", h.qpn, ErrCQNotEmpty, r.opts.DrainTimeout)
-		h.step(&report.Step{At: now, Kind: report.StepStall, Err: err})
+		h.step(now, &report.Step{Kind: report.StepStall, Err: err})
 		r.finish(h, report.Failed, err, now)
 	}
 	r.post(now)
@@ -84,7 +84,7 @@ func (r *Reaper) stallErr(h *Handle) error {
 // caller, who knows the step, moves h on.
 func (r *Reaper) stall(h *Handle, err error, now time.Time) bool {
 	h.ext().stall = err
-	h.step(&report.Step{At: now, Kind: report.StepStall, Err: err})
+	h.step(now, &report.Step{Kind: report.StepStall, Err: err})
 	r.debug(h, "drain stalled", slog.Any("policy", r.opts.Policy), slog.Any("error", err))
 	if r.opts.Policy == DestroyWhenEmpty {
 		if !h.x.stalled {

@@ -324,14 +324,14 @@ func (h *Handle) tally(q report.Queue, wcs []ibv.WC, at time.Duration, now time.
 		switch wc.Status {
 		case ibv.WCWRFlushErr:
 			if flushed == 0 {
-				h.step(&report.Step{At: now, Kind: report.StepFlushed, Queue: q})
+				h.step(now, &report.Step{Kind: report.StepFlushed, Queue: q})
 			}
 			flushed++
 		case ibv.WCSuccess:
 			other++
 		default:
 			other++
-			h.step(&report.Step{At: now, Kind: report.StepErrorWC, Queue: q, Status: wc.Status, WRID: wc.ID})
+			h.step(now, &report.Step{Kind: report.StepErrorWC, Queue: q, Status: wc.Status, WRID: wc.ID})
 		}
 	}
 	f.flushed, f.other = flushed, other

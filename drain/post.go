@@ -55,7 +55,7 @@ func (r *Reaper) post(now time.Time) {
 				c.sendID = id
 				r.track(id)
 				r.stats.DrainWRs++
-				c.step(&report.Step{At: now, Kind: report.StepDrainPosted, WRID: id, Carrier: c.qpn, Count: l.Len()})
+				c.step(now, &report.Step{Kind: report.StepDrainPosted, WRID: id, Carrier: c.qpn, Count: l.Len()})
 				return
 			}
 		}
@@ -108,7 +108,7 @@ func (r *Reaper) postFor(h *Handle, now time.Time) {
 		h.needRecv, h.recvID = false, id
 		r.track(id)
 		r.stats.RecvDrainWRs++
-		h.step(&report.Step{At: now, Kind: report.StepRecvDrainPosted, WRID: id})
+		h.step(now, &report.Step{Kind: report.StepRecvDrainPosted, WRID: id})
 	}
 	if h.needSend && r.inFlight < r.opts.Headroom {
 		id := r.nextID()
@@ -118,7 +118,7 @@ func (r *Reaper) postFor(h *Handle, now time.Time) {
 		h.needSend, h.sendID = false, id
 		r.track(id)
 		r.stats.DrainWRs++
-		h.step(&report.Step{At: now, Kind: report.StepDrainPosted, WRID: id, Carrier: h.qpn, Count: 1})
+		h.step(now, &report.Step{Kind: report.StepDrainPosted, WRID: id, Carrier: h.qpn, Count: 1})
 	}
 	if !h.needSend && !h.needRecv {
 		r.lists[stageFlush].remove(h)
@@ -140,7 +140,7 @@ func (r *Reaper) posted(h *Handle, id uint64, err error, what string, now time.T
 	case errors.Is(err, ibv.ErrQueueFull):
 		if h.x == nil || !h.x.full {
 			r.stats.PostRetries++
-			h.step(&report.Step{At: now, Kind: report.StepPostRetry, WRID: id})
+			h.step(now, &report.Step{Kind: report.StepPostRetry, WRID: id})
 		}
 		x := h.ext()
 		x.full, x.retryGen = true, r.pollGen

@@ -505,14 +505,14 @@ func (r *Reaper) admit(h *Handle, now time.Time) error {
 func (r *Reaper) begin(h *Handle, proven bool, now time.Time) {
 	r.lists[stageProving].remove(h)
 	if proven && !h.unsure {
-		h.step(&report.Step{At: now, Kind: report.StepCQEmpty})
+		h.step(now, &report.Step{Kind: report.StepCQEmpty})
 	} else {
 		for c := range numCounters {
 			if on, left, _ := h.counter(c); *left > 0 {
 				*on, *left = false, 0
 			}
 		}
-		h.step(&report.Step{At: now, Kind: report.StepCountNotTrusted})
+		h.step(now, &report.Step{Kind: report.StepCountNotTrusted})
 	}
 	h.stage = stageAdding
 	var found bool
@@ -539,15 +539,15 @@ func (r *Reaper) started(h *Handle, found bool, err error, now time.Time) {
 		h.needSend = true
 	}
 	if h.sole() && h.counted() {
-		h.step(&report.Step{At: now, Kind: report.StepSoleQPStated})
+		h.step(now, &report.Step{Kind: report.StepSoleQPStated})
 	}
 	switch {
 	case h.srq:
 		if at, ok := r.history.take(h.qp, h.resets()); ok && found && !h.lastWQE {
 			h.lastWQE = true
-			h.step(&report.Step{At: at, Kind: report.StepLastWQEStated, Count: 1})
+			h.step(at, &report.Step{Kind: report.StepLastWQEStated, Count: 1})
 		} else if h.stated {
-			h.step(&report.Step{At: now, Kind: report.StepLastWQEStated})
+			h.step(now, &report.Step{Kind: report.StepLastWQEStated})
 		}
 		// Every QP its own drain WR: the SRQ side too is proven by it.
 		h.needSend = h.needSend || r.opts.MaxBatch == 1
@@ -801,12 +801,12 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 	switch wc.ID {
 	case h.recvID:
 		h.recvID = 0
-		h.step(&report.Step{At: now, Kind: report.StepRecvDrainDone, WRID: wc.ID, Status: wc.Status})
+		h.step(now, &report.Step{Kind: report.StepRecvDrainDone, WRID: wc.ID, Status: wc.Status})
 		h.report.recv = proof{by: report.ProofRecvDrainWR, carrier: h.qpn, wrid: wc.ID}
 	case h.sendID:
 		h.sendID = 0
 		if h.stage != stageBarrier {
-			h.step(&report.Step{At: now, Kind: report.StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
+			h.step(now, &report.Step{Kind: report.StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
 			h.report.batch = uint32(batch)
 			if h.report.send.by == report.ProofNone {
 				h.report.send = proof{by: report.ProofSendDrainWR, carrier: h.qpn, wrid: wc.ID}
@@ -829,7 +829,7 @@ func (r *Reaper) drainWC(wc ibv.WC, now time.Time) {
 	for range riders {
 		b := r.lists[stageBarrier].Front()
 		r.lists[stageBarrier].remove(b)
-		b.step(&report.Step{At: now, Kind: report.StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
+		b.step(now, &report.Step{Kind: report.StepDrainDone, WRID: wc.ID, Status: wc.Status, Carrier: h.qpn})
 		b.report.batch = uint32(batch)
 		r.barrier(b, wc.ID, h.qpn)
 		r.place(b, now)
@@ -882,7 +882,7 @@ func (r *Reaper) HandleEvent(ev ibv.AsyncEvent) (claimed bool) {
 		r.stats.LateEvents++
 		return true
 	}
-	h.step(&report.Step{At: now, Kind: report.StepEvent, Event: ev.Type})
+	h.step(now, &report.Step{Kind: report.StepEvent, Event: ev.Type})
 	if ev.Type != ibv.EventQPLastWQEReached {
 		return true
 	}
@@ -958,7 +958,7 @@ func (r *Reaper) cqEmpty(polledAt time.Time) {
 		next := h.links.Next()
 		if h.x.stalledAt < t {
 			r.lists[stageEmptyWait].remove(h)
-			h.step(&report.Step{At: now, Kind: report.StepCQEmpty})
+			h.step(now, &report.Step{Kind: report.StepCQEmpty})
 			r.finish(h, report.DestroyedAfterEmptyCQ, nil, now)
 		}
 		h = next
@@ -1047,7 +1047,7 @@ func (r *Reaper) conclude(h *Handle, o report.Outcome, err error, now time.Time)
 	if err != nil || h.x != nil {
 		h.ext().err = err
 	}
-	h.step(&report.Step{At: now, Kind: report.StepOutcome, Outcome: o, Err: err})
+	h.step(now, &report.Step{Kind: report.StepOutcome, Outcome: o, Err: err})
 	if o != report.Safe {
 		r.debug(h, "drain ended", slog.Any("outcome", o), slog.Any("error", err))
 	}

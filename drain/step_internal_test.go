@@ -18,29 +18,28 @@ import (
 func TestStepsPackedComeBackWhole(t *testing.T) {
 	epoch := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
 	r := newReaper(nil, Options{Clock: clock.NewVirtual(epoch)})
-	at := func(d time.Duration) time.Time { return epoch.Add(d) }
 	errStall, errOut := errors.New("stalled"), errors.New("failed")
 	steps := []report.Step{
-		{At: at(0), Kind: report.StepState, From: ibv.QPSRTS, To: ibv.QPSErr},
-		{At: at(-time.Second), Kind: report.StepLastWQEStated, Count: 1},
-		{At: at(1), Kind: report.StepEvent, Event: ibv.EventQPLastWQEReached},
-		{At: at(2), Kind: report.StepFlushed, Queue: report.QueueRecv},
-		{At: at(3), Kind: report.StepErrorWC, Queue: report.QueueSend, Status: ibv.WCRemAccessErr, WRID: 42},
-		{At: at(3), Kind: report.StepErrorWC, Queue: report.QueueRecv, Status: ibv.WCRemAccessErr, WRID: ^uint64(0)},
-		{At: at(4), Kind: report.StepDrainPosted, WRID: WRIDTag | 7, Carrier: 0xffffff, Count: 4096},
-		{At: at(5), Kind: report.StepDrainDone, WRID: WRIDTag | 7, Carrier: 9, Status: ibv.WCWRFlushErr},
-		{At: at(5), Kind: report.StepDrainPosted, WRID: WRIDTag | 1<<47, Carrier: 5, Count: 1},
-		{At: at(5), Kind: report.StepDrainDone, WRID: WRIDTag | 1<<47, Carrier: 5},
-		{At: at(6), Kind: report.StepRecvDrainPosted, WRID: WRIDTag | 8},
-		{At: at(7), Kind: report.StepRecvDrainDone, WRID: WRIDTag | 8, Status: ibv.WCSuccess},
-		{At: at(8), Kind: report.StepStall, Err: errStall},
-		{At: at(9), Kind: report.StepPostRetry, WRID: WRIDTag | 9},
-		{At: at(10), Kind: report.StepStall, Err: errOut},
-		{At: at(11), Kind: report.StepCQEmpty},
-		{At: at(12), Kind: report.StepCountNotTrusted},
-		{At: at(13), Kind: report.StepSoleQPStated},
-		{At: at(time.Hour), Kind: report.StepOutcome, Outcome: report.Failed, Err: errOut},
-		{At: at(time.Hour), Kind: report.StepOutcome, Outcome: report.Safe},
+		{At: 0, Kind: report.StepState, From: ibv.QPSRTS, To: ibv.QPSErr},
+		{At: -time.Second, Kind: report.StepLastWQEStated, Count: 1},
+		{At: 1, Kind: report.StepEvent, Event: ibv.EventQPLastWQEReached},
+		{At: 2, Kind: report.StepFlushed, Queue: report.QueueRecv},
+		{At: 3, Kind: report.StepErrorWC, Queue: report.QueueSend, Status: ibv.WCRemAccessErr, WRID: 42},
+		{At: 3, Kind: report.StepErrorWC, Queue: report.QueueRecv, Status: ibv.WCRemAccessErr, WRID: ^uint64(0)},
+		{At: 4, Kind: report.StepDrainPosted, WRID: WRIDTag | 7, Carrier: 0xffffff, Count: 4096},
+		{At: 5, Kind: report.StepDrainDone, WRID: WRIDTag | 7, Carrier: 9, Status: ibv.WCWRFlushErr},
+		{At: 5, Kind: report.StepDrainPosted, WRID: WRIDTag | 1<<47, Carrier: 5, Count: 1},
+		{At: 5, Kind: report.StepDrainDone, WRID: WRIDTag | 1<<47, Carrier: 5},
+		{At: 6, Kind: report.StepRecvDrainPosted, WRID: WRIDTag | 8},
+		{At: 7, Kind: report.StepRecvDrainDone, WRID: WRIDTag | 8, Status: ibv.WCSuccess},
+		{At: 8, Kind: report.StepStall, Err: errStall},
+		{At: 9, Kind: report.StepPostRetry, WRID: WRIDTag | 9},
+		{At: 10, Kind: report.StepStall, Err: errOut},
+		{At: 11, Kind: report.StepCQEmpty},
+		{At: 12, Kind: report.StepCountNotTrusted},
+		{At: 13, Kind: report.StepSoleQPStated},
+		{At: time.Hour, Kind: report.StepOutcome, Outcome: report.Failed, Err: errOut},
+		{At: time.Hour, Kind: report.StepOutcome, Outcome: report.Safe},
 	}
 	h := &Handle{r: r, qpn: 5, srq: true, outcome: report.Failed, report: progress{
 		recv:      proof{by: report.ProofBarrier, carrier: 9, wrid: WRIDTag | 7, stated: true},
@@ -52,13 +51,13 @@ func TestStepsPackedComeBackWhole(t *testing.T) {
 	}}
 	h.ext().err, h.ext().stall, h.ext().sendsBack = errOut, errStall, 3
 	for _, s := range steps {
-		h.step(&s)
+		h.step(epoch.Add(time.Second+s.At), &s) // At is from the handle's start
 	}
 	rep := h.snapshot()
 	if !reflect.DeepEqual(rep.Steps, steps) {
 		t.Errorf("steps:\n got %v\nwant %v", rep.Steps, steps)
 	}
-	want := report.Report{QPNum: 5, SRQ: true, Start: at(time.Second), Steps: rep.Steps,
+	want := report.Report{QPNum: 5, SRQ: true, Start: epoch.Add(time.Second), Steps: rep.Steps,
 		Flushed: [3]report.Flushed{report.QueueSend: {Flushed: 2, Other: 1 << 31, First: 1, Last: 2}},
 		Recv:    report.QueueProof{By: report.ProofBarrier, Carrier: 9, WRID: WRIDTag | 7, Stated: true, Count: 4},
 		Send:    report.QueueProof{Missing: report.MissingSendDrainWR, Count: 3},

@@ -231,7 +231,7 @@ func (r *simResult) jsonView() simJSON {
 			q.Error = rep.Err.Error()
 		}
 		for _, s := range rep.Steps {
-			q.Steps = append(q.Steps, fmt.Sprintf("+%v %s", s.At.Sub(rep.Start), s))
+			q.Steps = append(q.Steps, fmt.Sprintf("+%v %s", s.At, s))
 		}
 		out.QPs = append(out.QPs, q)
 	}

@@ -97,7 +97,10 @@ const (
 
 // Step is one entry of a Report. Only the fields its Kind names are set.
 type Step struct {
-	At      time.Time
+	// At is when the step was seen, from Report.Start, as Flushed's
+	// times are: a step before Add (StepLastWQEStated from the event
+	// history) is negative.
+	At      time.Duration
 	WRID    uint64
 	Count   int
 	Err     error
@@ -338,7 +341,7 @@ func (r *Report) Duration() time.Duration {
 	if len(r.Steps) == 0 {
 		return 0
 	}
-	return r.Steps[len(r.Steps)-1].At.Sub(r.Start)
+	return r.Steps[len(r.Steps)-1].At
 }
 
 // String formats the report, one step a line, times relative to the start.
@@ -350,7 +353,7 @@ func (r *Report) String() string {
 	}
 	fmt.Fprintf(&b, "qpn %d (%s): %s after %v\n", r.QPNum, srq, r.Outcome, r.Duration())
 	for _, s := range r.Steps {
-		fmt.Fprintf(&b, "  +%-10v %s\n", s.At.Sub(r.Start), s)
+		fmt.Fprintf(&b, "  +%-10v %s\n", s.At, s)
 	}
 	for q, f := range r.Flushed {
 		if f.Flushed+f.Other == 0 {
