@@ -90,14 +90,16 @@ func TestVMRunFails(t *testing.T) {
 }
 
 // TestVMRunPanic: a guest kernel panic (sysrq c) is a FAIL, with the kernel's
-// complaint shown.
+// complaint shown and the functions of its call trace (a caller matches the
+// code at fault in them: scripts/rxe-test.sh, again_on_siw_bug).
 func TestVMRunPanic(t *testing.T) {
 	o, out := vmOptions(t, 0)
 	err := Run(runCtx(t), o, RunSpec{Command: []string{"sh", "-c", "echo c >/proc/sysrq-trigger; sleep 30"}})
 	if !errors.Is(err, ErrFailed) {
 		t.Fatalf("Run = %v, want ErrFailed", err)
 	}
-	wantOutput(t, out.String(), "the guest kernel panicked (last stage: tests, in run on rxe0)", "sysrq", "vm: 0 passed, 1 failed")
+	wantOutput(t, out.String(), "the guest kernel panicked (last stage: tests, in run on rxe0)", "sysrq",
+		"call trace: ", "write_sysrq_trigger+0x", "vm: 0 passed, 1 failed")
 }
 
 // TestVMRunHang: a command that never ends is killed at the deadline, and

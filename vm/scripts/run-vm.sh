@@ -199,7 +199,7 @@ fi
 # of an emulated CPU, not of the kernel. With RXE_BOOT_RETRY=1 the script writes the first complaint
 # to RUNDIR/boot-failed and exits 5 without a verdict, and vm.sh boots the kernel once more.
 if [ "${accel[1]}" = tcg ] && [ ! -s "$run/sentinels" ] && [ "${RXE_BOOT_RETRY:-0}" = 1 ]; then
-	crash=$({ grep -m 1 -E 'BUG:|Oops|general protection|Kernel panic' "$run/console.txt" || true; } | cut -c 1-200)
+	crash=$({ grep -m 1 -E "$RXE_KERNEL_COMPLAINT" "$run/console.txt" || true; } | cut -c 1-200)
 	if [ -n "$crash" ]; then
 		echo "$crash" >"$run/boot-failed"
 		exit 5
@@ -284,12 +284,16 @@ if [ -n "$klog" ]; then
 	while IFS= read -r l; do echo "$tag   $l"; done <<<"$klog"
 fi
 if [ ${#fails[@]} -gt 0 ] && ! grep -qx 'done' "$run/sentinels"; then
-	# The guest did not finish: show where the kernel's trouble starts, then how the console ends.
-	first=$(grep -nE 'BUG:|Oops|general protection|Kernel panic|sysrq: Trigger|WARNING:|hung_task|soft lockup' \
-		"$run/console.txt" | head -n 1 | cut -d: -f1 || true)
+	# The guest did not finish: show where the kernel's trouble starts, the first functions of its
+	# call trace (those the unwinder is sure of, not its "?" guesses: they name the code at fault,
+	# which a caller may match), then how the console ends.
+	first=$(grep -nE "$RXE_KERNEL_COMPLAINT" "$run/console.txt" | head -n 1 | cut -d: -f1 || true)
 	if [ -n "$first" ]; then
 		echo "$tag the guest kernel's first complaint ($run/console.txt:$first):"
 		tail -n +"$first" "$run/console.txt" | head -n 15 | sed "s/^/$tag   /" || true
+		tail -n +"$first" "$run/console.txt" | awk '/Call Trace:/ { t = 1; next }
+			t && (/<\/TASK>/ || /end trace/) { exit }
+			t && !/ \? / && /\+0x/ { print; if (++n == 8) exit }' | sed "s/^/$tag   call trace: /" || true
 		{ grep 'Kernel panic' "$run/console.txt" || true; } | head -n 1 | sed "s/^/$tag   /"
 	fi
 	echo "$tag last lines of the guest console:"
