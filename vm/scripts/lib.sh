@@ -14,11 +14,13 @@ rxe_log() { printf 'rxe: %s\n' "$*" >&2; }
 rxe_die() { printf 'rxe: ERROR: %s\n' "$*" >&2; exit 1; }
 rxe_env_die() { printf 'rxe: cannot run here: %s\n' "$*" >&2; exit "$RXE_EX_ENV"; }
 
-# RXE_KERNEL_COMPLAINT matches the line a kernel report of trouble begins with (an extended regex):
-# a BUG or an Oops and its "invalid opcode" or "general protection", a data-corruption check's
-# message printed before its BUG (lib/list_debug.c: "list_del corruption, ..."), a WARNING, a
-# panic, a lockup or a hung task, and a report's "cut here" line.
-RXE_KERNEL_COMPLAINT='BUG:|kernel BUG at|Oops|invalid opcode:|general protection|Unable to handle kernel|list_(add|del) corruption|cut here|WARNING:|Kernel panic|sysrq: Trigger|hung_task|soft lockup'
+# RXE_KERNEL_CRASH matches the line a kernel crash report begins with (an extended regex): a BUG
+# or an Oops and its "invalid opcode" or "general protection", a data-corruption check's message
+# printed before its BUG (lib/list_debug.c: "list_del corruption, ..."), a panic.
+RXE_KERNEL_CRASH='BUG:|kernel BUG at|Oops|invalid opcode:|general protection|Unable to handle kernel|list_(add|del) corruption|Kernel panic'
+# RXE_KERNEL_COMPLAINT matches the first line of any kernel report of trouble: a crash, a WARNING
+# (its "cut here" line first), a lockup or a hung task, a sysrq trigger.
+RXE_KERNEL_COMPLAINT="$RXE_KERNEL_CRASH|cut here|WARNING:|sysrq: Trigger|hung_task|soft lockup"
 
 # rxe_now prints seconds since the epoch with milliseconds.
 rxe_now() { printf '%s' "${EPOCHREALTIME:0:-3}"; }

@@ -199,7 +199,7 @@ fi
 # of an emulated CPU, not of the kernel. With RXE_BOOT_RETRY=1 the script writes the first complaint
 # to RUNDIR/boot-failed and exits 5 without a verdict, and vm.sh boots the kernel once more.
 if [ "${accel[1]}" = tcg ] && [ ! -s "$run/sentinels" ] && [ "${RXE_BOOT_RETRY:-0}" = 1 ]; then
-	crash=$({ grep -m 1 -E "$RXE_KERNEL_COMPLAINT" "$run/console.txt" || true; } | cut -c 1-200)
+	crash=$({ grep -m 1 -E "$RXE_KERNEL_CRASH" "$run/console.txt" || true; } | cut -c 1-200)
 	if [ -n "$crash" ]; then
 		echo "$crash" >"$run/boot-failed"
 		exit 5
