@@ -203,7 +203,7 @@ func TestRed(t *testing.T) { t.Fatal("red on purpose") }
 		t.Fatalf("GoTest = %v, want ErrFailed (TestRed)", err)
 	}
 	wantOutput(t, out.String(), "--- PASS: TestRXE", "--- FAIL: TestRed", "red on purpose",
-		"peer: go test failed (exit 1)", "packages 0/1", "vm: 1 passed, 1 failed")
+		"peer: go test failed (exit 1): TestRed", "packages 0/1", "vm: 1 passed, 1 failed")
 }
 
 // fakeQEMU puts first in PATH testdata/qemu-system-x86_64, a qemu that

@@ -231,6 +231,11 @@ percounts=()
 tcounts=$(awk -v m="$mark" 'index($0, m) && index($0, " pkg-start ") { u = substr($0, index($0, " pkg-start ") + 11); sub(/ .*/, "", u); sub(/.*@/, "", u); cur = u }
 	/^--- PASS/ { p[cur]++ } /^--- FAIL/ { f[cur]++ } /^--- SKIP/ { k[cur]++ }
 	END { for (d in p) seen[d]; for (d in f) seen[d]; for (d in k) seen[d]; for (d in seen) print d, p[d] + 0, f[d] + 0, k[d] + 0 }' "$run/result.txt")
+# the top-level tests that failed, a line "PKG@DEV Name..." per package run: a CI log's tail, which
+# may hold only the summary, then names them
+# shellcheck disable=SC2016 # awk's program
+tfailed=$(awk -v m="$mark" 'index($0, m) && index($0, " pkg-start ") { u = substr($0, index($0, " pkg-start ") + 11); sub(/ .*/, "", u); cur = u }
+	/^--- FAIL: / { f[cur] = f[cur] " " $3 } END { for (u in f) print u f[u] }' "$run/result.txt")
 for prov in "${provs[@]}"; do
 	dev=${prov}0
 	if [ "$prov" = siw ] && [ -n "${RXE_SIW_ERROR:-}" ]; then
@@ -259,7 +264,8 @@ for prov in "${provs[@]}"; do
 		elif [ "${r##*exit=}" = 127 ]; then
 			fails+=("$dev: $p: test binary missing in the guest")
 		else
-			fails+=("$dev: $p: go test failed (exit ${r##*exit=})")
+			names=$(awk -v u="$p@$dev" '$1 == u { $1 = ""; print substr($0, 2); exit }' <<<"$tfailed")
+			fails+=("$dev: $p: go test failed (exit ${r##*exit=}): ${names:-no test reported FAIL (a panic or a timeout: see result.txt)}")
 		fi
 	done
 	if [ "${pkgs[*]}" = run ]; then
