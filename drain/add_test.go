@@ -76,7 +76,7 @@ func TestAddAllStated(t *testing.T) {
 	}
 	pollUntilDone(t, rp, r.cq)
 	for _, rep := range waitAll(t, hs[:len(qps)]) {
-		if s := rep.Steps[0]; s.Kind != report.StepState || s.From != ibv.QPSErr || s.To != ibv.QPSErr {
+		if s := rep.Steps()[0]; s.Kind != report.StepState || s.From != ibv.QPSErr || s.To != ibv.QPSErr {
 			t.Errorf("first step %v: want the stated ERR -> ERR\n%s", s, rep)
 		}
 	}

@@ -64,10 +64,10 @@ func TestDrainQPWithSRQ(t *testing.T) {
 	if !inOrder(kinds(rep), want) {
 		t.Errorf("steps out of order, want %v as a subsequence:\n%s", want, rep)
 	}
-	if s := rep.Steps[0]; s.From != ibv.QPSRTS || s.To != ibv.QPSErr {
+	if s := rep.Steps()[0]; s.From != ibv.QPSRTS || s.To != ibv.QPSErr {
 		t.Errorf("first step %v, want state RTS -> ERR", s)
 	}
-	for _, s := range rep.Steps {
+	for _, s := range rep.Steps() {
 		if s.Kind == report.StepEvent && s.Event != ibv.EventQPLastWQEReached {
 			t.Errorf("unexpected event step %v", s)
 		}
@@ -163,7 +163,7 @@ func TestDrainQPPastLastWQE(t *testing.T) {
 	h1 := add(t, rp, told, drain.AddOptions{LastWQESeen: true})
 	h2 := add(t, rp, untold, drain.AddOptions{})
 	rep, err := h1.Wait(testCtx(t))
-	if err != nil || rep.Steps[0].From != ibv.QPSErr {
+	if err != nil || rep.Steps()[0].From != ibv.QPSErr {
 		t.Errorf("told QP: %v, want safe and found in ERR\n%s", err, rep)
 	}
 	start := time.Now()
@@ -311,7 +311,7 @@ func TestReaperOneAtATime(t *testing.T) {
 		hs = append(hs, add(t, rp, qp, counted))
 	}
 	for _, rep := range waitAll(t, hs) {
-		for _, s := range rep.Steps {
+		for _, s := range rep.Steps() {
 			if s.Kind == report.StepDrainPosted && (s.Carrier != rep.QPNum || s.Count != 1) {
 				t.Errorf("qpn %d: %v, want its own drain WR for itself alone", rep.QPNum, s)
 			}

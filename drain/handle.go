@@ -16,7 +16,9 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // Handle follows one QP through its drain.
 //
 // Its fields are those of every drain, in the order the passes over the
-// handles read them, 256 bytes: four cache lines in a slab of AddAll's.
+// handles read them, 280 bytes in a slab of AddAll's (256, four cache
+// lines, before the steps' log held their errors too: at 65,536 QPs on
+// the soft device that cost about 2.5% of the drain's time, docs/BENCH.md).
 // A QP's handle is read in AddAll, when its flushes are counted and when
 // its drain WR completes, and at 65,536 QPs each pass finds most of them
 // outside the cache, so every byte a QP costs in each. What only some
@@ -54,7 +56,7 @@ type Handle struct {
 	// the handleExt (counter gives either).
 	recvsLeft uint32
 	links     ilist.Links[Handle]
-	steps     []byte // the report's steps, packed (appendStep)
+	steps     report.Log // the report's steps, packed
 	// The drain WRs outstanding; once the QP is handed back, those it was
 	// handed back with, which Destroy lets go of.
 	sendID uint64
@@ -77,7 +79,6 @@ type handleExt struct {
 	done     chan struct{} // made by Done on demand, closed at the outcome
 	err      error         // Report.Err
 	stall    error         // Report.Stall
-	errs     []error       // the Err of steps that have one (appendStep's val)
 	retryGen uint64        // the poll generation the last post found the queue full at, when full
 	full     bool          // the last post found the queue full
 	// stalled: the drain stalled under DestroyWhenEmpty, at stalledAt
@@ -222,7 +223,7 @@ func (h *Handle) snapshot() *report.Report {
 		rep.Err, rep.Stall = h.x.err, h.x.stall
 		rep.Send.Count = int(h.x.sendsBack)
 	}
-	rep.Steps = h.unpackSteps()
+	rep.Log = h.steps // shared: a log only grows past a report's part
 	return rep
 }
 
@@ -339,7 +340,7 @@ func (h *Handle) tally(q report.Queue, wcs []ibv.WC, at time.Duration, now time.
 }
 
 // stepBytes is the room firstSteps gives a step: the steps of a QP
-// drained the usual way take 6-7 bytes each (appendStep).
+// drained the usual way take 7-8 bytes each (report.Log).
 const stepBytes = 8
 
 // firstSteps is the room for h's first steps, from room, which holds
@@ -351,11 +352,11 @@ const stepBytes = 8
 // flush step counts both queues: room for what it takes, stepBytes a
 // step, and no more, as rooms are zeroed when made and written in the
 // passes over the handles; a log that outgrows its room moves out
-// (appendStep). One that waits for Last WQE Reached, perhaps long, gets
+// (report.Log.Append). One that waits for Last WQE Reached, perhaps long, gets
 // none: its transitions take what they need, grown at its next step.
-func (h *Handle) firstSteps(room *[]byte, left int) []byte {
+func (h *Handle) firstSteps(room *[]byte, left int) report.Log {
 	if h.srq && !h.lastWQE {
-		return nil
+		return report.Log{}
 	}
 	n := 8
 	if h.srq {
@@ -370,5 +371,5 @@ func (h *Handle) firstSteps(room *[]byte, left int) []byte {
 	}
 	s := (*room)[:0:n]
 	*room = (*room)[n:]
-	return s
+	return report.MakeLog(s)
 }

@@ -388,8 +388,9 @@ func handEvents(t testing.TB, rp *drain.Reaper, dev ibv.Context, n int) (kept []
 
 // kinds lists the kinds of a report's steps.
 func kinds(rep *report.Report) []report.StepKind {
-	out := make([]report.StepKind, len(rep.Steps))
-	for i, s := range rep.Steps {
+	steps := rep.Steps()
+	out := make([]report.StepKind, len(steps))
+	for i, s := range steps {
 		out[i] = s.Kind
 	}
 	return out
@@ -407,7 +408,7 @@ func inOrder(got, want []report.StepKind) bool {
 }
 
 func has(rep *report.Report, k report.StepKind) bool {
-	for _, s := range rep.Steps {
+	for _, s := range rep.Steps() {
 		if s.Kind == k {
 			return true
 		}
@@ -445,8 +446,9 @@ func checkProof(t testing.TB, rep *report.Report) {
 	if rep == nil {
 		return
 	}
+	steps := rep.Steps()
 	index := func(k report.StepKind, id uint64) int {
-		for i, s := range rep.Steps {
+		for i, s := range steps {
 			if s.Kind == k && (id == 0 || s.WRID == id) {
 				return i
 			}
@@ -470,7 +472,7 @@ func checkProof(t testing.TB, rep *report.Report) {
 			ok = rep.Outcome == report.Pending || p.Missing != report.MissingNothing
 		case report.ProofSendDrainWR:
 			done := index(report.StepDrainDone, p.WRID)
-			ok = done >= 0 && p.Carrier == rep.QPNum && rep.Steps[done].Carrier == rep.QPNum
+			ok = done >= 0 && p.Carrier == rep.QPNum && steps[done].Carrier == rep.QPNum
 		case report.ProofBarrier:
 			done := index(report.StepDrainDone, p.WRID)
 			seen := index(report.StepEvent, 0)

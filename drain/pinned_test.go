@@ -190,7 +190,7 @@ func TestForeignDrainWCReleasesNothing(t *testing.T) {
 	h := add(t, rp, qp, drain.AddOptions{NoSends: true})
 	handEvents(t, rp, r.dev, 1)
 	posted := func() uint64 {
-		for _, s := range h.Report().Steps {
+		for _, s := range h.Report().Steps() {
 			if s.Kind == report.StepDrainPosted {
 				return s.WRID
 			}
@@ -314,7 +314,8 @@ func wantEmptyPollNeverCame(t *testing.T, rep *report.Report, timeout time.Durat
 		t.Errorf("outcome %s, %v; want failed, naming the QP and the bound %v\n%s", rep.Outcome, rep.Err, timeout, rep)
 	}
 	var stalls []report.Step
-	for _, s := range rep.Steps {
+	steps := rep.Steps()
+	for _, s := range steps {
 		if s.Kind == report.StepStall {
 			stalls = append(stalls, s)
 		}
@@ -322,7 +323,7 @@ func wantEmptyPollNeverCame(t *testing.T, rep *report.Report, timeout time.Durat
 	if len(stalls) != 2 || !errors.Is(stalls[1].Err, drain.ErrCQNotEmpty) {
 		t.Fatalf("want the drain WR's stall, then one saying no empty poll came:\n%s", rep)
 	}
-	end := rep.Steps[len(rep.Steps)-1]
+	end := steps[len(steps)-1]
 	switch el := end.At - stalls[0].At; {
 	case virtual && el != timeout:
 		t.Errorf("outcome %v after the stall on a virtual clock, want exactly DrainTimeout %v:\n%s", el, timeout, rep)
@@ -417,7 +418,7 @@ func TestWakesForDrainWRDeadline(t *testing.T) {
 		t.Helper()
 		var el time.Duration
 		stalled := false
-		for _, s := range rep.Steps {
+		for _, s := range rep.Steps() {
 			if s.Kind == report.StepStall {
 				el, stalled = s.At, true
 			}
@@ -468,7 +469,7 @@ func TestDrainWRIDsUniqueAcrossReapers(t *testing.T) {
 	h := add(t, rp, r.pair(false), counted)
 	defer rp.Shutdown(endedCtx())
 	posted := func(h *drain.Handle) uint64 {
-		for _, s := range h.Report().Steps {
+		for _, s := range h.Report().Steps() {
 			if s.Kind == report.StepDrainPosted {
 				return s.WRID
 			}

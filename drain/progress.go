@@ -14,7 +14,7 @@ func proven(recv, send *proof) bool {
 }
 
 // progress is what a handle keeps of its Report but the steps, which it
-// keeps packed (appendStep), the QP's number, SRQ and outcome, which are
+// keeps packed (report.Log), the QP's number, SRQ and outcome, which are
 // the handle's, and Err and
 // Stall, which only a drain that did not end Safe has (handleExt):
 // Handle.snapshot builds the Report. Each field is kept in the bytes it

@@ -316,7 +316,7 @@ func TestQuirkDrainNeedsRTS(t *testing.T) {
 	rp, c := runReaper(t, r, drain.Options{LastWQETimeout: devtest.Timeout})
 	rep, err := add(t, rp, rtr, drain.AddOptions{}).Wait(testCtx(t))
 	wantErr(t, err, drain.ErrDrainNotFlushed, drain.ErrQuarantined)
-	if s := rep.Steps[0]; s.From != ibv.QPSRTR || !has(rep, report.StepEvent) || has(rep, report.StepDrainDone) {
+	if s := rep.Steps()[0]; s.From != ibv.QPSRTR || !has(rep, report.StepEvent) || has(rep, report.StepDrainDone) {
 		t.Errorf("want RTR -> ERR, Last WQE Reached, a drain WR never completed:\n%s", rep)
 	}
 	c.stop() // one caller loop at a time on the CQ
@@ -335,7 +335,9 @@ func TestQuirkDrainNeedsRTS(t *testing.T) {
 		t.Fatalf("ViaRTS: %v\n%s", err, rep)
 	}
 	checkProof(t, rep)
-	if s0, s1 := rep.Steps[0], rep.Steps[1]; s0.From != ibv.QPSRTR || s0.To != ibv.QPSRTS || s1.From != ibv.QPSRTS || s1.To != ibv.QPSErr {
+	if steps := rep.Steps(); len(steps) < 2 {
+		t.Fatalf("%d steps, want the two transitions first:\n%s", len(steps), rep)
+	} else if s0, s1 := steps[0], steps[1]; s0.From != ibv.QPSRTR || s0.To != ibv.QPSRTS || s1.From != ibv.QPSRTS || s1.To != ibv.QPSErr {
 		t.Errorf("ViaRTS: want RTR -> RTS -> ERR:\n%s", rep)
 	}
 }

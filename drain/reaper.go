@@ -270,7 +270,7 @@ func (r *Reaper) addAll(qps []ibv.QP, o AddOptions, done func(i int, h *Handle, 
 type move struct {
 	do    bool
 	found bool
-	steps []byte
+	steps report.Log
 	err   error
 }
 
@@ -326,7 +326,8 @@ func (r *Reaper) addSome(qps []ibv.QP, first int, o AddOptions, hs []*Handle, ms
 		if ibv.QPState(h.given) == ibv.QPSErr {
 			var found bool
 			var err error
-			h.steps, found, err = r.moveToError(h, now, steps) // the first: nothing came before
+			found, err = r.moveToError(h, now, &steps) // the first: nothing came before
+			h.steps = steps
 			r.started(h, found, err, now)
 			continue
 		}
@@ -357,7 +358,7 @@ func (r *Reaper) moveAll(hs []*Handle, ms []move, began time.Time) time.Time {
 	r.mu.Unlock()
 	for i, h := range hs {
 		if ms[i].do {
-			ms[i].steps, ms[i].found, ms[i].err = r.moveToError(h, began, ms[i].steps)
+			ms[i].found, ms[i].err = r.moveToError(h, began, &ms[i].steps)
 		}
 	}
 	r.mu.Lock()
@@ -368,11 +369,7 @@ func (r *Reaper) moveAll(hs []*Handle, ms []move, began time.Time) time.Time {
 		}
 		// Completions and events that arrived during the modify were
 		// caused by it: the transitions go first.
-		if len(h.steps) == 0 {
-			h.steps = ms[i].steps
-		} else {
-			h.steps = slices.Insert(h.steps, 0, ms[i].steps...)
-		}
+		h.steps.Insert(ms[i].steps)
 		r.started(h, ms[i].found, ms[i].err, now)
 	}
 	return now
@@ -517,7 +514,7 @@ func (r *Reaper) begin(h *Handle, proven bool, now time.Time) {
 	h.stage = stageAdding
 	var found bool
 	var err error
-	h.steps, found, err = r.moveToError(h, now, h.steps)
+	found, err = r.moveToError(h, now, &h.steps)
 	r.started(h, found, err, now)
 }
 
@@ -569,34 +566,36 @@ func (r *Reaper) started(h *Handle, found bool, err error, now time.Time) {
 // transitions appended (Handle.firstSteps) and whether it found the QP in
 // ERROR; h's own steps it leaves alone, as moveAll calls it without r.mu.
 // It queries the state only when AddOptions did not state it.
-func (r *Reaper) moveToError(h *Handle, began time.Time, steps []byte) ([]byte, bool, error) {
+func (r *Reaper) moveToError(h *Handle, began time.Time, steps *report.Log) (bool, error) {
 	qp, from := h.qp, ibv.QPState(h.given)
 	if from == ibv.QPSUnknown {
 		attr, _, err := qp.Query(ibv.QPAttrState)
 		if err != nil {
-			return h.transition(steps, began, ibv.QPSUnknown, ibv.QPSErr), false, fmt.Errorf("querying the state: %w", err)
+			h.transition(steps, began, ibv.QPSUnknown, ibv.QPSErr)
+			return false, fmt.Errorf("querying the state: %w", err)
 		}
 		from = attr.State
 	}
 	if from == ibv.QPSErr {
-		return h.transition(steps, began, from, ibv.QPSErr), true, nil
+		h.transition(steps, began, from, ibv.QPSErr)
+		return true, nil
 	}
 	if from == ibv.QPSRTR && r.opts.ViaRTS {
 		// The attributes RTR -> RTS requires (IBTA Table 91); their values
 		// do not matter to a QP about to enter ERROR.
 		rts := ibv.QPAttr{State: ibv.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}
 		mask := ibv.QPAttrState | ibv.QPAttrTimeout | ibv.QPAttrRetryCnt | ibv.QPAttrRNRRetry | ibv.QPAttrSQPSN | ibv.QPAttrMaxQPRdAtomic
-		steps = h.transition(steps, began, from, ibv.QPSRTS)
+		h.transition(steps, began, from, ibv.QPSRTS)
 		if err := qp.Modify(rts, mask); err != nil {
-			return steps, false, fmt.Errorf("modifying RTR -> RTS: %w", err)
+			return false, fmt.Errorf("modifying RTR -> RTS: %w", err)
 		}
 		from = ibv.QPSRTS
 	}
-	steps = h.transition(steps, began, from, ibv.QPSErr)
+	h.transition(steps, began, from, ibv.QPSErr)
 	if err := qp.Modify(ibv.QPAttr{State: ibv.QPSErr}, ibv.QPAttrState); err != nil {
-		return steps, false, fmt.Errorf("modifying %s -> ERR: %w", from, err)
+		return false, fmt.Errorf("modifying %s -> ERR: %w", from, err)
 	}
-	return steps, false, nil
+	return false, nil
 }
 
 // ready starts the wait for a QP's proofs: only drain WRs posted from now

@@ -11,11 +11,11 @@ import (
 	"github.com/qpdrain/qpdrain/ibv"
 )
 
-// A report's steps are kept packed (appendStep) and built again on a
-// snapshot: every field a kind names comes back as it went in, times
-// included (before the start too), IDs and numbers of any size, and the
-// report's other fields are the handle's, every one of them.
-func TestStepsPackedComeBackWhole(t *testing.T) {
+// A report's steps are logged by the handle, dated from its start, and
+// come back from its snapshot as they went in (report.TestLogComesBackWhole
+// checks the packing), and the report's other fields are the handle's,
+// every one of them.
+func TestSnapshotIsTheHandles(t *testing.T) {
 	epoch := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
 	r := newReaper(nil, Options{Clock: clock.NewVirtual(epoch)})
 	errStall, errOut := errors.New("stalled"), errors.New("failed")
@@ -54,10 +54,10 @@ func TestStepsPackedComeBackWhole(t *testing.T) {
 		h.step(epoch.Add(time.Second+s.At), &s) // At is from the handle's start
 	}
 	rep := h.snapshot()
-	if !reflect.DeepEqual(rep.Steps, steps) {
-		t.Errorf("steps:\n got %v\nwant %v", rep.Steps, steps)
+	if got := rep.Steps(); !reflect.DeepEqual(got, steps) {
+		t.Errorf("steps:\n got %v\nwant %v", got, steps)
 	}
-	want := report.Report{QPNum: 5, SRQ: true, Start: epoch.Add(time.Second), Steps: rep.Steps,
+	want := report.Report{QPNum: 5, SRQ: true, Start: epoch.Add(time.Second), Log: rep.Log,
 		Flushed: [3]report.Flushed{report.QueueSend: {Flushed: 2, Other: 1 << 31, First: 1, Last: 2}},
 		Recv:    report.QueueProof{By: report.ProofBarrier, Carrier: 9, WRID: WRIDTag | 7, Stated: true, Count: 4},
 		Send:    report.QueueProof{Missing: report.MissingSendDrainWR, Count: 3},

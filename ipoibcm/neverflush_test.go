@@ -160,7 +160,7 @@ func testNeverFlushes(t *testing.T, open func(*testing.T) ibv.Context, lastWQE, 
 			// (IBTA o11-5.2.5): without the event no drain WR is posted,
 			// so a provider that would never complete it (5.10) is not
 			// met on this path.
-			if slices.ContainsFunc(rep.Steps, func(s report.Step) bool { return s.Kind == report.StepDrainPosted }) {
+			if slices.ContainsFunc(rep.Steps(), func(s report.Step) bool { return s.Kind == report.StepDrainPosted }) {
 				t.Errorf("qpn %d: a drain WR was posted without Last WQE Reached", c.QPNum())
 			}
 		}

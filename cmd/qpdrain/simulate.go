@@ -230,7 +230,7 @@ func (r *simResult) jsonView() simJSON {
 		if rep.Err != nil {
 			q.Error = rep.Err.Error()
 		}
-		for _, s := range rep.Steps {
+		for _, s := range rep.Steps() {
 			q.Steps = append(q.Steps, fmt.Sprintf("+%v %s", s.At, s))
 		}
 		out.QPs = append(out.QPs, q)

@@ -10,6 +10,7 @@
 // or the caller's statement that nothing was outstanding. An unproven
 // queue's [QueueProof.Missing] says what never came. [Report.Steps] is the
 // drain's log (state transitions, events, drain WRs posted and completed,
-// stalls), printed by [Report.String] one step a line; every enum marshals
-// to JSON as the words the text uses.
+// stalls), decoded from the packed [Log] a report keeps and printed by
+// [Report.String] one step a line; every enum marshals to JSON as the words
+// the text uses.
 package report

@@ -311,8 +311,9 @@ type Report struct {
 	// awaited).
 	SRQ   bool
 	Start time.Time
-	// Steps in the order they were seen.
-	Steps []Step
+	// Log is the steps, in the order they were seen, as the drain
+	// recorded them; Steps decodes them.
+	Log Log
 	// Flushed counts completions per queue, indexed by Queue.
 	Flushed [3]Flushed
 	// Recv is the proof for the receive side: the SRQ side of an
@@ -335,13 +336,22 @@ type Report struct {
 // outcome implies it.
 func (r *Report) Proven() bool { return r.Recv.By != ProofNone && r.Send.By != ProofNone }
 
+// Steps returns the steps in the order they were seen, decoded from Log
+// at each call.
+func (r *Report) Steps() []Step { return r.Log.steps() }
+
 // Duration is the time from the start of the drain to its outcome (or to
 // its last step while pending).
 func (r *Report) Duration() time.Duration {
-	if len(r.Steps) == 0 {
+	return duration(r.Steps())
+}
+
+// duration is the time of the last of steps, 0 if there is none.
+func duration(steps []Step) time.Duration {
+	if len(steps) == 0 {
 		return 0
 	}
-	return r.Steps[len(r.Steps)-1].At
+	return steps[len(steps)-1].At
 }
 
 // String formats the report, one step a line, times relative to the start.
@@ -351,8 +361,9 @@ func (r *Report) String() string {
 	if r.SRQ {
 		srq = "SRQ"
 	}
-	fmt.Fprintf(&b, "qpn %d (%s): %s after %v\n", r.QPNum, srq, r.Outcome, r.Duration())
-	for _, s := range r.Steps {
+	steps := r.Steps()
+	fmt.Fprintf(&b, "qpn %d (%s): %s after %v\n", r.QPNum, srq, r.Outcome, duration(steps))
+	for _, s := range steps {
 		fmt.Fprintf(&b, "  +%-10v %s\n", s.At, s)
 	}
 	for q, f := range r.Flushed {
