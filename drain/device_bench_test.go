@@ -95,11 +95,12 @@ func deviceCases(n int, batchedOnly bool) []deviceCase {
 // nothing, timed from the first modify to the last completion; each QP's
 // send follows its move, as ib_drain_qp's does. "floor-grouped" is the
 // same verbs in a batch's order, every move first, then every send,
-// which rxe on Linux 6.1 runs in about 0.7x of the time (docs/BENCH.md). Only the ibv API is
-// used, so it measures a real provider's drain WR round trip where there
-// is one. "qps=N/all" runs every case; "qps=N/batched" the floors,
-// batched-poll and batched, for the rounds a ratio needs under an
-// emulator, where one round's floor can take twice another's.
+// which rxe on Linux 6.1 runs in about 0.7x of the time (docs/BENCH.md).
+// Only the ibv API is used, so it measures a real provider's drain WR
+// round trip where there is one. "qps=N/all" runs every case;
+// "qps=N/batched" the floors, batched-poll and batched, for the rounds a
+// ratio needs under an emulator, where one round's floor can take twice
+// another's.
 //
 // One iteration is a round of every case, each on QPs of its own, in an
 // order that turns by one case each round, so that the host's load, which

@@ -7,12 +7,6 @@ import (
 	"github.com/qpdrain/qpdrain/ibv"
 )
 
-// A handle keeps its report's steps as a report.Log (Handle.steps), each
-// step in the few bytes its fields take: a drain writes about eight steps
-// for every QP and they are read only when someone reads a report's
-// Steps, so what costs is the memory they take and the stores to it, at
-// 65,536 QPs outside the cache.
-
 // step appends s, dated at, which sets only the fields its kind names, to
 // h's steps.
 func (h *Handle) step(at time.Time, s *report.Step) {

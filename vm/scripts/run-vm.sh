@@ -226,16 +226,13 @@ read -ra provs <<<"${RXE_PROVIDERS:-rxe}"
 up=$(grep '^setup-ok' "$run/sentinels" | head -n 1 || true)
 # per device: "dev: smoke a/b, packages x/y, tests ..." (go-test) or "dev: smoke a/b, command exit N"
 percounts=()
-# the top-level test results of each device, from the pkg-start sentinel before them
+# the top-level test results of each package run, from the pkg-start sentinel before them: a line
+# "PKG@DEV passed failed skipped Name..." naming the tests that failed, so that a CI log's tail,
+# which may hold only the summary, says what failed
 # shellcheck disable=SC2016 # awk's program
-tcounts=$(awk -v m="$mark" 'index($0, m) && index($0, " pkg-start ") { u = substr($0, index($0, " pkg-start ") + 11); sub(/ .*/, "", u); sub(/.*@/, "", u); cur = u }
-	/^--- PASS/ { p[cur]++ } /^--- FAIL/ { f[cur]++ } /^--- SKIP/ { k[cur]++ }
-	END { for (d in p) seen[d]; for (d in f) seen[d]; for (d in k) seen[d]; for (d in seen) print d, p[d] + 0, f[d] + 0, k[d] + 0 }' "$run/result.txt")
-# the top-level tests that failed, a line "PKG@DEV Name..." per package run: a CI log's tail, which
-# may hold only the summary, then names them
-# shellcheck disable=SC2016 # awk's program
-tfailed=$(awk -v m="$mark" 'index($0, m) && index($0, " pkg-start ") { u = substr($0, index($0, " pkg-start ") + 11); sub(/ .*/, "", u); cur = u }
-	/^--- FAIL: / { f[cur] = f[cur] " " $3 } END { for (u in f) print u f[u] }' "$run/result.txt")
+tresults=$(awk -v m="$mark" 'index($0, m) && index($0, " pkg-start ") { u = substr($0, index($0, " pkg-start ") + 11); sub(/ .*/, "", u); cur = u }
+	/^--- PASS/ { p[cur]++ } /^--- FAIL/ { f[cur]++; names[cur] = names[cur] " " $3 } /^--- SKIP/ { k[cur]++ }
+	END { for (u in p) seen[u]; for (u in f) seen[u]; for (u in k) seen[u]; for (u in seen) print u, p[u] + 0, f[u] + 0, k[u] + 0 names[u] }' "$run/result.txt")
 for prov in "${provs[@]}"; do
 	dev=${prov}0
 	if [ "$prov" = siw ] && [ -n "${RXE_SIW_ERROR:-}" ]; then
@@ -264,7 +261,7 @@ for prov in "${provs[@]}"; do
 		elif [ "${r##*exit=}" = 127 ]; then
 			fails+=("$dev: $p: test binary missing in the guest")
 		else
-			names=$(awk -v u="$p@$dev" '$1 == u { $1 = ""; print substr($0, 2); exit }' <<<"$tfailed")
+			names=$(awk -v u="$p@$dev" '$1 == u { $1 = $2 = $3 = $4 = ""; sub(/^ +/, ""); print; exit }' <<<"$tresults")
 			fails+=("$dev: $p: go test failed (exit ${r##*exit=}): ${names:-no test reported FAIL (a panic or a timeout: see result.txt)}")
 		fi
 	done
@@ -273,7 +270,7 @@ for prov in "${provs[@]}"; do
 		if [ -n "$r" ]; then r="exit ${r##*exit=}"; else r="no result"; fi
 		percounts+=("$dev: smoke $s_ok/$s_all, command $r")
 	else
-		read -r _ np nf ns < <(awk -v d="$dev" '$1 == d' <<<"$tcounts"; echo "$dev 0 0 0") || true
+		read -r np nf ns < <(awk -v d="$dev" '{ sub(/.*@/, "", $1) } $1 == d { p += $2; f += $3; k += $4 } END { print p + 0, f + 0, k + 0 }' <<<"$tresults") || true
 		percounts+=("$dev: smoke $s_ok/$s_all, packages $pkg_ok/${#pkgs[@]}, tests $np passed $nf failed $ns skipped")
 	fi
 done
