@@ -110,10 +110,8 @@ func TestAddWakesRun(t *testing.T) {
 		t.Fatal("Run did not wait on the channel")
 	}
 	qp := r.pair(false)
-	if err := qp.PostRecv([]ibv.RecvWR{{ID: recvIDBase | 1}}); err != nil {
-		t.Fatal(err)
-	}
-	h := add(t, rp, qp, drain.AddOptions{CountRecvs: true, Recvs: 1})
+	r.postRecvs(qp, 1)
+	h := add(t, rp, qp, withSendCount(drain.AddOptions{CountRecvs: true, Recvs: 1}))
 	if n := w.wakes.Load(); n != 1 {
 		t.Errorf("Add returned with the channel woken %d times, want once", n)
 	}
