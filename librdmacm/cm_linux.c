@@ -5,6 +5,8 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <arpa/inet.h>
@@ -82,7 +84,28 @@ int qpd_rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr_storage *a) { retu
 int qpd_rdma_listen(struct rdma_cm_id *id, int backlog) { return fn.p_rdma_listen(id, backlog); }
 int qpd_rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *p) { return fn.p_rdma_accept(id, p); }
 int qpd_rdma_reject(struct rdma_cm_id *id, const void *data, uint8_t len) { return fn.p_rdma_reject(id, data, len); }
-int qpd_rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p) { return fn.p_rdma_connect(id, p); }
+// qpd_rdma_connect is rdma_connect with the thread's signals blocked. On
+// iWARP the kernel's driver may connect its TCP socket inside the call
+// (siw_connect, drivers/infiniband/sw/siw/siw_cm.c): a signal then ends
+// the wait with -ERESTARTSYS, the driver closes the socket it has just
+// connected, and the call is made again. The peer sees a connection
+// opened and closed at once, which a siw listener does not survive
+// (docs/PROVIDERS.md). Go sends its threads signals of its own (SIGURG, to
+// preempt), so a Go program meets this often; a blocked signal waits for
+// the call's end, and the process's other threads take the rest.
+int qpd_rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
+{
+	sigset_t all, old;
+	int rc, err;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	rc = fn.p_rdma_connect(id, p);
+	err = errno;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	errno = err;
+	return rc;
+}
 int qpd_rdma_disconnect(struct rdma_cm_id *id) { return fn.p_rdma_disconnect(id); }
 
 struct ibv_qp *qpd_rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
