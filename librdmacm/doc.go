@@ -20,4 +20,10 @@
 // the listener's channel to one of its own (rdma_migrate_id) before
 // GetRequest returns it. Every event is copied and acknowledged as soon as
 // it is read.
+//
+// Connect blocks the calling thread's signals while rdma_connect runs. On
+// iWARP the driver may connect its TCP socket inside that call, and a
+// signal there (Go preempts goroutines with SIGURG) makes siw close the
+// connection it has just made and connect again, which its listener does
+// not survive (docs/PROVIDERS.md).
 package librdmacm
