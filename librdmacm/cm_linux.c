@@ -92,13 +92,17 @@ int qpd_rdma_reject(struct rdma_cm_id *id, const void *data, uint8_t len) { retu
 // opened and closed at once, which a siw listener does not survive
 // (docs/PROVIDERS.md). Go sends its threads signals of its own (SIGURG, to
 // preempt), so a Go program meets this often; a blocked signal waits for
-// the call's end, and the process's other threads take the rest.
+// the call's end, and the process's other threads take the rest. A fault
+// in the call still raises its signal: those stay unblocked.
 int qpd_rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *p)
 {
+	static const int faults[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS};
 	sigset_t all, old;
 	int rc, err;
 
 	sigfillset(&all);
+	for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++)
+		sigdelset(&all, faults[i]);
 	pthread_sigmask(SIG_BLOCK, &all, &old);
 	rc = fn.p_rdma_connect(id, p);
 	err = errno;
