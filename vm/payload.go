@@ -59,6 +59,24 @@ func guestMem(extra []string) (int64, error) {
 	return n * mib, nil
 }
 
+// maxGuestCPUs is the most vCPUs RXE_SMP asks for: qemu's own limit for
+// the default machine type (pc) is 255.
+const maxGuestCPUs = 255
+
+// checkGuestCPUs refuses, with an error wrapping ErrBadArgs, an RXE_SMP
+// (the guest's vCPUs, 2 when unset) from extra or the environment that is
+// not a count from 1 to maxGuestCPUs.
+func checkGuestCPUs(extra []string) error {
+	s := lookupEnv(extra, "RXE_SMP")
+	if s == "" {
+		return nil
+	}
+	if n, err := strconv.Atoi(s); err != nil || n < 1 || n > maxGuestCPUs {
+		return fmt.Errorf("%w: RXE_SMP=%s: want the guest's vCPUs, 1 to %d", ErrBadArgs, s, maxGuestCPUs)
+	}
+	return nil
+}
+
 // lookupEnv returns the value of k in extra (KEY=VALUE, the last one
 // wins), else in the environment.
 func lookupEnv(extra []string, k string) string {

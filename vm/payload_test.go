@@ -81,6 +81,29 @@ func atoi(t *testing.T, s string) int {
 	return n
 }
 
+// RXE_SMP is a count of vCPUs from 1 to 255, from Options.Env before the
+// environment, as run-vm.sh checks it.
+func TestCheckGuestCPUs(t *testing.T) {
+	t.Setenv("RXE_SMP", "")
+	for _, smp := range []string{"", "1", "2", "255"} {
+		if err := checkGuestCPUs([]string{"RXE_SMP=" + smp}); err != nil {
+			t.Errorf("RXE_SMP=%q: %v", smp, err)
+		}
+	}
+	for _, smp := range []string{"0", "-1", "256", "two", "1.5"} {
+		if err := checkGuestCPUs([]string{"RXE_SMP=" + smp}); !errors.Is(err, ErrBadArgs) {
+			t.Errorf("RXE_SMP=%s: %v, want ErrBadArgs", smp, err)
+		}
+	}
+	t.Setenv("RXE_SMP", "0")
+	if err := checkGuestCPUs(nil); !errors.Is(err, ErrBadArgs) {
+		t.Errorf("RXE_SMP=0 in the environment: %v, want ErrBadArgs", err)
+	}
+	if err := checkGuestCPUs([]string{"RXE_SMP=1"}); err != nil {
+		t.Errorf("RXE_SMP=1 in Options.Env over 0 in the environment: %v", err)
+	}
+}
+
 // RXE_MEM decides, from Options.Env before the environment; it is checked
 // as run-vm.sh checks it. A directory counts its files once, links
 // followed and loops cut.

@@ -238,6 +238,9 @@ func run(ctx context.Context, o Options, dir string, modeEnv []string, what stri
 	if o.Timeout != 0 && o.Timeout < time.Second {
 		return fmt.Errorf("%w: timeout %v: want at least 1s", ErrBadArgs, o.Timeout)
 	}
+	if err := checkGuestCPUs(o.Env); err != nil {
+		return err
+	}
 	kernels := o.Kernels
 	if len(kernels) == 0 {
 		kernels = DefaultKernels()

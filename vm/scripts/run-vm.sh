@@ -9,6 +9,8 @@
 # failure of its own; the other providers still run).
 # Needs RXE_TOKEN (the one baked into INITRD). RXE_TIMEOUT: seconds before qemu is killed (480).
 # RXE_MEM: the guest's memory in MiB (1024; at least 256): 100,000 rxe QPs need about 4096.
+# RXE_SMP: the guest's vCPUs (2); 1 runs the device's kernel work and the program on one vCPU, whose
+# timings under TCG spread less from round to round.
 # RXE_OWNER_PID: the qpdrain process; the VM is stopped within a second or two once it is gone.
 # Under KVM, a qemu that exits, aborts or hangs (RXE_KVM_START_TIMEOUT seconds, 120, without a line
 # from the guest's /init) before the guest's first sentinel line is a KVM failure, whatever qemu
@@ -87,13 +89,15 @@ kernel=$kdir/vmlinuz
 t0=$(rxe_now)
 accel=(-accel tcg -cpu max)
 [ "${RXE_ACCEL:-tcg}" = kvm ] && accel=(-accel kvm -cpu host)
-echo "$tag == boot (qemu ${accel[1]^^}, -smp 2, -m $mem, ${kernel##*/}, deadline ${deadline}s)"
+smp=${RXE_SMP:-2}
+[[ $smp =~ ^[0-9]+$ ]] && [ "$smp" -ge 1 ] && [ "$smp" -le 255 ] || rxe_die "RXE_SMP=$smp: want the guest's vCPUs, 1 to 255"
+echo "$tag == boot (qemu ${accel[1]^^}, -smp $smp, -m $mem, ${kernel##*/}, deadline ${deadline}s)"
 # A serial console, no network, no reboot; oops=panic (an oops ends the run at once instead of hanging it),
 # the console on ttyS0 into console.log, and a second serial port (ttyS1) that only /init writes.
 # timeout --foreground stays in this script's process group, so that stopping the run (qpdrain vm
 # signals the group) stops qemu too; without it, timeout leads a group of its own and qemu outlives
 # the run until its deadline.
-timeout --foreground -k 5 "$deadline" qemu-system-x86_64 -nographic -no-reboot -m "$mem" -smp 2 "${accel[@]}" \
+timeout --foreground -k 5 "$deadline" qemu-system-x86_64 -nographic -no-reboot -m "$mem" -smp "$smp" "${accel[@]}" \
 	-kernel "$kernel" -initrd "$initrd" \
 	-append 'console=ttyS0 panic=-1 oops=panic quiet' -nic none -monitor none \
 	-serial "file:$run/console.log" -serial "file:$run/result.log" \

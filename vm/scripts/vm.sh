@@ -17,7 +17,7 @@
 #   RXE_PROVIDERS   the providers, space-separated: rxe (rxe0), siw (siw0, its module built per
 #                   kernel by build-siw.sh); the payload runs once per provider. A kernel whose
 #                   siw.ko cannot be built fails with build-siw.sh's one line, and its rxe still runs
-# and passes on RXE_TIMEOUT, RXE_MEM, RXE_TEST_ARGS, RXE_GO_TEST_FLAGS, RXE_ADD_CMD, RXE_REFRESH, RXE_DIST.
+# and passes on RXE_TIMEOUT, RXE_MEM, RXE_SMP, RXE_TEST_ARGS, RXE_GO_TEST_FLAGS, RXE_ADD_CMD, RXE_REFRESH, RXE_DIST.
 #
 # Exit status: 0 when every kernel passed; 1 when anything failed; 3 when it cannot run here
 # (host packages missing and not root, no network to fill the cache).
