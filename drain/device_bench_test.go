@@ -41,6 +41,10 @@ type deviceCase struct {
 	// any, the order a batch's reaper takes; else each QP's send follows
 	// its own move.
 	grouped bool
+	// counted, for a grouped floor, also does the least a reaper must:
+	// each completion looked up by its QP number and counted, and a
+	// report allocated for each QP once its receives and its send are in.
+	counted bool
 	// spin is the budget of Run's spin before it sleeps (Reaper.SetSpin):
 	// 0 for the default, negative for none.
 	spin time.Duration
@@ -58,6 +62,7 @@ func deviceCases(n int, batchedOnly bool) []deviceCase {
 	cases := []deviceCase{
 		{name: "floor"},
 		{name: "floor-grouped", grouped: true},
+		{name: "floor-counted", grouped: true, counted: true},
 		{name: "batched-poll", headroom: n, feed: feedPoll},
 		{name: "batched", headroom: n, feed: feedDrainAll},
 	}
@@ -95,7 +100,11 @@ func deviceCases(n int, batchedOnly bool) []deviceCase {
 // nothing, timed from the first modify to the last completion; each QP's
 // send follows its move, as ib_drain_qp's does. "floor-grouped" is the
 // same verbs in a batch's order, every move first, then every send,
-// which rxe on Linux 6.1 runs in about 0.7x of the time (docs/BENCH.md).
+// which rxe on Linux 6.1 runs in about 0.7x of the time (docs/BENCH.md);
+// "floor-counted" is floor-grouped with the least bookkeeping a reaper
+// that reports each QP must do: a look-up and a count per completion, a
+// report allocated per QP. It tells how much of a batch's gap to the
+// floors any reaper pays, and how much is this one's.
 // Only the ibv API is used, so it measures a real provider's drain WR
 // round trip where there is one. "qps=N/all" runs every case;
 // "qps=N/batched" the floors, batched-poll and batched, for the rounds a
@@ -229,7 +238,7 @@ func deviceRound(b *testing.B, dev ibv.Context, n int, c deviceCase) deviceLap {
 	if c.feed == feedNone {
 		b.StartTimer()
 		cpu := processCPU()
-		deviceFloor(b, cq, qps, n*(deviceRecvs+1), c.grouped)
+		deviceFloor(b, cq, qps, n*(deviceRecvs+1), c.grouped, c.counted)
 		cpu = processCPU() - cpu
 		b.StopTimer()
 		return deviceLap{wall: b.Elapsed() - began, cpu: cpu}
@@ -382,10 +391,43 @@ func (c *countingChannel) WaitCQ(ctx context.Context) (ibv.CQ, error) {
 	return cq, err
 }
 
+// countedQP is what floor-counted keeps of a QP: the receives it has yet
+// to see flushed, whether its send came back, and when it was taken in.
+type countedQP struct {
+	recvsLeft uint32
+	sent      bool
+	start     time.Time
+}
+
+// countedReport is what floor-counted reports of a QP.
+type countedReport struct {
+	qpn        uint32
+	start, end time.Time
+}
+
 // deviceFloor moves every QP of qps to ERROR, posts one signaled send on
 // each (the drain WR a reaper would post, with no reaper's ID), and polls
-// cq until want completions came back, within devtest.Timeout.
-func deviceFloor(b *testing.B, cq ibv.CQ, qps []ibv.QP, want int, grouped bool) {
+// cq until want completions came back, within devtest.Timeout. With
+// counted it also counts each completion against its QP, found by number
+// in a window as the reaper's table finds most, and reports each QP once
+// its receives and its send came back.
+func deviceFloor(b *testing.B, cq ibv.CQ, qps []ibv.QP, want int, grouped, counted bool) {
+	var win []countedQP
+	var base uint32
+	var reps []*countedReport
+	if counted {
+		base = qps[0].Num()
+		last := base
+		for _, qp := range qps {
+			base, last = min(base, qp.Num()), max(last, qp.Num())
+		}
+		win = make([]countedQP, last-base+1)
+		reps = make([]*countedReport, 0, len(qps))
+		now := time.Now()
+		for _, qp := range qps {
+			win[qp.Num()-base] = countedQP{recvsLeft: deviceRecvs, start: now}
+		}
+	}
 	send := []ibv.SendWR{{ID: sendIDBase, Opcode: ibv.WRSend, Flags: ibv.SendSignaled}}
 	post := func(qp ibv.QP) {
 		if err := qp.PostSend(send); err != nil {
@@ -413,9 +455,25 @@ func deviceFloor(b *testing.B, cq ibv.CQ, qps []ibv.QP, want int, grouped bool) 
 			b.Fatal(err)
 		}
 		got += k
+		if counted {
+			for _, wc := range wcs[:k] {
+				q := &win[wc.QPNum-base]
+				if wc.ID == sendIDBase {
+					q.sent = true
+				} else {
+					q.recvsLeft--
+				}
+				if q.sent && q.recvsLeft == 0 {
+					reps = append(reps, &countedReport{qpn: wc.QPNum, start: q.start, end: time.Now()})
+				}
+			}
+		}
 		if k == 0 && time.Now().After(deadline) {
 			b.Fatalf("%d of %d completions within %v", got, want, devtest.Timeout)
 		}
+	}
+	if counted && len(reps) != len(qps) {
+		b.Fatalf("floor-counted: %d QPs reported of %d", len(reps), len(qps))
 	}
 }
 
