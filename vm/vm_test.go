@@ -171,6 +171,12 @@ func TestRunBadArgs(t *testing.T) {
 			t.Errorf("Run(timeout %v) = %v, want ErrBadArgs", d, err)
 		}
 	}
+	smp := o
+	smp.Env = []string{"RXE_SMP=0"}
+	if err := Run(context.Background(), smp, RunSpec{Command: []string{"true"}}); !errors.Is(err, ErrBadArgs) ||
+		!strings.Contains(err.Error(), "RXE_SMP=0") {
+		t.Errorf("Run(RXE_SMP=0) = %v, want ErrBadArgs naming RXE_SMP", err)
+	}
 	if out.Len() != 0 {
 		t.Errorf("bad arguments printed %q: nothing should have started", out.String())
 	}
