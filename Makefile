@@ -103,3 +103,10 @@ demo-fleet: deps
 ## bench: the benchmarks behind docs/BENCH.md.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+## bench-rxe: the reaper against the device floor on rxe (DrainAll and the floors on 1,024 QPs, 20
+## rounds a run, three runs of 6.12 and 6.1 in VMs of one vCPU), a verdict per run against 1.10x
+## (docs/BENCH.md). About an hour under TCG.
+.PHONY: bench-rxe
+bench-rxe:
+	@scripts/rxe/bench-reaper.sh
