@@ -9,13 +9,14 @@
 # two, docs/BENCH.md). Then a line per kernel and run: the medians of floor-grouped, floor-counted
 # and DrainAll, DrainAll's median ratio to floor-grouped (wall, then process CPU) and whether it is
 # within BENCH_TARGET (default 1.10). `make bench-rxe` runs it; RXE_CACHE and RXE_TIMEOUT (default
-# 1800 s a run) as for the rxe stage (scripts/rxe/common.sh).
+# 1800 s a run) as for the rxe stage (scripts/rxe/common.sh). The logs go to
+# .cache/bench-reaper/<UTC time>/run-<N>-<kernel>.log.
 # Exit status: 0 when every run of every kernel is within the target, 1 when one is not, 2 when a
 # run gave no result (its log is named).
 set -uo pipefail
 # shellcheck source=scripts/rxe/common.sh disable=SC1091
 . "$(dirname "$0")/common.sh"
-cd "$RXE_ROOT"
+cd "$RXE_ROOT" || exit 2
 
 rounds=${BENCH_ROUNDS:-20}
 runs=${BENCH_RUNS:-3}
@@ -27,7 +28,8 @@ for v in "$rounds" "$runs"; do
 done
 awk -v t="$target" 'BEGIN { exit !(t + 0 > 1) }' || { echo "bench-reaper: BENCH_TARGET must be a ratio above 1, got '$target'" >&2; exit 2; }
 
-out=$RXE_ROOT/.cache/bench-reaper
+# a directory a run, so that a later one leaves this one's logs alone
+out=$RXE_ROOT/.cache/bench-reaper/$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$out"
 go build -o .cache/qpdrain ./cmd/qpdrain || exit 2
 go test -c -o "$out/drain.test" ./drain || exit 2
@@ -47,7 +49,8 @@ for run in $(seq 1 "$runs"); do
 		# 2: arguments qpdrain vm refused; every other run would be refused alike
 		[ "$vm" != 2 ] || { cat "$log" >&2; exit 2; }
 		line=$(grep 'BenchmarkDrainDevice/qps=1024/batched' "$log" | grep -m 1 ' batched/floor-grouped' | sed 's/^\[[^]]*\] //')
-		accel=$(grep -m 1 -o '== boot (qemu [A-Za-z]*' "$log" | sed 's/== boot (qemu //')
+		# the last boot's: qpdrain vm boots again under TCG when KVM fails
+		accel=$(grep -o '== boot (qemu [A-Za-z]*' "$log" | tail -n 1 | sed 's/== boot (qemu //')
 		if [ -z "$line" ]; then
 			results+=("$k run $run: no result (see $log)")
 			rc=2
