@@ -14,10 +14,12 @@ test: deps vet build unit unit-adversarial deploy-check test-rxe
 deps:
 	@scripts/deps.sh
 
-## vet: gofmt, go vet, and no build output tracked by git (an ELF file or a file over 1 MB).
+## vet: gofmt, go vet, no build output tracked by git (an ELF file or a file over 1 MB), and
+## shellcheck's errors and warnings over the tracked shell scripts.
 vet:
 	@echo "== go vet"
 	@scripts/check-tracked.sh
+	@scripts/check-shell.sh
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { echo "gofmt would change:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
 

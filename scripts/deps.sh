@@ -8,6 +8,8 @@ pkgs+=(librdmacm-dev)
 pkgs+=(rdmacm-utils)
 # promtool (package prometheus) checks the metrics qpdrain leaks and qpdrain exporter write.
 pkgs+=(prometheus)
+# The shell scripts are checked by shellcheck (make vet).
+pkgs+=(shellcheck)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

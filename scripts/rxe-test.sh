@@ -62,7 +62,10 @@ again_on_siw_bug() {
 	done
 }
 report_times() {
-	[ "${#times[@]}" = 0 ] || printf 'rxe stage times: %s\n' "$(IFS=';'; echo "${times[*]}" | sed 's/;/; /g')"
+	[ "${#times[@]}" = 0 ] && return
+	local all
+	printf -v all '%s; ' "${times[@]}"
+	echo "rxe stage times: ${all%; }"
 }
 trap report_times EXIT
 

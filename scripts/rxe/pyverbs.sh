@@ -9,7 +9,7 @@
 set -uo pipefail
 # shellcheck source=scripts/rxe/common.sh disable=SC1091
 . "$(dirname "$0")/common.sh"
-cd "$RXE_ROOT"
+cd "$RXE_ROOT" || exit 3
 
 if ! dpkg-query -W -f='${Status}' python3-pyverbs 2>/dev/null | grep -q 'install ok installed'; then
 	[ "$(id -u)" = 0 ] || { echo "pyverbs: python3-pyverbs is missing: sudo apt-get install --no-install-recommends python3-pyverbs" >&2; exit 3; }

@@ -20,6 +20,8 @@ rxe_env_die() { printf 'rxe: cannot run here: %s\n' "$*" >&2; exit "$RXE_EX_ENV"
 RXE_KERNEL_CRASH='BUG:|kernel BUG at|Oops|invalid opcode:|general protection|Unable to handle kernel|list_(add|del) corruption|Kernel panic'
 # RXE_KERNEL_COMPLAINT matches the first line of any kernel report of trouble: a crash, a WARNING
 # (its "cut here" line first), a lockup or a hung task, a sysrq trigger.
+# Used by the scripts that source this file (run-vm.sh).
+# shellcheck disable=SC2034
 RXE_KERNEL_COMPLAINT="$RXE_KERNEL_CRASH|cut here|WARNING:|sysrq: Trigger|hung_task|soft lockup"
 
 # rxe_now prints seconds since the epoch with milliseconds.
