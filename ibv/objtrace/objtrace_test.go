@@ -10,6 +10,8 @@ func TestTrackRelease(t *testing.T) {
 		t.Fatalf("Track before Enable = %v, want nil", r)
 	}
 	Enable()
+	// Enable is for good in a process; the next run (-count) starts before it again.
+	t.Cleanup(func() { enabled.Store(false) })
 	a := Track("object a")
 	b := Track("object b")
 	a.Release()
